@@ -1,0 +1,89 @@
+// Package backend defines the contract between the manager and the things
+// that actually isolate sandboxes (native libcontainer, Docker, Kubernetes).
+//
+// A backend manages lifecycle and isolation only. Everything that happens
+// inside a sandbox goes through the in-sandbox agent, reached at Info.Agent,
+// so exec, files and code run the same on every backend.
+package backend
+
+import (
+	"context"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// Backend creates and destroys sandboxes.
+//
+// All methods are safe for concurrent use. Methods that take an ID return an
+// error of class sandbox.ClassNotFound for an ID the backend does not know.
+type Backend interface {
+	// Name is a short stable name ("native", "docker", "kube").
+	Name() string
+
+	// Capabilities reports which optional features this backend has.
+	Capabilities() Capabilities
+
+	// Create builds and boots a sandbox from spec. It returns once the agent
+	// answers at Info.Agent, or fails and leaves nothing behind. spec.ID must be
+	// set and unused.
+	Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error)
+
+	// Stop kills every process of the sandbox but keeps its filesystem, so
+	// Start can boot it again. Stopping a stopped sandbox is not an error.
+	Stop(ctx context.Context, id sandbox.ID) error
+
+	// Start boots a stopped sandbox again and waits for its agent. Starting a
+	// running sandbox is not an error.
+	Start(ctx context.Context, id sandbox.ID) (sandbox.Info, error)
+
+	// Destroy kills the sandbox and removes everything it owns on the host
+	// (processes, cgroups, mounts, directories). It is idempotent: destroying
+	// an unknown ID succeeds, so callers can retry after a crash.
+	Destroy(ctx context.Context, id sandbox.ID) error
+
+	// Inspect returns the current state of one sandbox.
+	Inspect(ctx context.Context, id sandbox.ID) (sandbox.Info, error)
+
+	// Recover is called once at daemon start. It finds the sandboxes a previous
+	// process of this backend left behind, reattaches to the healthy ones and
+	// returns them, and cleans up the remains of broken ones (half-created,
+	// dead agent) so nothing leaks.
+	Recover(ctx context.Context) ([]sandbox.Info, error)
+}
+
+// Capabilities tells the API and the manager what a backend can do.
+type Capabilities struct {
+	Pause        bool `json:"pause"`
+	Snapshot     bool `json:"snapshot"`
+	DiskLimit    bool `json:"disk_limit"`
+	RootInUserNS bool `json:"root_in_userns"`
+	Templates    []string `json:"templates"` // template kinds: "host", "dir"
+	CgroupDriver string   `json:"cgroup_driver,omitempty"`
+}
+
+// Pauser is implemented by backends that can freeze a sandbox in place.
+type Pauser interface {
+	Pause(ctx context.Context, id sandbox.ID) error
+	Resume(ctx context.Context, id sandbox.ID) error
+}
+
+// Stats are resource usage counters of one sandbox since it started.
+type Stats struct {
+	MemoryBytes     int64   `json:"memory_bytes"`      // current usage
+	MemoryMaxBytes  int64   `json:"memory_max_bytes"`  // peak usage
+	MemoryLimit     int64   `json:"memory_limit"`
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	Pids            int64   `json:"pids"`
+	PidsLimit       int64   `json:"pids_limit"`
+	OOMKills        int64   `json:"oom_kills"`         // processes killed by the OOM killer
+	PidsLimitHits   int64   `json:"pids_limit_hits"`   // forks refused by the pids limit
+	DiskUsedBytes   int64   `json:"disk_used_bytes"`
+	DiskTotalBytes  int64   `json:"disk_total_bytes"`
+}
+
+// StatsReader is implemented by backends that can report resource usage.
+// The manager uses OOMKills and PidsLimitHits to tell a caller that its
+// command died from a limit rather than from a bug.
+type StatsReader interface {
+	Stats(ctx context.Context, id sandbox.ID) (Stats, error)
+}

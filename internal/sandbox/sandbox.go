@@ -1,0 +1,144 @@
+// Package sandbox holds the domain types shared by every layer of agentbox:
+// sandbox identifiers, the specification a sandbox is created from, its
+// observable state, and the small set of error classes the API maps to HTTP.
+package sandbox
+
+import (
+	"crypto/rand"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// ID identifies a sandbox. It is safe to use as a file name, a cgroup name
+// and a DNS label.
+type ID string
+
+const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+// idLen gives ~103 bits of randomness: unguessable, short enough for a host name.
+const idLen = 20
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// NewID returns a fresh random sandbox ID.
+func NewID() ID {
+	b := make([]byte, idLen)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("sandbox: reading random bytes: %v", err))
+	}
+	for i := range b {
+		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
+	}
+	return ID(b)
+}
+
+// Validate reports whether id is well formed. IDs come from URLs, so every
+// layer that turns an ID into a path checks it first.
+func (id ID) Validate() error {
+	if !idPattern.MatchString(string(id)) {
+		return Errorf(ClassInvalid, "invalid sandbox id %q", string(id))
+	}
+	return nil
+}
+
+func (id ID) String() string { return string(id) }
+
+// State is the lifecycle state of a sandbox as a backend sees it.
+type State string
+
+const (
+	StateCreating State = "creating"
+	StateRunning  State = "running"
+	StatePaused   State = "paused"
+	StateStopped  State = "stopped" // processes gone, filesystem kept; Start boots it again
+	StateError    State = "error"
+)
+
+// Resources are the hard limits of a sandbox. Zero means "use the backend default".
+type Resources struct {
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	CPUs        float64 `json:"cpus,omitempty"`      // CPU quota in cores, e.g. 0.5
+	PIDs        int64   `json:"pids,omitempty"`      // max tasks (processes + threads)
+	DiskBytes   int64   `json:"disk_bytes,omitempty"` // /workspace + home + writable root
+	TmpBytes    int64   `json:"tmp_bytes,omitempty"`  // tmpfs /tmp
+}
+
+// Mount is an extra host directory exposed inside the sandbox.
+type Mount struct {
+	Source   string `json:"source"` // host path
+	Target   string `json:"target"` // path inside the sandbox
+	ReadOnly bool   `json:"read_only"`
+}
+
+// Spec is everything a backend needs to create a sandbox.
+type Spec struct {
+	ID       ID     `json:"id"`
+	Template string `json:"template"` // "host", "dir:/path/to/rootfs", ...
+
+	Resources Resources `json:"resources"`
+
+	// Env is the default environment of every process in the sandbox.
+	Env map[string]string `json:"env,omitempty"`
+
+	// Root runs the sandbox's processes as uid 0 — always inside a user
+	// namespace, so root in the sandbox is an unprivileged user on the host.
+	Root bool `json:"root,omitempty"`
+
+	// WritableRoot gives the root filesystem a per-sandbox writable layer
+	// (counted against DiskBytes). The default is a read-only root.
+	WritableRoot bool `json:"writable_root,omitempty"`
+
+	// WorkspaceDir, when set, is a host directory used as /workspace instead
+	// of the sandbox's own capped disk (agentscope's mount_dir). It survives
+	// the sandbox.
+	WorkspaceDir string `json:"workspace_dir,omitempty"`
+
+	// Mounts are extra host directories (agentscope's READONLY_MOUNTS).
+	Mounts []Mount `json:"mounts,omitempty"`
+
+	// AccessToken, when set, is required by the in-sandbox agent on every request.
+	AccessToken string `json:"-"`
+
+	// Network is the sandbox's network policy. The zero value means no network
+	// besides loopback.
+	Network Network `json:"network"`
+
+	// Labels are opaque to backends; they are stored with the sandbox so a
+	// restarted daemon can tell what a recovered sandbox was for.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// NetworkMode selects how a sandbox reaches the network.
+type NetworkMode string
+
+const (
+	NetworkNone   NetworkMode = "none"   // loopback only
+	NetworkEgress NetworkMode = "egress" // outbound through the host, filtered by policy
+)
+
+// Network is a sandbox's network configuration and egress policy.
+type Network struct {
+	Mode     NetworkMode `json:"mode,omitempty"`
+	AllowOut []string    `json:"allow_out,omitempty"` // CIDRs or domain names
+	DenyOut  []string    `json:"deny_out,omitempty"`
+}
+
+// Endpoint tells how to reach a sandbox's agent.
+type Endpoint struct {
+	Network string `json:"network"` // "unix" or "tcp"
+	Address string `json:"address"` // socket path or host:port
+}
+
+// Info is what a backend reports about one sandbox.
+type Info struct {
+	ID        ID        `json:"id"`
+	State     State     `json:"state"`
+	Spec      Spec      `json:"spec"`
+	CreatedAt time.Time `json:"created_at"`
+	// Pid is the host pid of the sandbox's init (the agent), 0 when not running.
+	Pid   int      `json:"pid,omitempty"`
+	Agent Endpoint `json:"agent"`
+	// Reason explains StateError or StateStopped, e.g. "agent exited: signal: killed".
+	Reason string `json:"reason,omitempty"`
+}

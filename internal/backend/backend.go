@@ -53,10 +53,10 @@ type Backend interface {
 
 // Capabilities tells the API and the manager what a backend can do.
 type Capabilities struct {
-	Pause        bool `json:"pause"`
-	Snapshot     bool `json:"snapshot"`
-	DiskLimit    bool `json:"disk_limit"`
-	RootInUserNS bool `json:"root_in_userns"`
+	Pause        bool     `json:"pause"`
+	Snapshot     bool     `json:"snapshot"`
+	DiskLimit    bool     `json:"disk_limit"`
+	RootInUserNS bool     `json:"root_in_userns"`
 	Templates    []string `json:"templates"` // template kinds: "host", "dir"
 	CgroupDriver string   `json:"cgroup_driver,omitempty"`
 }
@@ -69,16 +69,16 @@ type Pauser interface {
 
 // Stats are resource usage counters of one sandbox since it started.
 type Stats struct {
-	MemoryBytes     int64   `json:"memory_bytes"`      // current usage
-	MemoryMaxBytes  int64   `json:"memory_max_bytes"`  // peak usage
-	MemoryLimit     int64   `json:"memory_limit"`
-	CPUSeconds      float64 `json:"cpu_seconds"`
-	Pids            int64   `json:"pids"`
-	PidsLimit       int64   `json:"pids_limit"`
-	OOMKills        int64   `json:"oom_kills"`         // processes killed by the OOM killer
-	PidsLimitHits   int64   `json:"pids_limit_hits"`   // forks refused by the pids limit
-	DiskUsedBytes   int64   `json:"disk_used_bytes"`
-	DiskTotalBytes  int64   `json:"disk_total_bytes"`
+	MemoryBytes    int64   `json:"memory_bytes"`     // current usage
+	MemoryMaxBytes int64   `json:"memory_max_bytes"` // peak usage
+	MemoryLimit    int64   `json:"memory_limit"`
+	CPUSeconds     float64 `json:"cpu_seconds"`
+	Pids           int64   `json:"pids"`
+	PidsLimit      int64   `json:"pids_limit"`
+	OOMKills       int64   `json:"oom_kills"`       // processes killed by the OOM killer
+	PidsLimitHits  int64   `json:"pids_limit_hits"` // forks refused by the pids limit
+	DiskUsedBytes  int64   `json:"disk_used_bytes"`
+	DiskTotalBytes int64   `json:"disk_total_bytes"`
 }
 
 // StatsReader is implemented by backends that can report resource usage.

@@ -58,8 +58,8 @@ const (
 // Resources are the hard limits of a sandbox. Zero means "use the backend default".
 type Resources struct {
 	MemoryBytes int64   `json:"memory_bytes,omitempty"`
-	CPUs        float64 `json:"cpus,omitempty"`      // CPU quota in cores, e.g. 0.5
-	PIDs        int64   `json:"pids,omitempty"`      // max tasks (processes + threads)
+	CPUs        float64 `json:"cpus,omitempty"`       // CPU quota in cores, e.g. 0.5
+	PIDs        int64   `json:"pids,omitempty"`       // max tasks (processes + threads)
 	DiskBytes   int64   `json:"disk_bytes,omitempty"` // /workspace + home + writable root
 	TmpBytes    int64   `json:"tmp_bytes,omitempty"`  // tmpfs /tmp
 }

@@ -1,0 +1,193 @@
+package native
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+func isCgroup2() bool { return cgroups.IsCgroup2UnifiedMode() }
+
+// cgroupHierarchyRoots returns the directories under which sandboxes'
+// cgroups live: one per v1 hierarchy, or the single v2 root.
+func cgroupHierarchyRoots() []string {
+	if isCgroup2() {
+		return []string{filepath.Join("/sys/fs/cgroup", cgroupParent)}
+	}
+	mounts, err := cgroups.GetCgroupMounts(false)
+	if err != nil {
+		return nil
+	}
+	var roots []string
+	for _, m := range mounts {
+		roots = append(roots, filepath.Join(m.Mountpoint, cgroupParent))
+	}
+	return roots
+}
+
+// cgroupChildren lists the sandbox ids that have a cgroup in any hierarchy.
+func cgroupChildren() []string {
+	seen := map[string]bool{}
+	var ids []string
+	for _, root := range cgroupHierarchyRoots() {
+		entries, err := os.ReadDir(root)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if e.IsDir() && !seen[e.Name()] && sandbox.ID(e.Name()).Validate() == nil {
+				seen[e.Name()] = true
+				ids = append(ids, e.Name())
+			}
+		}
+	}
+	return ids
+}
+
+// removeStaleCgroups kills every process left in a sandbox's cgroups and
+// removes them. Used when libcontainer's own state is gone.
+func removeStaleCgroups(id string) {
+	for _, root := range cgroupHierarchyRoots() {
+		dir := filepath.Join(root, id)
+		if _, err := os.Stat(dir); err != nil {
+			continue
+		}
+		for attempt := 0; attempt < 50; attempt++ {
+			pids, _ := cgroups.GetAllPids(dir)
+			if len(pids) == 0 {
+				break
+			}
+			for _, pid := range pids {
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		_ = cgroups.RemovePath(dir)
+	}
+}
+
+// cgroupPaths returns the sandbox's cgroup directories by controller ("" for v2).
+func (b *Backend) cgroupPaths(bx *box) map[string]string {
+	if bx.container != nil {
+		if st, err := bx.container.State(); err == nil && len(st.CgroupPaths) > 0 {
+			return st.CgroupPaths
+		}
+	}
+	paths := map[string]string{}
+	if isCgroup2() {
+		paths[""] = filepath.Join("/sys/fs/cgroup", cgroupParent, string(bx.id))
+		return paths
+	}
+	mounts, _ := cgroups.GetCgroupMounts(false)
+	for _, m := range mounts {
+		for _, s := range m.Subsystems {
+			paths[s] = filepath.Join(m.Mountpoint, cgroupParent, string(bx.id))
+		}
+	}
+	return paths
+}
+
+func readInt(path string) int64 {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	s := strings.TrimSpace(string(data))
+	if s == "max" {
+		return -1
+	}
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// readKey returns the value of "key N" in a flat-keyed cgroup file.
+func readKey(path, key string) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 2 && fields[0] == key {
+			n, _ := strconv.ParseInt(fields[1], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// oomKills returns how many processes the OOM killer killed in the sandbox.
+func (b *Backend) oomKills(bx *box) int64 {
+	p := b.cgroupPaths(bx)
+	if dir, ok := p[""]; ok {
+		return readKey(filepath.Join(dir, "memory.events"), "oom_kill")
+	}
+	return readKey(filepath.Join(p["memory"], "memory.oom_control"), "oom_kill")
+}
+
+// Stats implements backend.StatsReader.
+func (b *Backend) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, error) {
+	bx, err := b.lookup(id)
+	if err != nil {
+		return backend.Stats{}, err
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	var s backend.Stats
+	p := b.cgroupPaths(bx)
+	if dir, ok := p[""]; ok {
+		s.MemoryBytes = readInt(filepath.Join(dir, "memory.current"))
+		s.MemoryMaxBytes = readInt(filepath.Join(dir, "memory.peak"))
+		s.MemoryLimit = readInt(filepath.Join(dir, "memory.max"))
+		s.OOMKills = readKey(filepath.Join(dir, "memory.events"), "oom_kill")
+		s.CPUSeconds = float64(readKey(filepath.Join(dir, "cpu.stat"), "usage_usec")) / 1e6
+		s.Pids = readInt(filepath.Join(dir, "pids.current"))
+		s.PidsLimit = readInt(filepath.Join(dir, "pids.max"))
+		s.PidsLimitHits = readKey(filepath.Join(dir, "pids.events"), "max")
+	} else {
+		mem := p["memory"]
+		s.MemoryBytes = readInt(filepath.Join(mem, "memory.usage_in_bytes"))
+		s.MemoryMaxBytes = readInt(filepath.Join(mem, "memory.max_usage_in_bytes"))
+		s.MemoryLimit = readInt(filepath.Join(mem, "memory.limit_in_bytes"))
+		s.OOMKills = readKey(filepath.Join(mem, "memory.oom_control"), "oom_kill")
+		s.CPUSeconds = float64(readInt(filepath.Join(p["cpuacct"], "cpuacct.usage"))) / 1e9
+		s.Pids = readInt(filepath.Join(p["pids"], "pids.current"))
+		s.PidsLimit = readInt(filepath.Join(p["pids"], "pids.max"))
+		s.PidsLimitHits = readKey(filepath.Join(p["pids"], "pids.events"), "max")
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(filepath.Join(bx.paths.disk, "workspace"), &fs); err == nil && isMountPoint(bx.paths.disk) {
+		s.DiskTotalBytes = int64(fs.Blocks) * fs.Bsize
+		s.DiskUsedBytes = int64(fs.Blocks-fs.Bfree) * fs.Bsize
+	}
+	return s, nil
+}
+
+// canLowerOOMScore reports whether this process has CAP_SYS_RESOURCE.
+func canLowerOOMScore() bool {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && caps&(1<<unix.CAP_SYS_RESOURCE) != 0
+		}
+	}
+	return false
+}

@@ -1,0 +1,282 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/moby/sys/mountinfo"
+
+	"golang.org/x/sys/unix"
+)
+
+// A sandbox's disk is a sparse ext4 image on the host, attached to a loop
+// device and mounted under the sandbox's directory. Everything a sandbox can
+// write that is not tmpfs (/workspace, the home directory, a writable root
+// layer) lives on it, so a full disk is ENOSPC inside one sandbox and never a
+// full host disk.
+//
+// mkfs is slow and the same for every sandbox of one size, so each size is
+// formatted once into a cached template image; a sandbox gets a sparse copy
+// (a few hundred KiB of metadata, about a millisecond).
+
+// diskLayout is what every fresh disk contains. The directories are created
+// in the template image so a sandbox pays nothing for them.
+var diskDirs = []struct {
+	path string
+	mode os.FileMode
+	user bool // owned by the sandbox user rather than root
+}{
+	{"workspace", 0o755, true},
+	{"home", 0o750, true},
+	{"roothome", 0o700, false},
+	{"upper", 0o755, false}, // overlay upper layer for dir: templates
+	{"work", 0o700, false},  // overlay work dir
+	{"rootfs", 0o755, false},
+}
+
+// diskCache creates and caches formatted template images by size.
+type diskCache struct {
+	dir string
+	mu  sync.Mutex // serialises template creation
+}
+
+func (c *diskCache) templatePath(size int64) string {
+	return filepath.Join(c.dir, "ext4-"+strconv.FormatInt(size, 10)+".img")
+}
+
+// template returns the path of a formatted image of the given size, creating
+// it on first use. skeleton populates the image's rootfs directory.
+func (c *diskCache) template(size int64, skeleton func(rootfs string) error) (string, error) {
+	path := c.templatePath(size)
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+		return "", fmt.Errorf("create disk cache dir: %w", err)
+	}
+	tmp := path + ".tmp"
+	_ = os.Remove(tmp)
+	if err := makeTemplateImage(tmp, size, skeleton); err != nil {
+		_ = os.Remove(tmp)
+		return "", err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("install disk template: %w", err)
+	}
+	return path, nil
+}
+
+func makeTemplateImage(path string, size int64, skeleton func(string) error) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("create disk image: %w", err)
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return fmt.Errorf("size disk image: %w", err)
+	}
+	f.Close()
+	// No journal: it would make every copy ~32 MiB of real blocks instead of a
+	// sparse file. No reserved blocks: the sandbox user gets the whole cap.
+	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0",
+		"-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard",
+		"-L", "agentbox", path).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("mkfs.ext4 (install e2fsprogs): %v: %s", err, out)
+	}
+	mnt, err := os.MkdirTemp(filepath.Dir(path), "mnt-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(mnt)
+	if err := mountImage(path, mnt); err != nil {
+		return err
+	}
+	populateErr := func() error {
+		for _, d := range diskDirs {
+			p := filepath.Join(mnt, d.path)
+			if err := os.Mkdir(p, d.mode); err != nil {
+				return err
+			}
+			if err := os.Chmod(p, d.mode); err != nil { // umask
+				return err
+			}
+			if d.user {
+				if err := os.Chown(p, sandboxUID, sandboxGID); err != nil {
+					return err
+				}
+			}
+		}
+		_ = os.RemoveAll(filepath.Join(mnt, "lost+found"))
+		if skeleton != nil {
+			return skeleton(filepath.Join(mnt, "rootfs"))
+		}
+		return nil
+	}()
+	if err := unix.Unmount(mnt, 0); err != nil && populateErr == nil {
+		populateErr = fmt.Errorf("unmount template image: %w", err)
+	}
+	if populateErr != nil {
+		return fmt.Errorf("populate disk template: %w", populateErr)
+	}
+	return nil
+}
+
+// mountImage attaches image to a free loop device and mounts it at target.
+// The loop device is configured with autoclear, so unmounting detaches it:
+// there is no loop device to track or leak.
+func mountImage(image, target string) error {
+	dev, err := attachLoop(image)
+	if err != nil {
+		return err
+	}
+	defer dev.Close() // autoclear: the mount now holds the device
+	if err := unix.Mount(dev.Name(), target, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, ""); err != nil {
+		return fmt.Errorf("mount %s on %s: %w", dev.Name(), target, err)
+	}
+	return nil
+}
+
+func attachLoop(image string) (*os.File, error) {
+	img, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open disk image: %w", err)
+	}
+	defer img.Close()
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open loop control: %w", err)
+	}
+	defer ctl.Close()
+	// GET_FREE then CONFIGURE races with other attachers; EBUSY means someone
+	// took the device first, so ask again.
+	for attempt := 0; attempt < 64; attempt++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return nil, fmt.Errorf("find free loop device: %w", err)
+		}
+		name := "/dev/loop" + strconv.Itoa(n)
+		dev, err := openLoopDevice(name, n)
+		if err != nil {
+			return nil, err
+		}
+		cfg := unix.LoopConfig{Fd: uint32(img.Fd())}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		err = unix.IoctlLoopConfigure(int(dev.Fd()), &cfg)
+		if err == nil {
+			return dev, nil
+		}
+		dev.Close()
+		if !errors.Is(err, unix.EBUSY) {
+			return nil, fmt.Errorf("configure %s: %w", name, err)
+		}
+	}
+	return nil, errors.New("no free loop device after 64 attempts")
+}
+
+// openLoopDevice opens /dev/loopN, creating the node when /dev is not a
+// devtmpfs that does it for us.
+func openLoopDevice(name string, n int) (*os.File, error) {
+	dev, err := os.OpenFile(name, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := unix.Mknod(name, unix.S_IFBLK|0o660, int(unix.Mkdev(7, uint32(n)))); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("create %s: %w", name, err)
+		}
+		dev, err = os.OpenFile(name, os.O_RDWR|unix.O_CLOEXEC, 0)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	return dev, nil
+}
+
+// sparseCopy copies src to a new file dst, keeping holes as holes.
+func sparseCopy(src, dst string) (err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	st, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	size := st.Size()
+	if err := out.Truncate(size); err != nil {
+		return err
+	}
+	inFd, outFd := int(in.Fd()), int(out.Fd())
+	var off int64
+	for off < size {
+		data, err := unix.Seek(inFd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole is left
+		}
+		if err != nil {
+			return fmt.Errorf("seek data: %w", err)
+		}
+		hole, err := unix.Seek(inFd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("seek hole: %w", err)
+		}
+		for pos := data; pos < hole; {
+			roff, woff := pos, pos
+			n, err := unix.CopyFileRange(inFd, &roff, outFd, &woff, int(hole-pos), 0)
+			if err != nil {
+				return fmt.Errorf("copy extent: %w", err)
+			}
+			if n == 0 {
+				return io.ErrUnexpectedEOF
+			}
+			pos += int64(n)
+		}
+		off = hole
+	}
+	return nil
+}
+
+// isMountPoint reports whether path is the root of a mount.
+func isMountPoint(path string) bool {
+	mounted, err := mountinfo.Mounted(path)
+	return err == nil && mounted
+}
+
+// unmountAll unmounts path, retrying lazily when it is busy, so destroy never
+// leaves a mount behind (a lazy unmount still frees the loop device once the
+// last user goes away).
+func unmountAll(path string) error {
+	for i := 0; i < 8 && isMountPoint(path); i++ {
+		err := unix.Unmount(path, 0)
+		if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if errors.Is(err, unix.EBUSY) {
+			if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("lazy unmount %s: %w", path, err)
+			}
+			continue
+		}
+		return fmt.Errorf("unmount %s: %w", path, err)
+	}
+	return nil
+}

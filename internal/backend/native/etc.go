@@ -1,0 +1,177 @@
+package native
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// The sandbox user. Fixed so that workspace files have the same owner in
+// every sandbox and on every backend.
+const (
+	sandboxUser = "user"
+	sandboxUID  = 1000
+	sandboxGID  = 1000
+	sandboxHome = "/home/user"
+)
+
+// hostEtcAllowlist is what the host template copies from the host's /etc:
+// configuration programs need to run (dynamic loader cache, alternatives
+// symlinks, CA bundle, time zone, python and font config). Nothing that
+// identifies users or holds credentials: passwd, group, shadow, ssh, sudoers,
+// machine-id and the like are generated or left out.
+var hostEtcAllowlist = []string{
+	"alternatives", "ssl", "ca-certificates.conf",
+	"ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+	"localtime", "timezone", "mime.types", "magic", "magic.mime",
+	"bash.bashrc", "profile", "profile.d", "inputrc", "shells", "environment",
+	"python3", "python3.11", "python3.12", "python3.13", "matplotlibrc",
+	"fonts", "gitconfig", "protocols", "services", "ethertypes", "rpc",
+	"os-release", "debian_version", "lsb-release", "issue",
+	"locale.alias", "locale.gen", "default", "terminfo", "vim", "xdg",
+	"pip.conf", "npmrc", "gai.conf", "host.conf",
+}
+
+// Files every sandbox gets a private copy of, bind-mounted over the shared /etc.
+var perSandboxEtcFiles = []string{"hosts", "hostname", "resolv.conf"}
+
+func passwdFile() string {
+	return "root:x:0:0:root:/root:/bin/bash\n" +
+		fmt.Sprintf("%s:x:%d:%d:%s:%s:/bin/bash\n", sandboxUser, sandboxUID, sandboxGID, sandboxUser, sandboxHome) +
+		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+}
+
+func groupFile() string {
+	return "root:x:0:\ntty:x:5:\n" +
+		fmt.Sprintf("%s:x:%d:\n", sandboxUser, sandboxGID) +
+		"nogroup:x:65534:\n"
+}
+
+const nsswitchFile = "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n"
+
+// generatedEtcFiles are written into every generated /etc.
+func generatedEtcFiles() map[string]string {
+	return map[string]string{
+		"passwd":        passwdFile(),
+		"group":         groupFile(),
+		"nsswitch.conf": nsswitchFile,
+		// Placeholders: the real content is a per-sandbox bind mount on top.
+		"hosts":       "",
+		"hostname":    "",
+		"resolv.conf": "",
+	}
+}
+
+// buildHostEtc writes the shared /etc of the host template into dir.
+func buildHostEtc(dir string) error {
+	tmp := dir + ".tmp"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	for _, name := range hostEtcAllowlist {
+		src := filepath.Join("/etc", name)
+		if _, err := os.Lstat(src); err != nil {
+			continue
+		}
+		if err := copyTreeWorldReadable(src, filepath.Join(tmp, name)); err != nil {
+			return fmt.Errorf("copy %s: %w", src, err)
+		}
+	}
+	for name, content := range generatedEtcFiles() {
+		if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dir)
+}
+
+// copyTreeWorldReadable copies src to dst, keeping symlinks as symlinks and
+// skipping anything that is not readable by everyone: a file the host keeps
+// private is never copied into a sandbox.
+func copyTreeWorldReadable(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // unreadable entries are skipped, not fatal
+		}
+		rel, _ := filepath.Rel(src, path)
+		target := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		switch {
+		case info.Mode()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(path)
+			if err != nil {
+				return nil
+			}
+			return os.Symlink(link, target)
+		case info.IsDir():
+			if info.Mode().Perm()&0o005 != 0o005 {
+				return fs.SkipDir
+			}
+			return os.MkdirAll(target, 0o755)
+		case info.Mode().IsRegular():
+			if info.Mode().Perm()&0o004 == 0 {
+				return nil
+			}
+			return copyFile(path, target, info.Mode().Perm())
+		}
+		return nil // devices, sockets, fifos: never
+	})
+}
+
+func copyFile(src, dst string, perm fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return nil
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// writeSandboxEtc writes the per-sandbox /etc files into dir.
+func writeSandboxEtc(dir, hostname string, nameservers []string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n"
+	var resolv strings.Builder
+	if len(nameservers) == 0 {
+		// No network: point at loopback, where nothing listens, so lookups fail
+		// at once instead of waiting for a timeout.
+		nameservers = []string{"127.0.0.1"}
+	}
+	for _, ns := range nameservers {
+		resolv.WriteString("nameserver " + ns + "\n")
+	}
+	resolv.WriteString("options timeout:1 attempts:1\n")
+	files := map[string]string{
+		"hosts":       hosts,
+		"hostname":    hostname + "\n",
+		"resolv.conf": resolv.String(),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}

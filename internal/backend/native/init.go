@@ -1,0 +1,23 @@
+package native
+
+import (
+	"os"
+
+	// Registers the cgroup device-rules manager; without it libcontainer
+	// refuses to apply the default-deny device policy.
+	_ "github.com/opencontainers/cgroups/devices"
+	"github.com/opencontainers/runc/libcontainer"
+	// nsenter's C constructor runs before the Go runtime in "init" re-execs
+	// and joins/creates the namespaces; it must be linked in.
+	_ "github.com/opencontainers/runc/libcontainer/nsenter"
+)
+
+// libcontainer starts every sandbox by re-executing the current binary as
+// "<binary> init". Handling that in a package init function (rather than in
+// each main) makes every binary that links this package — the daemon, the
+// CLI, test binaries — able to start sandboxes without extra wiring.
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == "init" {
+		libcontainer.Init() // never returns
+	}
+}

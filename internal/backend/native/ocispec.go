@@ -1,0 +1,255 @@
+package native
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// In-sandbox paths the backend relies on.
+const (
+	agentPathInSandbox  = "/.agentbox/agent"
+	agentRunDir         = "/run/agentbox"
+	agentSocketName     = "agent.sock"
+	agentReadyFd        = 3
+	agentSeccompFd      = 4
+	workspaceInSandbox  = "/workspace"
+	defaultPath         = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	cpuPeriodMicros     = 100000
+	rootHostIDRangeSize = 65536
+)
+
+// Capabilities a root sandbox keeps, inside its user namespace only: enough
+// for package managers (chown, setuid to drop to other users), never
+// CAP_SYS_ADMIN, CAP_NET_RAW or CAP_MKNOD.
+var rootCapabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
+	"CAP_AUDIT_WRITE", "CAP_SETFCAP",
+}
+
+// Paths of /proc and /sys that leak host information or allow host actions.
+var maskedPaths = []string{
+	"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+	"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+	"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+}
+
+var readonlyPaths = []string{
+	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+}
+
+// boxPaths are the host paths of one sandbox.
+type boxPaths struct {
+	dir     string // <root>/sb/<id>
+	disk    string // mount point of the sandbox disk
+	image   string // the disk image file
+	rootfs  string // the root filesystem handed to libcontainer
+	etc     string // per-sandbox /etc files
+	run     string // agent socket directory, bind-mounted at /run/agentbox
+	record  string // sandbox.json
+	log     string // agent stdout/stderr
+	overlay string // overlay mount point for dir: templates
+}
+
+func newBoxPaths(sbRoot string, id sandbox.ID) boxPaths {
+	dir := filepath.Join(sbRoot, string(id))
+	return boxPaths{
+		dir:     dir,
+		disk:    filepath.Join(dir, "disk"),
+		image:   filepath.Join(dir, "disk.img"),
+		etc:     filepath.Join(dir, "etc"),
+		run:     filepath.Join(dir, "run"),
+		record:  filepath.Join(dir, "sandbox.json"),
+		log:     filepath.Join(dir, "agent.log"),
+		overlay: filepath.Join(dir, "rootfs"),
+	}
+}
+
+func (p boxPaths) socket() string { return filepath.Join(p.run, agentSocketName) }
+
+// idMap is how sandbox uids map to host uids. Identity for ordinary
+// sandboxes; a private range for root sandboxes (user namespace).
+type idMap struct {
+	userns bool
+	base   uint32 // host id of sandbox id 0 when userns
+}
+
+func (m idMap) host(id int) int {
+	if !m.userns {
+		return id
+	}
+	return int(m.base) + id
+}
+
+// ociSpec builds the OCI runtime spec of a sandbox. Starting from a spec and
+// converting it with libcontainer's specconv keeps us on the well-trodden
+// path runc itself takes (device rules, mount flags, /proc masking).
+func (b *Backend) ociSpec(spec sandbox.Spec, tmpl template, p boxPaths, ids idMap, netnsPath string) (*specs.Spec, error) {
+	res := spec.Resources
+	uid, gid := sandboxUID, sandboxGID
+	caps := []string{}
+	home := sandboxHome
+	user := sandboxUser
+	if spec.Root {
+		uid, gid, caps, home, user = 0, 0, rootCapabilities, "/root", "root"
+	}
+
+	env := map[string]string{
+		"PATH": defaultPath, "HOME": home, "USER": user, "LOGNAME": user,
+		"SHELL": "/bin/bash", "LANG": "C.UTF-8", "TERM": "xterm-256color",
+		"HOSTNAME": string(spec.ID),
+	}
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	if spec.AccessToken != "" {
+		env["AGENTBOX_ACCESS_TOKEN"] = spec.AccessToken
+	}
+	envList := make([]string, 0, len(env))
+	for k, v := range env {
+		envList = append(envList, k+"="+v)
+	}
+	sort.Strings(envList)
+
+	// The agent should be the last thing the OOM killer picks. Lowering a
+	// score needs CAP_SYS_RESOURCE, which a daemon inside a container may
+	// lack; then the agent only raises its children's scores.
+	var oomScoreAdj *int
+	if canLowerOOMScore() {
+		v := -500
+		oomScoreAdj = &v
+	}
+	memory := res.MemoryBytes
+	cpuQuota := int64(res.CPUs * cpuPeriodMicros)
+	period := uint64(cpuPeriodMicros)
+	pids := res.PIDs
+
+	s := &specs.Spec{
+		Version: specs.Version,
+		Root:    &specs.Root{Path: p.rootfs, Readonly: !spec.WritableRoot},
+		Process: &specs.Process{
+			User: specs.User{UID: uint32(uid), GID: uint32(gid)},
+			Args: []string{agentPathInSandbox,
+				"--listen", "unix://" + agentRunDir + "/" + agentSocketName,
+				"--ready-fd", strconv.Itoa(agentReadyFd),
+				"--seccomp-fd", strconv.Itoa(agentSeccompFd),
+				"--workdir", workspaceInSandbox},
+			Env:             envList,
+			Cwd:             "/",
+			NoNewPrivileges: true,
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: caps, Effective: caps, Permitted: caps,
+			},
+			Rlimits: []specs.POSIXRlimit{
+				{Type: "RLIMIT_NOFILE", Hard: 65536, Soft: 65536},
+				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+			},
+			OOMScoreAdj: oomScoreAdj,
+		},
+		Hostname: string(spec.ID),
+		Mounts:   b.mounts(spec, tmpl, p, ids),
+		Linux: &specs.Linux{
+			CgroupsPath:   "/" + cgroupParent + "/" + string(spec.ID),
+			MaskedPaths:   maskedPaths,
+			ReadonlyPaths: readonlyPaths,
+			Resources: &specs.LinuxResources{
+				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+				Memory:  &specs.LinuxMemory{Limit: &memory, Swap: &memory},
+				CPU:     &specs.LinuxCPU{Quota: &cpuQuota, Period: &period},
+				Pids:    &specs.LinuxPids{Limit: &pids},
+			},
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
+				{Type: specs.NetworkNamespace, Path: netnsPath},
+			},
+		},
+	}
+	if ids.userns {
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		s.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: ids.base, Size: rootHostIDRangeSize}}
+		s.Linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: ids.base, Size: rootHostIDRangeSize}}
+	}
+	return s, nil
+}
+
+func (b *Backend) mounts(spec sandbox.Spec, tmpl template, p boxPaths, ids idMap) []specs.Mount {
+	tmpSize := spec.Resources.TmpBytes
+	ms := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(tmpSize, 10)}},
+		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=16m"}},
+	}
+	if isCgroup2() {
+		// One mount on v2 lets programs read their own limits. On v1 it would be
+		// one mount per hierarchy on every create, for little use.
+		ms = append(ms, specs.Mount{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}})
+	}
+	ro := []string{"bind", "ro", "nosuid", "nodev"}
+	if tmpl.kind == "host" {
+		for _, dir := range hostBindDirs() {
+			if spec.WritableRoot && dir == "/usr" {
+				upper, work := filepath.Join(p.disk, "upper"), filepath.Join(p.disk, "work")
+				ms = append(ms, specs.Mount{Destination: "/usr", Type: "overlay", Source: "overlay",
+					Options: []string{"lowerdir=/usr", "upperdir=" + upper, "workdir=" + work, "nosuid", "nodev"}})
+				continue
+			}
+			ms = append(ms, specs.Mount{Destination: dir, Type: "bind", Source: dir, Options: append([]string{"rbind"}, ro[1:]...)})
+		}
+		ms = append(ms, specs.Mount{Destination: "/etc", Type: "bind", Source: b.hostEtc, Options: ro})
+	} else {
+		for _, name := range []string{"passwd", "group", "nsswitch.conf"} {
+			ms = append(ms, specs.Mount{Destination: "/etc/" + name, Type: "bind", Source: filepath.Join(b.genEtc, name), Options: ro})
+		}
+	}
+	for _, name := range perSandboxEtcFiles {
+		ms = append(ms, specs.Mount{Destination: "/etc/" + name, Type: "bind", Source: filepath.Join(p.etc, name), Options: ro})
+	}
+	rw := []string{"bind", "rw", "nosuid", "nodev"}
+	workspace := filepath.Join(p.disk, "workspace")
+	if spec.WorkspaceDir != "" {
+		workspace = spec.WorkspaceDir
+	}
+	ms = append(ms,
+		specs.Mount{Destination: workspaceInSandbox, Type: "bind", Source: workspace, Options: rw},
+		specs.Mount{Destination: sandboxHome, Type: "bind", Source: filepath.Join(p.disk, "home"), Options: rw},
+		specs.Mount{Destination: agentRunDir, Type: "bind", Source: p.run, Options: append(rw, "noexec")},
+		specs.Mount{Destination: agentPathInSandbox, Type: "bind", Source: b.cfg.AgentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+	)
+	if spec.Root {
+		ms = append(ms, specs.Mount{Destination: "/root", Type: "bind", Source: filepath.Join(p.disk, "roothome"), Options: rw})
+	}
+	for _, m := range spec.Mounts {
+		opts := rw
+		if m.ReadOnly {
+			opts = ro
+		}
+		ms = append(ms, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: append([]string{"rbind"}, opts[1:]...)})
+	}
+	return ms
+}
+
+// libcontainerConfig converts an OCI spec into libcontainer's config.
+func libcontainerConfig(id sandbox.ID, s *specs.Spec) (*configs.Config, error) {
+	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
+		CgroupName: string(id),
+		Spec:       s,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("convert sandbox spec: %w", err)
+	}
+	return cfg, nil
+}

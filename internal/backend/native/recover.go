@@ -1,0 +1,182 @@
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// Recover implements backend.Backend. It walks the sandbox directories a
+// previous daemon left, reattaches to sandboxes whose agent still answers,
+// stops those whose agent died (keeping their disk, so Start can boot them),
+// and removes anything that is not a complete sandbox: half-created
+// directories, orphan libcontainer state, cgroups and mounts.
+func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) {
+	entries, err := os.ReadDir(b.sbRoot)
+	if err != nil {
+		return nil, fmt.Errorf("read sandbox dir: %w", err)
+	}
+	known := map[string]bool{}
+	var infos []sandbox.Info
+	for _, e := range entries {
+		id := sandbox.ID(e.Name())
+		if !e.IsDir() || id.Validate() != nil {
+			continue
+		}
+		b.mu.Lock()
+		bx, live := b.boxes[id]
+		b.mu.Unlock()
+		if live {
+			known[string(id)] = true
+			bx.mu.Lock()
+			infos = append(infos, b.infoLocked(bx))
+			bx.mu.Unlock()
+			continue
+		}
+		info, ok := b.recoverOne(ctx, id)
+		if ok {
+			known[string(id)] = true
+			infos = append(infos, info)
+		}
+	}
+	b.removeOrphans(known)
+	sort.Slice(infos, func(i, j int) bool { return infos[i].CreatedAt.Before(infos[j].CreatedAt) })
+	return infos, nil
+}
+
+func (b *Backend) recoverOne(ctx context.Context, id sandbox.ID) (sandbox.Info, bool) {
+	bx := &box{id: id, paths: newBoxPaths(b.sbRoot, id)}
+	log := b.log.With("sandbox", id)
+	data, err := os.ReadFile(bx.paths.record)
+	if err == nil {
+		err = json.Unmarshal(data, &bx.rec)
+	}
+	if err != nil || bx.rec.Spec.ID != id {
+		log.Warn("removing incomplete sandbox", "err", err)
+		b.teardown(ctx, bx, true)
+		return sandbox.Info{}, false
+	}
+	tmpl, err := parseTemplate(bx.rec.Spec.Template)
+	if err != nil {
+		log.Warn("removing sandbox whose template is gone", "err", err)
+		b.teardown(ctx, bx, true)
+		return sandbox.Info{}, false
+	}
+	if tmpl.kind == "host" {
+		bx.paths.rootfs = filepath.Join(bx.paths.disk, "rootfs")
+	} else {
+		bx.paths.rootfs = bx.paths.overlay
+	}
+	if _, err := os.Stat(bx.paths.image); err != nil {
+		log.Warn("removing sandbox without a disk", "err", err)
+		b.teardown(ctx, bx, true)
+		return sandbox.Info{}, false
+	}
+
+	if !bx.rec.Stopped {
+		if b.reattach(bx) {
+			log.Info("reattached sandbox", "pid", bx.pid)
+		} else {
+			log.Warn("sandbox agent is gone; stopping it")
+			b.teardown(ctx, bx, false)
+			bx.rec.Stopped = true
+			bx.rec.Reason = "agent was not running when the daemon restarted"
+			if err := b.saveRecord(bx); err != nil {
+				log.Error("save record", "err", err)
+			}
+		}
+	} else {
+		// A stopped sandbox owns no processes, cgroups or mounts.
+		b.teardown(ctx, bx, false)
+	}
+	bx.stopping = false
+	b.mu.Lock()
+	b.boxes[id] = bx
+	b.mu.Unlock()
+	return b.infoLocked(bx), true
+}
+
+// reattach loads the libcontainer state of a running sandbox and checks that
+// its agent answers. It watches the init with a pidfd from then on.
+func (b *Backend) reattach(bx *box) bool {
+	c, err := libcontainer.Load(b.stateRoot, string(bx.id))
+	if err != nil {
+		return false
+	}
+	bx.container = c
+	st, err := c.Status()
+	if err != nil || st != libcontainer.Running {
+		return false
+	}
+	state, err := c.State()
+	if err != nil {
+		return false
+	}
+	conn, err := net.DialTimeout("unix", bx.paths.socket(), 2*time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	pidfd, err := unix.PidfdOpen(state.InitProcessPid, 0)
+	if err != nil {
+		return false
+	}
+	bx.pid = state.InitProcessPid
+	bx.exited = make(chan struct{})
+	go b.watchPidfd(bx, pidfd, bx.exited)
+	return true
+}
+
+// removeOrphans removes libcontainer state, cgroups and mounts under the
+// backend's root that belong to no known sandbox.
+func (b *Backend) removeOrphans(known map[string]bool) {
+	if entries, err := os.ReadDir(b.stateRoot); err == nil {
+		for _, e := range entries {
+			if known[e.Name()] {
+				continue
+			}
+			b.log.Warn("removing orphan container state", "id", e.Name())
+			if c, err := libcontainer.Load(b.stateRoot, e.Name()); err == nil {
+				_ = c.Signal(unix.SIGKILL)
+				_ = c.Destroy()
+			}
+			_ = os.RemoveAll(filepath.Join(b.stateRoot, e.Name()))
+		}
+	}
+	for _, id := range cgroupChildren() {
+		if !known[id] {
+			b.log.Warn("removing orphan cgroup", "id", id)
+			removeStaleCgroups(id)
+		}
+	}
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(b.sbRoot + "/"))
+	if err != nil {
+		return
+	}
+	// Deepest first, so nested mounts go before their parents.
+	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i].Mountpoint) > len(mounts[j].Mountpoint) })
+	for _, m := range mounts {
+		rel := strings.TrimPrefix(m.Mountpoint, b.sbRoot+"/")
+		id := strings.SplitN(rel, "/", 2)[0]
+		if known[id] {
+			continue
+		}
+		b.log.Warn("removing orphan mount", "path", m.Mountpoint)
+		if err := unmountAll(m.Mountpoint); err != nil && !errors.Is(err, os.ErrNotExist) {
+			b.log.Error("unmount orphan", "path", m.Mountpoint, "err", err)
+		}
+	}
+}

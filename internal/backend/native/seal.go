@@ -1,0 +1,65 @@
+package native
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+
+	"github.com/opencontainers/runc/libcontainer/exeseal"
+)
+
+const (
+	sealedEnv  = "_AGENTBOX_SEALED_EXE"   // set after the re-exec, to stop a loop
+	origExeEnv = "_AGENTBOX_ORIGINAL_EXE" // the binary's real path, for finding siblings
+)
+
+// SealSelf re-executes the current binary from a sealed in-memory copy of
+// itself, once, at process start.
+//
+// libcontainer starts each sandbox by re-executing /proc/self/exe, and to
+// stop a sandbox from overwriting the host binary through that magic link
+// (CVE-2019-5736) it makes a sealed copy first — ~6 ms per sandbox. When the
+// process already runs from a sealed memfd, libcontainer skips that, so
+// paying for one copy at start makes every create faster.
+//
+// Call it first thing in main (and TestMain). It returns only when no
+// re-exec happened (already sealed, or sealing failed: then libcontainer
+// seals per sandbox, correct but slower).
+func SealSelf() {
+	if os.Getenv(sealedEnv) != "" || exeseal.IsSelfExeCloned() {
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	self, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return
+	}
+	st, err := self.Stat()
+	if err != nil {
+		self.Close()
+		return
+	}
+	sealed, err := exeseal.CloneBinary(self, st.Size(), "/proc/self/exe", os.TempDir())
+	self.Close()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agentbox: cannot seal own binary, sandboxes start slower: %v\n", err)
+		return
+	}
+	env := append(os.Environ(), sealedEnv+"=1", origExeEnv+"="+exe)
+	err = syscall.Exec("/proc/self/fd/"+strconv.Itoa(int(sealed.Fd())), os.Args, env)
+	sealed.Close()
+	fmt.Fprintf(os.Stderr, "agentbox: re-exec from sealed copy failed, sandboxes start slower: %v\n", err)
+}
+
+// Executable returns the path of the running binary on disk, also after
+// SealSelf re-executed it from memory.
+func Executable() (string, error) {
+	if p := os.Getenv(origExeEnv); p != "" {
+		return p, nil
+	}
+	return os.Executable()
+}

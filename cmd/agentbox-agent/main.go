@@ -1,0 +1,97 @@
+// Command agentbox-agent is the in-sandbox agent. It runs as PID 1 of a
+// sandbox, reaps zombies, and serves E2B's envd protocol (process and
+// filesystem services, /files, /envs, /health) on a unix socket or TCP.
+//
+//	agentbox-agent --listen unix:///run/agentbox/agent.sock --workdir /workspace [--ready-fd N]
+//
+// AGENTBOX_ACCESS_TOKEN, when set, is required as X-Access-Token on every
+// request but GET /health. All AGENTBOX_* variables are removed from the
+// environment before anything is started.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/agent"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "agentbox-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	listen := flag.String("listen", "unix:///run/agentbox/agent.sock", "address to serve on: unix:///path or tcp://host:port")
+	readyFD := flag.Int("ready-fd", -1, "file descriptor to write one byte to (and close) once listening")
+	workdir := flag.String("workdir", "/workspace", "default working directory of processes (falls back to the user's home)")
+	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
+	flag.Parse()
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(log)
+
+	token := os.Getenv("AGENTBOX_ACCESS_TOKEN")
+	scrubEnv()
+
+	// Handle termination before anything is started, so that children are
+	// always cleaned up (as PID 1, unhandled signals would be ignored).
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	srv := agent.NewServer(agent.Config{
+		Workdir:     *workdir,
+		AccessToken: token,
+		Env:         os.Environ(),
+		Logger:      log,
+	})
+	ln, err := agent.Listen(*listen)
+	if err != nil {
+		return err
+	}
+	if *readyFD >= 0 {
+		if err := agent.NotifyReady(*readyFD); err != nil {
+			return err
+		}
+	}
+	log.Info("agent listening", "addr", *listen, "pid", os.Getpid(), "uid", os.Getuid())
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ctx, ln) }()
+	select {
+	case err = <-serveErr:
+	case <-ctx.Done():
+		log.Info("terminating")
+	}
+	grace, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	srv.Shutdown(grace)
+	stop()
+	if err == nil {
+		err = <-serveErr
+	}
+	return err
+}
+
+// scrubEnv removes the agent's own configuration from the environment so
+// no process it starts can read it.
+func scrubEnv() {
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "AGENTBOX_") {
+			os.Unsetenv(k)
+		}
+	}
+}

@@ -1,0 +1,119 @@
+// Package agentclient is the host daemon's client for the in-sandbox
+// agent (package agent): process control, file transfer and filesystem
+// operations over a unix socket (or TCP).
+//
+// It is built for latency: one shared HTTP/1.1 transport with keep-alive
+// connections to the agent, and the binary protobuf codec. Errors carry
+// the error classes of package sandbox (see sandbox.ClassOf).
+package agentclient
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/agentbox/agentbox/api/proto/filesystem/filesystemconnect"
+	"github.com/agentbox/agentbox/api/proto/process/processconnect"
+)
+
+// Endpoint is where an agent listens.
+type Endpoint struct {
+	Network string // "unix" or "tcp"
+	Address string // socket path, or host:port
+}
+
+// Client talks to one agent. It is safe for concurrent use.
+type Client struct {
+	token   string
+	baseURL string
+	tr      *http.Transport
+	http    *http.Client
+	proc    processconnect.ProcessClient
+	fs      filesystemconnect.FilesystemClient
+}
+
+// New returns a client for the agent at ep. accessToken is sent as
+// X-Access-Token when not empty. No connection is made until the first
+// call.
+func New(ep Endpoint, accessToken string) *Client {
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, ep.Network, ep.Address)
+		},
+		// Keep a pool of warm connections: every call reuses one.
+		MaxIdleConns:        64,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+		// Download returns the raw bytes; we never want transparent gzip.
+		DisableCompression: true,
+		WriteBufferSize:    64 << 10,
+		ReadBufferSize:     64 << 10,
+	}
+	base := "http://agent"
+	if ep.Network == "tcp" {
+		base = "http://" + ep.Address
+	}
+	hc := &http.Client{Transport: tr}
+	return &Client{
+		token:   accessToken,
+		baseURL: base,
+		tr:      tr,
+		http:    hc,
+		proc:    processconnect.NewProcessClient(hc, base),
+		fs:      filesystemconnect.NewFilesystemClient(hc, base),
+	}
+}
+
+// Close releases idle connections. Calls in flight are not interrupted.
+func (c *Client) Close() error {
+	c.tr.CloseIdleConnections()
+	return nil
+}
+
+// setHeaders adds the access token and the E2B user selector.
+func (c *Client) setHeaders(h http.Header, user string) {
+	if c.token != "" {
+		h.Set("X-Access-Token", c.token)
+	}
+	if user != "" {
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+	}
+}
+
+// newRequest wraps msg in a connect request carrying our headers.
+func newRequest[T any](c *Client, msg *T, user string) *connect.Request[T] {
+	req := connect.NewRequest(msg)
+	c.setHeaders(req.Header(), user)
+	return req
+}
+
+// Health reports whether the agent answers GET /health.
+func (c *Client) Health(ctx context.Context) error {
+	resp, err := c.do(ctx, http.MethodGet, "/health", nil, "", nil, "")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// Envs returns the agent's default process environment.
+func (c *Client) Envs(ctx context.Context) (map[string]string, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/envs", nil, "", nil, "")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	env := map[string]string{}
+	if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+		return nil, mapError("envs", fmt.Errorf("decode response: %w", err))
+	}
+	return env, nil
+}

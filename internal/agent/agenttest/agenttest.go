@@ -1,0 +1,182 @@
+// Package agenttest runs the real agentbox-agent binary for tests: it
+// builds it once per test binary (CGO_ENABLED=0, like production) and
+// starts it on a unix socket in a private directory.
+package agenttest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/agent/agentclient"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildPath string
+	buildErr  error
+)
+
+// Binary returns the path of a freshly built agent binary.
+func Binary(tb testing.TB) string {
+	tb.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "agentbox-agent-bin-")
+		if buildErr != nil {
+			return
+		}
+		// World-readable so agents started as other users can run it.
+		_ = os.Chmod(buildDir, 0o755)
+		buildPath = filepath.Join(buildDir, "agentbox-agent")
+		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/agentbox/agentbox/cmd/agentbox-agent")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			buildErr = fmt.Errorf("go build agentbox-agent: %v\n%s", err, out.String())
+		}
+	})
+	if buildErr != nil {
+		tb.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// Cleanup removes the built binary; call it from TestMain after m.Run.
+func Cleanup() {
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+}
+
+// Options configure a test agent.
+type Options struct {
+	Token      string              // AGENTBOX_ACCESS_TOKEN
+	Env        []string            // extra environment (KEY=VALUE)
+	Workdir    string              // --workdir; default: a fresh directory
+	Credential *syscall.Credential // run the agent as another user
+}
+
+// Agent is a running agent subprocess.
+type Agent struct {
+	Dir      string // private, world-accessible directory holding the socket
+	Socket   string
+	Workdir  string
+	Endpoint agentclient.Endpoint
+	Cmd      *exec.Cmd
+	Stderr   *SyncBuffer
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writes and reads.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns everything written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Pid returns the agent's process id.
+func (a *Agent) Pid() int { return a.Cmd.Process.Pid }
+
+// Client returns a client for the agent, closed at the end of the test.
+func (a *Agent) Client(tb testing.TB, token string) *agentclient.Client {
+	c := agentclient.New(a.Endpoint, token)
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Start builds (once) and starts an agent; it is stopped with SIGTERM
+// (which makes it terminate its children) when the test ends.
+func Start(tb testing.TB, opts Options) *Agent {
+	tb.Helper()
+	bin := Binary(tb)
+	dir, err := os.MkdirTemp("", "agentbox-agent-test-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		tb.Fatal(err)
+	}
+	a := &Agent{Dir: dir, Socket: filepath.Join(dir, "agent.sock"), Workdir: opts.Workdir, Stderr: &SyncBuffer{}}
+	if a.Workdir == "" {
+		a.Workdir = filepath.Join(dir, "workspace")
+		if err := os.Mkdir(a.Workdir, 0o777); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	a.Endpoint = agentclient.Endpoint{Network: "unix", Address: a.Socket}
+
+	ready, readyW, err := os.Pipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ready.Close()
+	cmd := exec.Command(bin, "--listen", "unix://"+a.Socket, "--workdir", a.Workdir, "--ready-fd", "3", "--log-level", "debug")
+	cmd.Env = append(os.Environ(), opts.Env...)
+	if opts.Token != "" {
+		cmd.Env = append(cmd.Env, "AGENTBOX_ACCESS_TOKEN="+opts.Token)
+	}
+	cmd.ExtraFiles = []*os.File{readyW}
+	cmd.Stderr = a.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: opts.Credential, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		readyW.Close()
+		tb.Fatal(err)
+	}
+	readyW.Close()
+	a.Cmd = cmd
+	tb.Cleanup(func() { a.Stop(tb) })
+
+	got := make(chan error, 1)
+	go func() {
+		b := make([]byte, 1)
+		_, err := ready.Read(b)
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if err != nil {
+			tb.Fatalf("agent did not signal readiness: %v\n%s", err, a.Stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		tb.Fatalf("agent not ready after 10s\n%s", a.Stderr.String())
+	}
+	return a
+}
+
+// Stop terminates the agent (SIGTERM, then SIGKILL of its whole process
+// group after 5s) and waits for it.
+func (a *Agent) Stop(tb testing.TB) {
+	if a.Cmd == nil || a.Cmd.ProcessState != nil {
+		return
+	}
+	_ = a.Cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = a.Cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		tb.Errorf("agent ignored SIGTERM for 5s; killing it\n%s", a.Stderr.String())
+		_ = syscall.Kill(-a.Cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}

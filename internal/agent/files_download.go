@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"compress/gzip"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+)
+
+// handleDownload serves GET /files?path=&username=: the file's bytes,
+// streamed from disk. With Accept-Encoding: gzip the body is compressed on
+// the fly (no Content-Length); otherwise http.ServeContent handles
+// Content-Length, Range and conditional requests.
+func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	u, err := s.userFromRequest(r.Header, q.Get("username"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	p, err := u.resolvePath(q.Get("path"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var f *os.File
+	err = u.do(func() error {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fsError(fmt.Sprintf("path %q", p), err)
+		}
+		if fi.IsDir() {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %q is a directory", p))
+		}
+		if !fi.Mode().IsRegular() {
+			// Opening a FIFO would block; devices are not files to download.
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %q is not a regular file", p))
+		}
+		f, err = os.Open(p)
+		if err != nil {
+			return fsError(fmt.Sprintf("open %q", p), err)
+		}
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		writeErr(w, fsError(fmt.Sprintf("stat %q", p), err))
+		return
+	}
+
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": filepath.Base(p)}))
+	h.Add("Vary", "Accept-Encoding")
+	if acceptsGzip(r.Header) {
+		h.Set("Content-Encoding", "gzip")
+		w.WriteHeader(http.StatusOK)
+		if r.Method == http.MethodHead {
+			return
+		}
+		gz, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
+		if _, err := io.Copy(gz, f); err != nil {
+			s.log.Debug("download aborted", "path", p, "err", err)
+			return
+		}
+		_ = gz.Close()
+		return
+	}
+	http.ServeContent(w, r, "", fi.ModTime(), f)
+}
+
+// acceptsGzip reports whether Accept-Encoding allows gzip (q > 0).
+func acceptsGzip(h http.Header) bool {
+	for _, v := range h.Values("Accept-Encoding") {
+		for _, part := range strings.Split(v, ",") {
+			name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			if !strings.EqualFold(strings.TrimSpace(name), "gzip") {
+				continue
+			}
+			if qv, ok := strings.CutPrefix(strings.TrimSpace(params), "q="); ok {
+				if q, err := strconv.ParseFloat(qv, 64); err == nil && q == 0 {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,187 @@
+package agent
+
+import (
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+)
+
+// uploadedFile is one element of the POST /files response.
+type uploadedFile struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+
+// handleUpload serves POST /files?path=&username=. The body is either
+// multipart/form-data (every "file" part is stored; its filename is the
+// destination unless ?path is given, in which case every part goes to
+// path, as in upstream envd) or the raw file (application/octet-stream or
+// anything else; ?path required). Content-Encoding: gzip is decoded.
+// Files are streamed to a temporary file next to the destination and
+// renamed into place, so readers never see partial content.
+func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	u, err := s.userFromRequest(r.Header, q.Get("username"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	body := io.Reader(r.Body)
+	if strings.EqualFold(strings.TrimSpace(r.Header.Get("Content-Encoding")), "gzip") {
+		gz, err := gzip.NewReader(r.Body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid gzip body: %v", err))
+			return
+		}
+		defer gz.Close()
+		body = gz
+	}
+	pathParam := q.Get("path")
+	var out []uploadedFile
+	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt == "multipart/form-data" {
+		out, err = s.uploadMultipart(u, pathParam, multipart.NewReader(body, params["boundary"]))
+	} else {
+		var f uploadedFile
+		f, err = s.uploadOne(u, pathParam, body)
+		out = []uploadedFile{f}
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) uploadMultipart(u *User, pathParam string, mr *multipart.Reader) ([]uploadedFile, error) {
+	var out []uploadedFile
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("read multipart body: %w", err))
+		}
+		if part.FormName() != "file" {
+			part.Close()
+			continue
+		}
+		dest := pathParam
+		if dest == "" {
+			dest = rawFileName(part)
+		}
+		f, err := s.uploadOne(u, dest, part)
+		part.Close()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	if len(out) == 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New(`multipart body has no "file" part`))
+	}
+	return out, nil
+}
+
+// rawFileName returns a part's filename parameter unmodified:
+// Part.FileName strips directories, but E2B clients send the full
+// destination path there.
+func rawFileName(p *multipart.Part) string {
+	_, params, err := mime.ParseMediaType(p.Header.Get("Content-Disposition"))
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
+}
+
+// uploadOne stores r at dest (resolved for u) atomically. An existing
+// regular file keeps its permission bits; new files get 0644.
+func (s *Server) uploadOne(u *User, dest string, r io.Reader) (uploadedFile, error) {
+	if dest == "" {
+		return uploadedFile{}, connect.NewError(connect.CodeInvalidArgument, errors.New("destination path is missing (use ?path=)"))
+	}
+	p, err := u.resolvePath(dest)
+	if err != nil {
+		return uploadedFile{}, err
+	}
+	mode := fs.FileMode(0o644)
+	var tmp *os.File
+	err = u.do(func() error {
+		if fi, err := os.Stat(p); err == nil {
+			if fi.IsDir() {
+				return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %q is a directory", p))
+			}
+			if fi.Mode().IsRegular() {
+				mode = fi.Mode().Perm()
+			}
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fsError(fmt.Sprintf("create parent of %q", p), err)
+		}
+		var err error
+		tmp, err = os.CreateTemp(filepath.Dir(p), ".agentbox-upload-*")
+		if err != nil {
+			return fsError(fmt.Sprintf("create %q", p), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return uploadedFile{}, err
+	}
+	tmpName := tmp.Name()
+	discard := func() { _ = u.do(func() error { return os.Remove(tmpName) }) }
+
+	bufp := copyBufPool.Get().(*[]byte)
+	_, err = io.CopyBuffer(onlyWriter{tmp}, r, *bufp)
+	copyBufPool.Put(bufp)
+	if err == nil {
+		err = tmp.Chmod(mode)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		discard()
+		return uploadedFile{}, uploadError(p, err)
+	}
+	err = u.do(func() error { return os.Rename(tmpName, p) })
+	if err != nil {
+		discard()
+		return uploadedFile{}, fsError(fmt.Sprintf("rename upload into %q", p), err)
+	}
+	return uploadedFile{Name: filepath.Base(p), Type: "file", Path: p}, nil
+}
+
+// onlyWriter hides os.File's ReadFrom so io.CopyBuffer uses our large
+// buffer instead of a small internal one for non-file sources.
+type onlyWriter struct{ io.Writer }
+
+// uploadError classifies a failed copy: a full disk or quota is
+// resource_exhausted (HTTP 507), a failed write is internal, anything else
+// came from reading the request body and is the client's problem.
+func uploadError(p string, err error) error {
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("not enough disk space to write %q: %w", p, err))
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fsError(fmt.Sprintf("write %q", p), err)
+	}
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("read upload body for %q: %w", p, err))
+}

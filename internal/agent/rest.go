@@ -1,0 +1,67 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"connectrpc.com/connect"
+)
+
+// restError is the JSON error body of the REST routes (E2B's shape).
+type restError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, restError{Code: status, Message: msg})
+}
+
+// writeErr writes err (usually a *connect.Error) with the matching status.
+func writeErr(w http.ResponseWriter, err error) {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		writeError(w, httpStatus(ce.Code()), ce.Message())
+		return
+	}
+	writeError(w, http.StatusInternalServerError, err.Error())
+}
+
+// httpStatus maps a connect code onto the REST status the E2B SDKs expect;
+// resource_exhausted means a full disk on these routes.
+func httpStatus(c connect.Code) int {
+	switch c {
+	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeOutOfRange:
+		return http.StatusBadRequest
+	case connect.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case connect.CodePermissionDenied:
+		return http.StatusForbidden
+	case connect.CodeNotFound:
+		return http.StatusNotFound
+	case connect.CodeAlreadyExists, connect.CodeAborted:
+		return http.StatusConflict
+	case connect.CodeResourceExhausted:
+		return http.StatusInsufficientStorage
+	case connect.CodeDeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case connect.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case connect.CodeUnimplemented:
+		return http.StatusNotImplemented
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// handleEnvs serves GET /envs: the default environment of processes.
+func (s *Server) handleEnvs(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.defaultEnv)
+}

@@ -1,0 +1,144 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/agentbox/agentbox/api/proto/filesystem/filesystemconnect"
+	"github.com/agentbox/agentbox/api/proto/process/processconnect"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Workdir is the default working directory of processes; when it does
+	// not exist (or the user cannot enter it) the user's home is used.
+	Workdir string
+	// AccessToken, when set, must be sent as X-Access-Token on every
+	// request except GET /health.
+	AccessToken string
+	// Env is the default environment of processes and what GET /envs
+	// reports, as KEY=VALUE pairs; nil means os.Environ(). AGENTBOX_*
+	// variables are always removed.
+	Env []string
+	// Logger receives the agent's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// PasswdFile and GroupFile are the account databases; empty means
+	// /etc/passwd and /etc/group.
+	PasswdFile string
+	GroupFile  string
+}
+
+// Server is the agent's HTTP server: the envd services plus REST routes.
+// Create it with NewServer; it starts the process-wide Reaper.
+type Server struct {
+	cfg          Config
+	log          *slog.Logger
+	accounts     *accounts
+	self         *User
+	reaper       *Reaper
+	procs        *procTable
+	pollWatchers *pollWatchers
+	defaultEnv   map[string]string
+	mux          *http.ServeMux
+	handler      http.Handler
+}
+
+// NewServer builds a server. It starts the process-wide reaper, so the
+// embedding program must not wait for child processes itself.
+func NewServer(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.PasswdFile == "" {
+		cfg.PasswdFile = "/etc/passwd"
+	}
+	if cfg.GroupFile == "" {
+		cfg.GroupFile = "/etc/group"
+	}
+	if cfg.Env == nil {
+		cfg.Env = os.Environ()
+	}
+	s := &Server{
+		cfg:          cfg,
+		log:          cfg.Logger,
+		accounts:     newAccounts(cfg.PasswdFile, cfg.GroupFile),
+		reaper:       StartReaper(cfg.Logger),
+		procs:        newProcTable(),
+		pollWatchers: newPollWatchers(),
+		defaultEnv:   envMap(cfg.Env),
+		mux:          http.NewServeMux(),
+	}
+	s.self = currentUser(s.accounts)
+	s.mux.Handle(processconnect.NewProcessHandler(&processService{s: s}))
+	s.mux.Handle(filesystemconnect.NewFilesystemHandler(&fsService{s: s}))
+	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	s.mux.HandleFunc("GET /envs", s.handleEnvs)
+	s.mux.HandleFunc("GET /files", s.handleDownload)
+	s.mux.HandleFunc("POST /files", s.handleUpload)
+	s.handler = s.authorize(s.mux)
+	return s
+}
+
+// Mux returns the router, so that other handler sets (for example the
+// code-interpreter routes) can be mounted on the same server. Routes added
+// here are behind the same access-token check as the built-in ones.
+func (s *Server) Mux() *http.ServeMux { return s.mux }
+
+// Handler returns the complete HTTP handler (routes plus authorization).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve serves HTTP/1.1 and cleartext HTTP/2 (for gRPC clients) on ln until
+// ctx is cancelled, then closes the listener and all connections.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:           s.handler,
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       10 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	stop := context.AfterFunc(ctx, func() { srv.Close() })
+	defer stop()
+	err := srv.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("serve: %w", err)
+}
+
+// Shutdown ends every process the agent started: SIGTERM to each process
+// group, then SIGKILL to those still running when ctx ends. It returns
+// once all of them have been reaped or ctx is done, and also stops the
+// polling watchers.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.pollWatchers.closeAll()
+	procs := s.procs.list()
+	for _, p := range procs {
+		_ = p.signal(sigTERM)
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			_ = p.signal(sigKILL)
+		}
+	}
+	kill, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-kill.Done():
+			return
+		}
+	}
+}

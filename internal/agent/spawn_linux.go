@@ -1,0 +1,195 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+)
+
+// spawnRequest describes one process to fork.
+type spawnRequest struct {
+	cmd   string
+	args  []string
+	env   []string
+	dir   string
+	user  *User
+	stdin bool // keep a stdin pipe (ignored with a PTY)
+	pty   bool
+	cols  uint16
+	rows  uint16
+}
+
+// childIO holds the agent's ends of a child's standard streams.
+type childIO struct {
+	stdout *os.File // read end; nil with a PTY
+	stderr *os.File // read end; nil with a PTY
+	stdin  *os.File // write end; nil unless a stdin pipe was asked for
+	pty    *os.File // PTY master; nil without a PTY
+}
+
+func (c *childIO) closeAll() {
+	for _, f := range []*os.File{c.stdout, c.stderr, c.stdin, c.pty} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// spawn forks and execs req through the reaper. The child gets its own
+// process group (a new session with the PTY as controlling terminal when
+// req.pty) so signals can be sent to everything it starts.
+func (s *Server) spawn(req spawnRequest) (int, <-chan unix.WaitStatus, *childIO, error) {
+	var path string
+	err := req.user.do(func() error {
+		if err := checkDir(req.dir); err != nil {
+			return err
+		}
+		var err error
+		path, err = lookPath(req.cmd, req.dir, envValue(req.env, "PATH"))
+		return err
+	})
+	if err != nil {
+		return 0, nil, nil, err
+	}
+
+	parent := &childIO{}
+	var childFiles []*os.File
+	defer func() {
+		for _, f := range childFiles {
+			f.Close() // the child has its copies (or was never started)
+		}
+	}()
+	sys := &syscall.SysProcAttr{}
+	if req.pty {
+		master, tty, err := openPTY(req.cols, req.rows)
+		if err != nil {
+			return 0, nil, nil, connect.NewError(connect.CodeInternal, err)
+		}
+		parent.pty = master
+		childFiles = []*os.File{tty}
+		sys.Setsid, sys.Setctty, sys.Ctty = true, true, 0
+	} else {
+		in, err := childStdin(req.stdin, parent)
+		if err != nil {
+			parent.closeAll()
+			return 0, nil, nil, connect.NewError(connect.CodeInternal, err)
+		}
+		childFiles = append(childFiles, in)
+		for _, dst := range []**os.File{&parent.stdout, &parent.stderr} {
+			r, w, err := os.Pipe()
+			if err != nil {
+				parent.closeAll()
+				return 0, nil, nil, connect.NewError(connect.CodeInternal, fmt.Errorf("output pipe: %w", err))
+			}
+			*dst = r
+			childFiles = append(childFiles, w)
+		}
+		sys.Setpgid = true
+	}
+	if !req.user.self {
+		sys.Credential = &syscall.Credential{
+			Uid: req.user.UID, Gid: req.user.GID, Groups: req.user.Groups,
+			NoSetGroups: setgroupsDenied(),
+		}
+	}
+	fds := make([]uintptr, 3)
+	for i := range fds {
+		fds[i] = childFiles[min(i, len(childFiles)-1)].Fd()
+	}
+	attr := &syscall.ProcAttr{Dir: req.dir, Env: req.env, Files: fds, Sys: sys}
+	argv := append([]string{req.cmd}, req.args...)
+
+	pid, exit, err := s.reaper.Spawn(func() (int, error) {
+		return syscall.ForkExec(path, argv, attr)
+	})
+	if err != nil {
+		parent.closeAll()
+		return 0, nil, nil, startError(req.cmd, err)
+	}
+	return pid, exit, parent, nil
+}
+
+// childStdin returns the child's stdin: the read end of a pipe whose write
+// end goes to parent.stdin, or /dev/null.
+func childStdin(pipe bool, parent *childIO) (*os.File, error) {
+	if !pipe {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+		}
+		return f, nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("stdin pipe: %w", err)
+	}
+	parent.stdin = w
+	return r, nil
+}
+
+func startError(cmd string, err error) error {
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("start %q: executable not found: %w", cmd, err))
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("start %q: %w", cmd, err))
+	case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.ENOMEM):
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("start %q: %w", cmd, err))
+	default:
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("start %q: %w", cmd, err))
+	}
+}
+
+// checkDir verifies that dir is an existing directory the caller may enter.
+func checkDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("working directory %q does not exist", dir))
+	}
+	if err != nil {
+		return fsError(fmt.Sprintf("working directory %q", dir), err)
+	}
+	if !fi.IsDir() {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("working directory %q is not a directory", dir))
+	}
+	if err := unix.Access(dir, unix.X_OK); err != nil {
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("working directory %q: %w", dir, err))
+	}
+	return nil
+}
+
+// lookPath finds cmd like execvp does, but in the child's PATH rather than
+// the agent's. Names with a slash are used as given (relative ones resolve
+// against the child's working directory dir).
+func lookPath(cmd, dir, pathEnv string) (string, error) {
+	if cmd == "" {
+		return "", connect.NewError(connect.CodeInvalidArgument, errors.New("cmd is empty"))
+	}
+	if strings.Contains(cmd, "/") {
+		p := cmd
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		return p, nil
+	}
+	if pathEnv == "" {
+		pathEnv = defaultPath
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" {
+			d = dir
+		}
+		p := filepath.Join(d, cmd)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("executable %q not found in PATH: %w", cmd, fs.ErrNotExist))
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
+	"strings"
 
 	"connectrpc.com/connect"
 )
@@ -31,10 +32,18 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 			return
 		}
 		err := errors.New("missing or invalid X-Access-Token")
-		if errWriter.IsSupported(r) {
+		if isRPCPath(r.URL.Path) && errWriter.IsSupported(r) {
 			_ = errWriter.Write(w, r, connect.NewError(connect.CodeUnauthenticated, err))
 			return
 		}
 		writeError(w, http.StatusUnauthorized, err.Error())
 	})
+}
+
+// isRPCPath reports whether path names an RPC procedure
+// ("/package.Service/Method"): the first segment of every Connect and gRPC
+// route has a dot, REST routes (/files, /execute, ...) have none.
+func isRPCPath(path string) bool {
+	svc, _, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	return ok && strings.Contains(svc, ".")
 }

@@ -16,9 +16,6 @@ import (
 	"net/http"
 	"time"
 
-	"connectrpc.com/connect"
-
-	"github.com/agentbox/agentbox/api/proto/filesystem/filesystemconnect"
 	"github.com/agentbox/agentbox/api/proto/process/processconnect"
 )
 
@@ -34,8 +31,9 @@ type Client struct {
 	baseURL string
 	tr      *http.Transport
 	http    *http.Client
-	proc    processconnect.ProcessClient
-	fs      filesystemconnect.FilesystemClient
+	// proc is connect-go's client, used only for the client-streaming
+	// StreamInput; everything else goes through rpc.go.
+	proc processconnect.ProcessClient
 }
 
 // New returns a client for the agent at ep. accessToken is sent as
@@ -67,7 +65,6 @@ func New(ep Endpoint, accessToken string) *Client {
 		tr:      tr,
 		http:    hc,
 		proc:    processconnect.NewProcessClient(hc, base),
-		fs:      filesystemconnect.NewFilesystemClient(hc, base),
 	}
 }
 
@@ -85,13 +82,6 @@ func (c *Client) setHeaders(h http.Header, user string) {
 	if user != "" {
 		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
 	}
-}
-
-// newRequest wraps msg in a connect request carrying our headers.
-func newRequest[T any](c *Client, msg *T, user string) *connect.Request[T] {
-	req := connect.NewRequest(msg)
-	c.setHeaders(req.Header(), user)
-	return req
 }
 
 // Health reports whether the agent answers GET /health.

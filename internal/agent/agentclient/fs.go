@@ -8,6 +8,7 @@ import (
 	"time"
 
 	fspb "github.com/agentbox/agentbox/api/proto/filesystem"
+	"github.com/agentbox/agentbox/api/proto/filesystem/filesystemconnect"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -63,39 +64,40 @@ func entryFromProto(e *fspb.EntryInfo) EntryInfo {
 
 // Stat describes the entry at path (a final symlink is not followed).
 func (c *Client) Stat(ctx context.Context, path, user string) (EntryInfo, error) {
-	resp, err := c.fs.Stat(ctx, newRequest(c, &fspb.StatRequest{Path: path}, user))
-	if err != nil {
+	var resp fspb.StatResponse
+	if err := c.unary(ctx, filesystemconnect.FilesystemStatProcedure, user, &fspb.StatRequest{Path: path}, &resp); err != nil {
 		return EntryInfo{}, mapError("stat", err)
 	}
-	return entryFromProto(resp.Msg.GetEntry()), nil
+	return entryFromProto(resp.GetEntry()), nil
 }
 
 // MakeDir creates a directory and its parents; ClassConflict if it exists.
 func (c *Client) MakeDir(ctx context.Context, path, user string) (EntryInfo, error) {
-	resp, err := c.fs.MakeDir(ctx, newRequest(c, &fspb.MakeDirRequest{Path: path}, user))
-	if err != nil {
+	var resp fspb.MakeDirResponse
+	if err := c.unary(ctx, filesystemconnect.FilesystemMakeDirProcedure, user, &fspb.MakeDirRequest{Path: path}, &resp); err != nil {
 		return EntryInfo{}, mapError("make dir", err)
 	}
-	return entryFromProto(resp.Msg.GetEntry()), nil
+	return entryFromProto(resp.GetEntry()), nil
 }
 
 // Move renames src to dst, creating dst's parent directory.
 func (c *Client) Move(ctx context.Context, src, dst, user string) (EntryInfo, error) {
-	resp, err := c.fs.Move(ctx, newRequest(c, &fspb.MoveRequest{Source: src, Destination: dst}, user))
-	if err != nil {
+	var resp fspb.MoveResponse
+	if err := c.unary(ctx, filesystemconnect.FilesystemMoveProcedure, user, &fspb.MoveRequest{Source: src, Destination: dst}, &resp); err != nil {
 		return EntryInfo{}, mapError("move", err)
 	}
-	return entryFromProto(resp.Msg.GetEntry()), nil
+	return entryFromProto(resp.GetEntry()), nil
 }
 
 // ListDir lists path down to depth levels (depth <= 1: direct children).
 func (c *Client) ListDir(ctx context.Context, path, user string, depth int) ([]EntryInfo, error) {
-	resp, err := c.fs.ListDir(ctx, newRequest(c, &fspb.ListDirRequest{Path: path, Depth: uint32(max(depth, 1))}, user))
-	if err != nil {
+	var resp fspb.ListDirResponse
+	req := &fspb.ListDirRequest{Path: path, Depth: uint32(max(depth, 1))}
+	if err := c.unary(ctx, filesystemconnect.FilesystemListDirProcedure, user, req, &resp); err != nil {
 		return nil, mapError("list dir", err)
 	}
-	out := make([]EntryInfo, len(resp.Msg.GetEntries()))
-	for i, e := range resp.Msg.GetEntries() {
+	out := make([]EntryInfo, len(resp.GetEntries()))
+	for i, e := range resp.GetEntries() {
 		out[i] = entryFromProto(e)
 	}
 	return out, nil
@@ -103,7 +105,7 @@ func (c *Client) ListDir(ctx context.Context, path, user string, depth int) ([]E
 
 // Remove deletes a file or a directory tree; ClassNotFound if missing.
 func (c *Client) Remove(ctx context.Context, path, user string) error {
-	_, err := c.fs.Remove(ctx, newRequest(c, &fspb.RemoveRequest{Path: path}, user))
+	err := c.unary(ctx, filesystemconnect.FilesystemRemoveProcedure, user, &fspb.RemoveRequest{Path: path}, &fspb.RemoveResponse{})
 	return mapError("remove", err)
 }
 
@@ -133,47 +135,34 @@ type WatchOptions struct {
 
 // Watcher streams filesystem events. Use it from one goroutine.
 type Watcher struct {
-	recv    func() (*fspb.WatchDirResponse, error)
-	closeFn func() error
+	stream *frameStream
 }
 
 // WatchDir starts watching path and returns once the watch is in place,
 // so every change made after it returns is reported. ctx bounds the watch.
 func (c *Client) WatchDir(ctx context.Context, path, user string, opts WatchOptions) (*Watcher, error) {
 	msg := &fspb.WatchDirRequest{Path: path, Recursive: opts.Recursive, IncludeEntry: opts.IncludeEntry}
-	stream, err := c.fs.WatchDir(ctx, newRequest(c, msg, user))
+	fs, err := c.serverStream(ctx, filesystemconnect.FilesystemWatchDirProcedure, user, msg)
 	if err != nil {
 		return nil, mapError("watch dir", err)
 	}
-	w := &Watcher{
-		recv: func() (*fspb.WatchDirResponse, error) {
-			if stream.Receive() {
-				return stream.Msg(), nil
-			}
-			if err := stream.Err(); err != nil {
-				return nil, err
-			}
-			return nil, io.EOF
-		},
-		closeFn: stream.Close,
-	}
-	first, err := w.recv()
-	if err != nil {
-		stream.Close()
+	var first fspb.WatchDirResponse
+	if err := fs.recv(&first); err != nil {
+		fs.close()
 		return nil, mapError("watch dir", err)
 	}
 	if first.GetStart() == nil {
-		stream.Close()
+		fs.close()
 		return nil, sandbox.Errorf(sandbox.ClassInternal, "agent watch dir: stream did not begin with a start event")
 	}
-	return w, nil
+	return &Watcher{stream: fs}, nil
 }
 
 // Next returns the next change, skipping keepalives.
 func (w *Watcher) Next() (FSEvent, error) {
 	for {
-		msg, err := w.recv()
-		if err != nil {
+		var msg fspb.WatchDirResponse
+		if err := w.stream.recv(&msg); err != nil {
 			if errors.Is(err, io.EOF) {
 				return FSEvent{}, io.EOF
 			}
@@ -205,4 +194,4 @@ func (w *Watcher) Next() (FSEvent, error) {
 }
 
 // Close stops the watch.
-func (w *Watcher) Close() error { return w.closeFn() }
+func (w *Watcher) Close() error { return w.stream.close() }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	pb "github.com/agentbox/agentbox/api/proto/process"
+	"github.com/agentbox/agentbox/api/proto/process/processconnect"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -82,12 +83,11 @@ func (s Selector) proto() *pb.ProcessSelector {
 // control methods (SendStdin, Signal, ...) may be called concurrently.
 // Closing the stream does not stop the process.
 type Process struct {
-	c       *Client
-	pid     uint32
-	recv    func() (*pb.ProcessEvent, error)
-	closeFn func() error
-	result  *ExitResult
-	err     error
+	c      *Client
+	pid    uint32
+	stream *frameStream
+	result *ExitResult
+	err    error
 }
 
 // Pid returns the process id inside the sandbox.
@@ -113,47 +113,39 @@ func (c *Client) Start(ctx context.Context, opts StartOptions) (*Process, error)
 		ms := uint32(min(max(opts.Timeout.Milliseconds(), 1), int64(^uint32(0))))
 		msg.TimeoutMs = &ms
 	}
-	stream, err := c.proc.Start(ctx, newRequest(c, msg, opts.User))
+	fs, err := c.serverStream(ctx, processconnect.ProcessStartProcedure, opts.User, msg)
 	if err != nil {
 		return nil, mapError("start", err)
 	}
-	recv := func() (*pb.ProcessEvent, error) {
-		if stream.Receive() {
-			return stream.Msg().GetEvent(), nil
-		}
-		if err := stream.Err(); err != nil {
-			return nil, err
-		}
-		return nil, io.EOF
-	}
-	return c.attach(recv, stream.Close, "start")
+	return c.attach(fs, "start")
 }
 
 // Connect attaches to a running process and streams its further output
 // and its end (output produced before attaching is not replayed).
 func (c *Client) Connect(ctx context.Context, sel Selector) (*Process, error) {
-	stream, err := c.proc.Connect(ctx, newRequest(c, &pb.ConnectRequest{Process: sel.proto()}, ""))
+	fs, err := c.serverStream(ctx, processconnect.ProcessConnectProcedure, "", &pb.ConnectRequest{Process: sel.proto()})
 	if err != nil {
 		return nil, mapError("connect", err)
 	}
-	recv := func() (*pb.ProcessEvent, error) {
-		if stream.Receive() {
-			return stream.Msg().GetEvent(), nil
-		}
-		if err := stream.Err(); err != nil {
-			return nil, err
-		}
-		return nil, io.EOF
+	return c.attach(fs, "connect")
+}
+
+// recvEvent reads the next process event. Start and Connect responses are
+// wire-identical (one ProcessEvent in field 1), so one type decodes both.
+func recvEvent(fs *frameStream) (*pb.ProcessEvent, error) {
+	var m pb.StartResponse
+	if err := fs.recv(&m); err != nil {
+		return nil, err
 	}
-	return c.attach(recv, stream.Close, "connect")
+	return m.GetEvent(), nil
 }
 
 // attach waits for the start event that opens every process stream.
-func (c *Client) attach(recv func() (*pb.ProcessEvent, error), closeFn func() error, op string) (*Process, error) {
+func (c *Client) attach(fs *frameStream, op string) (*Process, error) {
 	for {
-		ev, err := recv()
+		ev, err := recvEvent(fs)
 		if err != nil {
-			closeFn()
+			fs.close()
 			if errors.Is(err, io.EOF) {
 				err = errors.New("stream ended before the start event")
 			}
@@ -161,11 +153,11 @@ func (c *Client) attach(recv func() (*pb.ProcessEvent, error), closeFn func() er
 		}
 		switch e := ev.GetEvent().(type) {
 		case *pb.ProcessEvent_Start:
-			return &Process{c: c, pid: e.Start.GetPid(), recv: recv, closeFn: closeFn}, nil
+			return &Process{c: c, pid: e.Start.GetPid(), stream: fs}, nil
 		case *pb.ProcessEvent_Keepalive:
 			continue
 		default:
-			closeFn()
+			fs.close()
 			return nil, mapError(op, fmt.Errorf("unexpected first event %T", e))
 		}
 	}
@@ -181,13 +173,13 @@ func (p *Process) Next() (Event, error) {
 		return Event{}, p.err
 	}
 	for {
-		ev, err := p.recv()
+		ev, err := recvEvent(p.stream)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = sandbox.Errorf(sandbox.ClassUnavailable, "agent closed the event stream of process %d before it ended", p.pid)
 			}
 			p.err = mapError("process events", err)
-			p.closeFn()
+			p.stream.close()
 			return Event{}, p.err
 		}
 		switch e := ev.GetEvent().(type) {
@@ -217,11 +209,11 @@ func (p *Process) Next() (Event, error) {
 // being torn down (a new dial would cost every following call).
 func (p *Process) finishStream() {
 	for range 4 {
-		if _, err := p.recv(); err != nil {
+		if _, err := recvEvent(p.stream); err != nil {
 			break
 		}
 	}
-	p.closeFn()
+	p.stream.close()
 }
 
 // Events iterates over Next until the end event (included) or an error.
@@ -255,7 +247,7 @@ func (p *Process) Wait() (ExitResult, error) {
 func (p *Process) Close() error {
 	if p.result == nil && p.err == nil {
 		p.err = errors.New("process stream closed")
-		return p.closeFn()
+		return p.stream.close()
 	}
 	return nil
 }
@@ -267,7 +259,8 @@ func (p *Process) SendStdin(ctx context.Context, data []byte) error {
 
 // CloseStdin closes the process's stdin so it reads EOF.
 func (p *Process) CloseStdin(ctx context.Context) error {
-	_, err := p.c.proc.CloseStdin(ctx, newRequest(p.c, &pb.CloseStdinRequest{Process: Selector{Pid: p.pid}.proto()}, ""))
+	err := p.c.unary(ctx, processconnect.ProcessCloseStdinProcedure, "",
+		&pb.CloseStdinRequest{Process: Selector{Pid: p.pid}.proto()}, &pb.CloseStdinResponse{})
 	return mapError("close stdin", err)
 }
 
@@ -279,13 +272,13 @@ func (p *Process) Signal(ctx context.Context, sig syscall.Signal) error {
 // Resize changes the size of the process's terminal.
 func (p *Process) Resize(ctx context.Context, cols, rows uint32) error {
 	msg := &pb.UpdateRequest{Process: Selector{Pid: p.pid}.proto(), Pty: &pb.PTY{Size: &pb.PTY_Size{Cols: cols, Rows: rows}}}
-	_, err := p.c.proc.Update(ctx, newRequest(p.c, msg, ""))
+	err := p.c.unary(ctx, processconnect.ProcessUpdateProcedure, "", msg, &pb.UpdateResponse{})
 	return mapError("resize", err)
 }
 
 func (c *Client) sendInput(ctx context.Context, sel Selector, data []byte) error {
 	msg := &pb.SendInputRequest{Process: sel.proto(), Input: &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: data}}}
-	_, err := c.proc.SendInput(ctx, newRequest(c, msg, ""))
+	err := c.unary(ctx, processconnect.ProcessSendInputProcedure, "", msg, &pb.SendInputResponse{})
 	return mapError("send input", err)
 }
 
@@ -300,7 +293,8 @@ func (c *Client) Signal(ctx context.Context, sel Selector, sig syscall.Signal) e
 	default:
 		return sandbox.Errorf(sandbox.ClassInvalid, "signal %v is not supported (SIGTERM or SIGKILL)", sig)
 	}
-	_, err := c.proc.SendSignal(ctx, newRequest(c, &pb.SendSignalRequest{Process: sel.proto(), Signal: s}, ""))
+	err := c.unary(ctx, processconnect.ProcessSendSignalProcedure, "",
+		&pb.SendSignalRequest{Process: sel.proto(), Signal: s}, &pb.SendSignalResponse{})
 	return mapError("signal", err)
 }
 
@@ -321,12 +315,12 @@ type ProcessInfo struct {
 
 // List returns the processes the agent tracks (those still running).
 func (c *Client) List(ctx context.Context) ([]ProcessInfo, error) {
-	resp, err := c.proc.List(ctx, newRequest(c, &pb.ListRequest{}, ""))
-	if err != nil {
+	var resp pb.ListResponse
+	if err := c.unary(ctx, processconnect.ProcessListProcedure, "", &pb.ListRequest{}, &resp); err != nil {
 		return nil, mapError("list", err)
 	}
-	out := make([]ProcessInfo, 0, len(resp.Msg.GetProcesses()))
-	for _, p := range resp.Msg.GetProcesses() {
+	out := make([]ProcessInfo, 0, len(resp.GetProcesses()))
+	for _, p := range resp.GetProcesses() {
 		cfg := p.GetConfig()
 		out = append(out, ProcessInfo{
 			Pid: p.GetPid(), Tag: p.GetTag(),

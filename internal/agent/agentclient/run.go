@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pb "github.com/agentbox/agentbox/api/proto/process"
+	"github.com/agentbox/agentbox/api/proto/process/processconnect"
 )
 
 // Run starts a process, streams its output to stdout and stderr (PTY
@@ -90,6 +91,6 @@ func (c *Client) feedStdin(ctx context.Context, pid uint32, r io.Reader) error {
 	if err != nil {
 		return mapError("stdin", err)
 	}
-	_, err = c.proc.CloseStdin(ctx, newRequest(c, &pb.CloseStdinRequest{Process: sel}, ""))
+	err = c.unary(ctx, processconnect.ProcessCloseStdinProcedure, "", &pb.CloseStdinRequest{Process: sel}, &pb.CloseStdinResponse{})
 	return mapError("close stdin", err)
 }

@@ -62,6 +62,7 @@ type Options struct {
 	Env        []string            // extra environment (KEY=VALUE)
 	Workdir    string              // --workdir; default: a fresh directory
 	Credential *syscall.Credential // run the agent as another user
+	LogLevel   string              // --log-level; default debug
 }
 
 // Agent is a running agent subprocess.
@@ -122,6 +123,11 @@ func Start(tb testing.TB, opts Options) *Agent {
 		if err := os.Mkdir(a.Workdir, 0o777); err != nil {
 			tb.Fatal(err)
 		}
+		// World-writable (the umask narrowed it) so agents and users other
+		// than root can work there.
+		if err := os.Chmod(a.Workdir, 0o777); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	a.Endpoint = agentclient.Endpoint{Network: "unix", Address: a.Socket}
 
@@ -130,7 +136,11 @@ func Start(tb testing.TB, opts Options) *Agent {
 		tb.Fatal(err)
 	}
 	defer ready.Close()
-	cmd := exec.Command(bin, "--listen", "unix://"+a.Socket, "--workdir", a.Workdir, "--ready-fd", "3", "--log-level", "debug")
+	level := opts.LogLevel
+	if level == "" {
+		level = "debug"
+	}
+	cmd := exec.Command(bin, "--listen", "unix://"+a.Socket, "--workdir", a.Workdir, "--ready-fd", "3", "--log-level", level)
 	cmd.Env = append(os.Environ(), opts.Env...)
 	if opts.Token != "" {
 		cmd.Env = append(cmd.Env, "AGENTBOX_ACCESS_TOKEN="+opts.Token)

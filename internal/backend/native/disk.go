@@ -65,13 +65,21 @@ func (c *diskCache) template(size int64, skeleton func(rootfs string) error) (st
 	if err := os.MkdirAll(c.dir, 0o700); err != nil {
 		return "", fmt.Errorf("create disk cache dir: %w", err)
 	}
-	tmp := path + ".tmp"
-	_ = os.Remove(tmp)
+	// A unique temporary name: another process sharing the cache may be
+	// building the same template; whoever renames first wins, both are valid.
+	f, err := os.CreateTemp(c.dir, "ext4-*.tmp")
+	if err != nil {
+		return "", err
+	}
+	tmp := f.Name()
+	f.Close()
+	os.Remove(tmp)
 	if err := makeTemplateImage(tmp, size, skeleton); err != nil {
 		_ = os.Remove(tmp)
 		return "", err
 	}
 	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
 		return "", fmt.Errorf("install disk template: %w", err)
 	}
 	return path, nil

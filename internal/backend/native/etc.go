@@ -1,11 +1,14 @@
 package native
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -65,14 +68,24 @@ func generatedEtcFiles() map[string]string {
 	}
 }
 
-// buildHostEtc writes the shared /etc of the host template into dir.
-func buildHostEtc(dir string) error {
-	tmp := dir + ".tmp"
-	if err := os.RemoveAll(tmp); err != nil {
-		return err
+// hostEtcDir returns the shared /etc of the host template under tmplDir,
+// building it if needed. The directory is named after a fingerprint of its
+// sources, so several processes (a daemon, one-shot runs) share it safely: a
+// directory is never rewritten while sandboxes bind-mount it, a changed host
+// /etc simply yields a new one.
+func hostEtcDir(tmplDir string) (string, error) {
+	fp := etcFingerprint()
+	dir := filepath.Join(tmplDir, "host-etc-"+fp)
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
 	}
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return err
+	tmp, err := os.MkdirTemp(tmplDir, "host-etc.tmp-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp) // a no-op once renamed
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
 	}
 	for _, name := range hostEtcAllowlist {
 		src := filepath.Join("/etc", name)
@@ -80,18 +93,97 @@ func buildHostEtc(dir string) error {
 			continue
 		}
 		if err := copyTreeWorldReadable(src, filepath.Join(tmp, name)); err != nil {
-			return fmt.Errorf("copy %s: %w", src, err)
+			return "", fmt.Errorf("copy %s: %w", src, err)
 		}
 	}
-	for name, content := range generatedEtcFiles() {
-		if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o644); err != nil {
+	if err := writeFiles(tmp, generatedEtcFiles()); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, statErr := os.Stat(dir); statErr == nil {
+			return dir, nil // another process built it first
+		}
+		return "", err
+	}
+	return dir, nil
+}
+
+// etcFingerprint hashes what hostEtcDir would copy (names, modes, sizes,
+// mtimes, link targets) and what it generates.
+func etcFingerprint() string {
+	h := sha256.New()
+	for _, name := range hostEtcAllowlist {
+		_ = filepath.WalkDir(filepath.Join("/etc", name), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			info, err := d.Info()
+			if err != nil {
+				return nil
+			}
+			fmt.Fprintf(h, "%s %o %d %d\n", path, info.Mode(), info.Size(), info.ModTime().UnixNano())
+			if info.Mode()&fs.ModeSymlink != 0 {
+				link, _ := os.Readlink(path)
+				fmt.Fprintln(h, link)
+			}
+			return nil
+		})
+	}
+	gen := generatedEtcFiles()
+	names := make([]string, 0, len(gen))
+	for n := range gen {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(h, "%s=%s\n", n, gen[n])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// writeFiles writes name→content files into dir.
+func writeFiles(dir string, files map[string]string) error {
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			return err
 		}
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return err
+	return nil
+}
+
+// genEtcDir returns a directory with the generated passwd, group and
+// nsswitch.conf for dir: templates, built once like hostEtcDir.
+func genEtcDir(tmplDir string) (string, error) {
+	dir := filepath.Join(tmplDir, "gen-etc-"+etcGenFingerprint())
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
 	}
-	return os.Rename(tmp, dir)
+	tmp, err := os.MkdirTemp(tmplDir, "gen-etc.tmp-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
+	}
+	if err := writeFiles(tmp, generatedEtcFiles()); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, statErr := os.Stat(dir); statErr == nil {
+			return dir, nil
+		}
+		return "", err
+	}
+	return dir, nil
+}
+
+func etcGenFingerprint() string {
+	h := sha256.New()
+	for _, n := range []string{"passwd", "group", "nsswitch.conf"} {
+		fmt.Fprintf(h, "%s=%s\n", n, generatedEtcFiles()[n])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // copyTreeWorldReadable copies src to dst, keeping symlinks as symlinks and

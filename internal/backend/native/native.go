@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
@@ -91,6 +92,10 @@ type Backend struct {
 
 	// Precompiled seccomp programs, by whether the sandbox runs as root.
 	seccompUser, seccompRoot []byte
+
+	// abandoned makes the backend stop reacting to its sandboxes, as if its
+	// process had died (tests use it to exercise Recover in one process).
+	abandoned atomic.Bool
 
 	mu    sync.Mutex
 	boxes map[sandbox.ID]*box
@@ -172,14 +177,13 @@ func New(cfg Config) (*Backend, error) {
 		log:       cfg.Logger.With("backend", "native"),
 		stateRoot: filepath.Join(root, "libcontainer"),
 		sbRoot:    filepath.Join(root, "sb"),
-		hostEtc:   filepath.Join(root, "tmpl", "host-etc"),
-		genEtc:    filepath.Join(root, "tmpl", "gen-etc"),
 		disks:     diskCache{dir: filepath.Join(root, "cache")},
 		boxes:     map[sandbox.ID]*box{},
 	}
 	// Everything under root is reachable by root sandboxes' mapped uids only
 	// where it must be (0711: traverse, no listing).
-	for _, d := range []string{root, b.stateRoot, b.sbRoot, filepath.Dir(b.hostEtc)} {
+	tmplDir := filepath.Join(root, "tmpl")
+	for _, d := range []string{root, b.stateRoot, b.sbRoot, tmplDir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("native: create %s: %w", d, err)
 		}
@@ -187,10 +191,10 @@ func New(cfg Config) (*Backend, error) {
 			return nil, err
 		}
 	}
-	if err := buildHostEtc(b.hostEtc); err != nil {
+	if b.hostEtc, err = hostEtcDir(tmplDir); err != nil {
 		return nil, fmt.Errorf("native: build host /etc: %w", err)
 	}
-	if err := writeGeneratedEtc(b.genEtc); err != nil {
+	if b.genEtc, err = genEtcDir(tmplDir); err != nil {
 		return nil, fmt.Errorf("native: write generated /etc: %w", err)
 	}
 	if b.seccompUser, err = compileSeccomp(nil); err != nil {
@@ -207,18 +211,6 @@ func New(cfg Config) (*Backend, error) {
 }
 
 const sandboxIDMaxLen = 63
-
-func writeGeneratedEtc(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for name, content := range generatedEtcFiles() {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return "native" }
@@ -602,6 +594,9 @@ func (b *Backend) watchPidfd(bx *box, pidfd int, exited chan struct{}) {
 // onInitExit cleans up after an init that died on its own (OOM-killed agent,
 // a bug): the sandbox becomes stopped, with no processes, cgroups or mounts.
 func (b *Backend) onInitExit(bx *box, exited chan struct{}, reason string) {
+	if b.abandoned.Load() {
+		return
+	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
 	if bx.stopping || bx.exited != exited {

@@ -1,0 +1,47 @@
+# agentbox — build, run, test.
+#
+#   make run     build and serve on 127.0.0.1:8000 with the embedded defaults
+#   make test    install what the tests need (Debian/Ubuntu, as root) and run them all
+#   make bench   benchmarks (see docs/benchmarks.md)
+
+GO       ?= go
+BIN      := bin
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X github.com/agentbox/agentbox/internal/version.Version=$(VERSION)
+GOFLAGS_TEST ?= -count=1
+TEST_TIMEOUT ?= 40m
+
+export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
+
+.PHONY: all build run test deps vet bench clean agent daemon
+
+all: build
+
+build: agent daemon
+
+# The agent runs inside every sandbox, whatever its root filesystem: static.
+agent:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/agentbox-agent ./cmd/agentbox-agent
+
+# The daemon links libcontainer's nsenter (cgo) and libseccomp.
+daemon:
+	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox ./cmd/agentbox
+
+run: build
+	$(BIN)/agentbox serve
+
+deps:
+	./scripts/install-deps.sh
+
+vet:
+	$(GO) vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt-clean: $$unformatted"; exit 1; fi
+
+test: deps build vet
+	./scripts/test.sh
+
+bench: build
+	./scripts/bench.sh
+
+clean:
+	rm -rf $(BIN)

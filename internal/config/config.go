@@ -1,0 +1,480 @@
+// Package config loads the daemon's settings from defaults, a .env file,
+// the environment and command-line flags (in increasing precedence).
+//
+// Setting names follow agentscope-runtime's sandbox server where one exists
+// (HOST, PORT, BEARER_TOKEN, POOL_SIZE, ...), so an existing .env works
+// unchanged. A .env file may only contain known names: a typo fails the
+// start with the name in the message, instead of being silently ignored.
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// Config is the daemon's resolved configuration.
+type Config struct {
+	Host string
+	Port int
+
+	// APIKeys maps an API key to the user it authenticates. Empty means no
+	// authentication (and then the server only binds to loopback).
+	APIKeys map[string]string
+
+	DataDir   string
+	AgentPath string
+
+	// Templates maps sandbox types (agentscope's "base", "filesystem", ...)
+	// to templates.
+	Templates map[string]string
+	// DefaultTypes get a warm pool each (POOL_SIZE sandboxes).
+	DefaultTypes []string
+	PoolSize     int
+
+	AutoCleanup      bool
+	DefaultMountDir  string
+	ReadonlyMounts   []sandbox.Mount
+	MaxInstances     int
+	MaxPerUser       int
+	HeartbeatTimeout time.Duration
+	DefaultTimeout   time.Duration
+	MaxTimeout       time.Duration
+	Resources        sandbox.Resources
+	MaxResources     sandbox.Resources
+
+	MaxUploadBytes     int64
+	MaxExecOutputBytes int64
+
+	ContainerPrefix string
+	StorageFolder   string
+	FileSystem      string
+
+	LogLevel  string
+	LogFormat string
+
+	// Settings that were given but have no effect on this deployment, for a
+	// warning at start.
+	Ignored []string
+}
+
+// setting is one configuration name.
+type setting struct {
+	name string
+	def  string
+	help string
+	set  func(c *Config, v string) error
+}
+
+var settings = []setting{
+	{"HOST", "127.0.0.1", "address to listen on", func(c *Config, v string) error {
+		if v != "" && net.ParseIP(v) == nil && v != "localhost" {
+			return fmt.Errorf("not an IP address")
+		}
+		c.Host = v
+		return nil
+	}},
+	{"PORT", "8000", "TCP port to listen on", intIn(1, 65535, func(c *Config, n int) { c.Port = n })},
+	{"BEARER_TOKEN", "", "API key accepted as 'Authorization: Bearer <token>' (user \"default\")", func(c *Config, v string) error {
+		if v != "" {
+			c.APIKeys[v] = "default"
+		}
+		return nil
+	}},
+	{"API_KEYS", "", "more API keys, comma-separated key:user pairs; each user sees only their own sandboxes", func(c *Config, v string) error {
+		for _, pair := range splitList(v) {
+			key, user, ok := strings.Cut(pair, ":")
+			if !ok || key == "" || user == "" {
+				return fmt.Errorf("want key:user pairs, got %q", pair)
+			}
+			c.APIKeys[key] = user
+		}
+		return nil
+	}},
+	{"AGENTBOX_DATA_DIR", "./agentbox-data", "directory for sandbox state and the database", func(c *Config, v string) error {
+		if v == "" {
+			return fmt.Errorf("must not be empty")
+		}
+		c.DataDir = v
+		return nil
+	}},
+	{"AGENT_PATH", "", "path of the agentbox-agent binary (default: next to the agentbox binary)", func(c *Config, v string) error { c.AgentPath = v; return nil }},
+	{"SANDBOX_TEMPLATES", `{"base":"host","filesystem":"host"}`, "JSON map of sandbox type to template", func(c *Config, v string) error {
+		m := map[string]string{}
+		if err := json.Unmarshal([]byte(v), &m); err != nil {
+			return fmt.Errorf("want a JSON object: %v", err)
+		}
+		for k, t := range m {
+			c.Templates[k] = t
+		}
+		return nil
+	}},
+	{"DEFAULT_SANDBOX_TYPE", "base", "sandbox type(s) with a warm pool: a name, a comma list or a JSON list", func(c *Config, v string) error {
+		var list []string
+		if strings.HasPrefix(strings.TrimSpace(v), "[") {
+			if err := json.Unmarshal([]byte(v), &list); err != nil {
+				return fmt.Errorf("bad JSON list: %v", err)
+			}
+		} else {
+			list = splitList(v)
+		}
+		c.DefaultTypes = list
+		return nil
+	}},
+	{"POOL_SIZE", "0", "warm sandboxes kept ready per default sandbox type", intIn(0, 1000, func(c *Config, n int) { c.PoolSize = n })},
+	{"AUTO_CLEANUP", "true", "destroy every sandbox on shutdown (otherwise they survive a restart)", boolSetting(func(c *Config, b bool) { c.AutoCleanup = b })},
+	{"DEFAULT_MOUNT_DIR", "", "host dir for per-sandbox workspaces (<dir>/<id>), kept after release", func(c *Config, v string) error { c.DefaultMountDir = v; return nil }},
+	{"READONLY_MOUNTS", "", `JSON map of host path to sandbox path, mounted read-only in every sandbox`, func(c *Config, v string) error {
+		if strings.TrimSpace(v) == "" {
+			return nil
+		}
+		m := map[string]string{}
+		if err := json.Unmarshal([]byte(v), &m); err != nil {
+			return fmt.Errorf("want a JSON object: %v", err)
+		}
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, host := range keys {
+			if !filepath.IsAbs(host) || !filepath.IsAbs(m[host]) {
+				return fmt.Errorf("paths must be absolute: %q -> %q", host, m[host])
+			}
+			c.ReadonlyMounts = append(c.ReadonlyMounts, sandbox.Mount{Source: host, Target: m[host], ReadOnly: true})
+		}
+		return nil
+	}},
+	{"MAX_SANDBOX_INSTANCES", "0", "maximum live sandboxes on this server, 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxInstances = n })},
+	{"MAX_SANDBOXES_PER_USER", "0", "maximum live sandboxes per user, 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxPerUser = n })},
+	{"HEARTBEAT_TIMEOUT", "300", "seconds a session's sandboxes may stay idle before they are recycled, 0 = never", seconds(func(c *Config, d time.Duration) { c.HeartbeatTimeout = d })},
+	{"DEFAULT_TIMEOUT", "300", "seconds a sandbox lives when the caller gives no timeout", seconds(func(c *Config, d time.Duration) { c.DefaultTimeout = d })},
+	{"MAX_TIMEOUT", "86400", "largest timeout a caller may ask for, in seconds", seconds(func(c *Config, d time.Duration) { c.MaxTimeout = d })},
+	{"DEFAULT_MEMORY", "512M", "memory limit of a sandbox (swap is not allowed)", size(func(c *Config, n int64) { c.Resources.MemoryBytes = n })},
+	{"DEFAULT_CPUS", "1", "CPU quota of a sandbox in cores", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 {
+			return fmt.Errorf("want a positive number")
+		}
+		c.Resources.CPUs = f
+		return nil
+	}},
+	{"DEFAULT_PIDS", "256", "maximum processes and threads in a sandbox", intIn(8, 1<<22, func(c *Config, n int) { c.Resources.PIDs = int64(n) })},
+	{"DEFAULT_DISK", "1G", "size of a sandbox's disk (/workspace, home)", size(func(c *Config, n int64) { c.Resources.DiskBytes = n })},
+	{"DEFAULT_TMP", "256M", "size of a sandbox's /tmp (memory-backed)", size(func(c *Config, n int64) { c.Resources.TmpBytes = n })},
+	{"MAX_MEMORY", "8G", "largest memory limit a caller may ask for", size(func(c *Config, n int64) { c.MaxResources.MemoryBytes = n })},
+	{"MAX_CPUS", "8", "largest CPU quota a caller may ask for", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f <= 0 {
+			return fmt.Errorf("want a positive number")
+		}
+		c.MaxResources.CPUs = f
+		return nil
+	}},
+	{"MAX_PIDS", "4096", "largest pids limit a caller may ask for", intIn(8, 1<<22, func(c *Config, n int) { c.MaxResources.PIDs = int64(n) })},
+	{"MAX_DISK", "20G", "largest disk a caller may ask for", size(func(c *Config, n int64) { c.MaxResources.DiskBytes = n })},
+	{"MAX_UPLOAD_SIZE", "1G", "largest file upload", size(func(c *Config, n int64) { c.MaxUploadBytes = n })},
+	{"MAX_EXEC_OUTPUT", "16M", "largest stdout/stderr kept for a buffered exec result (per stream)", size(func(c *Config, n int64) { c.MaxExecOutputBytes = n })},
+	{"CONTAINER_PREFIX_KEY", "", "prefix of sandbox names in the agentscope API", func(c *Config, v string) error { c.ContainerPrefix = v; return nil }},
+	{"CONTAINER_DEPLOYMENT", "native", "sandbox backend: native (docker and k8s are not available yet)", func(c *Config, v string) error {
+		switch v {
+		case "native", "":
+			return nil
+		case "docker", "k8s", "kubernetes", "agentrun", "fc", "gvisor", "cloud":
+			return fmt.Errorf("backend %q is not available in this build; use native", v)
+		}
+		return fmt.Errorf("unknown backend %q", v)
+	}},
+	{"WORKERS", "1", "server processes; agentbox serves all requests from one process", func(c *Config, v string) error {
+		if n, err := strconv.Atoi(v); err != nil || n != 1 {
+			return fmt.Errorf("only 1 is supported (agentbox is one multi-threaded process)")
+		}
+		return nil
+	}},
+	{"REDIS_ENABLED", "false", "shared state in Redis for several daemons (not available yet)", boolSetting(func(c *Config, b bool) {
+		if b {
+			c.Ignored = append(c.Ignored, "REDIS_ENABLED")
+		}
+	})},
+	{"STORAGE_FOLDER", "", "where released workspaces are copied (with FILE_SYSTEM=local)", func(c *Config, v string) error { c.StorageFolder = v; return nil }},
+	{"FILE_SYSTEM", "local", "storage for STORAGE_FOLDER: local", func(c *Config, v string) error {
+		if v != "local" && v != "" {
+			return fmt.Errorf("only \"local\" is supported")
+		}
+		c.FileSystem = v
+		return nil
+	}},
+	{"DEBUG", "false", "debug logging", boolSetting(func(c *Config, b bool) {
+		if b {
+			c.LogLevel = "debug"
+		}
+	})},
+	{"LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config, v string) error {
+		switch strings.ToLower(v) {
+		case "debug", "info", "warn", "error":
+			if c.LogLevel != "debug" {
+				c.LogLevel = strings.ToLower(v)
+			}
+			return nil
+		}
+		return fmt.Errorf("want debug, info, warn or error")
+	}},
+	{"LOG_FORMAT", "text", "text or json", func(c *Config, v string) error {
+		if v != "text" && v != "json" {
+			return fmt.Errorf("want text or json")
+		}
+		c.LogFormat = v
+		return nil
+	}},
+}
+
+// Names that agentscope deployments set but that mean nothing for this
+// backend. Accepted (so existing .env files load) and reported as ignored.
+var ignoredNames = []string{"PORT_RANGE", "REDIS_SERVER", "REDIS_PORT", "REDIS_DB", "REDIS_USER",
+	"REDIS_PASSWORD", "REDIS_PORT_KEY", "REDIS_CONTAINER_POOL_KEY", "K8S_NAMESPACE", "KUBECONFIG_PATH",
+	"OSS_ENDPOINT", "OSS_ACCESS_KEY_ID", "OSS_ACCESS_KEY_SECRET", "OSS_BUCKET_NAME"}
+
+// Settings lists the known setting names with their defaults and help, for
+// documentation and --help.
+func Settings() [][3]string {
+	out := make([][3]string, 0, len(settings))
+	for _, s := range settings {
+		out = append(out, [3]string{s.name, s.def, s.help})
+	}
+	return out
+}
+
+// Load resolves the configuration: defaults, then the .env file at path (if
+// not empty), then environment variables, then overrides (flag values by
+// setting name).
+func Load(envFile string, environ []string, overrides map[string]string) (*Config, error) {
+	values := map[string]string{}
+	for _, s := range settings {
+		values[s.name] = s.def
+	}
+	given := map[string]bool{}
+	if envFile != "" {
+		fileVals, err := ParseDotenv(envFile)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range fileVals {
+			if !known(k) {
+				return nil, fmt.Errorf("config file %s: unknown setting %s", envFile, k)
+			}
+			values[k] = v
+			given[k] = true
+		}
+	}
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && known(k) {
+			values[k] = v
+			given[k] = true
+		}
+	}
+	for k, v := range overrides {
+		if !known(k) {
+			return nil, fmt.Errorf("unknown setting %s", k)
+		}
+		values[k] = v
+		given[k] = true
+	}
+	c := &Config{APIKeys: map[string]string{}, Templates: map[string]string{}}
+	for _, s := range settings {
+		if err := s.set(c, strings.TrimSpace(values[s.name])); err != nil {
+			return nil, fmt.Errorf("setting %s=%q: %w", s.name, values[s.name], err)
+		}
+	}
+	for _, name := range ignoredNames {
+		if given[name] {
+			c.Ignored = append(c.Ignored, name)
+		}
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Config) validate() error {
+	for _, t := range c.DefaultTypes {
+		if _, ok := c.Templates[t]; !ok {
+			return fmt.Errorf("setting DEFAULT_SANDBOX_TYPE: type %q has no template in SANDBOX_TEMPLATES", t)
+		}
+	}
+	if c.DefaultTimeout > c.MaxTimeout {
+		return fmt.Errorf("setting DEFAULT_TIMEOUT: larger than MAX_TIMEOUT")
+	}
+	if c.DefaultTimeout <= 0 {
+		return fmt.Errorf("setting DEFAULT_TIMEOUT: must be positive")
+	}
+	r, m := c.Resources, c.MaxResources
+	if r.MemoryBytes > m.MemoryBytes || r.CPUs > m.CPUs || r.PIDs > m.PIDs || r.DiskBytes > m.DiskBytes {
+		return fmt.Errorf("settings DEFAULT_*: a default resource exceeds its MAX_* setting")
+	}
+	if c.MaxPerUser > 0 && c.MaxInstances > 0 && c.MaxPerUser > c.MaxInstances {
+		return fmt.Errorf("setting MAX_SANDBOXES_PER_USER: larger than MAX_SANDBOX_INSTANCES")
+	}
+	if c.DefaultMountDir != "" && !filepath.IsAbs(c.DefaultMountDir) {
+		abs, err := filepath.Abs(c.DefaultMountDir)
+		if err != nil {
+			return fmt.Errorf("setting DEFAULT_MOUNT_DIR: %w", err)
+		}
+		c.DefaultMountDir = abs
+	}
+	if c.StorageFolder != "" && !filepath.IsAbs(c.StorageFolder) {
+		abs, err := filepath.Abs(c.StorageFolder)
+		if err != nil {
+			return fmt.Errorf("setting STORAGE_FOLDER: %w", err)
+		}
+		c.StorageFolder = abs
+	}
+	return nil
+}
+
+// Loopback reports whether Host is a loopback address.
+func (c *Config) Loopback() bool {
+	if c.Host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(c.Host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Addr is the host:port to listen on.
+func (c *Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
+
+func known(name string) bool {
+	for _, s := range settings {
+		if s.name == name {
+			return true
+		}
+	}
+	for _, n := range ignoredNames {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func intIn(lo, hi int, set func(*Config, int)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			return fmt.Errorf("want an integer from %d to %d", lo, hi)
+		}
+		set(c, n)
+		return nil
+	}
+}
+
+func seconds(set func(*Config, time.Duration)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 {
+			return fmt.Errorf("want a number of seconds >= 0")
+		}
+		set(c, time.Duration(f*float64(time.Second)))
+		return nil
+	}
+}
+
+func boolSetting(set func(*Config, bool)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		switch strings.ToLower(v) {
+		case "1", "true", "yes", "on":
+			set(c, true)
+		case "0", "false", "no", "off", "":
+			set(c, false)
+		default:
+			return fmt.Errorf("want true or false")
+		}
+		return nil
+	}
+}
+
+func size(set func(*Config, int64)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := ParseSize(v)
+		if err != nil {
+			return err
+		}
+		set(c, n)
+		return nil
+	}
+}
+
+// ParseSize parses a byte size such as 512M, 1G, 1.5GiB or 1048576.
+func ParseSize(v string) (int64, error) {
+	s := strings.ToUpper(strings.TrimSpace(v))
+	s = strings.TrimSuffix(strings.TrimSuffix(s, "IB"), "B")
+	mult := int64(1)
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'K':
+			mult, s = 1<<10, s[:n-1]
+		case 'M':
+			mult, s = 1<<20, s[:n-1]
+		case 'G':
+			mult, s = 1<<30, s[:n-1]
+		case 'T':
+			mult, s = 1<<40, s[:n-1]
+		}
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || f <= 0 {
+		return 0, fmt.Errorf("want a size such as 512M or 2G, got %q", v)
+	}
+	return int64(f * float64(mult)), nil
+}
+
+// ParseDotenv reads KEY=VALUE lines: blank lines and # comments are
+// skipped, an optional "export " prefix is allowed, values may be single- or
+// double-quoted.
+func ParseDotenv(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	out := map[string]string{}
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		line = strings.TrimPrefix(line, "export ")
+		k, v, ok := strings.Cut(line, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			return nil, fmt.Errorf("config file %s:%d: want KEY=VALUE", path, i+1)
+		}
+		v = strings.TrimSpace(v)
+		if n := len(v); n >= 2 && (v[0] == '"' && v[n-1] == '"' || v[0] == '\'' && v[n-1] == '\'') {
+			v = v[1 : n-1]
+		} else if idx := strings.Index(v, " #"); idx >= 0 {
+			v = strings.TrimSpace(v[:idx])
+		}
+		out[k] = v
+	}
+	return out, nil
+}

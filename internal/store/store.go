@@ -1,0 +1,74 @@
+// Package store persists sandbox records, so a restarted daemon knows its
+// sandboxes, their owners, end times and tokens.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// Record is everything the daemon knows about a sandbox beyond what the
+// backend knows.
+type Record struct {
+	ID       sandbox.ID `json:"id"`
+	Owner    string     `json:"owner"`
+	Template string     `json:"template"`
+	// Type is the sandbox type it was created as ("base", "filesystem"...),
+	// empty when created by template name.
+	Type        string            `json:"type,omitempty"`
+	State       sandbox.State     `json:"state"`
+	CreatedAt   time.Time         `json:"created_at"`
+	EndAt       time.Time         `json:"end_at"`
+	LastActive  time.Time         `json:"last_active"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	Env         map[string]string `json:"env,omitempty"`
+	Resources   sandbox.Resources `json:"resources"`
+	Network     sandbox.Network   `json:"network"`
+	AccessToken string            `json:"access_token"`
+	SessionKey  string            `json:"session_key,omitempty"`
+	// WorkspaceDir is a host directory used as /workspace (kept on destroy).
+	WorkspaceDir string `json:"workspace_dir,omitempty"`
+	// Pool is the pool key while the sandbox waits in a warm pool, empty
+	// once it is handed out.
+	Pool     string `json:"pool,omitempty"`
+	FromPool bool   `json:"from_pool,omitempty"`
+	// Extra is opaque data of protocol front-ends (agentscope's meta...).
+	Extra map[string]string `json:"extra,omitempty"`
+}
+
+// Clone returns a deep copy, so callers can hand records out without sharing maps.
+func (r *Record) Clone() *Record {
+	c := *r
+	c.Metadata = cloneMap(r.Metadata)
+	c.Env = cloneMap(r.Env)
+	c.Extra = cloneMap(r.Extra)
+	c.Network.AllowOut = append([]string(nil), r.Network.AllowOut...)
+	c.Network.DenyOut = append([]string(nil), r.Network.DenyOut...)
+	return &c
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// Store keeps records. Implementations are safe for concurrent use.
+type Store interface {
+	// Put inserts or replaces a record.
+	Put(ctx context.Context, r *Record) error
+	// Get returns a record, or an error of class sandbox.ClassNotFound.
+	Get(ctx context.Context, id sandbox.ID) (*Record, error)
+	// Delete removes a record; deleting a missing record is not an error.
+	Delete(ctx context.Context, id sandbox.ID) error
+	// List returns every record.
+	List(ctx context.Context) ([]*Record, error)
+	Close() error
+}

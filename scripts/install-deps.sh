@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what building and testing agentbox needs on Debian/Ubuntu, when it
+# is missing. Safe to run again: it only installs absent packages.
+set -euo pipefail
+
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in build-essential pkg-config libseccomp-dev e2fsprogs iproute2 nftables \
+         git python3 python3-matplotlib python3-requests ca-certificates curl; do
+  have_pkg "$p" || need+=("$p")
+done
+
+if ((${#need[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "install-deps: missing packages: ${need[*]} (run as root to install them)" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+  echo "install-deps: Go is not installed; install Go 1.26 or newer (https://go.dev/dl/)" >&2
+  exit 1
+fi

@@ -3,12 +3,37 @@
 // socket the host daemon connects to).
 //
 // It offers the Connect RPC services process.Process and
-// filesystem.Filesystem (connect, gRPC and gRPC-Web protocols; JSON and
-// binary codecs), and the REST routes GET /health, GET /envs and
-// GET/POST /files. Extra handler sets can be mounted on the same server
-// with Server.Mux.
+// filesystem.Filesystem (Connect, gRPC and gRPC-Web protocols; JSON and
+// binary codecs; gRPC over cleartext HTTP/2 on the same listener), and the
+// REST routes GET /health, GET /envs and GET/POST /files. Extra handler
+// sets can be mounted on the same server with Server.Mux.
 //
 // As PID 1 the agent also reaps every zombie in the sandbox: one reaper
-// (see Reaper) owns all waiting for children, so nothing in this package
-// may use exec.Cmd.Wait or os.Process.Wait.
+// (see Reaper) owns all waiting for children, so nothing in a program that
+// embeds this package may use exec.Cmd.Wait or os.Process.Wait.
+//
+// Semantics worth knowing:
+//
+//   - Users: the E2B user selector is "Authorization: Basic
+//     base64(<user>:)" (or ?username= on /files). An empty or own name runs
+//     as the agent itself; only an agent running as uid 0 may act as other
+//     users (permission_denied otherwise); unknown users are
+//     invalid_argument. Relative paths and "~" resolve against that user's
+//     home. File operations for another user run on a thread with that
+//     user's fsuid/fsgid/groups, so the kernel enforces its permissions and
+//     new files belong to it.
+//   - Processes run in their own process group (their own session with a
+//     PTY); signals and the timeout_ms extension hit the whole group. A
+//     process killed by a signal ends with exitCode -1 (as upstream envd),
+//     status "signal: <name>"; a timed-out one with exited=false, status
+//     "killed", error "timeout after <d>".
+//   - An absent StartRequest.stdin means true (upstream compatibility):
+//     the process gets a stdin pipe. Our client always sends it.
+//   - A client leaving Start or Connect does not stop the process.
+//     Processes are forgotten once their end event was handed out.
+//   - Output is fanned out to every attached stream through bounded queues;
+//     a stream whose queue stays full for 10s is disconnected with
+//     resource_exhausted (the process is back-pressured meanwhile) rather
+//     than silently losing output.
+//   - Watchers drop events (and log it) when their consumer falls behind.
 package agent

@@ -494,3 +494,41 @@ func TestAgentStopsChildrenOnSIGTERM(t *testing.T) {
 	a.Stop(t)
 	waitGone(t, child)
 }
+
+func TestAsPID1InPIDNamespace(t *testing.T) {
+	requireRoot(t)
+	a, c := startAgent(t, agenttest.Options{PIDNamespace: true})
+	ctx := testCtx(t)
+	var out bytes.Buffer
+	if _, err := c.Run(ctx, sh("cat /proc/1/comm; echo $$"), nil, &out, nil); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Fields(out.String()); len(lines) != 2 || lines[0] != "agentbox-agent" {
+		t.Fatalf("inside the namespace: %q", out.String())
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := c.Run(ctx, sh("sleep 0 & exit 0"), nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(zombieChildren(t, a.Pid())) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("PID 1 left zombies: %v", zombieChildren(t, a.Pid()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// SIGTERM to PID 1 terminates its children, then the agent exits
+	// cleanly (and with it the namespace).
+	if _, err := c.Start(ctx, sh("sleep 1000")); err != nil {
+		t.Fatal(err)
+	}
+	a.Stop(t)
+	if st := a.Cmd.ProcessState; st == nil || st.ExitCode() != 0 {
+		t.Errorf("agent did not exit cleanly on SIGTERM: %v\n%s", st, a.Stderr.String())
+	}
+	if !strings.Contains(a.Stderr.String(), `"msg":"terminating"`) {
+		t.Errorf("no graceful termination logged:\n%s", a.Stderr.String())
+	}
+	waitGone(t, a.Pid())
+}

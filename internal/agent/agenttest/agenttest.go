@@ -63,6 +63,9 @@ type Options struct {
 	Workdir    string              // --workdir; default: a fresh directory
 	Credential *syscall.Credential // run the agent as another user
 	LogLevel   string              // --log-level; default debug
+	// PIDNamespace runs the agent as PID 1 of a new PID namespace (via
+	// unshare(1); needs root), like in a real sandbox.
+	PIDNamespace bool
 }
 
 // Agent is a running agent subprocess.
@@ -73,6 +76,7 @@ type Agent struct {
 	Endpoint agentclient.Endpoint
 	Cmd      *exec.Cmd
 	Stderr   *SyncBuffer
+	pid      int // the agent's pid as seen from the test
 }
 
 // SyncBuffer is a bytes.Buffer safe for concurrent writes and reads.
@@ -94,8 +98,9 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
-// Pid returns the agent's process id.
-func (a *Agent) Pid() int { return a.Cmd.Process.Pid }
+// Pid returns the agent's process id (as seen from the test, also when
+// the agent is PID 1 of its own namespace).
+func (a *Agent) Pid() int { return a.pid }
 
 // Client returns a client for the agent, closed at the end of the test.
 func (a *Agent) Client(tb testing.TB, token string) *agentclient.Client {
@@ -140,7 +145,11 @@ func Start(tb testing.TB, opts Options) *Agent {
 	if level == "" {
 		level = "debug"
 	}
-	cmd := exec.Command(bin, "--listen", "unix://"+a.Socket, "--workdir", a.Workdir, "--ready-fd", "3", "--log-level", level)
+	args := []string{bin, "--listen", "unix://" + a.Socket, "--workdir", a.Workdir, "--ready-fd", "3", "--log-level", level}
+	if opts.PIDNamespace {
+		args = append([]string{"unshare", "--pid", "--fork", "--mount-proc", "--kill-child"}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), opts.Env...)
 	if opts.Token != "" {
 		cmd.Env = append(cmd.Env, "AGENTBOX_ACCESS_TOKEN="+opts.Token)
@@ -154,6 +163,7 @@ func Start(tb testing.TB, opts Options) *Agent {
 	}
 	readyW.Close()
 	a.Cmd = cmd
+	a.pid = cmd.Process.Pid
 	tb.Cleanup(func() { a.Stop(tb) })
 
 	got := make(chan error, 1)
@@ -170,6 +180,16 @@ func Start(tb testing.TB, opts Options) *Agent {
 	case <-time.After(10 * time.Second):
 		tb.Fatalf("agent not ready after 10s\n%s", a.Stderr.String())
 	}
+	if opts.PIDNamespace {
+		// The agent is unshare's only child.
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", a.pid, a.pid))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := fmt.Sscan(string(b), &a.pid); err != nil {
+			tb.Fatalf("agent pid from %q: %v", b, err)
+		}
+	}
 	return a
 }
 
@@ -179,7 +199,7 @@ func (a *Agent) Stop(tb testing.TB) {
 	if a.Cmd == nil || a.Cmd.ProcessState != nil {
 		return
 	}
-	_ = a.Cmd.Process.Signal(syscall.SIGTERM)
+	_ = syscall.Kill(a.pid, syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() { _ = a.Cmd.Wait(); close(done) }()
 	select {

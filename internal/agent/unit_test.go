@@ -1,0 +1,200 @@
+package agent
+
+import (
+	"encoding/base64"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	pb "github.com/agentbox/agentbox/api/proto/process"
+)
+
+// Unit tests for pure helpers. They never call NewServer: that starts the
+// process-wide reaper, which would steal child statuses from the
+// integration tests' exec.Cmd.Wait in the same test binary.
+
+func TestLsMode(t *testing.T) {
+	for mode, want := range map[fs.FileMode]string{
+		0o644:                                 "-rw-r--r--",
+		fs.ModeDir | 0o755:                    "drwxr-xr-x",
+		fs.ModeSymlink | 0o777:                "lrwxrwxrwx",
+		fs.ModeDir | fs.ModeSticky | 0o777:    "drwxrwxrwt",
+		fs.ModeSetuid | 0o755:                 "-rwsr-xr-x",
+		fs.ModeSetgid | 0o640:                 "-rw-r-S---",
+		fs.ModeNamedPipe | 0o600:              "prw-------",
+		fs.ModeSocket | 0o755:                 "srwxr-xr-x",
+		fs.ModeDevice | fs.ModeCharDevice | 0: "c---------",
+		fs.ModeDevice | 0o660:                 "brw-rw----",
+	} {
+		if got := lsMode(mode); got != want {
+			t.Errorf("lsMode(%v) = %q, want %q", mode, got, want)
+		}
+	}
+}
+
+func TestAccountsParsing(t *testing.T) {
+	dir := t.TempDir()
+	passwd := filepath.Join(dir, "passwd")
+	group := filepath.Join(dir, "group")
+	os.WriteFile(passwd, []byte("# comment\nroot:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/user:\nbad:line\n"), 0o644)
+	os.WriteFile(group, []byte("root:x:0:\nuser:x:1000:\ndocker:x:999:user,other\nwheel:x:10: other , user \n"), 0o644)
+	a := newAccounts(passwd, group)
+	u, ok := a.lookupName("user")
+	if !ok || u.uid != 1000 || u.home != "/home/user" || u.shell != "" {
+		t.Fatalf("user: %+v %v", u, ok)
+	}
+	if _, ok := a.lookupName("bad"); ok {
+		t.Error("malformed line parsed")
+	}
+	if got := a.supplementaryGroups("user", 1000); !slices.Equal(got, []uint32{1000, 999, 10}) {
+		t.Errorf("groups %v", got)
+	}
+	if a.userName(0) != "root" || a.userName(4242) != "4242" || a.groupName(999) != "docker" || a.groupName(7) != "7" {
+		t.Error("name rendering")
+	}
+	// Changes to the files are picked up.
+	time.Sleep(10 * time.Millisecond)
+	os.WriteFile(passwd, []byte("root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/user:\nnew:x:1001:1001::/home/new:/bin/sh\n"), 0o644)
+	if _, ok := a.lookupName("new"); !ok {
+		t.Error("new user not seen after the file changed")
+	}
+}
+
+func TestResolvePath(t *testing.T) {
+	u := &User{Home: "/home/user"}
+	for in, want := range map[string]string{
+		"~":            "/home/user",
+		"~/a/b":        "/home/user/a/b",
+		"rel/x":        "/home/user/rel/x",
+		"/abs/../y":    "/y",
+		"./.":          "/home/user",
+		"~other/thing": "/home/user/~other/thing",
+	} {
+		if got, err := u.resolvePath(in); err != nil || got != want {
+			t.Errorf("resolvePath(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := u.resolvePath(""); err == nil {
+		t.Error("empty path accepted")
+	}
+}
+
+func TestBasicAuthUser(t *testing.T) {
+	h := http.Header{}
+	if basicAuthUser(h) != "" {
+		t.Error("no header")
+	}
+	h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("user:")))
+	if got := basicAuthUser(h); got != "user" {
+		t.Errorf("got %q", got)
+	}
+	h.Set("Authorization", "Bearer xyz")
+	if basicAuthUser(h) != "" {
+		t.Error("bearer parsed as basic")
+	}
+}
+
+func TestEndEvent(t *testing.T) {
+	exited := unix.WaitStatus(3 << 8)
+	ev := endEvent(exited, false, 0)
+	if !ev.GetExited() || ev.GetExitCode() != 3 || ev.GetStatus() != "exit status 3" || ev.GetError() != "exit status 3" {
+		t.Errorf("exit 3: %v", ev)
+	}
+	ok := endEvent(unix.WaitStatus(0), false, 0)
+	if !ok.GetExited() || ok.GetExitCode() != 0 || ok.Error != nil {
+		t.Errorf("exit 0: %v", ok)
+	}
+	killed := unix.WaitStatus(unix.SIGKILL)
+	ev = endEvent(killed, false, 0)
+	if ev.GetExited() || ev.GetExitCode() != -1 || ev.GetStatus() != "signal: killed" {
+		t.Errorf("killed: %v", ev)
+	}
+	ev = endEvent(killed, true, 1500*time.Millisecond)
+	if ev.GetExited() || ev.GetStatus() != "killed" || ev.GetError() != "timeout after 1.5s" {
+		t.Errorf("timeout: %v", ev)
+	}
+}
+
+func TestAcceptsGzip(t *testing.T) {
+	for v, want := range map[string]bool{
+		"":                     false,
+		"gzip":                 true,
+		"deflate, gzip;q=0.8":  true,
+		"gzip;q=0":             false,
+		"br, identity":         false,
+		"GZIP":                 true,
+		"gzip ; q=0.5, br":     true,
+		"identity;q=1, gzip;q": true,
+	} {
+		h := http.Header{}
+		if v != "" {
+			h.Set("Accept-Encoding", v)
+		}
+		if got := acceptsGzip(h); got != want {
+			t.Errorf("acceptsGzip(%q) = %v", v, got)
+		}
+	}
+}
+
+func TestIsRPCPath(t *testing.T) {
+	for p, want := range map[string]bool{
+		"/process.Process/Start": true, "/files": false, "/health": false,
+		"/execute": false, "/contexts/abc/restart": false,
+	} {
+		if isRPCPath(p) != want {
+			t.Errorf("isRPCPath(%q) != %v", p, want)
+		}
+	}
+}
+
+func TestProcessEnv(t *testing.T) {
+	s := &Server{defaultEnv: envMap([]string{"A=1", "AGENTBOX_ACCESS_TOKEN=x", "HOME=/wrong", "B=2", "A=3"})}
+	u := &User{Name: "user", Home: "/home/user", Shell: "/bin/bash"}
+	env := s.processEnv(u, map[string]string{"B": "override", "bad=key": "x"}, true)
+	want := []string{"A=3", "B=override", "HOME=/home/user", "LOGNAME=user", "PATH=" + defaultPath, "SHELL=/bin/bash", "TERM=xterm-256color", "USER=user"}
+	if !slices.Equal(env, want) {
+		t.Errorf("env\n got %v\nwant %v", env, want)
+	}
+}
+
+func TestHubEvictsSlowSubscriber(t *testing.T) {
+	h := newHub()
+	h.slow = 20 * time.Millisecond
+	slow, _ := h.subscribe()
+	fast, _ := h.subscribe()
+	done := make(chan int)
+	go func() { // fast drains everything until the end event
+		n := 0
+		for ev := range fast.ch {
+			n++
+			if ev.GetEnd() != nil {
+				break
+			}
+		}
+		done <- n
+	}()
+	data := &pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: stdoutEvent([]byte("x"))}}
+	for range subscriberBuffer + 5 {
+		h.publish(data)
+	}
+	select {
+	case <-slow.evicted:
+	default:
+		t.Fatal("slow subscriber not evicted")
+	}
+	h.finish(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: &pb.ProcessEvent_EndEvent{}}})
+	if n := <-done; n != subscriberBuffer+6 {
+		t.Errorf("fast subscriber got %d events", n)
+	}
+	if _, ok := h.subscribe(); ok {
+		t.Error("subscribe after finish succeeded")
+	}
+	slow.release()
+	fast.release()
+}

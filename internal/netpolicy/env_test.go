@@ -1,0 +1,362 @@
+package netpolicy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/google/nftables"
+	"golang.org/x/net/dns/dnsmessage"
+)
+
+// The integration tests build their own "internet" on this machine: a test
+// host in a network namespace, reached from the host over a veth, holding
+// public-looking addresses from 198.18.0.0/15 (benchmarking range, not in
+// the private block list) plus, on its loopback, private and metadata
+// addresses. Policy routing sends everything the sandboxes emit to that
+// test host, so even a broken rule never lets test traffic leave the VM.
+
+// requireRoot skips tests that need the kernel features of a real host.
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates network namespaces, links and nftables rules")
+	}
+	c, err := nftables.New()
+	if err != nil {
+		t.Skipf("nftables unavailable: %v", err)
+	}
+	if _, err := c.ListTables(); err != nil {
+		t.Skipf("nftables unavailable: %v", err)
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs the ip command (iproute2) to build test hosts")
+	}
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ipCmd runs `ip args...`, failing the test on error.
+func ipCmd(t testing.TB, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// ipCleanup registers `ip args...` as a cleanup, ignoring failure.
+func ipCleanup(t testing.TB, args ...string) {
+	t.Cleanup(func() { _ = exec.Command("ip", args...).Run() })
+}
+
+// testNet is one test's internet plus a Manager configured for it.
+type testNet struct {
+	t        testing.TB
+	id       string
+	nsName   string // test host namespace (under /run/netns)
+	nsPath   string
+	hostIf   string
+	gwIP     netip.Addr // host end of the test host link (a host address)
+	serverIP netip.Addr // test host: HTTP on :80, DNS on :53
+	otherIP  netip.Addr // test host too, used as a "denied" destination
+	subnet   netip.Prefix
+	bridge   string
+	httpHits sync.Map
+}
+
+// Private addresses living on the test host's loopback.
+var testPrivate = []string{"10.123.45.1", "169.254.169.254", "172.16.5.5", "192.168.77.1", "100.64.1.1"}
+
+func newTestNet(t testing.TB) *testNet {
+	requireRoot(t)
+	id := randHex(2)
+	b, _ := strconv.ParseUint(id, 16, 16)
+	n := &testNet{
+		t: t, id: id, nsName: "abt-" + id, nsPath: "/run/netns/abt-" + id, hostIf: "abti" + id,
+		gwIP:     netip.AddrFrom4([4]byte{198, 18, byte(b >> 8), 1}),
+		serverIP: netip.AddrFrom4([4]byte{198, 18, byte(b >> 8), 2}),
+		otherIP:  netip.AddrFrom4([4]byte{198, 18, byte(b >> 8), 3}),
+		subnet:   netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 200 + byte(b>>8)%50, byte(b), 0}), 24),
+		bridge:   "abtb" + id,
+	}
+	ipCmd(t, "netns", "add", n.nsName)
+	ipCleanup(t, "netns", "del", n.nsName)
+	ipCmd(t, "link", "add", n.hostIf, "type", "veth", "peer", "name", "eth0", "netns", n.nsName)
+	ipCleanup(t, "link", "del", n.hostIf)
+	ipCmd(t, "addr", "add", n.gwIP.String()+"/24", "dev", n.hostIf)
+	ipCmd(t, "link", "set", n.hostIf, "up")
+	ipCmd(t, "-n", n.nsName, "link", "set", "lo", "up")
+	ipCmd(t, "-n", n.nsName, "link", "set", "eth0", "up")
+	ipCmd(t, "-n", n.nsName, "addr", "add", n.serverIP.String()+"/24", "dev", "eth0")
+	ipCmd(t, "-n", n.nsName, "addr", "add", n.otherIP.String()+"/24", "dev", "eth0")
+	for _, a := range testPrivate {
+		ipCmd(t, "-n", n.nsName, "addr", "add", a+"/32", "dev", "lo")
+	}
+	// Everything the sandboxes send that is not for the host itself or the
+	// sandbox subnet goes to the test host.
+	table := strconv.Itoa(10000 + int(b))
+	pref := strconv.Itoa(10000 + int(b)%10000)
+	pref2 := strconv.Itoa(10000 + int(b)%10000 + 1)
+	ipCmd(t, "rule", "add", "from", n.subnet.String(), "to", n.subnet.String(), "lookup", "main", "pref", pref)
+	ipCleanup(t, "rule", "del", "pref", pref)
+	ipCmd(t, "rule", "add", "from", n.subnet.String(), "iif", n.bridge, "lookup", table, "pref", pref2)
+	ipCleanup(t, "rule", "del", "pref", pref2)
+	ipCmd(t, "route", "add", "default", "via", n.serverIP.String(), "dev", n.hostIf, "table", table)
+	ipCleanup(t, "route", "flush", "table", table)
+	n.startServers()
+	return n
+}
+
+// listenIn creates a listener inside the namespace at path.
+func listenIn(t testing.TB, path, network, addr string) net.Listener {
+	t.Helper()
+	var l net.Listener
+	if err := inNetns(path, func() (err error) {
+		l, err = net.Listen(network, addr)
+		return err
+	}); err != nil {
+		t.Fatalf("listen %s in %s: %v", addr, path, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func (n *testNet) startServers() {
+	t := n.t
+	l := listenIn(t, n.nsPath, "tcp4", "0.0.0.0:80")
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s", r.Host)
+	})
+	mux.HandleFunc("GET /bulk", func(w http.ResponseWriter, r *http.Request) {
+		size, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		_, _ = io.CopyN(w, zeroReader{}, int64(size))
+	})
+	mux.HandleFunc("POST /bulk", func(w http.ResponseWriter, r *http.Request) {
+		got, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, got)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { srv.Close() })
+
+	var pc net.PacketConn
+	if err := inNetns(n.nsPath, func() (err error) {
+		pc, err = net.ListenPacket("udp4", n.serverIP.String()+":53")
+		return err
+	}); err != nil {
+		t.Fatalf("dns listen: %v", err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go serveTestDNS(pc, n.records())
+}
+
+// records are the test host's DNS zone.
+func (n *testNet) records() map[string]netip.Addr {
+	return map[string]netip.Addr{
+		"allowed.test.":  n.serverIP,
+		"denied.test.":   n.otherIP,
+		"www.wild.test.": n.otherIP,
+		"rebind.test.":   netip.MustParseAddr("10.123.45.1"),
+		"metadata.test.": netip.MustParseAddr("169.254.169.254"),
+	}
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// serveTestDNS answers A queries from records, NXDOMAIN otherwise, until
+// pc is closed.
+func serveTestDNS(pc net.PacketConn, records map[string]netip.Addr) {
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		var p dnsmessage.Parser
+		h, err := p.Start(buf[:n])
+		if err != nil {
+			continue
+		}
+		q, err := p.Question()
+		if err != nil {
+			continue
+		}
+		a, ok := records[strings.ToLower(q.Name.String())]
+		rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired}
+		if !ok {
+			rh.RCode = dnsmessage.RCodeNameError
+		}
+		bld := dnsmessage.NewBuilder(nil, rh)
+		_ = bld.StartQuestions()
+		_ = bld.Question(q)
+		if ok && q.Type == dnsmessage.TypeA {
+			_ = bld.StartAnswers()
+			_ = bld.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 300},
+				dnsmessage.AResource{A: a.As4()})
+		}
+		msg, err := bld.Finish()
+		if err == nil {
+			_, _ = pc.WriteTo(msg, from)
+		}
+	}
+}
+
+// config is a Manager configuration for this test net; adjust before newManager.
+func (n *testNet) config() Config {
+	return Config{
+		Bridge:            n.bridge,
+		Subnet:            n.subnet,
+		Upstream:          []netip.AddrPort{netip.AddrPortFrom(n.serverIP, 53)},
+		StateDir:          n.t.TempDir(),
+		NetnsDir:          n.t.TempDir(),
+		DenialLogInterval: 500 * time.Millisecond,
+		Logger:            slog.New(slog.NewTextHandler(testLogWriter{n.t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+}
+
+type testLogWriter struct{ t testing.TB }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// newManager starts a Manager and registers its full removal.
+func (n *testNet) newManager(cfg Config) *Manager {
+	n.t.Helper()
+	m, err := New(context.Background(), cfg)
+	if err != nil {
+		n.t.Fatalf("New: %v", err)
+	}
+	n.t.Cleanup(func() {
+		if err := m.Close(true); err != nil {
+			n.t.Errorf("Close: %v", err)
+		}
+	})
+	return m
+}
+
+// setup creates a sandbox network; its teardown is registered.
+func setup(t testing.TB, m *Manager, nw sandbox.Network) (sandbox.ID, string) {
+	t.Helper()
+	id := sandbox.NewID()
+	nw.Mode = sandbox.NetworkEgress
+	path, ns, err := m.Setup(context.Background(), id, nw)
+	if err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	if len(ns) != 1 || ns[0] != m.BridgeIP().String() {
+		t.Fatalf("nameservers = %v, want [%s]", ns, m.BridgeIP())
+	}
+	t.Cleanup(func() { _ = m.Teardown(context.Background(), id) })
+	return id, path
+}
+
+const dialTimeout = 3 * time.Second
+
+// dialFrom connects from inside a sandbox namespace.
+func dialFrom(path, network, addr string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	return DialInNetns(ctx, path, network, addr)
+}
+
+// httpClient makes requests from inside a sandbox namespace.
+func httpClient(path string) *http.Client {
+	return &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{
+			DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return DialInNetns(ctx, path, network, addr)
+			},
+		},
+	}
+}
+
+// get fetches http://addr/ from the sandbox and returns the body.
+func get(path string, addr netip.Addr) (string, error) {
+	resp, err := httpClient(path).Get("http://" + addr.String() + "/")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// resolve asks the sandbox's nameserver (server) for name's A records from
+// inside the sandbox.
+func resolve(path string, server netip.Addr, name string) (dnsmessage.RCode, []netip.Addr, error) {
+	c, err := dialFrom(path, "udp4", netip.AddrPortFrom(server, 53).String())
+	if err != nil {
+		return 0, nil, err
+	}
+	defer c.Close()
+	id := uint16(time.Now().UnixNano())
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: id, RecursionDesired: true})
+	_ = b.StartQuestions()
+	_ = b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name + "."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	msg, _ := b.Finish()
+	_ = c.SetDeadline(time.Now().Add(dialTimeout))
+	if _, err := c.Write(msg); err != nil {
+		return 0, nil, err
+	}
+	buf := make([]byte, 1500)
+	n, err := c.Read(buf)
+	if err != nil {
+		return 0, nil, err
+	}
+	var p dnsmessage.Parser
+	h, err := p.Start(buf[:n])
+	if err != nil {
+		return 0, nil, err
+	}
+	if h.ID != id {
+		return 0, nil, fmt.Errorf("answer id %d, want %d", h.ID, id)
+	}
+	_ = p.SkipAllQuestions()
+	var addrs []netip.Addr
+	for {
+		rh, err := p.AnswerHeader()
+		if err != nil {
+			break
+		}
+		if rh.Type != dnsmessage.TypeA {
+			_ = p.SkipAnswer()
+			continue
+		}
+		a, err := p.AResource()
+		if err != nil {
+			break
+		}
+		addrs = append(addrs, netip.AddrFrom4(a.A))
+	}
+	return h.RCode, addrs, nil
+}
+
+func sandboxNetwork(allow, deny []string) sandbox.Network {
+	return sandbox.Network{Mode: sandbox.NetworkEgress, AllowOut: allow, DenyOut: deny}
+}

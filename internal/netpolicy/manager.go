@@ -1,0 +1,379 @@
+package netpolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Manager gives sandboxes network namespaces with filtered egress. It
+// implements the native backend's NetworkProvider. Create it with New; all
+// methods are safe for concurrent use, though Setup and Teardown of one
+// sandbox are expected to be serialized by the caller.
+type Manager struct {
+	cfg      Config
+	log      *slog.Logger
+	fw       *firewall
+	bridgeIP netip.Addr
+	dns      *dnsFilter
+
+	mu sync.Mutex // guards st and serializes state-file writes
+	st *stateFile
+
+	// pmu guards policies, the view of the DNS filter. Holding it for
+	// writing while changing the firewall keeps the filter from learning
+	// addresses under a policy that is being replaced.
+	pmu      sync.RWMutex
+	policies map[netip.Addr]policy
+
+	bridge         netlink.Link
+	netnsDirBound  bool
+	ipForwardSetBy bool // we turned ip_forward on
+
+	stopPoll context.CancelFunc
+	pollDone chan struct{}
+}
+
+// New sets up the host side: the bridge, IP forwarding, the nftables table
+// (rebuilt from the persisted state, so sandboxes that survived a daemon
+// restart keep their policy), Docker's DOCKER-USER chain if present, and the
+// DNS filter. Call Reconcile next with the sandboxes that are still alive.
+// It needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN for namespace mounts).
+func New(ctx context.Context, cfg Config) (*Manager, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("netpolicy: %w", err)
+	}
+	m := &Manager{
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "netpolicy", "bridge", cfg.Bridge),
+		fw:       newFirewall(cfg),
+		bridgeIP: bridgeAddr(cfg.Subnet),
+		policies: map[netip.Addr]policy{},
+	}
+	if m.st, err = loadState(cfg.StateDir, cfg.Subnet); err != nil {
+		return nil, fmt.Errorf("netpolicy: %w", err)
+	}
+	for id, r := range m.st.Sandboxes {
+		p, err := parsePolicy(r.Network)
+		if err != nil {
+			// Persisted policies were valid when stored; if one no longer
+			// parses, fail closed: an empty allow list.
+			m.log.Warn("stored network policy invalid, denying all egress", "sandbox", id, "err", err)
+			p = policy{}
+		}
+		m.policies[r.Addr] = p
+	}
+	if err := m.st.save(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("netpolicy: %w", err)
+	}
+
+	bridgePrefix := netip.PrefixFrom(m.bridgeIP, cfg.Subnet.Bits())
+	if m.bridge, err = ensureBridge(cfg.Bridge, bridgePrefix); err != nil {
+		return nil, fmt.Errorf("netpolicy: %w", err)
+	}
+	if readSysctl("net.ipv4.ip_forward") != "1" {
+		if err := writeSysctl("net.ipv4.ip_forward", "1"); err != nil {
+			return nil, fmt.Errorf("netpolicy: enable forwarding: %w", err)
+		}
+		m.ipForwardSetBy = true
+	}
+	if err := m.fw.rebuild(m.policies); err != nil {
+		return nil, fmt.Errorf("netpolicy: %w", err)
+	}
+	if _, err := m.fw.syncDockerUser(true); err != nil {
+		return nil, fmt.Errorf("netpolicy: docker coexistence: %w", err)
+	}
+	if m.netnsDirBound, err = prepareNetnsDir(cfg.NetnsDir); err != nil {
+		return nil, fmt.Errorf("netpolicy: %w", err)
+	}
+	m.dns, err = startDNS(dnsConfig{
+		listen: m.bridgeIP, upstream: cfg.Upstream, timeout: cfg.DNSTimeout,
+		rate: cfg.DNSRate, concurrency: cfg.DNSConcurrency, log: m.log,
+	}, m)
+	if err != nil {
+		return nil, fmt.Errorf("netpolicy: %w", err)
+	}
+	pollCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	m.stopPoll, m.pollDone = stop, make(chan struct{})
+	go m.poll(pollCtx)
+	m.log.Info("network ready", "subnet", cfg.Subnet, "gateway", m.bridgeIP, "upstream", cfg.Upstream)
+	return m, nil
+}
+
+// BridgeIP is the sandboxes' gateway and nameserver.
+func (m *Manager) BridgeIP() netip.Addr { return m.bridgeIP }
+
+// NetnsPath is where the sandbox's network namespace is mounted (whether or
+// not it currently exists).
+func (m *Manager) NetnsPath(id sandbox.ID) string {
+	return filepath.Join(m.cfg.NetnsDir, string(id))
+}
+
+// Addr returns the sandbox's address, if it has one.
+func (m *Manager) Addr(id sandbox.ID) (netip.Addr, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.st.Sandboxes[id]
+	return r.Addr, ok
+}
+
+// Setup creates the sandbox's network namespace, connects it to the bridge
+// and installs its egress policy. It returns the namespace path to join and
+// the nameserver for the sandbox's resolv.conf (the bridge address). Calling
+// it again for a sandbox that has an address rebuilds its network and keeps
+// the address.
+func (m *Manager) Setup(ctx context.Context, id sandbox.ID, n sandbox.Network) (string, []string, error) {
+	if err := id.Validate(); err != nil {
+		return "", nil, err
+	}
+	if n.Mode != sandbox.NetworkEgress {
+		return "", nil, sandbox.Errorf(sandbox.ClassInvalid, "network mode %q is not provided by netpolicy", n.Mode)
+	}
+	p, err := parsePolicy(n)
+	if err != nil {
+		return "", nil, err
+	}
+
+	m.mu.Lock()
+	rec, exists := m.st.Sandboxes[id]
+	if !exists {
+		if rec.Addr, err = m.st.allocate(); err != nil {
+			m.mu.Unlock()
+			return "", nil, err
+		}
+	}
+	rec.Network = n
+	m.st.Sandboxes[id] = rec
+	// Recorded before anything exists in the kernel: after a crash at any
+	// point below, Reconcile knows what to look for.
+	err = m.st.save(m.cfg.StateDir)
+	m.mu.Unlock()
+	if err != nil {
+		return "", nil, err
+	}
+
+	if exists {
+		m.removeKernelState(id, rec.Addr)
+	}
+	if err := m.createKernelState(ctx, id, rec.Addr, p); err != nil {
+		m.removeKernelState(id, rec.Addr)
+		m.forget(id)
+		return "", nil, fmt.Errorf("network setup for %s: %w", id, err)
+	}
+	return m.NetnsPath(id), []string{m.bridgeIP.String()}, nil
+}
+
+func (m *Manager) createKernelState(ctx context.Context, id sandbox.ID, addr netip.Addr, p policy) error {
+	path := m.NetnsPath(id)
+	if err := createNetns(path); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// The firewall first: until the sandbox's map entries exist, its source
+	// address is unknown and all its traffic is rejected anyway, but this
+	// way its first packet already meets its policy.
+	conn, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	if err := m.fw.addSandbox(conn, addr, p); err != nil {
+		return err
+	}
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("install firewall rules: %w", err)
+	}
+	m.pmu.Lock()
+	m.policies[addr] = p
+	m.pmu.Unlock()
+	return connectNetns(vethConfig{
+		bridge: m.bridge, nsPath: path, addr: addr, gateway: m.bridgeIP, rateBits: m.cfg.BandwidthBits,
+	})
+}
+
+// removeKernelState deletes what Setup created in the kernel for one
+// sandbox, logging (not returning) failures: it is called on paths that are
+// already failing or must make progress regardless.
+func (m *Manager) removeKernelState(id sandbox.ID, addr netip.Addr) error {
+	m.pmu.Lock()
+	delete(m.policies, addr)
+	m.pmu.Unlock()
+	if m.dns != nil {
+		m.dns.limiter.forget(addr)
+	}
+	var errs []error
+	// Deleting the host end deletes the pair.
+	if err := deleteLink(vethName(addr)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := removeNetns(m.NetnsPath(id)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := m.fw.removeSandboxes([]netip.Addr{addr}); err != nil {
+		errs = append(errs, err)
+	}
+	// A later sandbox may get this address: it must not inherit conntrack
+	// entries (and their NAT mappings) of this one.
+	f := &netlink.ConntrackFilter{}
+	if err := f.AddIP(netlink.ConntrackOrigSrcIP, net.IP(addr.AsSlice())); err == nil {
+		_, _ = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, f)
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		m.log.Warn("network teardown incomplete", "sandbox", id, "addr", addr, "err", err)
+	}
+	return err
+}
+
+// forget drops the sandbox's record.
+func (m *Manager) forget(id sandbox.ID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.st.Sandboxes, id)
+	if err := m.st.save(m.cfg.StateDir); err != nil {
+		m.log.Warn("save network state", "err", err)
+	}
+}
+
+// Teardown removes the sandbox's veth, namespace mount, firewall objects
+// and address. It is idempotent.
+func (m *Manager) Teardown(ctx context.Context, id sandbox.ID) error {
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	rec, ok := m.st.Sandboxes[id]
+	m.mu.Unlock()
+	if !ok {
+		return removeNetns(m.NetnsPath(id))
+	}
+	err := m.removeKernelState(id, rec.Addr)
+	m.forget(id)
+	return err
+}
+
+// UpdatePolicy replaces the egress policy of a running sandbox. New
+// connections follow it at once; connections already established under
+// the old policy are left alone. DNS-learned addresses are dropped, since
+// the allowed names may have changed.
+func (m *Manager) UpdatePolicy(ctx context.Context, id sandbox.ID, n sandbox.Network) error {
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	if n.Mode != sandbox.NetworkEgress {
+		return sandbox.Errorf(sandbox.ClassInvalid, "cannot change network mode to %q on a running sandbox", n.Mode)
+	}
+	p, err := parsePolicy(n)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.st.Sandboxes[id]
+	if !ok {
+		return sandbox.Errorf(sandbox.ClassNotFound, "sandbox %s has no network", id)
+	}
+	m.pmu.Lock()
+	defer m.pmu.Unlock()
+	conn, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	if err := m.fw.setPolicy(conn, rec.Addr, p, true); err != nil {
+		return err
+	}
+	if err := conn.Flush(); err != nil {
+		return fmt.Errorf("update policy of %s: %w", id, err)
+	}
+	m.policies[rec.Addr] = p
+	rec.Network = n
+	m.st.Sandboxes[id] = rec
+	return m.st.save(m.cfg.StateDir)
+}
+
+// Denials returns how many packets of the sandbox were rejected (egress
+// and attempts to reach the host), from an nftables counter.
+func (m *Manager) Denials(id sandbox.ID) uint64 {
+	addr, ok := m.Addr(id)
+	if !ok {
+		return 0
+	}
+	n, _ := m.fw.denials(addr)
+	return n
+}
+
+// dnsPolicy implements dnsPolicySource.
+func (m *Manager) dnsPolicy(src netip.Addr) (policy, bool) {
+	m.pmu.RLock()
+	defer m.pmu.RUnlock()
+	p, ok := m.policies[src]
+	return p, ok
+}
+
+// learn implements dnsPolicySource: under the policy lock, re-check that
+// name is still allowed and add the addresses.
+func (m *Manager) learn(src netip.Addr, name string, addrs []learnedAddr) (bool, error) {
+	m.pmu.RLock()
+	defer m.pmu.RUnlock()
+	p, ok := m.policies[src]
+	if !ok || !p.nameAllowed(name) {
+		return false, nil
+	}
+	if !p.learns() {
+		return true, nil
+	}
+	return true, m.fw.learn(src, addrs)
+}
+
+// Close stops the DNS filter and the denial logger. With removeAll it also
+// removes every sandbox's network and the global state (table, Docker
+// rules, bridge, state file) and turns IP forwarding back off if New turned
+// it on; without, sandboxes keep their network and policy for the next New.
+func (m *Manager) Close(removeAll bool) error {
+	m.stopPoll()
+	<-m.pollDone
+	m.dns.close()
+	if !removeAll {
+		return nil
+	}
+	var errs []error
+	if err := m.Reconcile(context.Background(), nil); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := m.fw.syncDockerUser(false); err != nil {
+		errs = append(errs, err)
+	}
+	if err := m.fw.delete(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := deleteLink(m.cfg.Bridge); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.Remove(statePath(m.cfg.StateDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	if m.netnsDirBound {
+		if err := unix.Unmount(m.cfg.NetnsDir, unix.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m.cfg.NetnsDir, err))
+		}
+	}
+	if m.ipForwardSetBy {
+		if err := writeSysctl("net.ipv4.ip_forward", "0"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -99,6 +99,11 @@ func (p *process) supervise(exit <-chan unix.WaitStatus, forget func()) {
 	var timer *time.Timer
 	if p.timeout > 0 {
 		timer = time.AfterFunc(p.timeout, func() {
+			// Once the leader is reaped its pid may eventually be reused;
+			// a late timer must not signal somebody else's group.
+			if p.exited.Load() {
+				return
+			}
 			p.timedOut.Store(true)
 			p.signal(unix.SIGKILL)
 		})

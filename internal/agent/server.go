@@ -10,9 +10,14 @@ import (
 	"os"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/agentbox/agentbox/api/proto/filesystem/filesystemconnect"
 	"github.com/agentbox/agentbox/api/proto/process/processconnect"
 )
+
+// maxRPCMessage bounds one received RPC message.
+const maxRPCMessage = 16 << 20
 
 // Config configures a Server.
 type Config struct {
@@ -75,8 +80,11 @@ func NewServer(cfg Config) *Server {
 		mux:          http.NewServeMux(),
 	}
 	s.self = currentUser(s.accounts)
-	s.mux.Handle(processconnect.NewProcessHandler(&processService{s: s}))
-	s.mux.Handle(filesystemconnect.NewFilesystemHandler(&fsService{s: s}))
+	// Messages are small (input chunks, paths); file content goes through
+	// /files. The cap keeps a bogus length prefix from allocating wildly.
+	limit := connect.WithReadMaxBytes(maxRPCMessage)
+	s.mux.Handle(processconnect.NewProcessHandler(&processService{s: s}, limit))
+	s.mux.Handle(filesystemconnect.NewFilesystemHandler(&fsService{s: s}, limit))
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	s.mux.HandleFunc("GET /envs", s.handleEnvs)
 	s.mux.HandleFunc("GET /files", s.handleDownload)

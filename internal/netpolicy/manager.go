@@ -38,8 +38,10 @@ type Manager struct {
 	policies map[netip.Addr]policy
 
 	bridge         netlink.Link
-	netnsDirBound  bool
 	ipForwardSetBy bool // we turned ip_forward on
+
+	closeOnce sync.Once
+	closeErr  error
 
 	stopPoll context.CancelFunc
 	pollDone chan struct{}
@@ -95,8 +97,15 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if _, err := m.fw.syncDockerUser(true); err != nil {
 		return nil, fmt.Errorf("netpolicy: docker coexistence: %w", err)
 	}
-	if m.netnsDirBound, err = prepareNetnsDir(cfg.NetnsDir); err != nil {
+	bound, err := prepareNetnsDir(cfg.NetnsDir)
+	if err != nil {
 		return nil, fmt.Errorf("netpolicy: %w", err)
+	}
+	if bound {
+		m.st.NetnsDirBound = true
+		if err := m.st.save(cfg.StateDir); err != nil {
+			return nil, fmt.Errorf("netpolicy: %w", err)
+		}
 	}
 	m.dns, err = startDNS(dnsConfig{
 		listen: m.bridgeIP, upstream: cfg.Upstream, timeout: cfg.DNSTimeout,
@@ -342,7 +351,13 @@ func (m *Manager) learn(src netip.Addr, name string, addrs []learnedAddr) (bool,
 // removes every sandbox's network and the global state (table, Docker
 // rules, bridge, state file) and turns IP forwarding back off if New turned
 // it on; without, sandboxes keep their network and policy for the next New.
+// Only the first call has an effect.
 func (m *Manager) Close(removeAll bool) error {
+	m.closeOnce.Do(func() { m.closeErr = m.close(removeAll) })
+	return m.closeErr
+}
+
+func (m *Manager) close(removeAll bool) error {
 	m.stopPoll()
 	<-m.pollDone
 	m.dns.close()
@@ -365,7 +380,7 @@ func (m *Manager) Close(removeAll bool) error {
 	if err := os.Remove(statePath(m.cfg.StateDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
-	if m.netnsDirBound {
+	if m.st.NetnsDirBound {
 		if err := unix.Unmount(m.cfg.NetnsDir, unix.MNT_DETACH); err != nil {
 			errs = append(errs, fmt.Errorf("unmount %s: %w", m.cfg.NetnsDir, err))
 		}

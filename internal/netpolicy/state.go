@@ -19,6 +19,9 @@ type stateFile struct {
 	Version   int                          `json:"version"`
 	Subnet    netip.Prefix                 `json:"subnet"`
 	Sandboxes map[sandbox.ID]sandboxRecord `json:"sandboxes"`
+	// NetnsDirBound records that New bind-mounted the namespace directory
+	// on itself, so Close(true) knows to undo it even after a restart.
+	NetnsDirBound bool `json:"netns_dir_bound,omitempty"`
 }
 
 type sandboxRecord struct {
@@ -46,6 +49,7 @@ func loadState(dir string, subnet netip.Prefix) (*stateFile, error) {
 	if err := json.Unmarshal(b, &old); err != nil {
 		return nil, fmt.Errorf("parse network state %s: %w", statePath(dir), err)
 	}
+	st.NetnsDirBound = old.NetnsDirBound
 	if old.Subnet != subnet {
 		return st, nil
 	}

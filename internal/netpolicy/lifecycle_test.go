@@ -397,5 +397,3 @@ func sameFile(a, b string) bool {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
-

@@ -94,10 +94,15 @@ func FromEnv(opts ...Option) (*Client, error) {
 // BaseURL returns the server URL the Client talks to.
 func (c *Client) BaseURL() string { return c.base.String() }
 
-// endpoint returns the absolute URL of an API path ("/v1/...") with query.
+// endpoint returns the absolute URL of an API path with query. path is
+// already escaped ("/v1/sessions/a%20b/connect"): its segments were
+// escaped one by one, so an escaped "/" inside one stays part of it.
 func (c *Client) endpoint(path string, query url.Values) *url.URL {
 	u := *c.base
-	u.Path = c.base.Path + path
+	u.RawPath = c.base.EscapedPath() + path
+	if p, err := url.PathUnescape(u.RawPath); err == nil {
+		u.Path = p
+	}
 	if len(query) > 0 {
 		u.RawQuery = query.Encode()
 	}

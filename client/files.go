@@ -17,8 +17,8 @@ import (
 // Upload writes the bytes of r to path in sandbox id, streaming them (the
 // client never holds the whole file). size is the number of bytes r will
 // yield, or -1 if unknown (the body is then sent chunked). progress, when
-// non-nil, is called from the sending goroutine with the running total of
-// bytes read from r. Parent directories are created and the file is
+// non-nil, is called with the running total of bytes read from r, from
+// the goroutine that sends the body (not necessarily the caller's). Parent directories are created and the file is
 // replaced atomically. r is not closed.
 func (c *Client) Upload(ctx context.Context, id, path string, r io.Reader, size int64, progress func(n int64)) (*Entry, error) {
 	op := fmt.Sprintf("upload %s to sandbox %s", path, id)

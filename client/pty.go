@@ -144,8 +144,24 @@ func (p *PTYConn) readLoop() {
 // the connection normally and all output has been read.
 func (p *PTYConn) Read(b []byte) (int, error) { return p.out.Read(b) }
 
+// errClosed reports why the connection can no longer send, or nil.
+func (p *PTYConn) errClosed() error {
+	if err := p.ctx.Err(); err != nil {
+		return fmt.Errorf("terminal closed: %w", err)
+	}
+	select {
+	case <-p.done:
+		return errors.New("terminal closed")
+	default:
+		return nil
+	}
+}
+
 // Write sends keyboard input (one binary message per call).
 func (p *PTYConn) Write(b []byte) (int, error) {
+	if err := p.errClosed(); err != nil {
+		return 0, err
+	}
 	if err := p.ws.Write(p.ctx, websocket.MessageBinary, b); err != nil {
 		return 0, fmt.Errorf("terminal input: %w", err)
 	}
@@ -154,6 +170,9 @@ func (p *PTYConn) Write(b []byte) (int, error) {
 
 // Resize tells the server the terminal's new size.
 func (p *PTYConn) Resize(cols, rows int) error {
+	if err := p.errClosed(); err != nil {
+		return err
+	}
 	b, err := json.Marshal(controlMessage{Type: "resize", Cols: cols, Rows: rows})
 	if err != nil {
 		return err

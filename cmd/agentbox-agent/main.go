@@ -2,7 +2,11 @@
 // sandbox, reaps zombies, and serves E2B's envd protocol (process and
 // filesystem services, /files, /envs, /health) on a unix socket or TCP.
 //
-//	agentbox-agent --listen unix:///run/agentbox/agent.sock --workdir /workspace [--ready-fd N]
+//	agentbox-agent --listen unix:///run/agentbox/agent.sock --workdir /workspace [--ready-fd N] [--seccomp-fd N]
+//
+// With --seccomp-fd the agent first installs the seccomp BPF program it
+// reads from that descriptor (the backend compiles the sandbox profile once,
+// so every sandbox skips that work), and refuses to start if it cannot.
 //
 // AGENTBOX_ACCESS_TOKEN, when set, is required as X-Access-Token on every
 // request but GET /health. All AGENTBOX_* variables are removed from the
@@ -20,7 +24,10 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentbox/agentbox/internal/agent"
+	"github.com/agentbox/agentbox/internal/seccompload"
 )
 
 func main() {
@@ -35,7 +42,21 @@ func run() error {
 	readyFD := flag.Int("ready-fd", -1, "file descriptor to write one byte to (and close) once listening")
 	workdir := flag.String("workdir", "/workspace", "default working directory of processes (falls back to the user's home)")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
+	seccompFD := flag.Int("seccomp-fd", -1, "file descriptor holding a seccomp BPF program to install before anything else")
 	flag.Parse()
+
+	if *seccompFD >= 0 {
+		// Before any other work: nothing the sandbox runs may start unfiltered.
+		if err := seccompload.InstallFromFd(*seccompFD); err != nil {
+			return fmt.Errorf("install seccomp filter: %w", err)
+		}
+	}
+	// Non-dumpable: the sandbox's own processes (same uid) cannot read the
+	// agent's memory, environment (the access token) or file descriptors
+	// through /proc/1.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
+	}
 
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {

@@ -30,10 +30,12 @@ func envMap(environ []string) map[string]string {
 // identity of the user it runs as, then the request's variables (which
 // win over everything).
 func (s *Server) processEnv(u *User, extra map[string]string, pty bool) []string {
+	s.envMu.RLock()
 	m := make(map[string]string, len(s.defaultEnv)+len(extra)+5)
 	for k, v := range s.defaultEnv {
 		m[k] = v
 	}
+	s.envMu.RUnlock()
 	m["HOME"], m["USER"], m["LOGNAME"], m["SHELL"] = u.Home, u.Name, u.Name, u.Shell
 	if m["PATH"] == "" {
 		m["PATH"] = defaultPath

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"connectrpc.com/connect"
 )
@@ -63,5 +65,36 @@ func httpStatus(c connect.Code) int {
 
 // handleEnvs serves GET /envs: the default environment of processes.
 func (s *Server) handleEnvs(w http.ResponseWriter, r *http.Request) {
+	s.envMu.RLock()
+	defer s.envMu.RUnlock()
 	writeJSON(w, http.StatusOK, s.defaultEnv)
+}
+
+// initRequest is the body of POST /init (E2B's envd shape; other fields
+// of newer envd versions are accepted and ignored).
+type initRequest struct {
+	EnvVars map[string]string `json:"envVars"`
+}
+
+// handleInit serves POST /init: it adds variables to the default
+// environment of processes started from now on. The daemon uses it to
+// personalise a sandbox taken from a warm pool.
+func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
+	var req initRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<20)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return
+	}
+	for k := range req.EnvVars {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.HasPrefix(k, reservedEnvPrefix) {
+			writeError(w, http.StatusBadRequest, "invalid environment variable name "+strconv.Quote(k))
+			return
+		}
+	}
+	s.envMu.Lock()
+	for k, v := range req.EnvVars {
+		s.defaultEnv[k] = v
+	}
+	s.envMu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
 }

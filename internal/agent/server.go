@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -49,9 +50,11 @@ type Server struct {
 	reaper       *Reaper
 	procs        *procTable
 	pollWatchers *pollWatchers
-	defaultEnv   map[string]string
-	mux          *http.ServeMux
-	handler      http.Handler
+	// envMu guards defaultEnv, which POST /init can extend at any time.
+	envMu      sync.RWMutex
+	defaultEnv map[string]string
+	mux        *http.ServeMux
+	handler    http.Handler
 }
 
 // NewServer builds a server. It starts the process-wide reaper, so the
@@ -87,6 +90,7 @@ func NewServer(cfg Config) *Server {
 	s.mux.Handle(filesystemconnect.NewFilesystemHandler(&fsService{s: s}, limit))
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	s.mux.HandleFunc("GET /envs", s.handleEnvs)
+	s.mux.HandleFunc("POST /init", s.handleInit)
 	s.mux.HandleFunc("GET /files", s.handleDownload)
 	s.mux.HandleFunc("POST /files", s.handleUpload)
 	s.handler = s.authorize(s.mux)

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -41,6 +42,9 @@ func (c *childIO) closeAll() {
 		}
 	}
 }
+
+// childOOMScoreAdj is the OOM score adjustment of every started process.
+const childOOMScoreAdj = "500"
 
 // spawn forks and execs req through the reaper. The child gets its own
 // process group (a new session with the PTY as controlling terminal when
@@ -113,6 +117,10 @@ func (s *Server) spawn(req spawnRequest) (int, <-chan unix.WaitStatus, *childIO,
 		parent.closeAll()
 		return 0, nil, nil, startError(req.cmd, err)
 	}
+	// Make the sandbox's processes, not the agent, the OOM killer's first
+	// choice. Raising a score needs no privilege; the window before this
+	// write is a few microseconds of a process that has barely started.
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(childOOMScoreAdj), 0)
 	return pid, exit, parent, nil
 }
 

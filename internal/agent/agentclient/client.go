@@ -8,6 +8,7 @@
 package agentclient
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -106,4 +107,19 @@ func (c *Client) Envs(ctx context.Context) (map[string]string, error) {
 		return nil, mapError("envs", fmt.Errorf("decode response: %w", err))
 	}
 	return env, nil
+}
+
+// SetEnv adds variables to the default environment of every process the
+// agent starts from now on (POST /init).
+func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
+	body, err := json.Marshal(map[string]any{"envVars": env})
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/init", nil, "", bytes.NewReader(body), "application/json")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
 }

@@ -131,8 +131,10 @@ func readKey(path, key string) int64 {
 // oomKills returns how many processes the OOM killer killed in the sandbox.
 func (b *Backend) oomKills(bx *box) int64 {
 	p := b.cgroupPaths(bx)
-	if dir, ok := p[""]; ok {
-		return readKey(filepath.Join(dir, "memory.events"), "oom_kill")
+	// Hybrid hosts list a controller-less v2 path under "" too: only a
+	// unified host keeps its counters there.
+	if isCgroup2() {
+		return readKey(filepath.Join(p[""], "memory.events"), "oom_kill")
 	}
 	return readKey(filepath.Join(p["memory"], "memory.oom_control"), "oom_kill")
 }
@@ -147,7 +149,8 @@ func (b *Backend) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, erro
 	defer bx.mu.Unlock()
 	var s backend.Stats
 	p := b.cgroupPaths(bx)
-	if dir, ok := p[""]; ok {
+	if isCgroup2() {
+		dir := p[""]
 		s.MemoryBytes = readInt(filepath.Join(dir, "memory.current"))
 		s.MemoryMaxBytes = readInt(filepath.Join(dir, "memory.peak"))
 		s.MemoryLimit = readInt(filepath.Join(dir, "memory.max"))

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/client/fakeserver"
+)
+
+func TestCreate(t *testing.T) {
+	fs := fakeserver.New(t)
+	r := runCLI(t, fs.URL, "", "create", "--json", "--timeout", "5m", "--env", "A=1", "--meta", "k=v",
+		"--memory", "512M", "--cpus", "0.5", "--pids", "64", "--disk", "1G")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s %s", r.code, r.msg, r.stderr)
+	}
+	var sb struct {
+		ID        string            `json:"id"`
+		Metadata  map[string]string `json:"metadata"`
+		Env       map[string]string `json:"env"`
+		CreatedAt time.Time         `json:"created_at"`
+		EndAt     time.Time         `json:"end_at"`
+		Resources map[string]any    `json:"resources"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &sb); err != nil {
+		t.Fatalf("stdout is not a sandbox: %v\n%s", err, r.stdout)
+	}
+	if sb.ID == "" || sb.Metadata["k"] != "v" || sb.Env["A"] != "1" || sb.EndAt.Sub(sb.CreatedAt) != 5*time.Minute {
+		t.Errorf("sandbox = %+v", sb)
+	}
+	if sb.Resources["memory"] != float64(512<<20) || sb.Resources["disk"] != float64(1<<30) || sb.Resources["pids"] != float64(64) {
+		t.Errorf("resources = %v (sizes must be sent as integers)", sb.Resources)
+	}
+
+	r = runCLI(t, fs.URL, "", "create")
+	if id := strings.TrimSpace(r.stdout); r.code != 0 || !fs.Exists(id) {
+		t.Errorf("human create printed %q (exit %d)", r.stdout, r.code)
+	}
+}
+
+func TestUsageErrorsExit2(t *testing.T) {
+	fs, id := newFake(t)
+	for _, args := range [][]string{
+		{"create", "--env", "novalue"},
+		{"create", "--memory", "lots"},
+		{"create", "--bogus-flag"},
+		{"create", "extra-arg"},
+		{"exec", id},
+		{"exec", id, "--"},
+		{"cp", "a", "b"},
+		{"cp", id + ":/x", id + ":/y"},
+		{"timeout", id, "soon"},
+		{"kill"},
+	} {
+		r := runCLI(t, fs.URL, "", args...)
+		if r.code != 2 || r.msg == "" {
+			t.Errorf("%v: exit %d, msg %q; want a usage error (2)", args, r.code, r.msg)
+		}
+	}
+}
+
+func TestErrorsHumanAndJSON(t *testing.T) {
+	fs, _ := newFake(t)
+	r := runCLI(t, fs.URL, "", "stats", "missing")
+	if r.code != 1 || r.msg != "sandbox missing not found" || r.stderr != "" {
+		t.Errorf("human: exit %d msg %q stderr %q", r.code, r.msg, r.stderr)
+	}
+	r = runCLI(t, fs.URL, "", "--json", "stats", "missing")
+	var e map[string]string
+	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "not_found" || e["request_id"] == "" {
+		t.Errorf("--json stderr = %q (%v)", r.stderr, err)
+	}
+	if r.code != 1 || r.msg == "" {
+		t.Errorf("--json: exit %d msg %q", r.code, r.msg)
+	}
+	r = runCLI(t, fs.URL, "", "--json", "create", "--pids", "x")
+	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "invalid_argument" || r.code != 2 {
+		t.Errorf("bad flag value with --json: exit %d stderr %q", r.code, r.stderr)
+	}
+	r = runCLI(t, fs.URL, "", "--json", "cp", "a", "b")
+	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "invalid_argument" || r.code != 2 {
+		t.Errorf("usage error with --json: exit %d stderr %q", r.code, r.stderr)
+	}
+
+	fs.SetAPIKey("right")
+	r = runCLI(t, fs.URL, "", "--api-key", "wrong", "ls")
+	if r.code != 1 || !strings.Contains(r.msg, "API key") {
+		t.Errorf("wrong key: exit %d msg %q", r.code, r.msg)
+	}
+	if r = runCLI(t, fs.URL, "", "--api-key", "right", "ls"); r.code != 0 {
+		t.Errorf("right key: exit %d msg %q", r.code, r.msg)
+	}
+	t.Setenv("AGENTBOX_API_KEY", "right")
+	if r = runCLI(t, fs.URL, "", "ls"); r.code != 0 {
+		t.Errorf("key from env: exit %d msg %q", r.code, r.msg)
+	}
+}
+
+func TestLsTable(t *testing.T) {
+	fs := fakeserver.New(t)
+	fs.PageSize = 2 // ls must follow pagination
+	old := fs.AddSandbox("host", map[string]string{"b": "2", "a": "1"}, 2*time.Hour+5*time.Minute, 30*time.Minute+30*time.Second)
+	for range 3 {
+		fs.AddSandbox("base", nil, time.Second, time.Hour)
+	}
+	expired := fs.AddSandbox("host", nil, 0, -time.Minute)
+	fs.SetState(expired, "stopped")
+
+	r := runCLI(t, fs.URL, "", "ls")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.msg)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 6 {
+		t.Fatalf("want header + 5 rows, got:\n%s", r.stdout)
+	}
+	if h := strings.Join(strings.Fields(lines[0]), " "); h != "ID TEMPLATE STATE AGE ENDS IN METADATA" {
+		t.Errorf("header = %q", h)
+	}
+	if got := strings.Fields(lines[1]); got[0] != expired || got[2] != "stopped" || got[4] != "expired" {
+		t.Errorf("newest row = %q", lines[1])
+	}
+	if got, want := strings.Fields(lines[5]), []string{old, "host", "running", "2h5m", "30m", "a=1,b=2"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("oldest row = %q, want %q", got, want)
+	}
+
+	r = runCLI(t, fs.URL, "", "--json", "ls", "--state", "running", "--meta", "a=1")
+	var list []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 1 || list[0]["id"] != old {
+		t.Errorf("ls --json filtered = %s (%v)", r.stdout, err)
+	}
+	r = runCLI(t, fs.URL, "", "--json", "ls", "--meta", "a=nope")
+	if strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("empty ls --json = %q", r.stdout)
+	}
+	r = runCLI(t, fs.URL, "", "--json", "ls")
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 5 {
+		t.Errorf("ls --json across pages: %d sandboxes (%v)", len(list), err)
+	}
+}
+
+func TestExec(t *testing.T) {
+	fs, id := newFake(t)
+	cases := []struct {
+		stdin          string
+		args           []string
+		code           int
+		stdout, stderr string
+		msg            string
+	}{
+		{args: []string{"exec", id, "--", "echo", "hi", "-n"}, stdout: "hi -n\n"},
+		{args: []string{"exec", id, "echo", "no", "dashes"}, stdout: "no dashes\n"},
+		{args: []string{"exec", id, "--", "exit", "3"}, code: 3},
+		{args: []string{"exec", id, "both"}, stdout: "out\n", stderr: "err\n"},
+		{args: []string{"exec", "-e", "X=1", "-w", "/tmp", id, "env"}, stdout: "X=1\n"},
+		{args: []string{"exec", "--cwd", "/srv", id, "pwd"}, stdout: "/srv\n"},
+		{args: []string{"exec", "-u", "root", id, "whoami"}, stdout: "root\n"},
+		{args: []string{"exec", "-i", id, "cat"}, stdin: "piped in\n", stdout: "piped in\n"},
+		{args: []string{"exec", id, "cat"}, stdin: "not sent unless -i"},
+		{args: []string{"exec", "--timeout", "2s", id, "timeout"}, code: 124, msg: "timed out: killed after --timeout 2s"},
+		{args: []string{"exec", id, "oom"}, code: 137, msg: "out of memory"},
+		{args: []string{"exec", id, "forkbomb"}, code: 1, stderr: "fork: Resource temporarily unavailable\n", msg: "process limit"},
+		{args: []string{"exec", id, "nosuchprogram"}, code: 127, stderr: "fake: nosuchprogram: command not found\n"},
+		{args: []string{"exec", "missing", "echo"}, code: 1, msg: "sandbox missing not found"},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args[1:], " "), func(t *testing.T) {
+			r := runCLI(t, fs.URL, tc.stdin, tc.args...)
+			if r.code != tc.code || r.stdout != tc.stdout || r.stderr != tc.stderr || !strings.Contains(r.msg, tc.msg) {
+				t.Errorf("got exit %d stdout %q stderr %q msg %q\nwant exit %d stdout %q stderr %q msg ~%q",
+					r.code, r.stdout, r.stderr, r.msg, tc.code, tc.stdout, tc.stderr, tc.msg)
+			}
+		})
+	}
+}
+
+func TestExecStdinLimits(t *testing.T) {
+	fs, id := newFake(t)
+	r := runCLI(t, fs.URL, "\xff\xfe binary", "exec", "-i", id, "cat")
+	if r.code != 1 || !strings.Contains(r.msg, "not UTF-8") {
+		t.Errorf("binary stdin: exit %d msg %q", r.code, r.msg)
+	}
+	r = runCLI(t, fs.URL, strings.Repeat("x", maxExecStdin+1), "exec", "-i", id, "cat")
+	if r.code != 1 || !strings.Contains(r.msg, "larger than 64 MiB") {
+		t.Errorf("huge stdin: exit %d msg %q", r.code, r.msg)
+	}
+}
+
+func TestExecJSON(t *testing.T) {
+	fs, id := newFake(t)
+	r := runCLI(t, fs.URL, "", "--json", "exec", id, "--", "exit", "5")
+	var res map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || res["exit_code"] != float64(5) {
+		t.Errorf("exec --json = %q (%v)", r.stdout, err)
+	}
+	if r.code != 5 {
+		t.Errorf("exit %d, want 5", r.code)
+	}
+}
+
+func TestKillLogsTimeoutStats(t *testing.T) {
+	fs, id := newFake(t)
+	other := fs.AddSandbox("host", nil, 0, time.Hour)
+
+	r := runCLI(t, fs.URL, "", "logs", id, "--limit", "2")
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); r.code != 0 || len(lines) != 2 || !strings.Contains(lines[1], "WARN") {
+		t.Errorf("logs: exit %d\n%s", r.code, r.stdout)
+	}
+	r = runCLI(t, fs.URL, "", "logs", id)
+	if !strings.Contains(r.stdout, "sandbox created template=host") {
+		t.Errorf("logs fields: %s", r.stdout)
+	}
+
+	r = runCLI(t, fs.URL, "", "timeout", id, "2h")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, id+" ends at ") || !strings.Contains(r.stdout, "(in 2h)") {
+		t.Errorf("timeout: exit %d %q", r.code, r.stdout)
+	}
+	r = runCLI(t, fs.URL, "", "--json", "timeout", id, "90")
+	var sb map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &sb); err != nil || sb["id"] != id {
+		t.Errorf("timeout --json: %q", r.stdout)
+	}
+
+	r = runCLI(t, fs.URL, "", "stats", id)
+	for _, want := range []string{"1.0 MiB (peak 2.0 MiB) of 512.0 MiB", "3 of 256", "1.50 s"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stats lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	r = runCLI(t, fs.URL, "", "kill", id, "missing", other)
+	if r.stdout != id+"\n"+other+"\n" || r.code != 1 || !strings.Contains(r.msg, "missing: sandbox missing not found") {
+		t.Errorf("kill: exit %d stdout %q msg %q", r.code, r.stdout, r.msg)
+	}
+	if fs.Exists(id) || fs.Exists(other) {
+		t.Error("kill left a sandbox")
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	fs, id := newFake(t)
+	second := fs.AddSandbox("host", nil, 0, time.Hour)
+	r := runCLI(t, fs.URL, "", "__complete", "kill", id, "")
+	if !strings.Contains(r.stdout, second+"\thost running") || strings.Contains(r.stdout, id+"\t") {
+		t.Errorf("kill completion:\n%s", r.stdout)
+	}
+	r = runCLI(t, fs.URL, "", "__complete", "exec", "sb")
+	if !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, second) {
+		t.Errorf("exec completion:\n%s", r.stdout)
+	}
+	r = runCLI(t, fs.URL, "", "__complete", "cp", id[:3])
+	// "ID:" suggestions, and no space after them (directive 2).
+	if !strings.Contains(r.stdout, id+":\thost running") || !strings.HasSuffix(strings.TrimSpace(r.stdout), "\n:2") {
+		t.Errorf("cp completion:\n%s", r.stdout)
+	}
+	// A dead server: no suggestions, no error, no hang.
+	r = runCLI(t, "http://127.0.0.1:1", "", "__complete", "stats", "")
+	if strings.Contains(r.stdout, "sb") || r.code != 0 {
+		t.Errorf("completion with no server: exit %d\n%s", r.code, r.stdout)
+	}
+	r = runCLI(t, fs.URL, "", "completion", "bash")
+	if r.code != 0 || !strings.Contains(r.stdout, "bash completion") {
+		t.Errorf("completion bash: exit %d, %d bytes", r.code, len(r.stdout))
+	}
+}
+
+func TestShell(t *testing.T) {
+	fs, id := newFake(t)
+	r := runCLI(t, fs.URL, "hello\nexit 5\n", "shell", "--cmd", "sh", id)
+	if r.code != 5 || !strings.Contains(r.stdout, "pty 80x24 sh") {
+		t.Errorf("shell: exit %d msg %q stdout %q", r.code, r.msg, r.stdout)
+	}
+	r = runCLI(t, fs.URL, "", "shell", "missing")
+	if r.code != 1 || !strings.Contains(r.msg, "not found") {
+		t.Errorf("shell missing: exit %d msg %q", r.code, r.msg)
+	}
+}

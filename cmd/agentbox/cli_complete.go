@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/client"
+)
+
+// completionTimeout bounds the List call behind a tab press: a slow or
+// absent server must not hang the shell.
+const completionTimeout = 2 * time.Second
+
+// sandboxIDs returns "id\ttemplate state" suggestions for ids starting
+// with prefix, leaving out exclude. Errors give no suggestions: completion
+// has no way to report them.
+func sandboxIDs(cmd *cobra.Command, prefix string, exclude []string) []string {
+	x, err := newCLI(cmd)
+	if err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
+	defer cancel()
+	page, err := x.c.List(ctx, client.ListOptions{Limit: 1000})
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, sb := range page.Sandboxes {
+		if strings.HasPrefix(sb.ID, prefix) && !slices.Contains(exclude, sb.ID) {
+			out = append(out, sb.ID+"\t"+sb.Template+" "+sb.State)
+		}
+	}
+	return out
+}
+
+// completeOneID completes the first argument with a sandbox id.
+func completeOneID(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	return sandboxIDs(cmd, toComplete, nil), cobra.ShellCompDirectiveNoFileComp
+}
+
+// completeManyIDs completes every argument with a sandbox id not given yet.
+func completeManyIDs(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	return sandboxIDs(cmd, toComplete, args), cobra.ShellCompDirectiveNoFileComp
+}
+
+// completeCp offers "ID:" for sandbox ids matching what was typed, and
+// local files otherwise.
+func completeCp(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	if len(args) >= 2 || strings.Contains(toComplete, ":") {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var out []string
+	for _, s := range sandboxIDs(cmd, toComplete, nil) {
+		id, desc, _ := strings.Cut(s, "\t")
+		out = append(out, id+":\t"+desc)
+	}
+	if len(out) == 0 {
+		return nil, cobra.ShellCompDirectiveDefault
+	}
+	return out, cobra.ShellCompDirectiveNoSpace
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/client/fakeserver"
+)
+
+// cliResult is what one in-process run of the CLI produced.
+type cliResult struct {
+	stdout, stderr string
+	code           int    // the exit code main would use
+	msg            string // what main would print after "agentbox:"
+}
+
+// runCLI runs the client commands in-process against the fake server at
+// url, as main does (same flags, same commands), with stdin and captured
+// output; it is bounded to 20 s.
+func runCLI(t *testing.T, url, stdin string, args ...string) cliResult {
+	t.Helper()
+	root := &cobra.Command{Use: "agentbox", SilenceUsage: true, SilenceErrors: true}
+	addClientFlags(root)
+	addClientCommands(root)
+	var stdout, stderr strings.Builder
+	root.SetIn(strings.NewReader(stdin))
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	root.SetArgs(append([]string{"--url", url}, args...))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	res := cliResult{stdout: stdout.String(), stderr: stderr.String()}
+	var exit *exitError
+	switch {
+	case errors.As(err, &exit):
+		res.code, res.msg = exit.code, exit.msg
+	case err != nil:
+		res.code, res.msg = 1, err.Error()
+	}
+	return res
+}
+
+// newFake starts a fake server with one running sandbox.
+func newFake(t *testing.T) (*fakeserver.Server, string) {
+	fs := fakeserver.New(t)
+	id := fs.AddSandbox("host", map[string]string{"owner": "test"}, time.Minute, time.Hour)
+	return fs, id
+}
+
+// safeBuffer is a strings.Builder safe for a writer and a reader goroutine.
+type safeBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *safeBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *safeBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

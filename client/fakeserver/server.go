@@ -47,14 +47,27 @@ type Server struct {
 	resizes   [][2]int // PTY resize messages received
 }
 
-// New starts a fake and stops it when the test ends.
+// New starts a fake on a loopback port and stops it when the test ends.
 func New(t testing.TB) *Server {
+	s := Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Start starts a fake on a loopback port; Close stops it. Prefer New in
+// tests.
+func Start() *Server {
 	s := &Server{PageSize: 100, sandboxes: map[string]*sandbox{}, fs: map[string]*fsys{},
 		sessions: map[string][]string{}}
 	s.ts = httptest.NewServer(s.routes())
 	s.URL = s.ts.URL
-	t.Cleanup(s.ts.Close)
 	return s
+}
+
+// Close stops the fake, closing open connections.
+func (s *Server) Close() {
+	s.ts.CloseClientConnections()
+	s.ts.Close()
 }
 
 // SetAPIKey makes every /v1 request require "Authorization: Bearer key"

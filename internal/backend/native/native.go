@@ -147,7 +147,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	cfg.Root = root
-	if len(newBoxPaths(filepath.Join(root, "sb"), "x").socket())+sandboxIDMaxLen > 107 {
+	if len(newBoxPaths(filepath.Join(root, "sb"), sandbox.NewID()).socket()) > maxSocketPath {
 		return nil, fmt.Errorf("native: state directory %q is too long for unix socket paths; use a shorter data dir", root)
 	}
 	agent, err := filepath.Abs(cfg.AgentPath)
@@ -210,7 +210,8 @@ func New(cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-const sandboxIDMaxLen = 63
+// maxSocketPath is the longest unix socket path the kernel accepts.
+const maxSocketPath = 107
 
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return "native" }
@@ -288,6 +289,9 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	}
 
 	bx := &box{id: spec.ID, paths: newBoxPaths(b.sbRoot, spec.ID)}
+	if len(bx.paths.socket()) > maxSocketPath {
+		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "sandbox id %q is too long for this server's state directory", spec.ID)
+	}
 	bx.rec = record{Spec: spec, AccessToken: spec.AccessToken, CreatedAt: time.Now().UTC()}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()

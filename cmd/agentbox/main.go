@@ -1,0 +1,56 @@
+// Command agentbox is the agentbox daemon and its command-line client.
+//
+//	agentbox serve                      run the API server (make run)
+//	agentbox run -- python3 -c 'print(1)'  one sandbox, one command, no daemon
+//	agentbox create | ls | exec | cp | kill | logs | timeout   talk to a server
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/internal/backend/native"
+	"github.com/agentbox/agentbox/internal/version"
+)
+
+func main() {
+	// Before anything else: sandbox init re-execs are handled by the native
+	// package's init; this makes later re-execs cheap (see SealSelf).
+	native.SealSelf()
+
+	root := &cobra.Command{
+		Use:           "agentbox",
+		Short:         "Sandboxes for AI agents",
+		Version:       version.Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	addClientFlags(root)
+	root.AddCommand(newServeCmd(), newRunCmd())
+	addClientCommands(root)
+
+	err := root.Execute()
+	var exit *exitError
+	switch {
+	case errors.As(err, &exit):
+		if exit.msg != "" {
+			fmt.Fprintln(os.Stderr, "agentbox:", exit.msg)
+		}
+		os.Exit(exit.code)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "agentbox:", err)
+		os.Exit(1)
+	}
+}
+
+// exitError carries a command's exit code (e.g. the code of a process run in
+// a sandbox) out of cobra, with an optional message for stderr.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d: %s", e.code, e.msg) }

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/backend/native"
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/daemon"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+type runOptions struct {
+	memory, disk, template, workdir, dataDir string
+	cpus                                     float64
+	pids                                     int64
+	timeout                                  time.Duration
+	env                                      []string
+	root, noStdin                            bool
+}
+
+func newRunCmd() *cobra.Command {
+	var o runOptions
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- COMMAND [ARG...]",
+		Short: "Run one command in a fresh sandbox, then destroy it (no daemon needed)",
+		Long: `Creates a sandbox on this host, runs COMMAND in it with stdin, stdout and
+stderr passed through, destroys the sandbox and exits with COMMAND's exit
+code — like "docker run --rm". Needs root.
+
+Exit codes: COMMAND's own; 124 when --timeout killed it; 137 when it was
+killed by a signal (the OOM killer included); 125 when the sandbox could not
+be created.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return runOneShot(cmd.Context(), o, args) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.memory, "memory", "", "memory limit, e.g. 256M (default 512M)")
+	f.Float64Var(&o.cpus, "cpus", 0, "CPU quota in cores, e.g. 0.5 (default 1)")
+	f.Int64Var(&o.pids, "pids", 0, "maximum processes and threads (default 256)")
+	f.StringVar(&o.disk, "disk", "", "disk size for /workspace and home (default 1G)")
+	f.DurationVar(&o.timeout, "timeout", 0, "kill the command after this long (default: no limit)")
+	f.StringVar(&o.template, "template", "host", `root filesystem: "host" or "dir:/path/to/rootfs"`)
+	f.StringVarP(&o.workdir, "workdir", "w", "", "working directory inside the sandbox (default /workspace)")
+	f.StringArrayVarP(&o.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	f.BoolVar(&o.root, "root", false, "run as root inside a user namespace")
+	f.BoolVar(&o.noStdin, "no-stdin", false, "do not pass stdin through")
+	f.StringVar(&o.dataDir, "data-dir", "", "state directory (default $AGENTBOX_DATA_DIR or /var/lib/agentbox)")
+	return cmd
+}
+
+func runOneShot(ctx context.Context, o runOptions, args []string) error {
+	spec, err := o.spec()
+	if err != nil {
+		return err
+	}
+	agentPath, err := daemon.FindAgent(os.Getenv("AGENT_PATH"))
+	if err != nil {
+		return &exitError{code: 125, msg: err.Error()}
+	}
+	dataDir := o.dataDir
+	if dataDir == "" {
+		dataDir = os.Getenv("AGENTBOX_DATA_DIR")
+	}
+	if dataDir == "" {
+		dataDir = "/var/lib/agentbox"
+	}
+	b, err := native.New(native.Config{Root: filepath.Join(dataDir, "oneshot"), AgentPath: agentPath})
+	if err != nil {
+		return &exitError{code: 125, msg: err.Error()}
+	}
+
+	// Ctrl-C or a kill still destroys the sandbox: the signal cancels ctx,
+	// the process is killed, and the deferred Destroy runs.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	info, err := b.Create(ctx, spec)
+	if err != nil {
+		return &exitError{code: 125, msg: "create sandbox: " + err.Error()}
+	}
+	defer b.Destroy(context.WithoutCancel(ctx), info.ID)
+
+	client := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address}, "")
+	defer client.Close()
+	var stdin io.Reader
+	if !o.noStdin {
+		stdin = os.Stdin
+	}
+	res, err := client.Run(ctx, agentclient.StartOptions{
+		Cmd: args[0], Args: args[1:], Cwd: o.workdir, Timeout: o.timeout,
+	}, stdin, os.Stdout, os.Stderr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return &exitError{code: 130}
+		}
+		return &exitError{code: 125, msg: err.Error()}
+	}
+	switch {
+	case res.Exited:
+		return exitCode(res.ExitCode)
+	case o.timeout > 0 && res.Status == "killed":
+		return &exitError{code: 124, msg: fmt.Sprintf("killed after --timeout %s", o.timeout)}
+	}
+	if st, err := b.Stats(context.WithoutCancel(ctx), info.ID); err == nil && st.OOMKills > 0 {
+		return &exitError{code: 137, msg: "killed: out of memory (raise --memory)"}
+	}
+	return &exitError{code: 137, msg: res.Status}
+}
+
+func exitCode(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return &exitError{code: code}
+}
+
+func (o runOptions) spec() (sandbox.Spec, error) {
+	spec := sandbox.Spec{ID: sandbox.NewID(), Template: o.template, Root: o.root,
+		Resources: sandbox.Resources{CPUs: o.cpus, PIDs: o.pids}, Env: map[string]string{}}
+	if o.memory != "" {
+		n, err := config.ParseSize(o.memory)
+		if err != nil {
+			return spec, fmt.Errorf("--memory: %w", err)
+		}
+		spec.Resources.MemoryBytes = n
+	}
+	if o.disk != "" {
+		n, err := config.ParseSize(o.disk)
+		if err != nil {
+			return spec, fmt.Errorf("--disk: %w", err)
+		}
+		spec.Resources.DiskBytes = n
+	}
+	for _, kv := range o.env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return spec, fmt.Errorf("--env %q: want KEY=VALUE", kv)
+		}
+		spec.Env[k] = v
+	}
+	return spec, nil
+}

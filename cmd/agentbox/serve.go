@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/daemon"
+)
+
+func newServeCmd() *cobra.Command {
+	var (
+		configFile, host, dataDir string
+		port, poolSize            int
+		sets                      []string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the agentbox API server",
+		Long: `Runs the API server. Settings come from (lowest to highest precedence):
+built-in defaults, the .env file given with --config, the environment, and
+flags. Run "agentbox serve --help-settings" for every setting.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if help, _ := cmd.Flags().GetBool("help-settings"); help {
+				printSettings()
+				return nil
+			}
+			overrides := map[string]string{}
+			f := cmd.Flags()
+			if f.Changed("host") {
+				overrides["HOST"] = host
+			}
+			if f.Changed("port") {
+				overrides["PORT"] = strconv.Itoa(port)
+			}
+			if f.Changed("data-dir") {
+				overrides["AGENTBOX_DATA_DIR"] = dataDir
+			}
+			if f.Changed("pool-size") {
+				overrides["POOL_SIZE"] = strconv.Itoa(poolSize)
+			}
+			for _, kv := range sets {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					return fmt.Errorf("--set %q: want NAME=VALUE", kv)
+				}
+				overrides[k] = v
+			}
+			cfg, err := config.Load(configFile, os.Environ(), overrides)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return daemon.Run(ctx, daemon.Options{Config: cfg, Logger: newLogger(cfg)})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "a .env file of settings")
+	f.StringVar(&host, "host", "", "address to listen on (HOST)")
+	f.IntVar(&port, "port", 0, "port to listen on (PORT)")
+	f.StringVar(&dataDir, "data-dir", "", "state directory (AGENTBOX_DATA_DIR)")
+	f.IntVar(&poolSize, "pool-size", 0, "warm sandboxes per default type (POOL_SIZE)")
+	f.StringArrayVar(&sets, "set", nil, "any setting, NAME=VALUE (repeatable)")
+	f.Bool("help-settings", false, "list every setting with its default")
+	return cmd
+}
+
+func newLogger(cfg *config.Config) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+func printSettings() {
+	s := config.Settings()
+	sort.Slice(s, func(i, j int) bool { return s[i][0] < s[j][0] })
+	for _, row := range s {
+		fmt.Printf("%-24s default %-28q %s\n", row[0], row[1], row[2])
+	}
+}

@@ -1,0 +1,165 @@
+// Package daemon assembles agentbox serve: configuration, backend, store,
+// manager, HTTP API, and the listener, with graceful shutdown.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/backend/native"
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/httpapi"
+	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/version"
+)
+
+// Options are what the daemon needs besides the configuration.
+type Options struct {
+	Config *config.Config
+	// Backend overrides the native backend (tests use the fake one).
+	Backend backend.Backend
+	Logger  *slog.Logger
+	// Listener overrides listening on Config.Addr() (tests pass :0 ones).
+	Listener net.Listener
+	// Ready, when set, is closed once the server accepts requests.
+	Ready chan<- string
+}
+
+// Run serves until ctx ends, then shuts down gracefully: in-flight requests
+// get a grace period, and with AUTO_CLEANUP every sandbox is destroyed.
+func Run(ctx context.Context, opts Options) error {
+	cfg := opts.Config
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if len(cfg.APIKeys) == 0 && !cfg.Loopback() {
+		return fmt.Errorf("refusing to listen on %s without an API key: set BEARER_TOKEN or API_KEYS, or HOST=127.0.0.1", cfg.Host)
+	}
+	for _, name := range cfg.Ignored {
+		log.Warn("setting has no effect with this deployment", "setting", name)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	dataDir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+
+	b := opts.Backend
+	if b == nil {
+		agent, err := FindAgent(cfg.AgentPath)
+		if err != nil {
+			return err
+		}
+		nb, err := native.New(native.Config{
+			Root: filepath.Join(dataDir, "native"), AgentPath: agent,
+			Defaults: cfg.Resources, Logger: log,
+		})
+		if err != nil {
+			return err
+		}
+		b = nb
+	}
+	st, err := store.OpenBolt(filepath.Join(dataDir, "agentbox.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := manager.New(manager.Config{
+		Templates: cfg.Templates, PoolTypes: cfg.DefaultTypes, PoolSize: cfg.PoolSize,
+		DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout, HeartbeatTimeout: cfg.HeartbeatTimeout,
+		MaxInstances: cfg.MaxInstances, MaxPerUser: cfg.MaxPerUser,
+		DefaultResources: cfg.Resources, MaxResources: cfg.MaxResources,
+		ReadonlyMounts: cfg.ReadonlyMounts, DefaultMountDir: cfg.DefaultMountDir,
+		MaxExecOutput: cfg.MaxExecOutputBytes, Logger: log, Metrics: manager.NewMetrics(reg),
+	}, b, st)
+	api := httpapi.New(httpapi.Config{APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Logger: log, Registry: reg}, m)
+
+	ln := opts.Listener
+	if ln == nil {
+		ln, err = net.Listen("tcp", cfg.Addr())
+		if err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+	}
+	srv := &http.Server{
+		Handler:           api.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	if len(cfg.APIKeys) == 0 {
+		log.Warn("no API key configured: authentication is off and the server only listens on loopback", "addr", ln.Addr().String())
+	}
+	log.Info("agentbox serving", "addr", ln.Addr().String(), "version", version.Version, "backend", b.Name(),
+		"data_dir", dataDir, "pool_size", cfg.PoolSize, "auto_cleanup", cfg.AutoCleanup)
+
+	// /healthz answers at once; /readyz waits for recovery of old sandboxes.
+	if err := m.Start(ctx); err != nil {
+		srv.Close()
+		return err
+	}
+	if opts.Ready != nil {
+		opts.Ready <- ln.Addr().String()
+	}
+
+	select {
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			_ = m.Shutdown(context.Background(), false)
+			return fmt.Errorf("serve: %w", err)
+		}
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "auto_cleanup", cfg.AutoCleanup)
+	grace, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(grace); err != nil {
+		srv.Close()
+	}
+	cleanup, cancel2 := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel2()
+	if err := m.Shutdown(cleanup, cfg.AutoCleanup); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// FindAgent returns the agent binary: the configured path, else the one
+// next to this executable.
+func FindAgent(configured string) (string, error) {
+	if configured != "" {
+		if _, err := os.Stat(configured); err != nil {
+			return "", fmt.Errorf("setting AGENT_PATH: %w", err)
+		}
+		return configured, nil
+	}
+	exe, err := native.Executable()
+	if err == nil {
+		p := filepath.Join(filepath.Dir(exe), "agentbox-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("agentbox-agent not found next to the agentbox binary (run make build, or set AGENT_PATH)")
+}

@@ -1,0 +1,126 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/agentbox/agentbox/internal/agent/agentclient"
+)
+
+// ptyControl is a text message on the PTY websocket.
+type ptyControl struct {
+	Type     string `json:"type"`
+	Cols     uint32 `json:"cols,omitempty"`
+	Rows     uint32 `json:"rows,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+}
+
+func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	cols, rows := uint32(80), uint32(24)
+	if v := q.Get("cols"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 16)
+		if err != nil || n == 0 {
+			return badRequest("cols", "cols must be a positive integer")
+		}
+		cols = uint32(n)
+	}
+	if v := q.Get("rows"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 16)
+		if err != nil || n == 0 {
+			return badRequest("rows", "rows must be a positive integer")
+		}
+		rows = uint32(n)
+	}
+	opts := agentclient.StartOptions{Cmd: "/bin/bash", Args: []string{"-i", "-l"}, Cwd: q.Get("cwd"),
+		PTY: &agentclient.PTYSize{Cols: cols, Rows: rows}, Stdin: true,
+		Env: map[string]string{"TERM": "xterm-256color"}}
+	if cmd := q.Get("cmd"); cmd != "" {
+		opts.Args = []string{"-l", "-c", cmd}
+	}
+	client, err := s.m.Agent(r.Context(), userOf(r), sandboxID(r))
+	if err != nil {
+		return err
+	}
+	// Check the sandbox before upgrading, so errors are plain JSON responses.
+	conn, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return nil // Accept already answered with an error
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(1 << 20)
+
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	p, err := client.Start(ctx, opts)
+	if err != nil {
+		conn.Close(websocket.StatusInternalError, truncateReason(err.Error()))
+		return nil
+	}
+	defer p.Close()
+	killed := false
+	defer func() {
+		if !killed {
+			kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = client.Kill(kctx, p.Pid())
+			kcancel()
+		}
+	}()
+
+	// Client → terminal.
+	go func() {
+		defer cancel()
+		for {
+			typ, data, err := conn.Read(ctx)
+			if err != nil {
+				return
+			}
+			switch typ {
+			case websocket.MessageBinary:
+				if err := p.SendStdin(ctx, data); err != nil {
+					return
+				}
+			case websocket.MessageText:
+				var c ptyControl
+				if json.Unmarshal(data, &c) == nil && c.Type == "resize" && c.Cols > 0 && c.Rows > 0 {
+					_ = p.Resize(ctx, c.Cols, c.Rows)
+				}
+			}
+		}
+	}()
+
+	// Terminal → client.
+	for {
+		ev, err := p.Next()
+		if err != nil {
+			conn.Close(websocket.StatusGoingAway, "terminal closed")
+			return nil
+		}
+		switch ev.Kind {
+		case agentclient.EventPTY, agentclient.EventStdout, agentclient.EventStderr:
+			if err := conn.Write(ctx, websocket.MessageBinary, ev.Data); err != nil {
+				return nil
+			}
+		case agentclient.EventEnd:
+			killed = true
+			code := ev.End.ExitCode
+			msg, _ := json.Marshal(ptyControl{Type: "exit", ExitCode: &code})
+			_ = conn.Write(ctx, websocket.MessageText, msg)
+			conn.Close(websocket.StatusNormalClosure, "")
+			return nil
+		}
+	}
+}
+
+// truncateReason keeps a websocket close reason within its 123-byte limit.
+func truncateReason(s string) string {
+	if len(s) > 120 {
+		return s[:120]
+	}
+	return s
+}

@@ -1,0 +1,349 @@
+// Package httpapi serves the native HTTP API (/v1), health and metrics
+// routes, over the manager. Errors have one JSON shape, mapped from error
+// classes in errors.go.
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/version"
+)
+
+// Config configures the API.
+type Config struct {
+	// APIKeys maps keys to users. Empty: no authentication, every caller is
+	// user "default".
+	APIKeys map[string]string
+	// MaxUploadBytes caps file uploads.
+	MaxUploadBytes int64
+	Logger         *slog.Logger
+	// Registry receives HTTP metrics and is served at /metrics.
+	Registry *prometheus.Registry
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg     Config
+	m       *manager.Manager
+	log     *slog.Logger
+	mux     *http.ServeMux
+	handler http.Handler
+	reqDur  *prometheus.HistogramVec
+}
+
+// DefaultUser is who callers are when no API keys are configured.
+const DefaultUser = "default"
+
+// New builds the API over m.
+func New(cfg Config, m *manager.Manager) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxUploadBytes == 0 {
+		cfg.MaxUploadBytes = 1 << 30
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	s := &Server{cfg: cfg, m: m, log: cfg.Logger, mux: http.NewServeMux()}
+	s.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "agentbox_http_request_seconds", Help: "HTTP request latency by route and status class.",
+		Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30},
+	}, []string{"route", "code"})
+	cfg.Registry.MustRegister(s.reqDur)
+	s.routes()
+	s.handler = s.withRequestContext(s.mux)
+	return s
+}
+
+// Handler returns the root handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Mux returns the route table, so protocol front-ends (agentscope, E2B) can
+// add their routes on the same port.
+func (s *Server) Mux() *http.ServeMux { return s.mux }
+
+func (s *Server) routes() {
+	v1 := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+		s.mux.Handle(pattern, s.instrument(pattern, s.authenticated(h)))
+	}
+	v1("POST /v1/sandboxes", s.createSandbox)
+	v1("GET /v1/sandboxes", s.listSandboxes)
+	v1("GET /v1/sandboxes/{id}", s.getSandbox)
+	v1("DELETE /v1/sandboxes/{id}", s.deleteSandbox)
+	v1("POST /v1/sandboxes/{id}/timeout", s.setTimeout)
+	v1("POST /v1/sandboxes/{id}/refresh", s.refresh)
+	v1("GET /v1/sandboxes/{id}/stats", s.stats)
+	v1("GET /v1/sandboxes/{id}/logs", s.logs)
+	v1("POST /v1/sandboxes/{id}/exec", s.exec)
+	v1("GET /v1/sandboxes/{id}/pty", s.pty)
+	v1("GET /v1/sandboxes/{id}/files", s.download)
+	v1("PUT /v1/sandboxes/{id}/files", s.upload)
+	v1("DELETE /v1/sandboxes/{id}/files", s.removeFile)
+	v1("GET /v1/sandboxes/{id}/files/stat", s.statFile)
+	v1("GET /v1/sandboxes/{id}/files/list", s.listFiles)
+	v1("POST /v1/sandboxes/{id}/files/mkdir", s.makeDir)
+	v1("POST /v1/sandboxes/{id}/files/move", s.moveFile)
+	v1("POST /v1/sessions/{session_id}/connect", s.connectSession)
+	v1("POST /v1/sessions/{session_id}/release", s.releaseSession)
+	v1("GET /v1/info", s.info)
+	v1("GET /v1/openapi.yaml", func(w http.ResponseWriter, r *http.Request) error {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, err := w.Write(api.OpenAPI)
+		return err
+	})
+	// Anything else under /v1 is a JSON 404, not the mux's text page.
+	v1("/v1/", func(w http.ResponseWriter, r *http.Request) error {
+		return sandbox.Errorf(sandbox.ClassNotFound, "no route %s %s", r.Method, r.URL.Path)
+	})
+	s.mux.Handle("GET /metrics", s.authenticated(func(w http.ResponseWriter, r *http.Request) error {
+		promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+		return nil
+	}))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !s.m.Ready() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "starting"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+}
+
+type ctxKey int
+
+const (
+	keyRequestID ctxKey = iota
+	keyUser
+	keyLogger
+)
+
+func requestID(r *http.Request) string {
+	id, _ := r.Context().Value(keyRequestID).(string)
+	return id
+}
+
+func logger(r *http.Request) *slog.Logger {
+	if l, ok := r.Context().Value(keyLogger).(*slog.Logger); ok {
+		return l
+	}
+	return slog.Default()
+}
+
+// userOf returns the authenticated user of a request.
+func userOf(r *http.Request) string {
+	u, _ := r.Context().Value(keyUser).(string)
+	return u
+}
+
+// withRequestContext gives every request an id (kept from X-Request-Id when
+// sane), a logger carrying it, an access log line and panic recovery.
+func (s *Server) withRequestContext(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if len(id) == 0 || len(id) > 64 || strings.ContainsAny(id, " \t\r\n") {
+			id = newRequestID()
+		}
+		w.Header().Set("X-Request-Id", id)
+		log := s.log.With("request_id", id)
+		ctx := context.WithValue(context.WithValue(r.Context(), keyRequestID, id), keyLogger, log)
+		r = r.WithContext(ctx)
+		rec := &statusRecorder{ResponseWriter: w}
+		start := time.Now()
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				log.Error("panic serving request", "panic", p, "path", r.URL.Path)
+				if !rec.wrote {
+					writeError(rec, r, fmt.Errorf("panic: %v", p))
+				}
+			}
+			level := slog.LevelInfo
+			if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics" {
+				level = slog.LevelDebug
+			}
+			log.Log(r.Context(), level, "request", "method", r.Method, "path", r.URL.Path,
+				"status", rec.status(), "duration_ms", float64(time.Since(start).Microseconds())/1000, "user", userOf(r))
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+func newRequestID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// instrument records latency per route pattern.
+func (s *Server) instrument(route string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		next.ServeHTTP(w, r)
+		code := "2xx"
+		if rec, ok := w.(*statusRecorder); ok {
+			code = fmt.Sprintf("%dxx", rec.status()/100)
+		}
+		s.reqDur.WithLabelValues(route, code).Observe(time.Since(start).Seconds())
+	})
+}
+
+// authenticated checks the bearer key, puts the user in the context and
+// turns a handler's error into the JSON error response.
+func (s *Server) authenticated(h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, err := s.authenticate(r)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="agentbox"`)
+			writeError(w, r, err)
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), keyUser, user))
+		if err := h(w, r); err != nil {
+			if rec, ok := w.(*statusRecorder); ok && rec.wrote {
+				// Too late for an error response (a stream was under way).
+				logger(r).Warn("request failed after the response started", "err", err)
+				return
+			}
+			writeError(w, r, err)
+		}
+	})
+}
+
+// authenticate returns the user of the request's API key.
+func (s *Server) authenticate(r *http.Request) (string, error) {
+	if len(s.cfg.APIKeys) == 0 {
+		return DefaultUser, nil
+	}
+	return UserForKey(s.cfg.APIKeys, bearerToken(r))
+}
+
+// UserForKey returns the user a key belongs to, comparing in constant time.
+func UserForKey(keys map[string]string, key string) (string, error) {
+	if key == "" {
+		return "", sandbox.Errorf(sandbox.ClassUnauth, "missing API key (Authorization: Bearer <key>)")
+	}
+	user := ""
+	for k, u := range keys {
+		if subtle.ConstantTimeCompare([]byte(k), []byte(key)) == 1 {
+			user = u
+		}
+	}
+	if user == "" {
+		return "", sandbox.Errorf(sandbox.ClassUnauth, "invalid API key")
+	}
+	return user, nil
+}
+
+func bearerToken(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// decodeJSON reads a JSON body of at most limit bytes into v. Unknown
+// fields, trailing data, and oversized bodies are errors naming the problem.
+func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, optional bool) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return badRequest("", "Content-Type must be application/json, got %q", ct)
+	}
+	body := http.MaxBytesReader(w, r.Body, limit)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	switch {
+	case err == nil:
+	case errors.Is(err, io.EOF) && optional:
+		return nil
+	case errors.Is(err, io.EOF):
+		return badRequest("", "request body is empty; a JSON object is required")
+	default:
+		var tooBig *http.MaxBytesError
+		var syntax *json.SyntaxError
+		var typeErr *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &tooBig):
+			return sandbox.Errorf(sandbox.ClassTooLarge, "request body is over %d bytes", limit)
+		case errors.As(err, &syntax):
+			return badRequest("", "malformed JSON at byte %d: %v", syntax.Offset, err)
+		case errors.As(err, &typeErr):
+			return badRequest(typeErr.Field, "field %q: want %s, got %s", typeErr.Field, typeErr.Type, typeErr.Value)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return badRequest(field, "unknown field %q", field)
+		}
+		return badRequest("", "invalid JSON: %v", err)
+	}
+	if dec.More() {
+		return badRequest("", "trailing data after the JSON object")
+	}
+	return nil
+}
+
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+// statusRecorder remembers the status code and whether anything was written.
+type statusRecorder struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if !s.wrote {
+		s.code, s.wrote = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if !s.wrote {
+		s.code, s.wrote = http.StatusOK, true
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) status() int {
+	if s.code == 0 {
+		return http.StatusOK
+	}
+	return s.code
+}
+
+// Unwrap lets http.ResponseController reach Flush and Hijack.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"version":      version.Version,
+		"backend":      s.m.Backend().Name(),
+		"capabilities": s.m.Backend().Capabilities(),
+		"templates":    s.m.Templates(),
+		"pools":        s.m.PoolLevels(),
+		"user":         userOf(r),
+	})
+	return nil
+}

@@ -1,0 +1,360 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/pool"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// CreateRequest is what a caller asks for. Zero fields take the server's
+// defaults.
+type CreateRequest struct {
+	// Template is a template ("host", "dir:/path") or a sandbox type name
+	// ("base"); Type is a sandbox type name. Template wins when both are set.
+	Template string
+	Type     string
+	Timeout  time.Duration
+	Env      map[string]string
+	Metadata map[string]string
+	// Resources override the defaults field by field.
+	Resources sandbox.Resources
+	Network   sandbox.Network
+	// SessionKey binds the sandbox to a session (agentscope's session_ctx_id).
+	SessionKey string
+	// WorkspaceDir is a host directory to use as /workspace (agentscope's
+	// mount_dir). Only trusted front-ends set it; it is never taken from a
+	// request body of the native API.
+	WorkspaceDir string
+	// Extra is opaque front-end data stored with the record.
+	Extra map[string]string
+	// NoPool forces a cold create.
+	NoPool bool
+}
+
+const (
+	maxMetadataEntries = 64
+	maxMapKeyLen       = 256
+	maxMapValueLen     = 4096
+	maxEnvEntries      = 256
+	maxEnvValueLen     = 128 << 10
+)
+
+// resolveTemplate maps a request to a template and a type name.
+func (m *Manager) resolveTemplate(req CreateRequest) (template, typ string, err error) {
+	name := req.Template
+	if name == "" {
+		name = req.Type
+	}
+	if name == "" {
+		name = "base"
+		if len(m.cfg.PoolTypes) > 0 {
+			name = m.cfg.PoolTypes[0]
+		}
+	}
+	if t, ok := m.cfg.Templates[name]; ok {
+		return t, name, nil
+	}
+	if req.Template == "" {
+		return "", "", &sandbox.Error{Class: sandbox.ClassInvalid, Msg: fmt.Sprintf("unknown sandbox type %q", name), Err: fieldErr("type")}
+	}
+	if name == "host" || strings.HasPrefix(name, "dir:") {
+		return name, req.Type, nil
+	}
+	return "", "", &sandbox.Error{Class: sandbox.ClassInvalid, Msg: fmt.Sprintf("unknown template %q", name), Err: fieldErr("template")}
+}
+
+// FieldError names the request field an invalid_argument error is about.
+type FieldError struct{ Field string }
+
+func (f *FieldError) Error() string { return "field " + f.Field }
+
+func fieldErr(field string) error { return &FieldError{Field: field} }
+
+func invalid(field, format string, args ...any) error {
+	return &sandbox.Error{Class: sandbox.ClassInvalid, Msg: fmt.Sprintf(format, args...), Err: fieldErr(field)}
+}
+
+func (m *Manager) validate(req *CreateRequest) error {
+	if req.Timeout < 0 {
+		return invalid("timeout", "timeout must be positive")
+	}
+	if req.Timeout == 0 {
+		req.Timeout = m.cfg.DefaultTimeout
+	}
+	if req.Timeout > m.cfg.MaxTimeout {
+		return invalid("timeout", "timeout %s is over the server's maximum %s", req.Timeout, m.cfg.MaxTimeout)
+	}
+	if err := checkMap("metadata", req.Metadata, maxMetadataEntries, maxMapValueLen); err != nil {
+		return err
+	}
+	if err := checkMap("env", req.Env, maxEnvEntries, maxEnvValueLen); err != nil {
+		return err
+	}
+	for k := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.HasPrefix(k, "AGENTBOX_") {
+			return invalid("env", "invalid environment variable name %q", k)
+		}
+	}
+	r, max := req.Resources, m.cfg.MaxResources
+	switch {
+	case r.MemoryBytes < 0 || (max.MemoryBytes > 0 && r.MemoryBytes > max.MemoryBytes):
+		return invalid("resources.memory", "memory must be at most %d MiB", max.MemoryBytes>>20)
+	case r.CPUs < 0 || (max.CPUs > 0 && r.CPUs > max.CPUs):
+		return invalid("resources.cpus", "cpus must be at most %g", max.CPUs)
+	case r.PIDs < 0 || (max.PIDs > 0 && r.PIDs > max.PIDs):
+		return invalid("resources.pids", "pids must be at most %d", max.PIDs)
+	case r.DiskBytes < 0 || (max.DiskBytes > 0 && r.DiskBytes > max.DiskBytes):
+		return invalid("resources.disk", "disk must be at most %d MiB", max.DiskBytes>>20)
+	}
+	switch req.Network.Mode {
+	case "", sandbox.NetworkNone, sandbox.NetworkEgress:
+	default:
+		return invalid("network.mode", "network mode must be none or egress")
+	}
+	return nil
+}
+
+func checkMap(field string, m map[string]string, maxEntries, maxValue int) error {
+	if len(m) > maxEntries {
+		return invalid(field, "%s has %d entries, at most %d allowed", field, len(m), maxEntries)
+	}
+	for k, v := range m {
+		if len(k) > maxMapKeyLen || len(v) > maxValue || strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) {
+			return invalid(field, "%s entry %.40q is too long or contains NUL", field, k)
+		}
+	}
+	return nil
+}
+
+// Create creates a sandbox for owner: from a warm pool when one matches,
+// else cold. The returned record is a snapshot.
+func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (*store.Record, error) {
+	start := time.Now()
+	if err := m.validate(&req); err != nil {
+		return nil, err
+	}
+	template, typ, err := m.resolveTemplate(req)
+	if err != nil {
+		return nil, err
+	}
+	if m.poolEligible(req) {
+		if p := m.poolFor(template); p != nil {
+			if rec, ok, err := m.takeFromPool(ctx, p, owner, typ, req); ok || err != nil {
+				if err == nil {
+					m.metrics.created("pool", time.Since(start))
+				}
+				return rec, err
+			}
+		}
+		m.metrics.poolMiss(template)
+	}
+	rec, err := m.createCold(ctx, owner, template, typ, req, "")
+	if err != nil {
+		m.metrics.createFailed()
+		return nil, err
+	}
+	m.metrics.created("cold", time.Since(start))
+	return rec, nil
+}
+
+// poolEligible reports whether a pooled sandbox can serve req: pooled
+// sandboxes boot with the default resources, network and workspace; env,
+// metadata and timeout are applied at hand-over.
+func (m *Manager) poolEligible(req CreateRequest) bool {
+	return !req.NoPool && req.Resources == (sandbox.Resources{}) &&
+		(req.Network.Mode == "" || req.Network.Mode == sandbox.NetworkNone) &&
+		len(req.Network.AllowOut) == 0 && len(req.Network.DenyOut) == 0 &&
+		req.WorkspaceDir == "" && m.cfg.DefaultMountDir == ""
+}
+
+// reserve inserts a placeholder entry counted against the limits, or fails
+// with a quota error. Pool fills (owner "") only count against the global cap.
+func (m *Manager) reserve(id sandbox.ID, owner string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cfg.MaxInstances > 0 && len(m.entries) >= m.cfg.MaxInstances {
+		return sandbox.Errorf(sandbox.ClassQuota, "the server runs its maximum of %d sandboxes", m.cfg.MaxInstances)
+	}
+	if owner != "" && m.cfg.MaxPerUser > 0 {
+		n := 0
+		for _, e := range m.entries {
+			if e.rec.Owner == owner && e.rec.Pool == "" {
+				n++
+			}
+		}
+		if n >= m.cfg.MaxPerUser {
+			return sandbox.Errorf(sandbox.ClassQuota, "you have %d sandboxes, the maximum per user", n)
+		}
+	}
+	m.entries[id] = &entry{rec: &store.Record{ID: id, Owner: owner}, creating: true, logs: newEventLog()}
+	return nil
+}
+
+func (m *Manager) unreserve(id sandbox.ID) {
+	m.mu.Lock()
+	if e, ok := m.entries[id]; ok && e.creating {
+		delete(m.entries, id)
+	}
+	m.mu.Unlock()
+}
+
+// createCold boots a new sandbox. poolKey is set for pool fills.
+func (m *Manager) createCold(ctx context.Context, owner, template, typ string, req CreateRequest, poolKey string) (*store.Record, error) {
+	id := sandbox.NewID()
+	if err := m.reserve(id, owner); err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	rec := &store.Record{
+		ID: id, Owner: owner, Template: template, Type: typ, State: sandbox.StateRunning,
+		CreatedAt: now, EndAt: now.Add(req.Timeout), LastActive: now,
+		Metadata: req.Metadata, Env: req.Env, Network: req.Network,
+		AccessToken: newToken(), SessionKey: req.SessionKey, Pool: poolKey, Extra: req.Extra,
+	}
+	if poolKey != "" {
+		rec.EndAt = time.Time{} // pooled sandboxes wait without a deadline
+	}
+	spec := sandbox.Spec{
+		ID: id, Template: template, Env: req.Env, AccessToken: rec.AccessToken, Network: req.Network,
+		Resources: mergeResources(req.Resources, m.cfg.DefaultResources),
+		Mounts:    m.cfg.ReadonlyMounts, WorkspaceDir: req.WorkspaceDir,
+		Labels: map[string]string{"owner": owner},
+	}
+	if spec.WorkspaceDir == "" && m.cfg.DefaultMountDir != "" {
+		dir := filepath.Join(m.cfg.DefaultMountDir, string(id))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			m.unreserve(id)
+			return nil, fmt.Errorf("create workspace dir: %w", err)
+		}
+		// The sandbox user owns its workspace, as on the sandbox's own disk.
+		_ = os.Chown(dir, 1000, 1000)
+		spec.WorkspaceDir = dir
+	}
+	rec.WorkspaceDir = spec.WorkspaceDir
+	rec.Resources = spec.Resources
+	if rec.Network.Mode == "" {
+		rec.Network.Mode = sandbox.NetworkNone
+	}
+
+	bootStart := time.Now()
+	info, err := m.backend.Create(ctx, spec)
+	m.metrics.phase("backend_create", time.Since(bootStart))
+	if err != nil {
+		m.unreserve(id)
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	if err := m.store.Put(context.WithoutCancel(ctx), rec); err != nil {
+		_ = m.backend.Destroy(context.WithoutCancel(ctx), id)
+		m.unreserve(id)
+		return nil, err
+	}
+	m.mu.Lock()
+	e := m.entries[id]
+	e.rec, e.agent, e.creating, e.lastActive = rec, info.Agent, false, time.Now()
+	if poolKey == "" {
+		m.armTimerLocked(id, e)
+		e.logs.add("info", "created", map[string]any{"template": template})
+	} else {
+		e.logs.add("info", "created for the warm pool", map[string]any{"template": template})
+	}
+	m.mu.Unlock()
+	m.metrics.setLive(m.countLive())
+	return rec.Clone(), nil
+}
+
+func mergeResources(r, d sandbox.Resources) sandbox.Resources {
+	if r.MemoryBytes == 0 {
+		r.MemoryBytes = d.MemoryBytes
+	}
+	if r.CPUs == 0 {
+		r.CPUs = d.CPUs
+	}
+	if r.PIDs == 0 {
+		r.PIDs = d.PIDs
+	}
+	if r.DiskBytes == 0 {
+		r.DiskBytes = d.DiskBytes
+	}
+	if r.TmpBytes == 0 {
+		r.TmpBytes = d.TmpBytes
+	}
+	return r
+}
+
+// takeFromPool hands a pooled sandbox to owner and personalises it. ok is
+// false when the pool had nothing usable.
+func (m *Manager) takeFromPool(ctx context.Context, p *pool.Pool, owner, typ string, req CreateRequest) (*store.Record, bool, error) {
+	for attempt := 0; attempt < 3; attempt++ {
+		id, ok := p.Take()
+		if !ok {
+			return nil, false, nil
+		}
+		rec, err := m.handOver(ctx, id, owner, typ, req)
+		if err == nil {
+			m.metrics.poolHit(p.Key())
+			return rec, true, nil
+		}
+		if sandbox.ClassOf(err) == sandbox.ClassQuota {
+			return nil, true, err
+		}
+		// A pooled sandbox that cannot be personalised is broken: drop it and
+		// try the next one.
+		m.log.Warn("discarding broken pooled sandbox", "sandbox", id, "err", err)
+		_ = m.destroy(context.WithoutCancel(ctx), id, "broken in pool")
+	}
+	return nil, false, nil
+}
+
+func (m *Manager) handOver(ctx context.Context, id sandbox.ID, owner, typ string, req CreateRequest) (*store.Record, error) {
+	m.mu.Lock()
+	e, ok := m.entries[id]
+	if !ok || e.destroying {
+		m.mu.Unlock()
+		return nil, sandbox.ErrNotFound(id)
+	}
+	if owner != "" && m.cfg.MaxPerUser > 0 {
+		n := 0
+		for _, o := range m.entries {
+			if o.rec.Owner == owner && o.rec.Pool == "" && !o.creating {
+				n++
+			}
+		}
+		if n >= m.cfg.MaxPerUser {
+			m.mu.Unlock()
+			// Back into the pool: it is still good.
+			if p := m.poolFor(e.rec.Template); p != nil {
+				p.Add(id)
+			}
+			return nil, sandbox.Errorf(sandbox.ClassQuota, "you have %d sandboxes, the maximum per user", n)
+		}
+	}
+	client := m.clientLocked(e)
+	m.mu.Unlock()
+
+	if len(req.Env) > 0 {
+		if err := client.SetEnv(ctx, req.Env); err != nil {
+			return nil, fmt.Errorf("apply env to pooled sandbox: %w", err)
+		}
+	}
+	now := time.Now().UTC()
+	m.mu.Lock()
+	rec := e.rec.Clone()
+	rec.Owner, rec.Type, rec.Pool, rec.FromPool = owner, typ, "", true
+	rec.CreatedAt, rec.EndAt, rec.LastActive = now, now.Add(req.Timeout), now
+	rec.Metadata, rec.Env, rec.SessionKey, rec.Extra = req.Metadata, req.Env, req.SessionKey, req.Extra
+	e.rec, e.lastActive = rec, time.Now()
+	m.armTimerLocked(id, e)
+	e.logs.add("info", "handed over from the warm pool", nil)
+	m.mu.Unlock()
+	if err := m.store.Put(context.WithoutCancel(ctx), rec); err != nil {
+		return nil, err
+	}
+	return rec.Clone(), nil
+}

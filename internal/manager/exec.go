@@ -1,0 +1,191 @@
+package manager
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// ExecRequest is a command to run in a sandbox.
+type ExecRequest struct {
+	Cmd     []string
+	Env     map[string]string
+	Cwd     string
+	Timeout time.Duration
+	Stdin   []byte
+	User    string
+}
+
+// ExecEvent is one step of a streamed exec: the process started, produced
+// output, or ended (Type "start", "stdout", "stderr", "exit").
+type ExecEvent struct {
+	Type   string
+	Pid    uint32
+	Data   []byte
+	Result *ExecResult // for "exit"
+}
+
+// ExecResult is how a command ended, with the reasons a limit killed it.
+type ExecResult struct {
+	ExitCode     int
+	Status       string
+	TimedOut     bool
+	OOMKilled    bool
+	PidsLimitHit bool
+	Duration     time.Duration
+}
+
+// maxExecStdin bounds stdin carried in a request body.
+const maxExecStdin = 64 << 20
+
+// Exec runs req in one of owner's sandboxes, calling emit for each event in
+// order. If ctx ends (the client went away) the process group is killed. An
+// error from emit aborts the run the same way.
+func (m *Manager) Exec(ctx context.Context, owner string, id sandbox.ID, req ExecRequest, emit func(ExecEvent) error) (ExecResult, error) {
+	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+		return ExecResult{}, invalid("cmd", "cmd must name a program")
+	}
+	if len(req.Stdin) > maxExecStdin {
+		return ExecResult{}, sandbox.Errorf(sandbox.ClassTooLarge, "stdin is larger than %d MiB", maxExecStdin>>20)
+	}
+	if req.Timeout < 0 {
+		return ExecResult{}, invalid("timeout", "timeout must be positive")
+	}
+	if req.Timeout == 0 {
+		req.Timeout = m.cfg.DefaultExecTimeout
+	}
+	rec, err := m.Get(ctx, owner, id)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	// A command cannot outlive its sandbox.
+	if left := time.Until(rec.EndAt); !rec.EndAt.IsZero() && left < req.Timeout {
+		req.Timeout = max(left, time.Second)
+	}
+	client, err := m.Agent(ctx, owner, id)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	before, haveStats := m.limitCounters(ctx, id)
+	start := time.Now()
+	opts := agentclient.StartOptions{Cmd: req.Cmd[0], Args: req.Cmd[1:], Env: req.Env, Cwd: req.Cwd,
+		User: req.User, Timeout: req.Timeout, Stdin: req.Stdin != nil}
+	p, err := client.Start(ctx, opts)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer p.Close()
+	finished := false
+	defer func() {
+		if !finished {
+			// Client gone or emit failed: the command must not linger.
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = client.Kill(kctx, p.Pid())
+			cancel()
+		}
+	}()
+	if err := emit(ExecEvent{Type: "start", Pid: p.Pid()}); err != nil {
+		return ExecResult{}, err
+	}
+	if req.Stdin != nil {
+		go func() {
+			if len(req.Stdin) > 0 {
+				if err := p.SendStdin(ctx, req.Stdin); err != nil {
+					return
+				}
+			}
+			_ = p.CloseStdin(ctx)
+		}()
+	}
+	for {
+		ev, err := p.Next()
+		if err != nil {
+			return ExecResult{}, err
+		}
+		switch ev.Kind {
+		case agentclient.EventStdout, agentclient.EventPTY:
+			if err := emit(ExecEvent{Type: "stdout", Data: ev.Data}); err != nil {
+				return ExecResult{}, err
+			}
+		case agentclient.EventStderr:
+			if err := emit(ExecEvent{Type: "stderr", Data: ev.Data}); err != nil {
+				return ExecResult{}, err
+			}
+		case agentclient.EventEnd:
+			finished = true
+			res := ExecResult{ExitCode: ev.End.ExitCode, Status: ev.End.Status, Duration: time.Since(start)}
+			res.TimedOut = !ev.End.Exited && strings.HasPrefix(ev.End.Error, "timeout")
+			if haveStats {
+				if after, ok := m.limitCounters(context.WithoutCancel(ctx), id); ok {
+					res.OOMKilled = after.OOMKills > before.OOMKills
+					res.PidsLimitHit = after.PidsLimitHits > before.PidsLimitHits
+				}
+			}
+			m.metrics.exec(time.Since(start))
+			if res.OOMKilled {
+				m.Log(id, "warn", "a process was killed by the out-of-memory killer", map[string]any{"cmd": req.Cmd})
+			}
+			return res, emit(ExecEvent{Type: "exit", Result: &res})
+		}
+	}
+}
+
+func (m *Manager) limitCounters(ctx context.Context, id sandbox.ID) (backend.Stats, bool) {
+	sr, ok := m.backend.(backend.StatsReader)
+	if !ok {
+		return backend.Stats{}, false
+	}
+	st, err := sr.Stats(ctx, id)
+	return st, err == nil
+}
+
+// BufferedExec is the outcome of ExecBuffered.
+type BufferedExec struct {
+	ExecResult
+	Stdout, Stderr []byte
+	Truncated      bool
+}
+
+// ExecBuffered runs req and collects its output, each stream capped at the
+// configured maximum (truncation is reported, not an error).
+func (m *Manager) ExecBuffered(ctx context.Context, owner string, id sandbox.ID, req ExecRequest) (*BufferedExec, error) {
+	var out, errb cappedBuffer
+	out.max, errb.max = m.cfg.MaxExecOutput, m.cfg.MaxExecOutput
+	res, err := m.Exec(ctx, owner, id, req, func(ev ExecEvent) error {
+		switch ev.Type {
+		case "stdout":
+			out.Write(ev.Data)
+		case "stderr":
+			errb.Write(ev.Data)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &BufferedExec{ExecResult: res, Stdout: out.Bytes(), Stderr: errb.Bytes(),
+		Truncated: out.truncated || errb.truncated}, nil
+}
+
+type cappedBuffer struct {
+	bytes.Buffer
+	max       int64
+	truncated bool
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	room := c.max - int64(c.Len())
+	if int64(len(p)) > room {
+		c.truncated = true
+		if room > 0 {
+			c.Buffer.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	return c.Buffer.Write(p)
+}

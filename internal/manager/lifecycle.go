@@ -1,0 +1,257 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/pool"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// Delete destroys one of owner's sandboxes.
+func (m *Manager) Delete(ctx context.Context, owner string, id sandbox.ID) error {
+	if _, err := m.entryFor(owner, id); err != nil {
+		return err
+	}
+	return m.destroy(ctx, id, "deleted")
+}
+
+// destroy removes a sandbox whoever owns it: backend, record, timers. A
+// concurrent second destroy of the same id returns at once.
+func (m *Manager) destroy(ctx context.Context, id sandbox.ID, reason string) error {
+	m.mu.Lock()
+	e, ok := m.entries[id]
+	if !ok || e.destroying || e.creating {
+		m.mu.Unlock()
+		return nil
+	}
+	e.destroying = true
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	poolKey, template := e.rec.Pool, e.rec.Template
+	client := e.client
+	e.client = nil
+	m.mu.Unlock()
+	if poolKey != "" {
+		if p := m.poolFor(template); p != nil {
+			p.Remove(id)
+		}
+	}
+	if client != nil {
+		client.Close()
+	}
+	err := m.backend.Destroy(context.WithoutCancel(ctx), id)
+	if err != nil {
+		// Keep the entry (not destroying any more) so a retry can finish it.
+		m.mu.Lock()
+		e.destroying = false
+		m.mu.Unlock()
+		return fmt.Errorf("destroy sandbox %s: %w", id, err)
+	}
+	if err := m.store.Delete(context.WithoutCancel(ctx), id); err != nil {
+		m.log.Error("delete record", "sandbox", id, "err", err)
+	}
+	m.mu.Lock()
+	delete(m.entries, id)
+	m.mu.Unlock()
+	m.metrics.destroyed(reason)
+	m.metrics.setLive(m.countLive())
+	m.log.Info("sandbox destroyed", "sandbox", id, "reason", reason)
+	if poolKey == "" {
+		// A freed slot may let a pool refill that was over the limit.
+		m.kickPools()
+	}
+	return nil
+}
+
+// armTimerLocked (re)starts the expiry timer of e from its record's EndAt.
+func (m *Manager) armTimerLocked(id sandbox.ID, e *entry) {
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	if e.rec.EndAt.IsZero() {
+		return
+	}
+	e.timer = time.AfterFunc(time.Until(e.rec.EndAt), func() {
+		m.mu.Lock()
+		cur, ok := m.entries[id]
+		// A timer replaced by a later SetTimeout may still fire: check the
+		// deadline again instead of trusting the timer.
+		expired := ok && cur == e && !e.rec.EndAt.IsZero() && !time.Now().Before(e.rec.EndAt)
+		m.mu.Unlock()
+		if expired {
+			m.expire(id, "timeout")
+		}
+	})
+}
+
+func (m *Manager) expire(id sandbox.ID, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := m.destroy(ctx, id, reason); err != nil {
+		m.log.Error("expire sandbox", "sandbox", id, "reason", reason, "err", err)
+	}
+}
+
+// SetTimeout sets owner's sandbox to end timeout from now (shorter or longer).
+func (m *Manager) SetTimeout(ctx context.Context, owner string, id sandbox.ID, timeout time.Duration) (*store.Record, error) {
+	if timeout <= 0 {
+		return nil, invalid("timeout", "timeout must be positive")
+	}
+	if timeout > m.cfg.MaxTimeout {
+		return nil, invalid("timeout", "timeout %s is over the server's maximum %s", timeout, m.cfg.MaxTimeout)
+	}
+	return m.updateEnd(ctx, owner, id, func(end time.Time) time.Time { return time.Now().UTC().Add(timeout) })
+}
+
+// Refresh extends owner's sandbox to end at least d from now; it never
+// shortens it. d = 0 means the default timeout.
+func (m *Manager) Refresh(ctx context.Context, owner string, id sandbox.ID, d time.Duration) (*store.Record, error) {
+	if d < 0 {
+		return nil, invalid("duration", "duration must be positive")
+	}
+	if d == 0 {
+		d = m.cfg.DefaultTimeout
+	}
+	if d > m.cfg.MaxTimeout {
+		return nil, invalid("duration", "duration %s is over the server's maximum %s", d, m.cfg.MaxTimeout)
+	}
+	return m.updateEnd(ctx, owner, id, func(end time.Time) time.Time {
+		if want := time.Now().UTC().Add(d); want.After(end) {
+			return want
+		}
+		return end
+	})
+}
+
+func (m *Manager) updateEnd(ctx context.Context, owner string, id sandbox.ID, next func(time.Time) time.Time) (*store.Record, error) {
+	e, err := m.entryFor(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	rec := e.rec.Clone()
+	rec.EndAt = next(rec.EndAt)
+	e.rec = rec
+	m.armTimerLocked(id, e)
+	e.logs.add("info", "end time set", map[string]any{"end_at": rec.EndAt})
+	m.mu.Unlock()
+	if err := m.store.Put(ctx, rec); err != nil {
+		return nil, err
+	}
+	return rec.Clone(), nil
+}
+
+// Touch records activity on a sandbox (for heartbeat expiry).
+func (m *Manager) Touch(id sandbox.ID) {
+	m.mu.Lock()
+	if e, ok := m.entries[id]; ok {
+		e.lastActive = time.Now()
+	}
+	m.mu.Unlock()
+}
+
+// heartbeatLoop recycles session sandboxes nobody used for HeartbeatTimeout
+// (agentscope's idle-session expiry). Sandboxes outside sessions live by
+// their end time only.
+func (m *Manager) heartbeatLoop(ctx context.Context) {
+	defer close(m.loopsDone)
+	hb := m.cfg.HeartbeatTimeout
+	if hb <= 0 {
+		<-ctx.Done()
+		return
+	}
+	tick := min(max(hb/4, 100*time.Millisecond), 10*time.Second)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var idle []sandbox.ID
+		now := time.Now()
+		m.mu.Lock()
+		for id, e := range m.entries {
+			if !e.creating && !e.destroying && e.rec.SessionKey != "" && e.rec.Pool == "" && now.Sub(e.lastActive) > hb {
+				idle = append(idle, id)
+			}
+		}
+		m.mu.Unlock()
+		for _, id := range idle {
+			m.expire(id, "heartbeat timeout")
+		}
+	}
+}
+
+// Pools.
+
+func (m *Manager) startPools(ctx context.Context) {
+	if m.cfg.PoolSize <= 0 {
+		return
+	}
+	seen := map[string]bool{}
+	for _, typ := range m.cfg.PoolTypes {
+		template := m.cfg.Templates[typ]
+		if template == "" || seen[template] {
+			continue
+		}
+		seen[template] = true
+		p := pool.New(template, m.cfg.PoolSize, m.poolFill(template), m.log)
+		m.mu.Lock()
+		m.pools[template] = p
+		// Pooled sandboxes recovered from a previous run go back in first.
+		for id, e := range m.entries {
+			if e.rec.Pool == template {
+				p.Add(id)
+			}
+		}
+		m.mu.Unlock()
+		p.Start(ctx)
+	}
+}
+
+func (m *Manager) poolFill(template string) pool.FillFunc {
+	return func(ctx context.Context) (sandbox.ID, error) {
+		start := time.Now()
+		rec, err := m.createCold(ctx, "", template, "", CreateRequest{Timeout: m.cfg.DefaultTimeout}, template)
+		if err != nil {
+			return "", err
+		}
+		m.metrics.phase("pool_fill", time.Since(start))
+		return rec.ID, nil
+	}
+}
+
+func (m *Manager) poolFor(template string) *pool.Pool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pools[template]
+}
+
+func (m *Manager) kickPools() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.pools {
+		p.Kick()
+	}
+}
+
+// PoolLevels returns the number of ready sandboxes per pool.
+func (m *Manager) PoolLevels() map[string]int {
+	m.mu.Lock()
+	pools := make(map[string]int, len(m.pools))
+	ps := make(map[string]*pool.Pool, len(m.pools))
+	for k, p := range m.pools {
+		ps[k] = p
+	}
+	m.mu.Unlock()
+	for k, p := range ps {
+		pools[k] = p.Len()
+	}
+	return pools
+}

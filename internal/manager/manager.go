@@ -1,0 +1,326 @@
+// Package manager is the one place that knows the backend, the warm pools,
+// the store and the lifecycle rules (owners, end times, limits, sessions).
+// Every API front-end (native /v1, agentscope, E2B) goes through it.
+package manager
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/pool"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// Config holds the lifecycle rules.
+type Config struct {
+	// Templates maps sandbox type names to templates ("base" -> "host").
+	Templates map[string]string
+	// PoolTypes are the sandbox types that get a warm pool of PoolSize.
+	PoolTypes []string
+	PoolSize  int
+
+	DefaultTimeout time.Duration
+	MaxTimeout     time.Duration
+	// HeartbeatTimeout destroys session sandboxes idle for longer; 0 = never.
+	HeartbeatTimeout time.Duration
+
+	// MaxInstances caps live sandboxes (pooled ones included); 0 = no cap.
+	MaxInstances int
+	// MaxPerUser caps live sandboxes per owner; 0 = no cap.
+	MaxPerUser int
+
+	DefaultResources sandbox.Resources
+	MaxResources     sandbox.Resources
+	ReadonlyMounts   []sandbox.Mount
+	// DefaultMountDir, when set, gives each sandbox <dir>/<id> as /workspace.
+	DefaultMountDir string
+
+	// MaxExecOutput caps the bytes of each stream kept for a buffered exec.
+	MaxExecOutput int64
+	// DefaultExecTimeout applies when an exec request has none.
+	DefaultExecTimeout time.Duration
+
+	Logger  *slog.Logger
+	Metrics *Metrics
+}
+
+// Manager owns the daemon's sandboxes. Create it with New, then Start it.
+type Manager struct {
+	cfg     Config
+	backend backend.Backend
+	store   store.Store
+	log     *slog.Logger
+	metrics *Metrics
+
+	mu      sync.Mutex
+	entries map[sandbox.ID]*entry
+	pools   map[string]*pool.Pool // by template
+
+	sessionLocks keyedMutex
+	ready        atomic.Bool
+	stopLoops    context.CancelFunc
+	loopsDone    chan struct{}
+}
+
+// entry is the manager's live view of one sandbox. rec is replaced, never
+// mutated in place, so a snapshot handed to callers stays consistent; all
+// fields are guarded by Manager.mu.
+type entry struct {
+	rec        *store.Record
+	agent      sandbox.Endpoint
+	client     *agentclient.Client
+	timer      *time.Timer
+	creating   bool // a placeholder counted against limits while the backend works
+	destroying bool
+	lastActive time.Time
+	logs       *eventLog
+}
+
+// New returns a manager; call Start before serving requests.
+func New(cfg Config, b backend.Backend, s store.Store) *Manager {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	if cfg.DefaultTimeout == 0 {
+		cfg.DefaultTimeout = 5 * time.Minute
+	}
+	if cfg.MaxTimeout == 0 {
+		cfg.MaxTimeout = 24 * time.Hour
+	}
+	if cfg.DefaultExecTimeout == 0 {
+		cfg.DefaultExecTimeout = 60 * time.Second
+	}
+	if cfg.MaxExecOutput == 0 {
+		cfg.MaxExecOutput = 16 << 20
+	}
+	if cfg.Templates == nil {
+		cfg.Templates = map[string]string{"base": "host"}
+	}
+	return &Manager{
+		cfg: cfg, backend: b, store: s, log: cfg.Logger.With("component", "manager"), metrics: cfg.Metrics,
+		entries: map[sandbox.ID]*entry{}, pools: map[string]*pool.Pool{},
+	}
+}
+
+// Ready reports whether Start has finished recovering sandboxes.
+func (m *Manager) Ready() bool { return m.ready.Load() }
+
+// Backend returns the backend (for front-ends that need its capabilities).
+func (m *Manager) Backend() backend.Backend { return m.backend }
+
+// Templates returns the type -> template map.
+func (m *Manager) Templates() map[string]string { return m.cfg.Templates }
+
+// Start reconciles the store with what the backend still runs (so a
+// restarted daemon reattaches to its sandboxes and drops the dead ones),
+// then starts the warm pools and the expiry loops.
+func (m *Manager) Start(ctx context.Context) error {
+	if err := m.recover(ctx); err != nil {
+		return err
+	}
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.stopLoops = cancel
+	m.loopsDone = make(chan struct{})
+	go m.heartbeatLoop(loopCtx)
+	m.startPools(loopCtx)
+	m.ready.Store(true)
+	return nil
+}
+
+// Shutdown stops the pools and loops. With destroyAll every sandbox is
+// destroyed (AUTO_CLEANUP); otherwise they keep running and a restarted
+// daemon reattaches to them.
+func (m *Manager) Shutdown(ctx context.Context, destroyAll bool) error {
+	m.ready.Store(false)
+	if m.stopLoops != nil {
+		m.stopLoops()
+		<-m.loopsDone
+	}
+	m.mu.Lock()
+	pools := m.pools
+	m.pools = map[string]*pool.Pool{}
+	m.mu.Unlock()
+	for _, p := range pools {
+		p.Stop() // pooled sandboxes stay recorded; destroyed below or recovered later
+	}
+	m.mu.Lock()
+	ids := make([]sandbox.ID, 0, len(m.entries))
+	for id, e := range m.entries {
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+		if !e.creating {
+			ids = append(ids, id)
+		}
+	}
+	m.mu.Unlock()
+	if !destroyAll {
+		m.closeClients()
+		return nil
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	var errMu sync.Mutex
+	var errs []error
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(id sandbox.ID) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := m.destroy(ctx, id, "server shutdown"); err != nil {
+				errMu.Lock()
+				errs = append(errs, err)
+				errMu.Unlock()
+			}
+		}(id)
+	}
+	wg.Wait()
+	m.closeClients()
+	return errors.Join(errs...)
+}
+
+func (m *Manager) closeClients() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.entries {
+		if e.client != nil {
+			e.client.Close()
+			e.client = nil
+		}
+	}
+}
+
+// recover reconciles store records with the backend's sandboxes.
+func (m *Manager) recover(ctx context.Context) error {
+	recs, err := m.store.List(ctx)
+	if err != nil {
+		return fmt.Errorf("load sandbox records: %w", err)
+	}
+	infos, err := m.backend.Recover(ctx)
+	if err != nil {
+		return fmt.Errorf("recover backend sandboxes: %w", err)
+	}
+	live := map[sandbox.ID]sandbox.Info{}
+	for _, in := range infos {
+		live[in.ID] = in
+	}
+	now := time.Now()
+	for _, rec := range recs {
+		in, ok := live[rec.ID]
+		delete(live, rec.ID)
+		switch {
+		case !ok:
+			m.log.Warn("dropping record of a sandbox the backend no longer has", "sandbox", rec.ID)
+			_ = m.store.Delete(ctx, rec.ID)
+		case in.State != sandbox.StateRunning:
+			m.log.Warn("destroying sandbox whose agent died while the daemon was down", "sandbox", rec.ID, "reason", in.Reason)
+			_ = m.backend.Destroy(ctx, rec.ID)
+			_ = m.store.Delete(ctx, rec.ID)
+		case !rec.EndAt.IsZero() && rec.EndAt.Before(now) && rec.Pool == "":
+			m.log.Info("destroying sandbox that expired while the daemon was down", "sandbox", rec.ID)
+			_ = m.backend.Destroy(ctx, rec.ID)
+			_ = m.store.Delete(ctx, rec.ID)
+		default:
+			e := &entry{rec: rec, agent: in.Agent, lastActive: now, logs: newEventLog()}
+			e.logs.add("info", "reattached after daemon restart", nil)
+			m.mu.Lock()
+			m.entries[rec.ID] = e
+			if rec.Pool == "" {
+				m.armTimerLocked(rec.ID, e)
+			}
+			m.mu.Unlock()
+		}
+	}
+	for id := range live {
+		m.log.Warn("destroying sandbox with no record (crash during create)", "sandbox", id)
+		_ = m.backend.Destroy(ctx, id)
+	}
+	m.metrics.setLive(m.countLive())
+	return nil
+}
+
+// entryFor returns the entry of a sandbox owned by owner. Other owners'
+// sandboxes, pooled ones and placeholders are not found: a user cannot even
+// learn that someone else's sandbox exists.
+func (m *Manager) entryFor(owner string, id sandbox.ID) (*entry, error) {
+	if id.Validate() != nil {
+		return nil, sandbox.ErrNotFound(id)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[id]
+	if !ok || e.creating || e.destroying || e.rec.Pool != "" || e.rec.Owner != owner {
+		return nil, sandbox.ErrNotFound(id)
+	}
+	return e, nil
+}
+
+// clientLocked returns the entry's agent client, creating it on first use.
+func (m *Manager) clientLocked(e *entry) *agentclient.Client {
+	if e.client == nil {
+		e.client = agentclient.New(agentclient.Endpoint{Network: e.agent.Network, Address: e.agent.Address}, e.rec.AccessToken)
+	}
+	return e.client
+}
+
+func (m *Manager) countLive() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.entries)
+}
+
+func newToken() string {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("manager: random token: %v", err))
+	}
+	return hex.EncodeToString(b)
+}
+
+// keyedMutex serialises work per key (e.g. per session).
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedLock
+}
+
+type keyedLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedLock{}
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyedLock{}
+		k.locks[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}

@@ -1,0 +1,349 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/backend/fake"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.Cleanup()
+	os.Exit(code)
+}
+
+type env struct {
+	m  *Manager
+	b  *fake.Backend
+	st store.Store
+}
+
+// newEnv returns a started manager over the fake backend (real agent
+// processes, no isolation) and an in-memory store.
+func newEnv(t *testing.T, cfg Config) *env {
+	t.Helper()
+	b := fake.New(testutil.AgentBinary(t), t.TempDir())
+	t.Cleanup(func() { b.Close() })
+	st := store.NewMemory()
+	m := New(cfg, b, st)
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Shutdown(context.Background(), true) })
+	return &env{m: m, b: b, st: st}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func execOut(t *testing.T, m *Manager, owner string, id sandbox.ID, cmd ...string) string {
+	t.Helper()
+	res, err := m.ExecBuffered(context.Background(), owner, id, ExecRequest{Cmd: cmd})
+	if err != nil {
+		t.Fatalf("exec %v: %v", cmd, err)
+	}
+	return string(res.Stdout)
+}
+
+func TestOwnershipAndLifecycle(t *testing.T) {
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	rec, err := e.m.Create(ctx, "alice", CreateRequest{Metadata: map[string]string{"app": "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Owner != "alice" || rec.AccessToken == "" || rec.Template != "host" || rec.Type != "base" {
+		t.Fatalf("record = %+v", rec)
+	}
+	if got, err := e.m.Get(ctx, "alice", rec.ID); err != nil || got.Metadata["app"] != "x" {
+		t.Fatalf("get = %+v %v", got, err)
+	}
+	// Bob cannot see, use or delete it: it does not exist for him.
+	if _, err := e.m.Get(ctx, "bob", rec.ID); !sandbox.IsNotFound(err) {
+		t.Fatalf("bob get: %v", err)
+	}
+	if _, err := e.m.ExecBuffered(ctx, "bob", rec.ID, ExecRequest{Cmd: []string{"true"}}); !sandbox.IsNotFound(err) {
+		t.Fatalf("bob exec: %v", err)
+	}
+	if err := e.m.Delete(ctx, "bob", rec.ID); !sandbox.IsNotFound(err) {
+		t.Fatalf("bob delete: %v", err)
+	}
+	page, _ := e.m.List(ctx, "bob", ListOptions{})
+	if len(page.Records) != 0 {
+		t.Fatalf("bob lists %d sandboxes", len(page.Records))
+	}
+	if out := execOut(t, e.m, "alice", rec.ID, "echo", "hi"); out != "hi\n" {
+		t.Fatalf("exec = %q", out)
+	}
+	if err := e.m.Delete(ctx, "alice", rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Get(ctx, "alice", rec.ID); !sandbox.IsNotFound(err) {
+		t.Fatalf("get after delete: %v", err)
+	}
+	if _, err := e.st.Get(ctx, rec.ID); !sandbox.IsNotFound(err) {
+		t.Fatalf("record kept after delete: %v", err)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	e := newEnv(t, Config{MaxTimeout: time.Hour, MaxResources: sandbox.Resources{MemoryBytes: 1 << 30}})
+	ctx := context.Background()
+	cases := []struct {
+		req   CreateRequest
+		field string
+	}{
+		{CreateRequest{Timeout: 2 * time.Hour}, "timeout"},
+		{CreateRequest{Template: "nope"}, "template"},
+		{CreateRequest{Type: "nope"}, "type"},
+		{CreateRequest{Resources: sandbox.Resources{MemoryBytes: 2 << 30}}, "resources.memory"},
+		{CreateRequest{Env: map[string]string{"A=B": "x"}}, "env"},
+		{CreateRequest{Env: map[string]string{"AGENTBOX_ACCESS_TOKEN": "x"}}, "env"},
+		{CreateRequest{Network: sandbox.Network{Mode: "wide-open"}}, "network.mode"},
+	}
+	for _, c := range cases {
+		_, err := e.m.Create(ctx, "u", c.req)
+		var fe *FieldError
+		if sandbox.ClassOf(err) != sandbox.ClassInvalid || !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%+v: err = %v, want invalid field %s", c.req, err, c.field)
+		}
+	}
+	if n := e.b.Calls("create"); n != 0 {
+		t.Fatalf("invalid requests reached the backend %d times", n)
+	}
+}
+
+func TestTimeoutsExpire(t *testing.T) {
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	rec, err := e.m.Create(ctx, "u", CreateRequest{Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep, err := e.m.Create(ctx, "u", CreateRequest{Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.SetTimeout(ctx, "u", keep.ID, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "expiry", func() bool {
+		_, err := e.m.Get(ctx, "u", rec.ID)
+		return sandbox.IsNotFound(err)
+	})
+	if _, err := e.m.Get(ctx, "u", keep.ID); err != nil {
+		t.Fatalf("extended sandbox expired: %v", err)
+	}
+	// Refresh never shortens.
+	before, _ := e.m.Get(ctx, "u", keep.ID)
+	after, err := e.m.Refresh(ctx, "u", keep.ID, time.Second)
+	if err != nil || !after.EndAt.Equal(before.EndAt) {
+		t.Fatalf("refresh shortened the end: %v -> %v (%v)", before.EndAt, after.EndAt, err)
+	}
+	// SetTimeout may shorten.
+	if _, err := e.m.SetTimeout(ctx, "u", keep.ID, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "shortened expiry", func() bool {
+		_, err := e.m.Get(ctx, "u", keep.ID)
+		return sandbox.IsNotFound(err)
+	})
+}
+
+func TestQuotas(t *testing.T) {
+	e := newEnv(t, Config{MaxPerUser: 2, MaxInstances: 3})
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if _, err := e.m.Create(ctx, "alice", CreateRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.m.Create(ctx, "alice", CreateRequest{}); sandbox.ClassOf(err) != sandbox.ClassQuota {
+		t.Fatalf("third sandbox for alice: %v, want quota", err)
+	}
+	bob, err := e.m.Create(ctx, "bob", CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Create(ctx, "carol", CreateRequest{}); sandbox.ClassOf(err) != sandbox.ClassQuota {
+		t.Fatalf("over the global cap: %v, want quota", err)
+	}
+	if err := e.m.Delete(ctx, "bob", bob.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Create(ctx, "carol", CreateRequest{}); err != nil {
+		t.Fatalf("after a delete frees a slot: %v", err)
+	}
+}
+
+func TestPoolHitPersonalisesAndRefills(t *testing.T) {
+	e := newEnv(t, Config{PoolTypes: []string{"base"}, PoolSize: 2})
+	ctx := context.Background()
+	waitFor(t, 30*time.Second, "pool fill", func() bool { return e.m.PoolLevels()["host"] == 2 })
+	rec, err := e.m.Create(ctx, "alice", CreateRequest{Env: map[string]string{"GREETING": "from-pool"},
+		Metadata: map[string]string{"k": "v"}, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rec.FromPool || rec.Owner != "alice" || rec.Metadata["k"] != "v" {
+		t.Fatalf("pool hit record = %+v", rec)
+	}
+	if time.Until(rec.EndAt) < 50*time.Second {
+		t.Fatalf("end time not set from the request: %v", rec.EndAt)
+	}
+	if out := execOut(t, e.m, "alice", rec.ID, "/bin/sh", "-c", "echo $GREETING"); out != "from-pool\n" {
+		t.Fatalf("env not applied to pooled sandbox: %q", out)
+	}
+	waitFor(t, 30*time.Second, "pool refill", func() bool { return e.m.PoolLevels()["host"] == 2 })
+	// Pooled sandboxes are nobody's: not listed, not reachable.
+	page, _ := e.m.List(ctx, "", ListOptions{})
+	if len(page.Records) != 0 {
+		t.Fatalf("pooled sandboxes visible: %d", len(page.Records))
+	}
+	// A request the pool cannot serve (custom resources) is a cold create.
+	cold, err := e.m.Create(ctx, "alice", CreateRequest{Resources: sandbox.Resources{PIDs: 100}})
+	if err != nil || cold.FromPool {
+		t.Fatalf("custom resources: %+v %v", cold, err)
+	}
+}
+
+func TestSessions(t *testing.T) {
+	e := newEnv(t, Config{Templates: map[string]string{"base": "host", "filesystem": "host"}})
+	ctx := context.Background()
+	key := SessionKey("s1", "u1")
+	if key != "s1_u1" || SessionKey("s1", "") != "s1" {
+		t.Fatalf("session keys: %q", key)
+	}
+	first, err := e.m.ConnectSession(ctx, "alice", key, []string{"base", "filesystem"}, CreateRequest{})
+	if err != nil || len(first) != 2 || first[0].Type != "base" || first[1].Type != "filesystem" {
+		t.Fatalf("connect = %+v %v", first, err)
+	}
+	again, err := e.m.ConnectSession(ctx, "alice", key, []string{"filesystem"}, CreateRequest{})
+	if err != nil || len(again) != 1 || again[0].ID != first[1].ID {
+		t.Fatalf("reconnect = %+v %v", again, err)
+	}
+	if keys := e.m.SessionKeys("alice"); len(keys) != 1 || keys[0] != key {
+		t.Fatalf("session keys = %v", keys)
+	}
+	if keys := e.m.SessionKeys("bob"); len(keys) != 0 {
+		t.Fatalf("bob sees session keys %v", keys)
+	}
+	ids, err := e.m.ReleaseSession(ctx, "alice", key)
+	if err != nil || len(ids) != 2 {
+		t.Fatalf("release = %v %v", ids, err)
+	}
+	if len(e.m.SessionSandboxes("alice", key)) != 0 {
+		t.Fatal("sandboxes left after release")
+	}
+}
+
+func TestHeartbeatRecyclesIdleSessions(t *testing.T) {
+	e := newEnv(t, Config{HeartbeatTimeout: 300 * time.Millisecond})
+	ctx := context.Background()
+	recs, err := e.m.ConnectSession(ctx, "u", "idle", nil, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := e.m.Create(ctx, "u", CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "heartbeat expiry", func() bool {
+		_, err := e.m.Get(ctx, "u", recs[0].ID)
+		return sandbox.IsNotFound(err)
+	})
+	if _, err := e.m.Get(ctx, "u", plain.ID); err != nil {
+		t.Fatalf("sandbox outside a session was recycled: %v", err)
+	}
+}
+
+func TestRestartReconciles(t *testing.T) {
+	b := fake.New(testutil.AgentBinary(t), t.TempDir())
+	t.Cleanup(func() { b.Close() })
+	st := store.NewMemory()
+	ctx := context.Background()
+	m1 := New(Config{}, b, st)
+	if err := m1.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kept, _ := m1.Create(ctx, "u", CreateRequest{Timeout: time.Hour})
+	dead, _ := m1.Create(ctx, "u", CreateRequest{Timeout: time.Hour})
+	expiring, _ := m1.Create(ctx, "u", CreateRequest{Timeout: 200 * time.Millisecond})
+	if err := m1.Shutdown(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	// While "down": an agent dies, a deadline passes, and a sandbox exists
+	// that has no record (crash between backend create and store write).
+	if err := b.Crash(dead.ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	orphan := sandbox.NewID()
+	if _, err := b.Create(ctx, sandbox.Spec{ID: orphan, Template: "host"}); err != nil {
+		t.Fatal(err)
+	}
+
+	m2 := New(Config{}, b, st)
+	if err := m2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Shutdown(ctx, true)
+	if out := execOut(t, m2, "u", kept.ID, "echo", "back"); out != "back\n" {
+		t.Fatalf("reattached sandbox exec = %q", out)
+	}
+	for _, id := range []sandbox.ID{dead.ID, expiring.ID, orphan} {
+		if _, err := b.Inspect(ctx, id); !sandbox.IsNotFound(err) {
+			t.Errorf("sandbox %s should have been destroyed: %v", id, err)
+		}
+		if _, err := st.Get(ctx, id); !sandbox.IsNotFound(err) {
+			t.Errorf("record %s should be gone: %v", id, err)
+		}
+	}
+}
+
+func TestExecOutputCapAndTimeout(t *testing.T) {
+	e := newEnv(t, Config{MaxExecOutput: 1000})
+	ctx := context.Background()
+	rec, _ := e.m.Create(ctx, "u", CreateRequest{})
+	res, err := e.m.ExecBuffered(ctx, "u", rec.ID, ExecRequest{Cmd: []string{"/bin/sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x; echo done >&2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Stdout) != 1000 || !res.Truncated || string(res.Stderr) != "done\n" || res.ExitCode != 0 {
+		t.Fatalf("capped exec: %d bytes, truncated %v, stderr %q, exit %d", len(res.Stdout), res.Truncated, res.Stderr, res.ExitCode)
+	}
+	res, err = e.m.ExecBuffered(ctx, "u", rec.ID, ExecRequest{Cmd: []string{"sleep", "30"}, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.TimedOut || res.ExitCode == 0 {
+		t.Fatalf("timeout not reported: %+v", res.ExecResult)
+	}
+	if _, err := e.m.ExecBuffered(ctx, "u", rec.ID, ExecRequest{}); sandbox.ClassOf(err) != sandbox.ClassInvalid {
+		t.Fatalf("empty cmd: %v", err)
+	}
+	out := execOut(t, e.m, "u", rec.ID, "/bin/sh", "-c", "cat")
+	if out != "" {
+		t.Fatalf("stdin should be empty by default: %q", out)
+	}
+	res, err = e.m.ExecBuffered(ctx, "u", rec.ID, ExecRequest{Cmd: []string{"/bin/sh", "-c", "tr a-z A-Z"}, Stdin: []byte("shout")})
+	if err != nil || strings.TrimSpace(string(res.Stdout)) != "SHOUT" {
+		t.Fatalf("stdin: %q %v", res.Stdout, err)
+	}
+}

@@ -114,7 +114,11 @@ func (p *PTYConn) readLoop() {
 			switch websocket.CloseStatus(err) {
 			case websocket.StatusNormalClosure, websocket.StatusGoingAway:
 			default:
-				end = fmt.Errorf("terminal connection: %w", err)
+				// After the exit message, however the server hangs up
+				// is a normal end of output.
+				if !isClosed(p.exited) {
+					end = fmt.Errorf("terminal connection: %w", err)
+				}
 			}
 			return
 		}
@@ -129,9 +133,7 @@ func (p *PTYConn) readLoop() {
 				continue // unknown control messages are for newer clients
 			}
 			p.mu.Lock()
-			select {
-			case <-p.exited:
-			default:
+			if !isClosed(p.exited) {
 				p.code = *m.ExitCode
 				close(p.exited)
 			}
@@ -149,12 +151,10 @@ func (p *PTYConn) errClosed() error {
 	if err := p.ctx.Err(); err != nil {
 		return fmt.Errorf("terminal closed: %w", err)
 	}
-	select {
-	case <-p.done:
+	if isClosed(p.done) {
 		return errors.New("terminal closed")
-	default:
-		return nil
 	}
+	return nil
 }
 
 // Write sends keyboard input (one binary message per call).
@@ -192,10 +192,8 @@ func (p *PTYConn) Wait() (exitCode int, err error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.exited:
+	if isClosed(p.exited) {
 		return p.code, nil
-	default:
 	}
 	if p.err != nil {
 		return -1, p.err
@@ -216,4 +214,15 @@ func (p *PTYConn) Close() error {
 	p.cancel()
 	<-p.done
 	return nil
+}
+
+// isClosed reports whether ch is closed (it is only ever closed, never
+// sent on).
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

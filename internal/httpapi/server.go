@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -234,9 +236,39 @@ func (s *Server) authenticated(h func(http.ResponseWriter, *http.Request) error)
 // authenticate returns the user of the request's API key.
 func (s *Server) authenticate(r *http.Request) (string, error) {
 	if len(s.cfg.APIKeys) == 0 {
+		// Without keys the server listens on loopback only. A web page the
+		// operator visits could still reach it (DNS rebinding, or a form
+		// post): only loopback Host names are accepted, and browsers cannot
+		// send the JSON content type the routes require without a CORS
+		// preflight, which is never granted.
+		if !LoopbackHost(r.Host) {
+			return "", sandbox.Errorf(sandbox.ClassForbidden, "host %q refused: without API keys only loopback host names are served", r.Host)
+		}
+		// Browsers mark cross-site requests with Origin; a page elsewhere
+		// must not drive a keyless local server.
+		if o := r.Header.Get("Origin"); o != "" {
+			u, err := url.Parse(o)
+			if err != nil || !LoopbackHost(u.Host) {
+				return "", sandbox.Errorf(sandbox.ClassForbidden, "cross-origin request from %q refused", o)
+			}
+		}
 		return DefaultUser, nil
 	}
 	return UserForKey(s.cfg.APIKeys, bearerToken(r))
+}
+
+// LoopbackHost reports whether a Host header names this machine's loopback.
+func LoopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // UserForKey returns the user a key belongs to, comparing in constant time.

@@ -488,3 +488,25 @@ func TestConcurrentClients(t *testing.T) {
 		}
 	}
 }
+
+func TestKeylessServerRefusesBrowsers(t *testing.T) {
+	d := startDaemon(t)
+	// DNS rebinding: a foreign host name pointing at 127.0.0.1.
+	status, data := d.call(t, "GET", "/v1/sandboxes", "", nil, "Host", "evil.example:8000")
+	if status != 403 {
+		t.Fatalf("foreign Host: %d %s", status, data)
+	}
+	// A cross-site page posting to the local server.
+	status, data = d.call(t, "POST", "/v1/sandboxes", "", map[string]any{}, "Origin", "https://evil.example")
+	if status != 403 {
+		t.Fatalf("cross-origin create: %d %s", status, data)
+	}
+	status, data = d.call(t, "POST", "/v1/sandboxes", "", "{}", "Content-Type", "text/plain")
+	if status != 400 {
+		t.Fatalf("non-JSON content type: %d %s", status, data)
+	}
+	status, _ = d.call(t, "GET", "/v1/sandboxes", "", nil, "Origin", "http://localhost:3000")
+	if status != 200 {
+		t.Fatalf("local origin refused: %d", status)
+	}
+}

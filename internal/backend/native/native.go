@@ -324,6 +324,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := b.saveRecord(bx); err != nil {
 		return fail(err)
 	}
+	start := time.Now()
 	image, err := b.disks.template(spec.Resources.DiskBytes, hostSkeleton)
 	if err != nil {
 		return fail(err)
@@ -345,11 +346,16 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := os.Chown(bx.paths.run, agentUID, agentUID); err != nil {
 		return fail(err)
 	}
+	diskDone := time.Now()
 	if err := b.boot(ctx, bx, tmpl, ids); err != nil {
 		return fail(err)
 	}
+	b.log.Debug("sandbox created", "sandbox", spec.ID, "disk_ms", ms(diskDone.Sub(start)),
+		"boot_ms", ms(time.Since(diskDone)), "total_ms", ms(time.Since(start)))
 	return b.infoLocked(bx), nil
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func validateMounts(spec sandbox.Spec) error {
 	if spec.WorkspaceDir != "" {
@@ -491,6 +497,7 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) e
 		ExtraFiles: []*os.File{readyW, seccompR}, // fds 3 and 4 in the sandbox
 		Init:       true,
 	}
+	runStart := time.Now()
 	err = container.Run(proc)
 	readyW.Close()
 	if err != nil {
@@ -502,9 +509,11 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) e
 	bx.stopping = false
 	go b.watchChild(bx, proc, bx.exited)
 
+	runDone := time.Now()
 	if err := waitReady(ctx, readyR, b.cfg.ReadyTimeout); err != nil {
 		return fmt.Errorf("agent did not start: %w%s", err, logTail(bx.paths.log))
 	}
+	b.log.Debug("sandbox booted", "sandbox", spec.ID, "run_ms", ms(runDone.Sub(runStart)), "agent_ready_ms", ms(time.Since(runDone)))
 	return nil
 }
 

@@ -18,7 +18,6 @@ const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 // idLen gives ~103 bits of randomness: unguessable, short enough for a host name.
 const idLen = 20
 
-
 // NewID returns a fresh random sandbox ID.
 func NewID() ID {
 	b := make([]byte, idLen)

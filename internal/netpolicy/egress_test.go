@@ -18,6 +18,7 @@ func mustReach(t *testing.T, path string, addr netip.Addr) {
 	t.Helper()
 	body, err := get(path, addr)
 	if err != nil {
+		dumpNetState(t, path)
 		t.Fatalf("GET http://%s/ from sandbox: %v", addr, err)
 	}
 	if !strings.HasPrefix(body, "hello from") {

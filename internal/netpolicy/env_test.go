@@ -360,3 +360,19 @@ func resolve(path string, server netip.Addr, name string) (dnsmessage.RCode, []n
 func sandboxNetwork(allow, deny []string) sandbox.Network {
 	return sandbox.Network{Mode: sandbox.NetworkEgress, AllowOut: allow, DenyOut: deny}
 }
+
+// dumpNetState logs what a failing network test may need to be understood,
+// using the ip and nft commands when installed.
+func dumpNetState(t testing.TB, sandboxPath string) {
+	t.Helper()
+	for _, c := range [][]string{
+		{"nsenter", "--net=" + sandboxPath, "ip", "addr"},
+		{"nsenter", "--net=" + sandboxPath, "ip", "route"},
+		{"ip", "-br", "link"},
+		{"ip", "rule"},
+		{"nft", "list", "ruleset"},
+	} {
+		out, err := exec.Command(c[0], c[1:]...).CombinedOutput()
+		t.Logf("$ %s (%v)\n%s", strings.Join(c, " "), err, out)
+	}
+}

@@ -251,6 +251,9 @@ func TestDockerForwardDropCoexistence(t *testing.T) {
 	n := newTestNet(t)
 	table, user := dockerLikeFilter(t) // before New, as on a host with Docker
 	cfg := n.config()
+	// The poller re-installs missing DOCKER-USER rules; keep it out of the
+	// part of the test that removes them on purpose.
+	cfg.DenialLogInterval = time.Hour
 	m, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

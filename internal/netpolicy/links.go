@@ -1,6 +1,7 @@
 package netpolicy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -75,6 +76,15 @@ func ensureBridge(name string, addr netip.Prefix) (netlink.Link, error) {
 	if link.Type() != "bridge" {
 		return nil, fmt.Errorf("%s exists and is a %s, not a bridge", name, link.Type())
 	}
+	// A bridge without an explicit MAC takes the lowest MAC of its ports and
+	// changes it as veths come and go; sandboxes would then keep sending to
+	// a stale gateway MAC until their ARP entry expires. A fixed address
+	// stops that.
+	if mac := bridgeMAC(addr.Addr()); !bytes.Equal(link.Attrs().HardwareAddr, mac) {
+		if err := netlink.LinkSetHardwareAddr(link, mac); err != nil {
+			return nil, fmt.Errorf("set MAC of bridge %s: %w", name, err)
+		}
+	}
 	if err := writeSysctl("net.ipv6.conf."+name+".disable_ipv6", "1"); err != nil {
 		return nil, err
 	}
@@ -86,6 +96,13 @@ func ensureBridge(name string, addr netip.Prefix) (netlink.Link, error) {
 		return nil, fmt.Errorf("bring up bridge %s: %w", name, err)
 	}
 	return link, nil
+}
+
+// bridgeMAC derives a locally administered unicast MAC from the bridge
+// address, so it is stable across restarts.
+func bridgeMAC(a netip.Addr) net.HardwareAddr {
+	b := a.As4()
+	return net.HardwareAddr{0x02, 0xab, b[0], b[1], b[2], b[3]}
 }
 
 // deleteLink deletes a link by name; a missing link is not an error.

@@ -223,23 +223,41 @@ func (m *Manager) removeKernelState(id sandbox.ID, addr netip.Addr) error {
 	if m.dns != nil {
 		m.dns.limiter.forget(addr)
 	}
-	var errs []error
+	// The steps are independent and each waits for the kernel (RCU grace
+	// periods for link and set removal, a conntrack dump), so they run in
+	// parallel: teardown costs the slowest step, not the sum.
+	var (
+		wg   sync.WaitGroup
+		emu  sync.Mutex
+		errs []error
+	)
+	run := func(f func() error) {
+		wg.Go(func() {
+			if err := f(); err != nil {
+				emu.Lock()
+				errs = append(errs, err)
+				emu.Unlock()
+			}
+		})
+	}
 	// Deleting the host end deletes the pair.
-	if err := deleteLink(vethName(addr)); err != nil {
-		errs = append(errs, err)
-	}
-	if err := removeNetns(m.NetnsPath(id)); err != nil {
-		errs = append(errs, err)
-	}
-	if err := m.fw.removeSandboxes([]netip.Addr{addr}); err != nil {
-		errs = append(errs, err)
-	}
+	run(func() error { return deleteLink(vethName(addr)) })
+	run(func() error { return removeNetns(m.NetnsPath(id)) })
+	run(func() error { return m.fw.removeSandboxes([]netip.Addr{addr}) })
 	// A later sandbox may get this address: it must not inherit conntrack
 	// entries (and their NAT mappings) of this one.
-	f := &netlink.ConntrackFilter{}
-	if err := f.AddIP(netlink.ConntrackOrigSrcIP, net.IP(addr.AsSlice())); err == nil {
-		_, _ = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, f)
-	}
+	run(func() error {
+		f := &netlink.ConntrackFilter{}
+		if err := f.AddIP(netlink.ConntrackOrigSrcIP, net.IP(addr.AsSlice())); err != nil {
+			return err
+		}
+		_, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, f)
+		if err != nil {
+			return fmt.Errorf("flush conntrack of %s: %w", addr, err)
+		}
+		return nil
+	})
+	wg.Wait()
 	err := errors.Join(errs...)
 	if err != nil {
 		m.log.Warn("network teardown incomplete", "sandbox", id, "addr", addr, "err", err)

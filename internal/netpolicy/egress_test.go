@@ -3,6 +3,7 @@ package netpolicy
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -62,7 +63,11 @@ func mustNotResolve(t *testing.T, path string, server netip.Addr, name string) {
 
 func TestOpenEgressWithDenyList(t *testing.T) {
 	n := newTestNet(t)
-	m := n.newManager(n.config())
+	cfg := n.config()
+	logs := newLogCapture(t)
+	cfg.Logger = slog.New(logs)
+	cfg.DenialLogInterval = 100 * time.Millisecond
+	m := n.newManager(cfg)
 	id, path := setup(t, m, sandboxNetwork(nil, []string{n.otherIP.String() + "/32", "denied.test"}))
 
 	mustReach(t, path, n.serverIP)
@@ -77,6 +82,13 @@ func TestOpenEgressWithDenyList(t *testing.T) {
 	t.Logf("denied connect failed after %v", time.Since(start))
 	if got := m.Denials(id); got <= before {
 		t.Fatalf("Denials = %d after a denied connection, want > %d", got, before)
+	}
+	const denialLog = "sandbox network access denied"
+	for deadline := time.Now().Add(5 * time.Second); !logs.has(denialLog) && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !logs.has(denialLog) {
+		t.Fatalf("no %q log line within 5s", denialLog)
 	}
 }
 
@@ -96,6 +108,14 @@ func TestAllowListByName(t *testing.T) {
 
 	mustResolve(t, path, m.BridgeIP(), "www.wild.test", n.otherIP)
 	mustReach(t, path, n.otherIP)
+
+	// The same over TCP (forwarded to the upstream over TCP).
+	if rc, answers, err := resolveTCP(path, m.BridgeIP(), "allowed.test"); err != nil || rc != dnsmessage.RCodeSuccess || answers != 1 {
+		t.Fatalf("TCP query for an allowed name: rcode %v, %d answers, %v", rc, answers, err)
+	}
+	if rc, _, err := resolveTCP(path, m.BridgeIP(), "denied.test"); err != nil || rc != dnsmessage.RCodeNameError {
+		t.Fatalf("TCP query for a denied name: rcode %v, %v", rc, err)
+	}
 }
 
 func TestAllowListByCIDR(t *testing.T) {
@@ -105,6 +125,11 @@ func TestAllowListByCIDR(t *testing.T) {
 	mustReach(t, path, n.serverIP)
 	mustBeRejected(t, path, netip.AddrPortFrom(n.otherIP, 80))
 	mustNotResolve(t, path, m.BridgeIP(), "allowed.test") // no names allowed
+
+	// DenyOut wins over a broader AllowOut.
+	_, path2 := setup(t, m, sandboxNetwork([]string{"198.18.0.0/15"}, []string{n.otherIP.String()}))
+	mustReach(t, path2, n.serverIP)
+	mustBeRejected(t, path2, netip.AddrPortFrom(n.otherIP, 80))
 }
 
 func TestPrivateRangesBlocked(t *testing.T) {

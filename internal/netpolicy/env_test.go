@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -168,6 +169,7 @@ func (n *testNet) startServers() {
 	}
 	t.Cleanup(func() { pc.Close() })
 	go serveTestDNS(pc, n.records())
+	go serveTestDNSTCP(listenIn(t, n.nsPath, "tcp4", n.serverIP.String()+":53"), n.records())
 }
 
 // records are the test host's DNS zone.
@@ -194,33 +196,61 @@ func serveTestDNS(pc net.PacketConn, records map[string]netip.Addr) {
 		if err != nil {
 			return
 		}
-		var p dnsmessage.Parser
-		h, err := p.Start(buf[:n])
-		if err != nil {
-			continue
-		}
-		q, err := p.Question()
-		if err != nil {
-			continue
-		}
-		a, ok := records[strings.ToLower(q.Name.String())]
-		rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired}
-		if !ok {
-			rh.RCode = dnsmessage.RCodeNameError
-		}
-		bld := dnsmessage.NewBuilder(nil, rh)
-		_ = bld.StartQuestions()
-		_ = bld.Question(q)
-		if ok && q.Type == dnsmessage.TypeA {
-			_ = bld.StartAnswers()
-			_ = bld.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 300},
-				dnsmessage.AResource{A: a.As4()})
-		}
-		msg, err := bld.Finish()
-		if err == nil {
+		if msg := answerTestDNS(buf[:n], records); msg != nil {
 			_, _ = pc.WriteTo(msg, from)
 		}
 	}
+}
+
+// serveTestDNSTCP is serveTestDNS over TCP (one query per connection).
+func serveTestDNSTCP(l net.Listener, records map[string]netip.Addr) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			q, err := readTCPMsg(c)
+			if err != nil {
+				return
+			}
+			if msg := answerTestDNS(q, records); msg != nil {
+				_ = writeTCPMsg(c, msg)
+			}
+		}()
+	}
+}
+
+func answerTestDNS(query []byte, records map[string]netip.Addr) []byte {
+	var p dnsmessage.Parser
+	h, err := p.Start(query)
+	if err != nil {
+		return nil
+	}
+	q, err := p.Question()
+	if err != nil {
+		return nil
+	}
+	a, ok := records[strings.ToLower(q.Name.String())]
+	rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired}
+	if !ok {
+		rh.RCode = dnsmessage.RCodeNameError
+	}
+	bld := dnsmessage.NewBuilder(nil, rh)
+	_ = bld.StartQuestions()
+	_ = bld.Question(q)
+	if ok && q.Type == dnsmessage.TypeA {
+		_ = bld.StartAnswers()
+		_ = bld.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 300},
+			dnsmessage.AResource{A: a.As4()})
+	}
+	msg, err := bld.Finish()
+	if err != nil {
+		return nil
+	}
+	return msg
 }
 
 // config is a Manager configuration for this test net; adjust before newManager.
@@ -375,4 +405,69 @@ func dumpNetState(t testing.TB, sandboxPath string) {
 		out, err := exec.Command(c[0], c[1:]...).CombinedOutput()
 		t.Logf("$ %s (%v)\n%s", strings.Join(c, " "), err, out)
 	}
+}
+
+// resolveTCP is resolve over TCP; it returns the answer's code and A count.
+func resolveTCP(path string, server netip.Addr, name string) (dnsmessage.RCode, int, error) {
+	c, err := dialFrom(path, "tcp4", netip.AddrPortFrom(server, 53).String())
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(dialTimeout))
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 7, RecursionDesired: true})
+	_ = b.StartQuestions()
+	_ = b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name + "."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	msg, _ := b.Finish()
+	if err := writeTCPMsg(c, msg); err != nil {
+		return 0, 0, err
+	}
+	resp, err := readTCPMsg(c)
+	if err != nil {
+		return 0, 0, err
+	}
+	var p dnsmessage.Parser
+	h, err := p.Start(resp)
+	if err != nil {
+		return 0, 0, err
+	}
+	_ = p.SkipAllQuestions()
+	answers, _ := p.AllAnswers()
+	return h.RCode, len(answers), nil
+}
+
+// logCapture is a slog handler that logs to the test and remembers
+// messages.
+type logCapture struct {
+	slog.Handler
+	mu   *sync.Mutex
+	msgs *[]string
+}
+
+func newLogCapture(t testing.TB) logCapture {
+	return logCapture{
+		Handler: slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}),
+		mu:      &sync.Mutex{}, msgs: &[]string{},
+	}
+}
+
+func (c logCapture) Handle(ctx context.Context, r slog.Record) error {
+	c.mu.Lock()
+	*c.msgs = append(*c.msgs, r.Message)
+	c.mu.Unlock()
+	return c.Handler.Handle(ctx, r)
+}
+
+func (c logCapture) WithAttrs(as []slog.Attr) slog.Handler {
+	return logCapture{Handler: c.Handler.WithAttrs(as), mu: c.mu, msgs: c.msgs}
+}
+
+func (c logCapture) WithGroup(name string) slog.Handler {
+	return logCapture{Handler: c.Handler.WithGroup(name), mu: c.mu, msgs: c.msgs}
+}
+
+func (c logCapture) has(msg string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Contains(*c.msgs, msg)
 }

@@ -169,7 +169,11 @@ func (d *dnsFilter) serveTCPConn(c *net.TCPConn) {
 	defer c.Close()
 	stop := context.AfterFunc(d.ctx, func() { c.Close() })
 	defer stop()
-	src := netip.MustParseAddrPort(c.RemoteAddr().String()).Addr().Unmap()
+	ra, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return
+	}
+	src := ra.AddrPort().Addr().Unmap()
 	for {
 		_ = c.SetDeadline(time.Now().Add(tcpIdleTimeout))
 		msg, err := readTCPMsg(c)

@@ -48,6 +48,20 @@
 // A denied name only stops resolution: with an empty AllowOut a sandbox can
 // still reach the addresses behind a denied name if it knows them.
 //
+// Policy changes (Manager.UpdatePolicy) apply to new connections; flows
+// already established keep going. The connection cap counts from the last
+// policy change.
+//
+// # Host requirements
+//
+// Root (CAP_NET_ADMIN, CAP_SYS_ADMIN), a kernel with nf_tables (inet family,
+// reject, nat/masquerade, ct, connlimit, objref), veth, bridge and the tbf
+// qdisc. New sets net.ipv4.ip_forward=1 (and Close(true) restores 0 if it
+// was 0). No command-line tool is used. With Docker (iptables-nft) present,
+// two accept rules for the bridge go into DOCKER-USER; with iptables-legacy
+// Docker rules are invisible to nftables and forwarding must be allowed by
+// the operator.
+//
 // # Lifetime
 //
 // Allocations (sandbox -> address, policy) live in a JSON file in

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -25,14 +24,16 @@ type PTYOptions struct {
 // returns terminal output and Write sends keyboard input; Read, Write,
 // Resize and Wait may be used from different goroutines.
 //
-// Output must be drained with Read: the connection delivers messages in
-// order, so unread output holds back the exit status Wait is waiting for.
+// Up to 1 MiB of unread output is buffered; beyond that the connection is
+// not read until Read makes room, which slows the terminal down. While
+// Wait is waiting, output beyond that buffer is dropped instead, so the
+// exit status behind it still arrives: read output concurrently if you
+// need all of it.
 type PTYConn struct {
 	ws     *websocket.Conn
 	ctx    context.Context
 	cancel context.CancelFunc
-	out    *io.PipeReader // terminal output, fed by readLoop
-	outW   *io.PipeWriter
+	out    *outputBuffer // terminal output, fed by readLoop
 
 	exited chan struct{} // closed when the exit message arrives
 	done   chan struct{} // closed when readLoop ends
@@ -77,8 +78,7 @@ func (c *Client) PTY(ctx context.Context, id string, opts PTYOptions) (*PTYConn,
 	}
 	ws.SetReadLimit(ptyReadLimit)
 	pctx, cancel := context.WithCancel(ctx)
-	pr, pw := io.Pipe()
-	p := &PTYConn{ws: ws, ctx: pctx, cancel: cancel, out: pr, outW: pw,
+	p := &PTYConn{ws: ws, ctx: pctx, cancel: cancel, out: newOutputBuffer(),
 		exited: make(chan struct{}), done: make(chan struct{})}
 	go p.readLoop()
 	return p, nil
@@ -92,7 +92,7 @@ type controlMessage struct {
 	ExitCode *int   `json:"exit_code,omitempty"`
 }
 
-// readLoop moves terminal output into the pipe Read drains and handles
+// readLoop moves terminal output into the buffer Read drains and handles
 // control messages. Reading continuously also keeps the websocket's ping
 // and close handshakes working.
 func (p *PTYConn) readLoop() {
@@ -101,11 +101,7 @@ func (p *PTYConn) readLoop() {
 		p.mu.Lock()
 		p.err = end
 		p.mu.Unlock()
-		if end == nil {
-			p.outW.Close()
-		} else {
-			p.outW.CloseWithError(end)
-		}
+		p.out.close(end)
 		close(p.done)
 	}()
 	for {
@@ -124,8 +120,9 @@ func (p *PTYConn) readLoop() {
 		}
 		switch typ {
 		case websocket.MessageBinary:
-			if _, err := p.outW.Write(data); err != nil {
-				return // the reader side was closed by Close
+			if err := p.out.put(p.ctx, data); err != nil {
+				end = fmt.Errorf("terminal connection: %w", err)
+				return
 			}
 		case websocket.MessageText:
 			var m controlMessage
@@ -186,6 +183,7 @@ func (p *PTYConn) Resize(cols, rows int) error {
 // Wait blocks until the command's exit status arrives and returns it, or
 // until the connection ends without one (then it returns -1 and an error).
 func (p *PTYConn) Wait() (exitCode int, err error) {
+	p.out.drain()
 	select {
 	case <-p.exited:
 	case <-p.done:
@@ -207,7 +205,7 @@ func (p *PTYConn) Wait() (exitCode int, err error) {
 func (p *PTYConn) Close() error {
 	// Unblock readLoop first if it waits for a Read that will not come,
 	// so it can take part in the close handshake.
-	p.out.CloseWithError(io.ErrClosedPipe)
+	p.out.closeReader()
 	// The close handshake's error is not actionable: whether the peer
 	// answered or had already gone, the connection is released.
 	_ = p.ws.Close(websocket.StatusNormalClosure, "")

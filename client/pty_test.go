@@ -124,3 +124,71 @@ func TestPTYCancel(t *testing.T) {
 		t.Errorf("Write after cancel: %v", err)
 	}
 }
+
+// A caller that never reads output still gets the exit status.
+func TestPTYWaitWithoutReading(t *testing.T) {
+	_, c, ctx := setup(t)
+	sb := mustCreate(t, ctx, c)
+	p, err := c.PTY(ctx, sb.ID, client.PTYOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// More output than the client buffers, then the exit.
+	if _, err := p.Write([]byte("flood 3145728")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Write([]byte("exit 4")); err != nil {
+		t.Fatal(err)
+	}
+	code, err := waitBounded(t, p)
+	if err != nil || code != 4 {
+		t.Fatalf("Wait = %d, %v", code, err)
+	}
+	// What was buffered is still readable, then EOF.
+	n, err := io.Copy(io.Discard, p)
+	if err != nil || n < 1<<20 || n >= 3<<20 {
+		t.Errorf("read %d bytes after Wait (%v), want the 1 MiB buffer and the greeting", n, err)
+	}
+}
+
+// A full buffer does not keep cancellation from ending the session.
+func TestPTYCancelWithFullBuffer(t *testing.T) {
+	_, c, ctx := setup(t)
+	sb := mustCreate(t, ctx, c)
+	pctx, cancel := context.WithCancel(ctx)
+	p, err := c.PTY(pctx, sb.ID, client.PTYOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Write([]byte("flood 3145728")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // let the buffer fill
+	cancel()
+	if code, err := waitBounded(t, p); code != -1 || err == nil {
+		t.Fatalf("Wait after cancel = %d, %v", code, err)
+	}
+}
+
+// waitBounded calls Wait, failing the test if it takes over 5 s.
+func waitBounded(t *testing.T, p *client.PTYConn) (int, error) {
+	t.Helper()
+	type result struct {
+		code int
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		code, err := p.Wait()
+		ch <- result{code, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.code, r.err
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait did not return")
+		return 0, nil
+	}
+}

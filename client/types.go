@@ -63,7 +63,8 @@ type ServerInfo struct {
 	Backend      string            `json:"backend"`
 	Capabilities map[string]any    `json:"capabilities,omitempty"`
 	Templates    map[string]string `json:"templates,omitempty"`
-	User         string            `json:"user,omitempty"` // the user the API key belongs to
+	Pools        map[string]int    `json:"pools,omitempty"` // ready sandboxes per warm pool (by template)
+	User         string            `json:"user,omitempty"`  // the user the API key belongs to
 }
 
 // Entry is a file, directory or other filesystem entry inside a sandbox.

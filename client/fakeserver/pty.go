@@ -11,8 +11,9 @@ import (
 )
 
 // pty is a fake terminal: it greets with "pty COLSxROWS CMD\r\n", echoes
-// input, answers a resize with "resized COLSxROWS\r\n", and on input
-// containing "exit N" sends the exit message with code N and closes.
+// input, answers a resize with "resized COLSxROWS\r\n", on input
+// containing "flood N" sends N bytes of 'x', and on input containing
+// "exit N" sends the exit message with code N and closes.
 func (s *Server) pty(w http.ResponseWriter, r *http.Request, id string) {
 	q := r.URL.Query()
 	cols, rows := atoiOr(q.Get("cols"), 80), atoiOr(q.Get("rows"), 24)
@@ -42,6 +43,17 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request, id string) {
 				s.mu.Unlock()
 				msg := fmt.Sprintf("resized %dx%d\r\n", m.Cols, m.Rows)
 				if ws.Write(ctx, websocket.MessageBinary, []byte(msg)) != nil {
+					return
+				}
+			}
+			continue
+		}
+		if _, after, ok := strings.Cut(string(data), "flood "); ok {
+			// Output faster than a client reads it: n bytes of 'x'.
+			n := atoiOr(strings.TrimSpace(after), 0)
+			chunk := []byte(strings.Repeat("x", 32<<10))
+			for ; n > 0; n -= len(chunk) {
+				if ws.Write(ctx, websocket.MessageBinary, chunk[:min(n, len(chunk))]) != nil {
 					return
 				}
 			}

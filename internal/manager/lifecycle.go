@@ -183,6 +183,7 @@ func (m *Manager) heartbeatLoop(ctx context.Context) {
 		}
 		m.mu.Unlock()
 		for _, id := range idle {
+			m.runRecycleHooks(ctx, id)
 			m.expire(id, "heartbeat timeout")
 		}
 	}

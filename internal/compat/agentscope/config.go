@@ -1,0 +1,61 @@
+package agentscope
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Config configures the front-end. The daemon fills it from the server
+// configuration.
+type Config struct {
+	// APIKeys maps API keys to users, as for the native API. Empty: auth is
+	// off and every caller is user "default".
+	APIKeys map[string]string
+	// Prefix is CONTAINER_PREFIX_KEY: sandbox names are Prefix + id, and an
+	// identity may be given with or without it.
+	Prefix string
+	// DefaultTypes is DEFAULT_SANDBOX_TYPE; the first is used when a request
+	// names no type.
+	DefaultTypes []string
+	// StorageFolder (FILE_SYSTEM=local) receives a copy of a sandbox's
+	// workspace when it is released or recycled, and gives it back when the
+	// sandbox is restored. Empty: no copies.
+	StorageFolder string
+	// SandboxTimeout is how long an agentscope sandbox lives without any
+	// call; agentscope sandboxes live until released, so this is the
+	// server's maximum and it is extended on use.
+	SandboxTimeout time.Duration
+	// ToolTimeout bounds one run_shell_command or run_ipython_cell call.
+	ToolTimeout time.Duration
+	// MaxOutput caps each of stdout and stderr kept for one tool call.
+	MaxOutput int64
+	// MaxUploadBytes caps a file written through /proxy/{id}/workspace.
+	MaxUploadBytes int64
+	// Version is reported by GET /health.
+	Version string
+	Logger  *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if len(c.DefaultTypes) == 0 {
+		c.DefaultTypes = []string{"base"}
+	}
+	if c.SandboxTimeout <= 0 {
+		c.SandboxTimeout = 24 * time.Hour
+	}
+	if c.ToolTimeout <= 0 {
+		c.ToolTimeout = 10 * time.Minute
+	}
+	if c.MaxOutput <= 0 {
+		c.MaxOutput = 16 << 20
+	}
+	if c.MaxUploadBytes <= 0 {
+		c.MaxUploadBytes = 1 << 30
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+}

@@ -1,0 +1,259 @@
+package agentscope
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+
+	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// workspaceRoot is the one allowed directory of the filesystem tools and
+// the root of the workspace routes.
+const workspaceRoot = "/workspace"
+
+// maxToolRead caps a file read by a filesystem tool.
+const maxToolRead = 32 << 20
+
+// fsTools are the MCP filesystem server's tools (names and argument
+// schemas are the contract; descriptions are our own words).
+var fsTools = []toolSpec{
+	{Name: "read_file", Description: "Read the complete contents of a file as text. Paths are relative to /workspace or absolute inside it.",
+		Parameters: object(map[string]any{"path": stringProp("")}, "path")},
+	{Name: "read_multiple_files", Description: "Read several files at once; each result is prefixed with its path, and a file that cannot be read reports its error without failing the others.",
+		Parameters: object(map[string]any{"paths": map[string]any{"type": "array", "items": map[string]any{"type": "string"}}}, "paths")},
+	{Name: "write_file", Description: "Create a file or replace its whole content with the given text.",
+		Parameters: object(map[string]any{"path": stringProp(""), "content": stringProp("")}, "path", "content")},
+	{Name: "edit_file", Description: "Apply line-based edits (replace oldText with newText, in order) to a text file and return a git-style diff of the change. With dryRun the diff is returned and the file is left unchanged.",
+		Parameters: object(map[string]any{
+			"path": stringProp(""),
+			"edits": map[string]any{"type": "array", "items": object(map[string]any{
+				"oldText": stringProp("Text to search for - must match exactly"),
+				"newText": stringProp("Text to replace with"),
+			}, "oldText", "newText")},
+			"dryRun": map[string]any{"type": "boolean", "default": false, "description": "Preview changes using git-style diff format"},
+		}, "path", "edits")},
+	{Name: "create_directory", Description: "Create a directory, with its missing parents; an existing directory is not an error.",
+		Parameters: object(map[string]any{"path": stringProp("")}, "path")},
+	{Name: "list_directory", Description: "List a directory: one line per entry, prefixed [FILE] or [DIR].",
+		Parameters: object(map[string]any{"path": stringProp("")}, "path")},
+	{Name: "directory_tree", Description: "Return the recursive tree of a directory as JSON: entries with name, type (file or directory) and, for directories, children.",
+		Parameters: object(map[string]any{"path": stringProp("")}, "path")},
+	{Name: "move_file", Description: "Move or rename a file or directory.",
+		Parameters: object(map[string]any{"source": stringProp(""), "destination": stringProp("")}, "source", "destination")},
+	{Name: "search_files", Description: "Search a directory tree for files and directories whose name contains the pattern (case-insensitive), or whose path matches it when it is a glob such as **/*.py. excludePatterns are globs of paths to skip.",
+		Parameters: object(map[string]any{
+			"path": stringProp(""), "pattern": stringProp(""),
+			"excludePatterns": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "default": []any{}},
+		}, "path", "pattern")},
+	{Name: "get_file_info", Description: "Return metadata of a file or directory: size, times, type and permissions.",
+		Parameters: object(map[string]any{"path": stringProp("")}, "path")},
+	{Name: "list_allowed_directories", Description: "List the directories these tools may access.",
+		Parameters: object(map[string]any{})},
+}
+
+// fsCtx is one filesystem tool call.
+type fsCtx struct {
+	ctx    context.Context
+	client *agentclient.Client
+}
+
+// runFSTool runs a filesystem tool; every failure is an error result.
+func (s *Server) runFSTool(ctx context.Context, r *record, name string, args map[string]any) map[string]any {
+	client, err := s.m.Agent(ctx, r.Owner, r.ID)
+	if err != nil {
+		return toolError("%s", errorText(err))
+	}
+	f := &fsCtx{ctx: ctx, client: client}
+	text, err := f.run(name, args)
+	if err != nil {
+		return toolError("%s", err.Error())
+	}
+	return toolResult(false, textContent(text))
+}
+
+func (f *fsCtx) run(name string, args map[string]any) (string, error) {
+	if name == "list_allowed_directories" {
+		return "Allowed directories:\n" + workspaceRoot, nil
+	}
+	if name == "read_multiple_files" {
+		paths, err := argStrings(args, "paths", true)
+		if err != nil {
+			return "", err
+		}
+		return f.readMany(paths), nil
+	}
+	if name == "move_file" {
+		src, err := toolPath(args, "source")
+		if err != nil {
+			return "", err
+		}
+		dst, err := toolPath(args, "destination")
+		if err != nil {
+			return "", err
+		}
+		if _, err := f.client.Move(f.ctx, src, dst, ""); err != nil {
+			return "", fsErr(err, "rename", src)
+		}
+		return fmt.Sprintf("Successfully moved %s to %s", args["source"], args["destination"]), nil
+	}
+	p, err := toolPath(args, "path")
+	if err != nil {
+		return "", err
+	}
+	switch name {
+	case "read_file":
+		return f.read(p)
+	case "write_file":
+		content, err := argString(args, "content")
+		if err != nil {
+			return "", err
+		}
+		if _, err := f.client.Upload(f.ctx, p, "", strings.NewReader(content)); err != nil {
+			return "", fsErr(err, "open", p)
+		}
+		return fmt.Sprintf("Successfully wrote to %s", args["path"]), nil
+	case "edit_file":
+		return f.edit(p, args)
+	case "create_directory":
+		if _, err := f.client.MakeDir(f.ctx, p, ""); err != nil && sandbox.ClassOf(err) != sandbox.ClassConflict {
+			return "", fsErr(err, "mkdir", p)
+		}
+		return fmt.Sprintf("Successfully created directory %s", args["path"]), nil
+	case "list_directory":
+		return f.list(p)
+	case "directory_tree":
+		return f.tree(p)
+	case "search_files":
+		pattern, err := argString(args, "pattern")
+		if err != nil {
+			return "", err
+		}
+		excludes, err := argStrings(args, "excludePatterns", false)
+		if err != nil {
+			return "", err
+		}
+		return f.search(p, pattern, excludes)
+	case "get_file_info":
+		return f.info(p)
+	}
+	return "", errUnknownTool{name}
+}
+
+// toolPath reads a path argument and resolves it inside /workspace, with
+// the MCP filesystem server's refusal text.
+func toolPath(args map[string]any, name string) (string, error) {
+	p, err := argString(args, name)
+	if err != nil {
+		return "", err
+	}
+	abs, ok := resolveWorkspacePath(p)
+	if !ok {
+		return "", fmt.Errorf("Access denied - path outside allowed directories: %s not in %s", abs, workspaceRoot) //nolint:staticcheck // exact text
+	}
+	return abs, nil
+}
+
+// resolveWorkspacePath makes p absolute (relative paths are relative to
+// /workspace) and reports whether it stays inside /workspace.
+func resolveWorkspacePath(p string) (string, bool) {
+	abs := p
+	if !path.IsAbs(abs) {
+		abs = path.Join(workspaceRoot, abs)
+	}
+	abs = path.Clean(abs)
+	return abs, abs == workspaceRoot || strings.HasPrefix(abs, workspaceRoot+"/")
+}
+
+// fsErr words an agent error like Node's fs errors, which clients of the
+// MCP filesystem server see.
+func fsErr(err error, syscall, p string) error {
+	switch sandbox.ClassOf(err) {
+	case sandbox.ClassNotFound:
+		return fmt.Errorf("ENOENT: no such file or directory, %s '%s'", syscall, p)
+	case sandbox.ClassConflict:
+		return fmt.Errorf("EEXIST: file already exists, %s '%s'", syscall, p)
+	case sandbox.ClassForbidden:
+		return fmt.Errorf("EACCES: permission denied, %s '%s'", syscall, p)
+	}
+	return fmt.Errorf("%s '%s': %s", syscall, p, errorText(err))
+}
+
+func (f *fsCtx) read(p string) (string, error) {
+	st, err := f.client.Stat(f.ctx, p, "")
+	if err != nil {
+		return "", fsErr(err, "open", p)
+	}
+	if st.Type == agentclient.FileTypeDir {
+		return "", fmt.Errorf("EISDIR: illegal operation on a directory, read")
+	}
+	rc, _, err := f.client.Download(f.ctx, p, "")
+	if err != nil {
+		return "", fsErr(err, "open", p)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, maxToolRead+1))
+	if err != nil {
+		return "", fsErr(err, "read", p)
+	}
+	if len(data) > maxToolRead {
+		return "", fmt.Errorf("file %s is larger than %d MiB", p, maxToolRead>>20)
+	}
+	return string(data), nil
+}
+
+func (f *fsCtx) readMany(paths []string) string {
+	parts := make([]string, len(paths))
+	for i, raw := range paths {
+		abs, ok := resolveWorkspacePath(raw)
+		var text string
+		var err error
+		if !ok {
+			err = fmt.Errorf("Access denied - path outside allowed directories: %s not in %s", abs, workspaceRoot) //nolint:staticcheck // exact text
+		} else {
+			text, err = f.read(abs)
+		}
+		if err != nil {
+			parts[i] = fmt.Sprintf("%s: Error - %s", raw, err)
+		} else {
+			parts[i] = fmt.Sprintf("%s:\n%s\n", raw, text)
+		}
+	}
+	return strings.Join(parts, "\n---\n")
+}
+
+func (f *fsCtx) list(p string) (string, error) {
+	entries, err := f.listDir(p, 1)
+	if err != nil {
+		return "", err
+	}
+	lines := make([]string, len(entries))
+	for i, e := range entries {
+		kind := "[FILE]"
+		if e.Type == agentclient.FileTypeDir && !e.IsSymlink {
+			kind = "[DIR]"
+		}
+		lines[i] = kind + " " + e.Name
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+// listDir lists p (a directory) down to depth, sorted by path.
+func (f *fsCtx) listDir(p string, depth int) ([]agentclient.EntryInfo, error) {
+	st, err := f.client.Stat(f.ctx, p, "")
+	if err != nil {
+		return nil, fsErr(err, "scandir", p)
+	}
+	if st.Type != agentclient.FileTypeDir {
+		return nil, fmt.Errorf("ENOTDIR: not a directory, scandir '%s'", p)
+	}
+	entries, err := f.client.ListDir(f.ctx, p, "", depth)
+	if err != nil {
+		return nil, fsErr(err, "scandir", p)
+	}
+	sortEntries(entries)
+	return entries, nil
+}

@@ -1,0 +1,108 @@
+package agentscope
+
+import (
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// Sandbox states of agentscope's ContainerState.
+const (
+	stateWarm     = "warm"
+	stateRunning  = "running"
+	stateRecycled = "recycled"
+	stateReplaced = "replaced"
+	stateReleased = "released"
+)
+
+// record is what this front-end knows about one sandbox. Records are
+// replaced, never mutated, once published in Server.recs (copy, change,
+// store), so a reader holding one sees a consistent snapshot.
+type record struct {
+	Name     string     // container_name: Prefix + ID
+	ID       sandbox.ID // the manager's sandbox id (session_id, container_id)
+	Owner    string
+	Type     string
+	State    string
+	Session  string // session_ctx_id, "" when unbound
+	Token    string // runtime token = the sandbox's access token
+	MountDir string // host directory bind-mounted at /workspace, if any
+	Storage  string // storage_path: where the workspace is copied on release
+
+	CreatedAt     time.Time
+	LastActive    time.Time
+	UpdatedAt     time.Time
+	RecycledAt    time.Time
+	ReleasedAt    time.Time
+	RecycleReason string
+	RedirectTo    string
+}
+
+func (r *record) clone() *record {
+	c := *r
+	return &c
+}
+
+// live reports whether the record stands for a sandbox that should exist.
+func (r *record) live() bool { return r.State == stateRunning || r.State == stateWarm }
+
+// imageFor is the "version" of a type: agentscope clients detect a
+// sandbox's type from this image name, so it must contain the type.
+func imageFor(typ string) string {
+	return "agentbox/runtime-sandbox-" + typ + ":latest"
+}
+
+// model renders the record as agentscope's ContainerModel. baseURL is the
+// daemon's address as the caller sees it; url points at /proxy/{name}.
+func (r *record) model(baseURL string, port int, timeout time.Duration) map[string]any {
+	meta := map[string]any{}
+	if r.Session != "" {
+		meta["session_ctx_id"] = r.Session
+	}
+	if r.Type != "" {
+		meta["sandbox_type"] = r.Type
+	}
+	ports := []int{}
+	if port > 0 {
+		ports = append(ports, port)
+	}
+	return map[string]any{
+		"session_id":     string(r.ID),
+		"container_id":   string(r.ID),
+		"container_name": r.Name,
+		"url":            strings.TrimRight(baseURL, "/") + "/proxy/" + r.Name,
+		"ports":          ports,
+		"mount_dir":      nullStr(r.MountDir),
+		"storage_path":   nullStr(r.Storage),
+		"runtime_token":  r.Token,
+		"version":        imageFor(r.Type),
+		"meta":           meta,
+		"timeout":        int(timeout.Seconds()),
+		"sandbox_type":   r.Type,
+		"session_ctx_id": nullStr(r.Session),
+		"state":          r.State,
+		"last_active_at": epoch(r.LastActive),
+		"recycled_at":    epoch(r.RecycledAt),
+		"released_at":    epoch(r.ReleasedAt),
+		"updated_at":     epoch(r.UpdatedAt),
+		"created_at":     epoch(r.CreatedAt),
+		"recycle_reason": nullStr(r.RecycleReason),
+		"redirect_to":    nullStr(r.RedirectTo),
+	}
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// epoch renders a time as Python's time.time(): float seconds, or null.
+func epoch(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return float64(t.UnixMicro()) / 1e6
+}

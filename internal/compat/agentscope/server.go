@@ -1,0 +1,130 @@
+package agentscope
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// Server is the agentscope front-end. Create it with New, add its routes
+// with Register, and Close it at shutdown.
+type Server struct {
+	cfg Config
+	m   *manager.Manager
+	log *slog.Logger
+	reg *registry
+
+	// sessionLocks serialises create/release/restore per session, so a
+	// restore happens once however many calls race into it.
+	sessionMu    sync.Mutex
+	sessionLocks map[string]*refMutex
+
+	procMu  sync.Mutex
+	pythons map[sandbox.ID]*pyRunner // persistent interpreters, by sandbox
+	mcps    map[sandbox.ID]*mcpGroup // MCP servers added to each sandbox
+
+	ctx    context.Context // ends at Close: bounds background processes
+	cancel context.CancelFunc
+}
+
+// New returns the front-end over m and registers its heartbeat hook.
+func New(cfg Config, m *manager.Manager) *Server {
+	cfg.setDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		cfg: cfg, m: m, log: cfg.Logger.With("component", "agentscope"), reg: newRegistry(),
+		sessionLocks: map[string]*refMutex{},
+		pythons:      map[sandbox.ID]*pyRunner{}, mcps: map[sandbox.ID]*mcpGroup{},
+		ctx: ctx, cancel: cancel,
+	}
+	m.OnHeartbeatRecycle(s.onRecycle)
+	return s
+}
+
+// Close stops the interpreters and MCP servers this front-end started.
+// Sandboxes are left to the manager.
+func (s *Server) Close() {
+	s.cancel()
+	s.procMu.Lock()
+	pys, mcps := s.pythons, s.mcps
+	s.pythons, s.mcps = map[sandbox.ID]*pyRunner{}, map[sandbox.ID]*mcpGroup{}
+	s.procMu.Unlock()
+	for _, p := range pys {
+		p.proc.Close()
+	}
+	for _, g := range mcps {
+		g.close()
+	}
+}
+
+// Register adds the agentscope routes to mux (the native API's, so both
+// share one port).
+func (s *Server) Register(mux *http.ServeMux) {
+	for _, m := range s.methods() {
+		h := s.methodHandler(m)
+		mux.Handle("POST /"+m.name, h)
+		mux.Handle("POST /"+m.name+"_async", s.methodHandler(m.async()))
+	}
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "healthy", "version": s.cfg.Version})
+	})
+	mux.HandleFunc("/proxy/{identity}/{path...}", s.serveProxy)
+	mux.HandleFunc("/proxy/{identity}", s.serveProxy)
+}
+
+// refMutex is a mutex with a count of holders and waiters, so unused
+// session locks can be dropped.
+type refMutex struct {
+	sync.Mutex
+	refs int
+}
+
+// sessionLock locks the session key of owner and returns the unlock.
+func (s *Server) sessionLock(owner, key string) func() {
+	k := owner + "\x00" + key
+	s.sessionMu.Lock()
+	l := s.sessionLocks[k]
+	if l == nil {
+		l = &refMutex{}
+		s.sessionLocks[k] = l
+	}
+	l.refs++
+	s.sessionMu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		s.sessionMu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(s.sessionLocks, k)
+		}
+		s.sessionMu.Unlock()
+	}
+}
+
+// baseURL is the daemon's address as the caller reached it.
+func baseURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+// hostPort is the port of the daemon as the caller reached it.
+func hostPort(r *http.Request) int {
+	_, p, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		if r.TLS != nil {
+			return 443
+		}
+		return 80
+	}
+	n, _ := strconv.Atoi(p)
+	return n
+}

@@ -1,0 +1,278 @@
+package agentscope
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/agentbox/agentbox/internal/agent/agentclient"
+)
+
+// The workspace copy (STORAGE_FOLDER, FILE_SYSTEM=local). Content comes
+// from the sandbox and is untrusted: every host-side access goes through
+// os.Root, so a symlink (or a race swapping a directory for one) cannot
+// make the daemon read or write outside the two directories. Symlinks and
+// special files are not copied.
+
+// sandboxUID owns restored files in a mounted workspace, as the manager
+// gives the sandbox user its workspace directory.
+const sandboxUID, sandboxGID = 1000, 1000
+
+// saveWorkspace copies r's workspace to its storage path, replacing the
+// previous copy: from the mount directory on the host when there is one,
+// else out of the running sandbox as a tar stream.
+func (s *Server) saveWorkspace(ctx context.Context, r *record) error {
+	tmp := r.Storage + ".saving"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return err
+	}
+	dst, err := os.OpenRoot(tmp)
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	if r.MountDir != "" {
+		src, err := os.OpenRoot(r.MountDir)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		if err := copyTree(src, dst, false); err != nil {
+			return err
+		}
+	} else {
+		client, err := s.m.Agent(ctx, r.Owner, r.ID)
+		if err != nil {
+			return err
+		}
+		if err := tarOut(ctx, client, dst); err != nil {
+			return err
+		}
+	}
+	// Swap in the new copy only once it is complete.
+	if err := os.RemoveAll(r.Storage); err != nil {
+		return err
+	}
+	return os.Rename(tmp, r.Storage)
+}
+
+// restoreWorkspace copies r's stored workspace (if any) into its
+// workspace, overwriting files of the same name.
+func (s *Server) restoreWorkspace(ctx context.Context, r *record) error {
+	if _, err := os.Stat(r.Storage); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	src, err := os.OpenRoot(r.Storage)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	if r.MountDir != "" {
+		dst, err := os.OpenRoot(r.MountDir)
+		if err != nil {
+			return err
+		}
+		defer dst.Close()
+		return copyTree(src, dst, true)
+	}
+	client, err := s.m.Agent(ctx, r.Owner, r.ID)
+	if err != nil {
+		return err
+	}
+	return tarIn(ctx, client, src)
+}
+
+// copyTree copies regular files and directories from src to dst. With
+// chown, copies are owned by the sandbox user.
+func copyTree(src, dst *os.Root, chown bool) error {
+	return fs.WalkDir(src.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == "." {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			if err := dst.Mkdir(p, info.Mode().Perm()|0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				return err
+			}
+		case d.Type().IsRegular():
+			if err := copyFile(src, dst, p, info.Mode().Perm()); err != nil {
+				return err
+			}
+		default:
+			return nil // symlinks, devices, sockets: not copied
+		}
+		if chown {
+			return dst.Lchown(p, sandboxUID, sandboxGID)
+		}
+		return nil
+	})
+}
+
+func copyFile(src, dst *os.Root, p string, perm fs.FileMode) error {
+	in, err := src.Open(p)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := dst.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// tarOut streams /workspace out of the sandbox (tar runs inside it) and
+// unpacks the regular files and directories into dst.
+func tarOut(ctx context.Context, client *agentclient.Client, dst *os.Root) error {
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := untar(pr, dst)
+		pr.CloseWithError(err) // unblock the writer if we stopped early
+		done <- err
+	}()
+	var stderr strings.Builder
+	res, err := client.Run(ctx, agentclient.StartOptions{Cmd: "tar", Args: []string{"-C", "/workspace", "-cf", "-", "."}},
+		nil, pw, &limitWriter{w: &stderr, n: 4096})
+	pw.Close()
+	uerr := <-done
+	if err != nil {
+		return fmt.Errorf("tar in sandbox: %w", err)
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("tar in sandbox: %s: %s", res.Status, stderr.String())
+	}
+	return uerr
+}
+
+func untar(r io.Reader, dst *os.Root) error {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
+		if name == "." || name == ".." || strings.HasPrefix(name, "../") || path.IsAbs(name) {
+			continue
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := dst.MkdirAll(name, 0o700); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if dir := path.Dir(name); dir != "." {
+				if err := dst.MkdirAll(dir, 0o700); err != nil {
+					return err
+				}
+			}
+			f, err := dst.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fs.FileMode(h.Mode).Perm()|0o600)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, tr)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// tarIn packs src's regular files and directories and unpacks them into
+// the sandbox's /workspace (tar runs inside it, as the sandbox user).
+func tarIn(ctx context.Context, client *agentclient.Client, src *os.Root) error {
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		err := fs.WalkDir(src.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+			if err != nil || p == "." {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if !d.IsDir() && !d.Type().IsRegular() {
+				return nil
+			}
+			h, err := tar.FileInfoHeader(info, "")
+			if err != nil {
+				return err
+			}
+			h.Name, h.Uname, h.Gname, h.Uid, h.Gid = p, "", "", 0, 0
+			if d.IsDir() {
+				h.Name += "/"
+			}
+			if err := tw.WriteHeader(h); err != nil {
+				return err
+			}
+			if d.IsDir() {
+				return nil
+			}
+			f, err := src.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = io.CopyN(tw, f, h.Size)
+			return err
+		})
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	var stderr strings.Builder
+	res, err := client.Run(ctx, agentclient.StartOptions{Cmd: "tar", Args: []string{"-C", "/workspace", "-xf", "-", "--no-same-owner"}},
+		pr, nil, &limitWriter{w: &stderr, n: 4096})
+	pr.Close()
+	if err != nil {
+		return fmt.Errorf("tar in sandbox: %w", err)
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("tar in sandbox: %s: %s", res.Status, stderr.String())
+	}
+	return nil
+}
+
+// limitWriter keeps the first n bytes and drops the rest.
+type limitWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(len(p), l.n)
+		_, _ = l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
+}

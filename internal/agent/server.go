@@ -93,6 +93,7 @@ func NewServer(cfg Config) *Server {
 	s.mux.HandleFunc("POST /init", s.handleInit)
 	s.mux.HandleFunc("GET /files", s.handleDownload)
 	s.mux.HandleFunc("POST /files", s.handleUpload)
+	s.mountCode() // code contexts: /execute, /contexts (code.go)
 	s.handler = s.authorize(s.mux)
 	return s
 }

@@ -1,0 +1,95 @@
+package codeinterp
+
+import (
+	"bytes"
+	"strconv"
+)
+
+// A marker ends an execution's output on fds 1 and 2:
+//
+//	RS <nonce> ':' <seq> RS
+//
+// where RS is 0x1e and nonce is random per interpreter process. The
+// interpreter writes it after everything the execution printed, so once
+// the agent has seen it on a stream, it has seen all of that stream's
+// output of the execution.
+const markerSep = 0x1e
+
+// maxMarkerTail bounds how far past the nonce a marker may extend (the
+// sequence number); anything longer is ordinary output.
+const maxMarkerTail = 24
+
+func markerPrefix(nonce string) []byte {
+	return append(append([]byte{markerSep}, nonce...), ':')
+}
+
+// markerBytes renders the marker of execution seq.
+func markerBytes(nonce string, seq uint64) []byte {
+	b := markerPrefix(nonce)
+	b = strconv.AppendUint(b, seq, 10)
+	return append(b, markerSep)
+}
+
+// markerScanner splits a byte stream into output and markers. Bytes that
+// might begin a marker are held back until the next feed decides.
+type markerScanner struct {
+	prefix  []byte
+	pending []byte
+}
+
+func newMarkerScanner(nonce string) *markerScanner {
+	return &markerScanner{prefix: markerPrefix(nonce)}
+}
+
+// feed consumes p, calling data for output (the slice is only valid
+// during the call) and mark for each marker, in stream order.
+func (m *markerScanner) feed(p []byte, data func([]byte), mark func(seq uint64)) {
+	m.pending = append(m.pending, p...)
+	buf := m.pending
+	for len(buf) > 0 {
+		i := bytes.Index(buf, m.prefix)
+		if i < 0 {
+			keep := partialPrefix(buf, m.prefix)
+			if n := len(buf) - keep; n > 0 {
+				data(buf[:n])
+			}
+			buf = buf[len(buf)-keep:]
+			break
+		}
+		if i > 0 {
+			data(buf[:i])
+		}
+		rest := buf[i+len(m.prefix):]
+		j := bytes.IndexByte(rest, markerSep)
+		if j < 0 && len(rest) <= maxMarkerTail {
+			buf = buf[i:] // an incomplete marker: wait for more
+			break
+		}
+		seq, err := uint64(0), error(nil)
+		if j >= 0 {
+			seq, err = strconv.ParseUint(string(rest[:j]), 10, 64)
+		}
+		if j < 0 || err != nil {
+			// Looked like a marker but is not one: plain output.
+			data(buf[i : i+len(m.prefix)])
+			buf = rest
+			continue
+		}
+		mark(seq)
+		buf = rest[j+1:]
+	}
+	// Keep the undecided tail for the next feed (copy handles overlap).
+	n := copy(m.pending, buf)
+	m.pending = m.pending[:n]
+}
+
+// partialPrefix returns the length of the longest suffix of b that is a
+// proper prefix of prefix.
+func partialPrefix(b, prefix []byte) int {
+	for n := min(len(prefix)-1, len(b)); n > 0; n-- {
+		if bytes.Equal(b[len(b)-n:], prefix[:n]) {
+			return n
+		}
+	}
+	return 0
+}

@@ -235,7 +235,7 @@ func (s *Server) connectMCP(ctx context.Context, r *record, name string, cfg mcp
 			return nil, err
 		}
 		proc, err := startPipeProc(s.ctx, agent, agentclient.StartOptions{
-			Cmd: cfg.Command, Args: cfg.Args, Env: cfg.Env, Cwd: workspaceRoot, Tag: "mcp:" + name,
+			Cmd: cfg.Command, Args: cfg.Args, Env: cfg.Env, Cwd: workspaceRoot,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("start %s: %w", cfg.Command, err)

@@ -78,11 +78,7 @@ func (s *Server) methodHandler(m method) http.Handler {
 			}
 		}
 		msg := errorText(err)
-		if sandbox.ClassOf(err) == sandbox.ClassInternal {
-			s.log.Error("agentscope method failed", "method", m.name, "err", err)
-		} else {
-			s.log.Debug("agentscope method refused", "method", m.name, "err", err)
-		}
+		s.log.Warn("agentscope method failed", "method", m.name, "err", err)
 		writeDetail(w, http.StatusInternalServerError, "Error in "+m.name+": "+msg)
 	})
 }

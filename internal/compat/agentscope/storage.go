@@ -148,6 +148,10 @@ func tarOut(ctx context.Context, client *agentclient.Client, dst *os.Root) error
 	done := make(chan error, 1)
 	go func() {
 		err := untar(pr, dst)
+		if err == nil {
+			// tar pads its output past the end-of-archive blocks.
+			_, _ = io.Copy(io.Discard, pr)
+		}
 		pr.CloseWithError(err) // unblock the writer if we stopped early
 		done <- err
 	}()
@@ -156,13 +160,16 @@ func tarOut(ctx context.Context, client *agentclient.Client, dst *os.Root) error
 		nil, pw, &limitWriter{w: &stderr, n: 4096})
 	pw.Close()
 	uerr := <-done
+	if uerr != nil {
+		return fmt.Errorf("unpack workspace: %w", uerr)
+	}
 	if err != nil {
 		return fmt.Errorf("tar in sandbox: %w", err)
 	}
 	if res.ExitCode != 0 {
 		return fmt.Errorf("tar in sandbox: %s: %s", res.Status, stderr.String())
 	}
-	return uerr
+	return nil
 }
 
 func untar(r io.Reader, dst *os.Root) error {
@@ -181,7 +188,7 @@ func untar(r io.Reader, dst *os.Root) error {
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
-			if err := dst.MkdirAll(name, 0o700); err != nil {
+			if err := dst.MkdirAll(name, fs.FileMode(h.Mode).Perm()|0o700); err != nil {
 				return err
 			}
 		case tar.TypeReg:

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -17,9 +18,15 @@ import (
 )
 
 func main() {
-	// Before anything else: sandbox init re-execs are handled by the native
-	// package's init; this makes later re-execs cheap (see SealSelf).
-	native.SealSelf()
+	// Commands that start sandboxes re-exec this binary for every sandbox;
+	// running from a sealed copy makes each of those cheaper (see SealSelf).
+	// Client commands do not start sandboxes and skip the one-time copy.
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "serve", "run", "bench":
+			native.SealSelf()
+		}
+	}
 
 	root := &cobra.Command{
 		Use:           "agentbox",
@@ -29,7 +36,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	addClientFlags(root)
-	root.AddCommand(newServeCmd(), newRunCmd())
+	root.AddCommand(newServeCmd(), newRunCmd(), newBenchCmd())
 	addClientCommands(root)
 
 	err := root.Execute()
@@ -42,6 +49,9 @@ func main() {
 		os.Exit(exit.code)
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "agentbox:", err)
+		if strings.HasPrefix(err.Error(), "unknown command") {
+			os.Exit(2) // a usage error, like bad flags
+		}
 		os.Exit(1)
 	}
 }

@@ -8,6 +8,7 @@ package backend
 
 import (
 	"context"
+	"net"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -79,6 +80,8 @@ type Stats struct {
 	PidsLimitHits  int64   `json:"pids_limit_hits"` // forks refused by the pids limit
 	DiskUsedBytes  int64   `json:"disk_used_bytes"`
 	DiskTotalBytes int64   `json:"disk_total_bytes"`
+	// NetworkDenials counts packets the egress policy rejected.
+	NetworkDenials uint64 `json:"network_denials"`
 }
 
 // StatsReader is implemented by backends that can report resource usage.
@@ -86,4 +89,24 @@ type Stats struct {
 // command died from a limit rather than from a bug.
 type StatsReader interface {
 	Stats(ctx context.Context, id sandbox.ID) (Stats, error)
+}
+
+// Closer is implemented by backends that hold host resources beyond their
+// sandboxes. Close must keep whatever running sandboxes need, so a daemon
+// that stops without destroying them can reattach later.
+type Closer interface {
+	Close() error
+}
+
+// PortDialer is implemented by backends that can connect to a TCP port a
+// process listens on inside a sandbox (preview URLs), in any network mode
+// and without publishing the port on the host.
+type PortDialer interface {
+	DialPort(ctx context.Context, id sandbox.ID, port int) (net.Conn, error)
+}
+
+// NetworkUpdater is implemented by backends that can change a running
+// sandbox's egress policy. Changing the network mode itself is a conflict.
+type NetworkUpdater interface {
+	UpdateNetwork(ctx context.Context, id sandbox.ID, n sandbox.Network) error
 }

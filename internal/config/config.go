@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -60,6 +61,21 @@ type Config struct {
 
 	LogLevel  string
 	LogFormat string
+
+	// Network is "auto" (sandbox networking when the kernel supports it),
+	// "on" (fail without it) or "off" (every sandbox is loopback-only).
+	Network            string
+	DefaultNetworkMode string
+	NetworkBridge      string
+	NetworkSubnet      netip.Prefix
+	NetworkDNS         []netip.AddrPort
+	NetworkHostPorts   []uint16
+	NetworkPrivate     []netip.Prefix
+	NetworkBandwidth   uint64 // bits/s per sandbox and direction, 0 = unlimited
+	NetworkMaxConns    uint32
+
+	// PreviewDomain, when set, serves sandbox ports at <port>-<id>.<domain>.
+	PreviewDomain string
 
 	// Settings that were given but have no effect on this deployment, for a
 	// warning at start.
@@ -210,6 +226,90 @@ var settings = []setting{
 			return fmt.Errorf("only \"local\" is supported")
 		}
 		c.FileSystem = v
+		return nil
+	}},
+	{"NETWORK", "auto", "sandbox networking: auto (when the kernel supports it), on, or off (loopback only)", func(c *Config, v string) error {
+		switch v {
+		case "auto", "on", "off":
+			c.Network = v
+			return nil
+		}
+		return fmt.Errorf("want auto, on or off")
+	}},
+	{"DEFAULT_NETWORK_MODE", "none", "network mode of sandboxes that do not ask: none (loopback only) or egress", func(c *Config, v string) error {
+		if v != "none" && v != "egress" {
+			return fmt.Errorf("want none or egress")
+		}
+		c.DefaultNetworkMode = v
+		return nil
+	}},
+	{"NETWORK_BRIDGE", "agentbox0", "host bridge (and nftables table) of sandbox networking", func(c *Config, v string) error {
+		if v == "" || len(v) > 15 || strings.ContainsAny(v, "/ \t") {
+			return fmt.Errorf("want an interface name of at most 15 characters")
+		}
+		c.NetworkBridge = v
+		return nil
+	}},
+	{"NETWORK_SUBNET", "10.88.0.0/16", "IPv4 range sandbox addresses come from", func(c *Config, v string) error {
+		p, err := netip.ParsePrefix(v)
+		if err != nil || !p.Addr().Is4() || p.Bits() > 28 {
+			return fmt.Errorf("want an IPv4 CIDR of /28 or larger")
+		}
+		c.NetworkSubnet = p.Masked()
+		return nil
+	}},
+	{"NETWORK_DNS", "", "upstream resolvers for sandboxes, comma-separated ip[:port] (default: the host's)", func(c *Config, v string) error {
+		for _, e := range splitList(v) {
+			ap, err := netip.ParseAddrPort(e)
+			if err != nil {
+				a, err2 := netip.ParseAddr(e)
+				if err2 != nil {
+					return fmt.Errorf("%q is not an address", e)
+				}
+				ap = netip.AddrPortFrom(a, 53)
+			}
+			c.NetworkDNS = append(c.NetworkDNS, ap)
+		}
+		return nil
+	}},
+	{"NETWORK_ALLOW_HOST_PORTS", "", "host TCP/UDP ports sandboxes may reach, comma-separated (default none)", func(c *Config, v string) error {
+		for _, e := range splitList(v) {
+			n, err := strconv.ParseUint(e, 10, 16)
+			if err != nil || n == 0 {
+				return fmt.Errorf("%q is not a port", e)
+			}
+			c.NetworkHostPorts = append(c.NetworkHostPorts, uint16(n))
+		}
+		return nil
+	}},
+	{"NETWORK_ALLOW_PRIVATE", "", "private ranges sandboxes may reach, comma-separated CIDRs (default none)", func(c *Config, v string) error {
+		for _, e := range splitList(v) {
+			p, err := netip.ParsePrefix(e)
+			if err != nil {
+				return fmt.Errorf("%q is not a CIDR", e)
+			}
+			c.NetworkPrivate = append(c.NetworkPrivate, p.Masked())
+		}
+		return nil
+	}},
+	{"NETWORK_BANDWIDTH", "0", "per-sandbox bandwidth limit in bits/s each way, e.g. 100M; 0 = unlimited", func(c *Config, v string) error {
+		if v == "0" || v == "" {
+			return nil
+		}
+		n, err := ParseSize(strings.TrimSuffix(strings.TrimSuffix(v, "bit"), "bps"))
+		if err != nil {
+			return err
+		}
+		// Sizes use binary multiples; bandwidths are decimal.
+		c.NetworkBandwidth = uint64(float64(n) * decimalFactor(v))
+		return nil
+	}},
+	{"NETWORK_MAX_CONNS", "0", "per-sandbox limit of concurrent outbound connections, 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.NetworkMaxConns = uint32(n) })},
+	{"PREVIEW_DOMAIN", "", "serve sandbox port P at <P>-<id>.<domain> (e.g. sandbox.example.com, or localhost:8000)", func(c *Config, v string) error {
+		if strings.ContainsAny(v, "/ ") {
+			return fmt.Errorf("want a host name, optionally with :port")
+		}
+		c.PreviewDomain = strings.ToLower(v)
 		return nil
 	}},
 	{"DEBUG", "false", "debug logging", boolSetting(func(c *Config, b bool) {
@@ -422,6 +522,21 @@ func size(set func(*Config, int64)) func(*Config, string) error {
 		set(c, n)
 		return nil
 	}
+}
+
+// decimalFactor converts a binary-multiple size (K = 1024) of v into its
+// decimal reading (K = 1000), the convention for bandwidths.
+func decimalFactor(v string) float64 {
+	u := strings.ToUpper(v)
+	switch {
+	case strings.Contains(u, "K"):
+		return 1000.0 / 1024
+	case strings.Contains(u, "M"):
+		return 1e6 / (1 << 20)
+	case strings.Contains(u, "G"):
+		return 1e9 / (1 << 30)
+	}
+	return 1
 }
 
 // ParseSize parses a byte size such as 512M, 1G, 1.5GiB or 1048576.

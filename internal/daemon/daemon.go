@@ -4,6 +4,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,8 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/netpolicy"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/version"
 )
@@ -61,16 +64,25 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	b := opts.Backend
+	var netMgr *netpolicy.Manager
 	if b == nil {
 		agent, err := FindAgent(cfg.AgentPath)
 		if err != nil {
 			return err
 		}
-		nb, err := native.New(native.Config{
-			Root: filepath.Join(dataDir, "native"), AgentPath: agent,
-			Defaults: cfg.Resources, Logger: log,
-		})
+		netMgr, err = startNetwork(ctx, cfg, dataDir, log)
 		if err != nil {
+			return err
+		}
+		ncfg := native.Config{Root: filepath.Join(dataDir, "native"), AgentPath: agent, Defaults: cfg.Resources, Logger: log}
+		if netMgr != nil {
+			ncfg.Network = netMgr
+		}
+		nb, err := native.New(ncfg)
+		if err != nil {
+			if netMgr != nil {
+				netMgr.Close(false)
+			}
 			return err
 		}
 		b = nb
@@ -90,8 +102,18 @@ func Run(ctx context.Context, opts Options) error {
 		DefaultResources: cfg.Resources, MaxResources: cfg.MaxResources,
 		ReadonlyMounts: cfg.ReadonlyMounts, DefaultMountDir: cfg.DefaultMountDir,
 		MaxExecOutput: cfg.MaxExecOutputBytes, Logger: log, Metrics: manager.NewMetrics(reg),
+		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: netMgr != nil,
+		ValidateNetwork: netpolicy.Validate,
 	}, b, st)
-	api := httpapi.New(httpapi.Config{APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Logger: log, Registry: reg}, m)
+	if cfg.DefaultNetworkMode == string(sandbox.NetworkEgress) && netMgr == nil && opts.Backend == nil {
+		return fmt.Errorf("setting DEFAULT_NETWORK_MODE=egress: sandbox networking is unavailable (see NETWORK)")
+	}
+	secret, err := loadOrCreateSecret(filepath.Join(dataDir, "preview.key"))
+	if err != nil {
+		return err
+	}
+	api := httpapi.New(httpapi.Config{APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Logger: log, Registry: reg,
+		PreviewDomain: cfg.PreviewDomain, PreviewSecret: secret}, m)
 	as := agentscope.New(agentscope.Config{APIKeys: cfg.APIKeys, Prefix: cfg.ContainerPrefix, DefaultTypes: cfg.DefaultTypes,
 		StorageFolder: cfg.StorageFolder, SandboxTimeout: cfg.MaxTimeout, MaxOutput: cfg.MaxExecOutputBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log}, m)
@@ -147,8 +169,58 @@ func Run(ctx context.Context, opts Options) error {
 	if err := m.Shutdown(cleanup, cfg.AutoCleanup); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
+	if c, ok := b.(backend.Closer); ok {
+		if err := c.Close(); err != nil {
+			log.Error("close backend", "err", err)
+		}
+	}
+	if netMgr != nil {
+		// Surviving sandboxes keep their networking; with AUTO_CLEANUP there
+		// are none, and the bridge and firewall tables go too.
+		if err := netMgr.Close(cfg.AutoCleanup); err != nil {
+			log.Error("close sandbox networking", "err", err)
+		}
+	}
 	log.Info("stopped")
 	return nil
+}
+
+// loadOrCreateSecret returns the 32-byte secret stored at path, creating it
+// on first use.
+func loadOrCreateSecret(path string) ([]byte, error) {
+	if b, err := os.ReadFile(path); err == nil && len(b) >= 32 {
+		return b, nil
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return nil, fmt.Errorf("write %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// startNetwork brings up sandbox networking as NETWORK says: nil (and no
+// error) when it is off, or when it is auto and the kernel cannot do it.
+func startNetwork(ctx context.Context, cfg *config.Config, dataDir string, log *slog.Logger) (*netpolicy.Manager, error) {
+	if cfg.Network == "off" {
+		return nil, nil
+	}
+	m, err := netpolicy.New(ctx, netpolicy.Config{
+		Bridge: cfg.NetworkBridge, Subnet: cfg.NetworkSubnet, Upstream: cfg.NetworkDNS,
+		AllowHostPorts: cfg.NetworkHostPorts, AllowPrivate: cfg.NetworkPrivate,
+		BandwidthBits: cfg.NetworkBandwidth, MaxConns: cfg.NetworkMaxConns,
+		StateDir: filepath.Join(dataDir, "net"), Logger: log,
+	})
+	if err != nil {
+		if cfg.Network == "on" {
+			return nil, fmt.Errorf("setting NETWORK=on: sandbox networking unavailable: %w", err)
+		}
+		log.Warn("sandbox networking unavailable; sandboxes get loopback only (NETWORK=auto)", "err", err)
+		return nil, nil
+	}
+	return m, nil
 }
 
 // FindAgent returns the agent binary: the configured path, else the one

@@ -182,6 +182,20 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) error {
+	var body networkJSON
+	if err := decodeJSON(w, r, maxJSONBody, &body, false); err != nil {
+		return err
+	}
+	rec, err := s.m.UpdateNetwork(r.Context(), userOf(r), sandboxID(r), sandbox.Network{
+		Mode: sandbox.NetworkMode(body.Mode), AllowOut: body.AllowOut, DenyOut: body.DenyOut})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sandboxJSON(rec))
+	return nil
+}
+
 func sandboxID(r *http.Request) sandbox.ID { return sandbox.ID(r.PathValue("id")) }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {

@@ -38,6 +38,12 @@ type Config struct {
 	Logger         *slog.Logger
 	// Registry receives HTTP metrics and is served at /metrics.
 	Registry *prometheus.Registry
+	// PreviewDomain, when set, serves port P of sandbox ID at the host name
+	// P-ID.PreviewDomain.
+	PreviewDomain string
+	// PreviewSecret signs preview tokens; keep it across restarts so issued
+	// tokens stay valid.
+	PreviewSecret []byte
 }
 
 // Server is the HTTP API.
@@ -48,6 +54,8 @@ type Server struct {
 	mux     *http.ServeMux
 	handler http.Handler
 	reqDur  *prometheus.HistogramVec
+
+	previewTransport *http.Transport
 }
 
 // DefaultUser is who callers are when no API keys are configured.
@@ -70,8 +78,12 @@ func New(cfg Config, m *manager.Manager) *Server {
 		Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30},
 	}, []string{"route", "code"})
 	cfg.Registry.MustRegister(s.reqDur)
+	if len(s.cfg.PreviewSecret) == 0 {
+		s.cfg.PreviewSecret = []byte(newRequestID() + newRequestID())
+	}
+	s.previewTransport = s.newPreviewTransport()
 	s.routes()
-	s.handler = s.withRequestContext(s.mux)
+	s.handler = s.withRequestContext(s.withPreviewHosts(s.mux))
 	return s
 }
 
@@ -103,6 +115,14 @@ func (s *Server) routes() {
 	v1("GET /v1/sandboxes/{id}/files/list", s.listFiles)
 	v1("POST /v1/sandboxes/{id}/files/mkdir", s.makeDir)
 	v1("POST /v1/sandboxes/{id}/files/move", s.moveFile)
+	v1("PUT /v1/sandboxes/{id}/network", s.updateNetwork)
+	v1("POST /v1/sandboxes/{id}/preview-tokens", s.createPreviewToken)
+	s.mux.Handle("/v1/sandboxes/{id}/ports/{port}/{path...}", s.instrument("/v1/sandboxes/{id}/ports/{port}/", http.HandlerFunc(s.previewByPath)))
+	s.mux.Handle("/v1/sandboxes/{id}/ports/{port}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u := *r.URL
+		u.Path += "/"
+		http.Redirect(w, r, u.String(), http.StatusMovedPermanently)
+	}))
 	v1("POST /v1/sessions/{session_id}/connect", s.connectSession)
 	v1("POST /v1/sessions/{session_id}/release", s.releaseSession)
 	v1("GET /v1/info", s.info)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/pool"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
@@ -113,12 +114,7 @@ func (m *Manager) validate(req *CreateRequest) error {
 	case r.DiskBytes < 0 || (max.DiskBytes > 0 && r.DiskBytes > max.DiskBytes):
 		return invalid("resources.disk", "disk must be at most %d MiB", max.DiskBytes>>20)
 	}
-	switch req.Network.Mode {
-	case "", sandbox.NetworkNone, sandbox.NetworkEgress:
-	default:
-		return invalid("network.mode", "network mode must be none or egress")
-	}
-	return nil
+	return m.validateNetwork(&req.Network)
 }
 
 func checkMap(field string, m map[string]string, maxEntries, maxValue int) error {
@@ -165,12 +161,11 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 }
 
 // poolEligible reports whether a pooled sandbox can serve req: pooled
-// sandboxes boot with the default resources, network and workspace; env,
-// metadata and timeout are applied at hand-over.
+// sandboxes boot with the default resources, network mode and workspace;
+// env, metadata, timeout and the egress policy are applied at hand-over.
 func (m *Manager) poolEligible(req CreateRequest) bool {
 	return !req.NoPool && req.Resources == (sandbox.Resources{}) &&
-		(req.Network.Mode == "" || req.Network.Mode == sandbox.NetworkNone) &&
-		len(req.Network.AllowOut) == 0 && len(req.Network.DenyOut) == 0 &&
+		req.Network.Mode == m.cfg.DefaultNetworkMode &&
 		req.WorkspaceDir == "" && m.cfg.DefaultMountDir == ""
 }
 
@@ -239,9 +234,6 @@ func (m *Manager) createCold(ctx context.Context, owner, template, typ string, r
 	}
 	rec.WorkspaceDir = spec.WorkspaceDir
 	rec.Resources = spec.Resources
-	if rec.Network.Mode == "" {
-		rec.Network.Mode = sandbox.NetworkNone
-	}
 
 	bootStart := time.Now()
 	info, err := m.backend.Create(ctx, spec)
@@ -343,12 +335,22 @@ func (m *Manager) handOver(ctx context.Context, id sandbox.ID, owner, typ string
 			return nil, fmt.Errorf("apply env to pooled sandbox: %w", err)
 		}
 	}
+	if len(req.Network.AllowOut)+len(req.Network.DenyOut) > 0 {
+		nu, ok := m.backend.(backend.NetworkUpdater)
+		if !ok {
+			return nil, sandbox.Errorf(sandbox.ClassUnavailable, "backend cannot set network policies")
+		}
+		if err := nu.UpdateNetwork(ctx, id, req.Network); err != nil {
+			return nil, fmt.Errorf("apply network policy to pooled sandbox: %w", err)
+		}
+	}
 	now := time.Now().UTC()
 	m.mu.Lock()
 	rec := e.rec.Clone()
 	rec.Owner, rec.Type, rec.Pool, rec.FromPool = owner, typ, "", true
 	rec.CreatedAt, rec.EndAt, rec.LastActive = now, now.Add(req.Timeout), now
 	rec.Metadata, rec.Env, rec.SessionKey, rec.Extra = req.Metadata, req.Env, req.SessionKey, req.Extra
+	rec.Network = req.Network
 	e.rec, e.lastActive = rec, time.Now()
 	m.armTimerLocked(id, e)
 	e.logs.add("info", "handed over from the warm pool", nil)

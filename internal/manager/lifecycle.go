@@ -219,7 +219,8 @@ func (m *Manager) startPools(ctx context.Context) {
 func (m *Manager) poolFill(template string) pool.FillFunc {
 	return func(ctx context.Context) (sandbox.ID, error) {
 		start := time.Now()
-		rec, err := m.createCold(ctx, "", template, "", CreateRequest{Timeout: m.cfg.DefaultTimeout}, template)
+		req := CreateRequest{Timeout: m.cfg.DefaultTimeout, Network: sandbox.Network{Mode: m.cfg.DefaultNetworkMode}}
+		rec, err := m.createCold(ctx, "", template, "", req, template)
 		if err != nil {
 			return "", err
 		}

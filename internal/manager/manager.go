@@ -45,6 +45,15 @@ type Config struct {
 	// DefaultMountDir, when set, gives each sandbox <dir>/<id> as /workspace.
 	DefaultMountDir string
 
+	// DefaultNetworkMode applies to requests without a network mode.
+	DefaultNetworkMode sandbox.NetworkMode
+	// NetworkAvailable says whether the backend can give sandboxes a
+	// network ("egress"); without it only "none" is accepted.
+	NetworkAvailable bool
+	// ValidateNetwork checks a policy before anything is created (nil: only
+	// the mode is checked).
+	ValidateNetwork func(sandbox.Network) error
+
 	// MaxExecOutput caps the bytes of each stream kept for a buffered exec.
 	MaxExecOutput int64
 	// DefaultExecTimeout applies when an exec request has none.
@@ -105,6 +114,9 @@ func New(cfg Config, b backend.Backend, s store.Store) *Manager {
 	}
 	if cfg.MaxExecOutput == 0 {
 		cfg.MaxExecOutput = 16 << 20
+	}
+	if cfg.DefaultNetworkMode == "" {
+		cfg.DefaultNetworkMode = sandbox.NetworkNone
 	}
 	if cfg.Templates == nil {
 		cfg.Templates = map[string]string{"base": "host"}

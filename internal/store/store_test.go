@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -68,5 +69,24 @@ func TestBolt(t *testing.T) {
 	defer s.Close()
 	if r, err := s.Get(context.Background(), "def"); err != nil || r.Owner != "bob" {
 		t.Fatalf("after reopen: %+v %v", r, err)
+	}
+}
+
+func TestBoltReplacesCorruptFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	if err := os.WriteFile(path, []byte("this is not a bolt database, just garbage bytes of a crash"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenBolt(path)
+	if err != nil {
+		t.Fatalf("corrupt store not replaced: %v", err)
+	}
+	defer s.Close()
+	if err := s.Put(context.Background(), &Record{ID: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	matches, _ := filepath.Glob(path + ".corrupt-*")
+	if len(matches) != 1 {
+		t.Fatalf("corrupt file not kept aside: %v", matches)
 	}
 }

@@ -279,9 +279,11 @@ func assertNoLeftovers(t *testing.T, dataDir string) {
 			t.Errorf("mount left behind: %s", line)
 		}
 	}
-	entries, _ := os.ReadDir(filepath.Join(dataDir, "native", "sb"))
-	for _, e := range entries {
-		t.Errorf("sandbox dir left behind: %s", e.Name())
+	for _, sub := range []string{"native/state/sb", "native/disks"} {
+		entries, _ := os.ReadDir(filepath.Join(dataDir, sub))
+		for _, e := range entries {
+			t.Errorf("%s left behind: %s", sub, e.Name())
+		}
 	}
 }
 

@@ -28,7 +28,7 @@ func sandboxProcessList(ids ...string) []string {
 			continue
 		}
 		for _, id := range ids {
-			if strings.Contains(string(data), "/agentbox/"+id) {
+			if strings.Contains(string(data), "/agentbox/") && strings.Contains(string(data), "/"+id+"\n") {
 				stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
 				out = append(out, strings.TrimSpace(string(stat)))
 			}

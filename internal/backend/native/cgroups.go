@@ -20,9 +20,9 @@ func isCgroup2() bool { return cgroups.IsCgroup2UnifiedMode() }
 
 // cgroupHierarchyRoots returns the directories under which sandboxes'
 // cgroups live: one per v1 hierarchy, or the single v2 root.
-func cgroupHierarchyRoots() []string {
+func (b *Backend) cgroupHierarchyRoots() []string {
 	if isCgroup2() {
-		return []string{filepath.Join("/sys/fs/cgroup", cgroupParent)}
+		return []string{filepath.Join("/sys/fs/cgroup", b.cgroupParent)}
 	}
 	mounts, err := cgroups.GetCgroupMounts(false)
 	if err != nil {
@@ -30,16 +30,16 @@ func cgroupHierarchyRoots() []string {
 	}
 	var roots []string
 	for _, m := range mounts {
-		roots = append(roots, filepath.Join(m.Mountpoint, cgroupParent))
+		roots = append(roots, filepath.Join(m.Mountpoint, b.cgroupParent))
 	}
 	return roots
 }
 
 // cgroupChildren lists the sandbox ids that have a cgroup in any hierarchy.
-func cgroupChildren() []string {
+func (b *Backend) cgroupChildren() []string {
 	seen := map[string]bool{}
 	var ids []string
-	for _, root := range cgroupHierarchyRoots() {
+	for _, root := range b.cgroupHierarchyRoots() {
 		entries, err := os.ReadDir(root)
 		if err != nil {
 			continue
@@ -56,8 +56,8 @@ func cgroupChildren() []string {
 
 // removeStaleCgroups kills every process left in a sandbox's cgroups and
 // removes them. Used when libcontainer's own state is gone.
-func removeStaleCgroups(id string) {
-	for _, root := range cgroupHierarchyRoots() {
+func (b *Backend) removeStaleCgroups(id string) {
+	for _, root := range b.cgroupHierarchyRoots() {
 		dir := filepath.Join(root, id)
 		if _, err := os.Stat(dir); err != nil {
 			continue
@@ -85,13 +85,13 @@ func (b *Backend) cgroupPaths(bx *box) map[string]string {
 	}
 	paths := map[string]string{}
 	if isCgroup2() {
-		paths[""] = filepath.Join("/sys/fs/cgroup", cgroupParent, string(bx.id))
+		paths[""] = filepath.Join("/sys/fs/cgroup", b.cgroupParent, string(bx.id))
 		return paths
 	}
 	mounts, _ := cgroups.GetCgroupMounts(false)
 	for _, m := range mounts {
 		for _, s := range m.Subsystems {
-			paths[s] = filepath.Join(m.Mountpoint, cgroupParent, string(bx.id))
+			paths[s] = filepath.Join(m.Mountpoint, b.cgroupParent, string(bx.id))
 		}
 	}
 	return paths
@@ -169,6 +169,9 @@ func (b *Backend) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, erro
 		s.Pids = readInt(filepath.Join(p["pids"], "pids.current"))
 		s.PidsLimit = readInt(filepath.Join(p["pids"], "pids.max"))
 		s.PidsLimitHits = readKey(filepath.Join(p["pids"], "pids.events"), "max")
+	}
+	if b.cfg.Network != nil && bx.rec.Spec.Network.Mode == sandbox.NetworkEgress {
+		s.NetworkDenials = b.cfg.Network.Denials(id)
 	}
 	var fs unix.Statfs_t
 	if err := unix.Statfs(filepath.Join(bx.paths.disk, "workspace"), &fs); err == nil && isMountPoint(bx.paths.disk) {

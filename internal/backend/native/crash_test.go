@@ -93,14 +93,14 @@ func TestCrashRecovery(t *testing.T) {
 	// Leftovers of a create that crashed half-way, and of one that never
 	// wrote its record.
 	halfID := sandbox.NewID()
-	halfDir := filepath.Join(dir, "sb", string(halfID))
+	halfDir := filepath.Join(dir, "state", "sb", string(halfID))
 	if err := os.MkdirAll(filepath.Join(halfDir, "disk"), 0o711); err != nil {
 		t.Fatal(err)
 	}
 	if err := unix.Mount("tmpfs", filepath.Join(halfDir, "disk"), "tmpfs", 0, "size=1m"); err != nil {
 		t.Fatal(err)
 	}
-	orphanCgroup := filepath.Join("/sys/fs/cgroup/pids", cgroupParent, string(sandbox.NewID()))
+	orphanCgroup := filepath.Join("/sys/fs/cgroup/pids", cgroupParentFor(dir), string(sandbox.NewID()))
 	if !isCgroup2() {
 		if err := os.MkdirAll(orphanCgroup, 0o755); err != nil {
 			t.Fatal(err)
@@ -152,6 +152,9 @@ func TestCrashRecovery(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
 	assertNothingLeft(t, dir, ids...)
 }
 
@@ -167,13 +170,12 @@ func assertNothingLeft(t *testing.T, dir string, ids ...sandbox.ID) {
 	for _, m := range mounts {
 		t.Errorf("mount left: %s", m.Mountpoint)
 	}
-	if entries, _ := os.ReadDir(filepath.Join(dir, "sb")); len(entries) > 0 {
-		t.Errorf("sandbox dirs left: %d", len(entries))
+	for _, sub := range []string{"state/sb", "state/libcontainer", "disks"} {
+		if entries, _ := os.ReadDir(filepath.Join(dir, sub)); len(entries) > 0 {
+			t.Errorf("%s left: %d entries", sub, len(entries))
+		}
 	}
-	if entries, _ := os.ReadDir(filepath.Join(dir, "libcontainer")); len(entries) > 0 {
-		t.Errorf("container state left: %d", len(entries))
-	}
-	for _, root := range cgroupHierarchyRoots() {
+	for _, root := range (&Backend{cgroupParent: cgroupParentFor(dir)}).cgroupHierarchyRoots() {
 		for _, id := range ids {
 			if _, err := os.Stat(filepath.Join(root, string(id))); err == nil {
 				t.Errorf("cgroup left: %s/%s", root, id)

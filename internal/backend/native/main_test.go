@@ -33,7 +33,12 @@ func newTestBackend(t testing.TB, dir string) *Backend {
 	if err != nil {
 		t.Fatalf("native.New: %v", err)
 	}
-	t.Cleanup(func() { b.abandoned.Store(true) })
+	t.Cleanup(func() {
+		b.abandoned.Store(true)
+		if err := b.Close(); err != nil {
+			t.Errorf("close backend: %v", err)
+		}
+	})
 	return b
 }
 

@@ -10,6 +10,8 @@ package native
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,8 +31,16 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// cgroupParent is the cgroup (under each hierarchy's root) holding all sandboxes.
-const cgroupParent = "agentbox"
+// cgroupRoot is the cgroup (under each hierarchy's root) holding every
+// backend's sandboxes; each backend instance (data dir) has its own child,
+// so one daemon's orphan cleanup never touches another daemon's sandboxes.
+const cgroupRoot = "agentbox"
+
+// cgroupParentFor returns the cgroup of the backend whose state is at root.
+func cgroupParentFor(root string) string {
+	sum := sha256.Sum256([]byte(root))
+	return cgroupRoot + "/" + hex.EncodeToString(sum[:6])
+}
 
 // Defaults applied to zero resource fields.
 var DefaultResources = sandbox.Resources{
@@ -58,6 +68,12 @@ type NetworkProvider interface {
 	Setup(ctx context.Context, id sandbox.ID, n sandbox.Network) (netnsPath string, nameservers []string, err error)
 	// Teardown removes everything Setup created. It is idempotent.
 	Teardown(ctx context.Context, id sandbox.ID) error
+	// UpdatePolicy replaces a running sandbox's egress policy.
+	UpdatePolicy(ctx context.Context, id sandbox.ID, n sandbox.Network) error
+	// Reconcile removes the networking of every sandbox not in live.
+	Reconcile(ctx context.Context, live []sandbox.ID) error
+	// Denials counts the sandbox's rejected packets.
+	Denials(id sandbox.ID) uint64
 }
 
 // Config configures the native backend.
@@ -84,11 +100,15 @@ type Config struct {
 type Backend struct {
 	cfg       Config
 	log       *slog.Logger
-	stateRoot string // libcontainer state
-	sbRoot    string // one directory per sandbox
-	hostEtc   string // shared /etc of the host template
-	genEtc    string // generated passwd/group for dir: templates
-	disks     diskCache
+	runRoot   string // the state tmpfs
+	stateRoot string // libcontainer state, on the tmpfs
+	sbRoot    string // one directory per sandbox, on the tmpfs
+	diskRoot  string // disk images, on the data dir's filesystem
+	// cgroupParent is this backend's cgroup below each hierarchy's root.
+	cgroupParent string
+	hostEtc      string // shared /etc of the host template
+	genEtc       string // generated passwd/group for dir: templates
+	disks        diskCache
 
 	// Precompiled seccomp programs, by whether the sandbox runs as root.
 	seccompUser, seccompRoot []byte
@@ -127,8 +147,12 @@ type record struct {
 	Reason      string       `json:"reason,omitempty"`
 }
 
-var _ backend.Backend = (*Backend)(nil)
-var _ backend.StatsReader = (*Backend)(nil)
+var (
+	_ backend.Backend        = (*Backend)(nil)
+	_ backend.StatsReader    = (*Backend)(nil)
+	_ backend.PortDialer     = (*Backend)(nil)
+	_ backend.NetworkUpdater = (*Backend)(nil)
+)
 
 // New prepares the backend's directories and shared files. It needs root
 // (namespaces, cgroups, loop devices).
@@ -147,7 +171,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	cfg.Root = root
-	if len(newBoxPaths(filepath.Join(root, "sb"), sandbox.NewID()).socket()) > maxSocketPath {
+	if len(newBoxPaths(filepath.Join(root, "state", "sb"), "", sandbox.NewID()).socket()) > maxSocketPath {
 		return nil, fmt.Errorf("native: state directory %q is too long for unix socket paths; use a shorter data dir", root)
 	}
 	agent, err := filepath.Abs(cfg.AgentPath)
@@ -173,22 +197,33 @@ func New(cfg Config) (*Backend, error) {
 	logrus.SetOutput(os.Stderr)
 
 	b := &Backend{
-		cfg:       cfg,
-		log:       cfg.Logger.With("backend", "native"),
-		stateRoot: filepath.Join(root, "libcontainer"),
-		sbRoot:    filepath.Join(root, "sb"),
-		disks:     diskCache{dir: filepath.Join(root, "cache")},
-		boxes:     map[sandbox.ID]*box{},
+		cfg:          cfg,
+		log:          cfg.Logger.With("backend", "native"),
+		runRoot:      filepath.Join(root, "state"),
+		stateRoot:    filepath.Join(root, "state", "libcontainer"),
+		sbRoot:       filepath.Join(root, "state", "sb"),
+		diskRoot:     filepath.Join(root, "disks"),
+		cgroupParent: cgroupParentFor(root),
+		disks:        diskCache{dir: filepath.Join(root, "cache")},
+		boxes:        map[sandbox.ID]*box{},
 	}
 	// Everything under root is reachable by root sandboxes' mapped uids only
 	// where it must be (0711: traverse, no listing).
 	tmplDir := filepath.Join(root, "tmpl")
-	for _, d := range []string{root, b.stateRoot, b.sbRoot, tmplDir} {
+	for _, d := range []string{root, b.runRoot, b.diskRoot, tmplDir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("native: create %s: %w", d, err)
 		}
 		if err := os.Chmod(d, 0o711); err != nil {
 			return nil, err
+		}
+	}
+	if err := mountStateTmpfs(b.runRoot); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{b.stateRoot, b.sbRoot} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("native: create %s: %w", d, err)
 		}
 	}
 	if b.hostEtc, err = hostEtcDir(tmplDir); err != nil {
@@ -208,6 +243,39 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("native: prepare disk template: %w", err)
 	}
 	return b, nil
+}
+
+// mountStateTmpfs mounts the backend's state tmpfs at dir unless a previous
+// process of the backend already did (it outlives daemon restarts).
+func mountStateTmpfs(dir string) error {
+	if isMountPoint(dir) {
+		return nil
+	}
+	// A few KiB per sandbox: 64 MiB holds the state of tens of thousands.
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0711,size=64m"); err != nil {
+		return fmt.Errorf("native: mount state tmpfs on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Close releases what the backend holds on the host once no sandbox is
+// left (the state tmpfs). With sandboxes still running it does nothing:
+// their state must outlive this process so a restarted daemon finds them.
+func (b *Backend) Close() error {
+	entries, err := os.ReadDir(b.sbRoot)
+	if err == nil && len(entries) > 0 {
+		return nil
+	}
+	if err := unmountAll(b.runRoot); err != nil {
+		return fmt.Errorf("native: unmount state tmpfs: %w", err)
+	}
+	// The backend's (now empty) cgroup parents; the shared root too when no
+	// other backend uses it. rmdir fails harmlessly on non-empty ones.
+	for _, dir := range b.cgroupHierarchyRoots() {
+		_ = os.Remove(dir)
+		_ = os.Remove(filepath.Dir(dir))
+	}
+	return nil
 }
 
 // maxSocketPath is the longest unix socket path the kernel accepts.
@@ -288,7 +356,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		return sandbox.Info{}, err
 	}
 
-	bx := &box{id: spec.ID, paths: newBoxPaths(b.sbRoot, spec.ID)}
+	bx := &box{id: spec.ID, paths: newBoxPaths(b.sbRoot, b.diskRoot, spec.ID)}
 	if len(bx.paths.socket()) > maxSocketPath {
 		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "sandbox id %q is too long for this server's state directory", spec.ID)
 	}
@@ -618,7 +686,9 @@ func (b *Backend) onInitExit(bx *box, exited chan struct{}, reason string) {
 	if n := b.oomKills(bx); n > 0 {
 		reason += " (out of memory)"
 	}
-	b.log.Warn("sandbox init exited unexpectedly", "sandbox", bx.id, "reason", reason)
+	// The agent's log lives on the sandbox disk, which teardown unmounts:
+	// keep its tail in our own log.
+	b.log.Warn("sandbox init exited unexpectedly", "sandbox", bx.id, "reason", reason, "agent_log", logTail(bx.paths.log))
 	b.teardown(context.Background(), bx, false)
 	bx.rec.Stopped = true
 	bx.rec.Reason = reason
@@ -654,7 +724,7 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 		}
 		bx.container = nil
 	} else {
-		removeStaleCgroups(string(bx.id))
+		b.removeStaleCgroups(string(bx.id))
 	}
 	_ = os.RemoveAll(filepath.Join(b.stateRoot, string(bx.id)))
 	bx.pid = 0
@@ -672,6 +742,9 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 	if removeAll {
 		if err := os.RemoveAll(bx.paths.dir); err != nil {
 			b.log.Error("remove sandbox dir", "sandbox", bx.id, "err", err)
+		}
+		if err := os.Remove(bx.paths.image); err != nil && !errors.Is(err, os.ErrNotExist) {
+			b.log.Error("remove sandbox disk", "sandbox", bx.id, "err", err)
 		}
 	}
 }

@@ -46,29 +46,33 @@ var readonlyPaths = []string{
 	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
 }
 
-// boxPaths are the host paths of one sandbox.
+// boxPaths are the host paths of one sandbox. Everything but the disk
+// image lives on the backend's state tmpfs: creating files there costs
+// nothing, and it is exactly as durable as the sandboxes themselves (it
+// survives a daemon restart, not a reboot).
 type boxPaths struct {
-	dir     string // <root>/sb/<id>
+	dir     string // <state>/sb/<id>
 	disk    string // mount point of the sandbox disk
-	image   string // the disk image file
+	image   string // the disk image file, <root>/disks/<id>.img
 	rootfs  string // the root filesystem handed to libcontainer
 	etc     string // per-sandbox /etc files
 	run     string // agent socket directory, bind-mounted at /run/agentbox
 	record  string // sandbox.json
-	log     string // agent stdout/stderr
+	log     string // agent stdout/stderr, on the sandbox's own disk (capped with it)
 	overlay string // overlay mount point for dir: templates
 }
 
-func newBoxPaths(sbRoot string, id sandbox.ID) boxPaths {
+func newBoxPaths(sbRoot, diskRoot string, id sandbox.ID) boxPaths {
 	dir := filepath.Join(sbRoot, string(id))
+	disk := filepath.Join(dir, "disk")
 	return boxPaths{
 		dir:     dir,
-		disk:    filepath.Join(dir, "disk"),
-		image:   filepath.Join(dir, "disk.img"),
+		disk:    disk,
+		image:   filepath.Join(diskRoot, string(id)+".img"),
 		etc:     filepath.Join(dir, "etc"),
 		run:     filepath.Join(dir, "run"),
 		record:  filepath.Join(dir, "sandbox.json"),
-		log:     filepath.Join(dir, "agent.log"),
+		log:     filepath.Join(disk, "agent.log"),
 		overlay: filepath.Join(dir, "rootfs"),
 	}
 }
@@ -157,7 +161,7 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl template, p boxPaths, ids idMa
 		Hostname: string(spec.ID),
 		Mounts:   b.mounts(spec, tmpl, p, ids),
 		Linux: &specs.Linux{
-			CgroupsPath:   "/" + cgroupParent + "/" + string(spec.ID),
+			CgroupsPath:   "/" + b.cgroupParent + "/" + string(spec.ID),
 			MaskedPaths:   maskedPaths,
 			ReadonlyPaths: readonlyPaths,
 			Resources: &specs.LinuxResources{
@@ -188,7 +192,6 @@ func (b *Backend) mounts(spec sandbox.Spec, tmpl template, p boxPaths, ids idMap
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
-		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(tmpSize, 10)}},
 		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=16m"}},

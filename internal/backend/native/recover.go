@@ -53,12 +53,24 @@ func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) {
 		}
 	}
 	b.removeOrphans(known)
+	b.removeOrphanDisks(known)
+	if b.cfg.Network != nil {
+		var live []sandbox.ID
+		for _, in := range infos {
+			if in.State == sandbox.StateRunning && in.Spec.Network.Mode == sandbox.NetworkEgress {
+				live = append(live, in.ID)
+			}
+		}
+		if err := b.cfg.Network.Reconcile(ctx, live); err != nil {
+			return nil, fmt.Errorf("reconcile sandbox networking: %w", err)
+		}
+	}
 	sort.Slice(infos, func(i, j int) bool { return infos[i].CreatedAt.Before(infos[j].CreatedAt) })
 	return infos, nil
 }
 
 func (b *Backend) recoverOne(ctx context.Context, id sandbox.ID) (sandbox.Info, bool) {
-	bx := &box{id: id, paths: newBoxPaths(b.sbRoot, id)}
+	bx := &box{id: id, paths: newBoxPaths(b.sbRoot, b.diskRoot, id)}
 	log := b.log.With("sandbox", id)
 	data, err := os.ReadFile(bx.paths.record)
 	if err == nil {
@@ -156,10 +168,10 @@ func (b *Backend) removeOrphans(known map[string]bool) {
 			_ = os.RemoveAll(filepath.Join(b.stateRoot, e.Name()))
 		}
 	}
-	for _, id := range cgroupChildren() {
+	for _, id := range b.cgroupChildren() {
 		if !known[id] {
 			b.log.Warn("removing orphan cgroup", "id", id)
-			removeStaleCgroups(id)
+			b.removeStaleCgroups(id)
 		}
 	}
 	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(b.sbRoot + "/"))
@@ -178,5 +190,22 @@ func (b *Backend) removeOrphans(known map[string]bool) {
 		if err := unmountAll(m.Mountpoint); err != nil && !errors.Is(err, os.ErrNotExist) {
 			b.log.Error("unmount orphan", "path", m.Mountpoint, "err", err)
 		}
+	}
+}
+
+// removeOrphanDisks deletes disk images no sandbox state refers to: what a
+// reboot leaves (the state tmpfs is gone, the images are not).
+func (b *Backend) removeOrphanDisks(known map[string]bool) {
+	entries, err := os.ReadDir(b.diskRoot)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".img")
+		if !ok || known[id] {
+			continue
+		}
+		b.log.Warn("removing orphan disk image", "id", id)
+		_ = os.Remove(filepath.Join(b.diskRoot, e.Name()))
 	}
 }

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/backend/native"
+	"github.com/agentbox/agentbox/internal/bench"
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/daemon"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+func newBenchCmd() *cobra.Command {
+	var (
+		n          int
+		docker     string
+		throughput time.Duration
+		clients    int
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure sandbox latency and memory against bare fork/exec and Docker (needs root)",
+		Long: `Runs the benchmarks of docs/benchmarks.md on this machine and prints a
+Markdown table: the native backend directly (cold create+exec+destroy, exec
+round trip, idle memory), the HTTP API of an in-process server (pool-hit and
+cold create, exec round trip, create+exec+destroy throughput), and the same
+operations with bare fork/exec and Docker as references.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runBench(cmd.Context(), cmd.OutOrStdout(), n, docker, throughput, clients)
+		},
+	}
+	cmd.Flags().IntVarP(&n, "n", "n", 100, "samples per latency measurement")
+	cmd.Flags().StringVar(&docker, "docker", "auto", "Docker reference: auto (when an engine answers), on, off")
+	cmd.Flags().DurationVar(&throughput, "throughput-duration", 10*time.Second, "how long the throughput run lasts")
+	cmd.Flags().IntVar(&clients, "clients", 8, "concurrent clients of the throughput run")
+	return cmd
+}
+
+func runBench(ctx context.Context, out io.Writer, n int, docker string, tput time.Duration, clients int) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	agentPath, err := daemon.FindAgent(os.Getenv("AGENT_PATH"))
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "abx-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	_ = os.Chmod(tmp, 0o711)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	var results []bench.Result
+	add := func(name, note string, samples []time.Duration, err error) error {
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		r := bench.Summarize(name, samples)
+		r.Comment = note
+		results = append(results, r)
+		fmt.Fprintf(os.Stderr, "  %-48s p50 %8.2f ms  p99 %8.2f ms\n", name, float64(r.P50.Microseconds())/1000, float64(r.P99.Microseconds())/1000)
+		return nil
+	}
+	fmt.Fprintf(os.Stderr, "agentbox bench: %d samples each, %d CPUs, %s\n", n, runtime.NumCPU(), runtime.Version())
+
+	// The native backend, directly.
+	b, err := native.New(native.Config{Root: filepath.Join(tmp, "native"), AgentPath: agentPath, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	samples, err := bench.Measure(n, 3, func() error { return bench.ColdCreateExecDestroy(ctx, b, bench.PythonPrint) })
+	if err := add("native: create + python3 -c 'print(1)' + destroy", "target ≤ 30 ms p50", samples, err); err != nil {
+		return err
+	}
+	samples, err = bench.Measure(n, 3, func() error { return bench.BareExec(bench.PythonPrint) })
+	if err := add("bare fork/exec: python3 -c 'print(1)'", "reference", samples, err); err != nil {
+		return err
+	}
+	id := sandbox.NewID()
+	info, err := b.Create(ctx, sandbox.Spec{ID: id, Template: "host"})
+	if err != nil {
+		return err
+	}
+	ac := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address}, "")
+	samples, err = bench.Measure(n*5, 10, func() error { return bench.ExecRoundTrip(ctx, ac, []string{"true"}) })
+	ac.Close()
+	b.Destroy(ctx, id)
+	if err := add("native: exec `true` in a running sandbox", "target ≤ 2 ms p50", samples, err); err != nil {
+		return err
+	}
+	samples, err = bench.Measure(n*5, 10, func() error { return bench.BareExec([]string{"true"}) })
+	if err := add("bare fork/exec: true", "reference", samples, err); err != nil {
+		return err
+	}
+	mem, err := idleMemory(ctx, b, 10)
+	if err != nil {
+		return err
+	}
+
+	// The HTTP API of an in-process server.
+	apiResults, err := benchAPI(ctx, tmp, agentPath, n, tput, clients, quiet, add)
+	if err != nil {
+		return err
+	}
+
+	// Docker, when there is an engine.
+	if docker == "on" || (docker == "auto" && bench.DockerAvailable()) {
+		if err := bench.EnsureDockerImage(ctx); err != nil {
+			return err
+		}
+		samples, err = bench.Measure(max(n/4, 10), 1, func() error { return bench.DockerRun(ctx, bench.PythonPrint) })
+		if err := add("docker run --rm: python3 -c 'print(1)'", "reference", samples, err); err != nil {
+			return err
+		}
+		dc, err := bench.StartDockerContainer(ctx)
+		if err != nil {
+			return err
+		}
+		samples, err = bench.Measure(n, 3, func() error { return dc.Exec(ctx, []string{"true"}) })
+		dc.Remove(ctx)
+		if err := add("docker exec: true", "reference", samples, err); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(os.Stderr, "  (no Docker engine: Docker reference skipped)")
+	}
+
+	fmt.Fprint(out, bench.Markdown(results))
+	fmt.Fprintf(out, "\nIdle sandbox memory (10 sandboxes, average): agent RSS %.1f MiB (PSS %.1f MiB, the agent binary's pages are shared), cgroup charge %.1f MiB — target ≤ 8 MiB.\n",
+		mem.rss, mem.pss, mem.cgroup)
+	fmt.Fprintf(out, "Throughput, %d clients for %s, create+exec `true`+destroy through the API: %.1f cycles/s — target ≥ 100/s.\n",
+		clients, tput, apiResults.throughput)
+	return nil
+}
+
+type memResult struct{ rss, pss, cgroup float64 }
+
+func idleMemory(ctx context.Context, b *native.Backend, count int) (memResult, error) {
+	var ids []sandbox.ID
+	defer func() {
+		for _, id := range ids {
+			b.Destroy(ctx, id)
+		}
+	}()
+	for i := 0; i < count; i++ {
+		id := sandbox.NewID()
+		if _, err := b.Create(ctx, sandbox.Spec{ID: id, Template: "host"}); err != nil {
+			return memResult{}, err
+		}
+		ids = append(ids, id)
+	}
+	time.Sleep(time.Second)
+	var m memResult
+	for _, id := range ids {
+		im, err := bench.SandboxMemory(ctx, b, id)
+		if err != nil {
+			return m, err
+		}
+		m.rss += float64(im.RSSBytes) / (1 << 20) / float64(count)
+		m.pss += float64(im.PSSBytes) / (1 << 20) / float64(count)
+		m.cgroup += float64(im.CgroupBytes) / (1 << 20) / float64(count)
+	}
+	return m, nil
+}
+
+type apiResult struct{ throughput float64 }
+
+func benchAPI(ctx context.Context, tmp, agentPath string, n int, tput time.Duration, clients int, log *slog.Logger,
+	add func(string, string, []time.Duration, error) error) (apiResult, error) {
+	var res apiResult
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return res, err
+	}
+	cfg, err := config.Load("", nil, map[string]string{
+		"AGENTBOX_DATA_DIR": filepath.Join(tmp, "api"), "AGENT_PATH": agentPath,
+		"POOL_SIZE": "2", "AUTO_CLEANUP": "true", "PORT": strconv.Itoa(ln.Addr().(*net.TCPAddr).Port),
+	})
+	if err != nil {
+		return res, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(runCtx, daemon.Options{Config: cfg, Logger: log, Listener: ln, Ready: ready})
+	}()
+	defer func() { stop(); <-done }()
+	select {
+	case <-ready:
+	case err := <-done:
+		return res, err
+	}
+	c, err := client.New("http://" + ln.Addr().String())
+	if err != nil {
+		return res, err
+	}
+	waitPool := func() error {
+		deadline := time.Now().Add(time.Minute)
+		for time.Now().Before(deadline) {
+			info, err := c.Info(ctx)
+			if err != nil {
+				return err
+			}
+			if info.Pools["host"] >= 2 {
+				return nil
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return fmt.Errorf("pool did not refill within a minute")
+	}
+	samples, err := bench.APIPoolHitCreate(ctx, c, n, waitPool)
+	if err := add("API: create, warm-pool hit", "target ≤ 5 ms p50, ≤ 20 ms p99", samples, err); err != nil {
+		return res, err
+	}
+	// Custom resources make a request ineligible for the pool: a cold boot.
+	cold := func() ([]time.Duration, error) {
+		return bench.Measure(n, 2, func() error {
+			sb, err := c.Create(ctx, client.CreateRequest{Resources: &client.Resources{PIDs: 255}})
+			if err != nil {
+				return err
+			}
+			return c.Delete(ctx, sb.ID)
+		})
+	}
+	samples, err = cold()
+	if err := add("API: create + delete, cold", "", samples, err); err != nil {
+		return res, err
+	}
+	sb, err := c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		return res, err
+	}
+	samples, err = bench.APIExecRoundTrip(ctx, c, sb.ID, []string{"true"}, n*5)
+	c.Delete(ctx, sb.ID)
+	if err := add("API: exec `true`, buffered JSON", "target ≤ 3 ms p50", samples, err); err != nil {
+		return res, err
+	}
+	rate, samples, err := bench.Throughput(ctx, c, clients, tput)
+	if err := add(fmt.Sprintf("API: create+exec+delete cycle, %d clients", clients), fmt.Sprintf("%.0f cycles/s", rate), samples, err); err != nil {
+		return res, err
+	}
+	res.throughput = rate
+	return res, nil
+}

@@ -1,0 +1,65 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaults(t *testing.T) {
+	c, err := Load("", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr() != "127.0.0.1:8000" || len(c.APIKeys) != 0 || !c.AutoCleanup || c.DefaultTimeout != 300*time.Second ||
+		c.Templates["base"] != "host" || c.DefaultTypes[0] != "base" || c.Resources.PIDs != 256 || !c.Loopback() {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestPrecedenceAndNames(t *testing.T) {
+	dir := t.TempDir()
+	env := filepath.Join(dir, ".env")
+	os.WriteFile(env, []byte("# agentscope style\nPORT=9000\nexport POOL_SIZE=\"3\"\nBEARER_TOKEN=file-token\nDEFAULT_SANDBOX_TYPE=[\"base\",\"filesystem\"]\nPORT_RANGE=[49152,59152]\n"), 0o600)
+	c, err := Load(env, []string{"POOL_SIZE=5", "UNRELATED=1", "API_KEYS=k1:alice,k2:bob"}, map[string]string{"PORT": "9100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Port != 9100 || c.PoolSize != 5 || c.APIKeys["file-token"] != "default" || c.APIKeys["k2"] != "bob" ||
+		len(c.DefaultTypes) != 2 || len(c.Ignored) != 1 || c.Ignored[0] != "PORT_RANGE" {
+		t.Fatalf("merged config: %+v", c)
+	}
+}
+
+func TestErrorsNameTheSetting(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.env")
+	os.WriteFile(bad, []byte("PORTT=1\n"), 0o600)
+	if _, err := Load(bad, nil, nil); err == nil || !strings.Contains(err.Error(), "PORTT") {
+		t.Fatalf("unknown file setting: %v", err)
+	}
+	for name, value := range map[string]string{
+		"PORT": "70000", "POOL_SIZE": "-2", "AUTO_CLEANUP": "maybe", "DEFAULT_MEMORY": "lots",
+		"HOST": "not an ip", "API_KEYS": "nouser", "READONLY_MOUNTS": "{not json", "NETWORK_SUBNET": "10.0.0.0/30",
+		"DEFAULT_SANDBOX_TYPE": "gpu", "WORKERS": "4", "CONTAINER_DEPLOYMENT": "k8s", "DEFAULT_TIMEOUT": "999999",
+	} {
+		_, err := Load("", nil, map[string]string{name: value})
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%s: %v", name, value, err)
+		}
+	}
+}
+
+func TestSizesAndBandwidth(t *testing.T) {
+	for in, want := range map[string]int64{"512M": 512 << 20, "1G": 1 << 30, "1.5GiB": 3 << 29, "4096": 4096, "2k": 2048} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v", in, got, err)
+		}
+	}
+	c, err := Load("", nil, map[string]string{"NETWORK_BANDWIDTH": "100M"})
+	if err != nil || c.NetworkBandwidth != 100_000_000 {
+		t.Fatalf("bandwidth = %d, %v", c.NetworkBandwidth, err)
+	}
+}

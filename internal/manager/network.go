@@ -1,0 +1,90 @@
+package manager
+
+import (
+	"context"
+	"net"
+
+	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// validateNetwork fills in the default mode and checks n.
+func (m *Manager) validateNetwork(n *sandbox.Network) error {
+	if n.Mode == "" {
+		n.Mode = m.cfg.DefaultNetworkMode
+	}
+	switch n.Mode {
+	case sandbox.NetworkNone, sandbox.NetworkEgress:
+	default:
+		return invalid("network.mode", "network mode must be none or egress")
+	}
+	if n.Mode == sandbox.NetworkEgress && !m.cfg.NetworkAvailable {
+		return invalid("network.mode", "egress networking is not available on this server")
+	}
+	if m.cfg.ValidateNetwork != nil {
+		if err := m.cfg.ValidateNetwork(*n); err != nil {
+			return &sandbox.Error{Class: sandbox.ClassInvalid, Msg: err.Error(), Err: fieldErr("network")}
+		}
+	}
+	return nil
+}
+
+// UpdateNetwork replaces the egress policy of one of owner's running
+// sandboxes. The mode cannot change (conflict).
+func (m *Manager) UpdateNetwork(ctx context.Context, owner string, id sandbox.ID, n sandbox.Network) (*store.Record, error) {
+	e, err := m.entryFor(owner, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.validateNetwork(&n); err != nil {
+		return nil, err
+	}
+	nu, ok := m.backend.(backend.NetworkUpdater)
+	if !ok {
+		return nil, sandbox.Errorf(sandbox.ClassUnavailable, "the %s backend cannot change network policies", m.backend.Name())
+	}
+	if err := nu.UpdateNetwork(ctx, id, n); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	rec := e.rec.Clone()
+	rec.Network = n
+	e.rec = rec
+	e.logs.add("info", "network policy changed", map[string]any{"allow_out": n.AllowOut, "deny_out": n.DenyOut})
+	m.mu.Unlock()
+	if err := m.store.Put(ctx, rec); err != nil {
+		return nil, err
+	}
+	return rec.Clone(), nil
+}
+
+// Lookup returns a sandbox's record whoever owns it, for front-ends that
+// authenticate with the sandbox's own access token rather than an API key.
+// Pooled and half-created sandboxes are not found.
+func (m *Manager) Lookup(id sandbox.ID) (*store.Record, error) {
+	if id.Validate() != nil {
+		return nil, sandbox.ErrNotFound(id)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[id]
+	if !ok || e.creating || e.destroying || e.rec.Pool != "" {
+		return nil, sandbox.ErrNotFound(id)
+	}
+	return e.rec.Clone(), nil
+}
+
+// DialPort connects to a port a process listens on inside the sandbox. The
+// caller must have authorised the request.
+func (m *Manager) DialPort(ctx context.Context, id sandbox.ID, port int) (net.Conn, error) {
+	if _, err := m.Lookup(id); err != nil {
+		return nil, err
+	}
+	pd, ok := m.backend.(backend.PortDialer)
+	if !ok {
+		return nil, sandbox.Errorf(sandbox.ClassUnavailable, "the %s backend cannot reach sandbox ports", m.backend.Name())
+	}
+	m.Touch(id)
+	return pd.DialPort(ctx, id, port)
+}

@@ -56,6 +56,9 @@ type Server struct {
 	reqDur  *prometheus.HistogramVec
 
 	previewTransport *http.Transport
+	// patterns are the /v1 route patterns, for checking them against the
+	// OpenAPI document.
+	patterns []string
 }
 
 // DefaultUser is who callers are when no API keys are configured.
@@ -96,6 +99,7 @@ func (s *Server) Mux() *http.ServeMux { return s.mux }
 
 func (s *Server) routes() {
 	v1 := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+		s.patterns = append(s.patterns, pattern)
 		s.mux.Handle(pattern, s.instrument(pattern, s.authenticated(h)))
 	}
 	v1("POST /v1/sandboxes", s.createSandbox)

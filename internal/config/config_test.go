@@ -63,3 +63,16 @@ func TestSizesAndBandwidth(t *testing.T) {
 		t.Fatalf("bandwidth = %d, %v", c.NetworkBandwidth, err)
 	}
 }
+
+// TestDocumented keeps docs/configuration.md listing every setting.
+func TestDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range Settings() {
+		if !strings.Contains(string(doc), "`"+s[0]+"`") {
+			t.Errorf("setting %s is not in docs/configuration.md", s[0])
+		}
+	}
+}

@@ -83,6 +83,8 @@ func (r *Registry) Create(ctx context.Context, req CreateRequest) (Info, error) 
 	if err != nil {
 		return Info{}, err
 	}
+	// The default python context is registered first, so it leads lists.
+	_, _ = r.Default(DefaultLanguage)
 	c, err := r.newContext(lang, req.User, req.Cwd, false)
 	if err != nil {
 		return Info{}, err

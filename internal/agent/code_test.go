@@ -436,7 +436,10 @@ func TestCodeEnvCwdAndContextRoutes(t *testing.T) {
 	}
 	for _, err := range []error{
 		c.DeleteContext(ctx, pc.ID), c.RestartContext(ctx, pc.ID),
-		func() error { _, err := c.RunCode(ctx, agentclient.ExecuteRequest{ContextID: pc.ID, Code: "1"}); return err }(),
+		func() error {
+			_, err := c.RunCode(ctx, agentclient.ExecuteRequest{ContextID: pc.ID, Code: "1"})
+			return err
+		}(),
 	} {
 		if sandbox.ClassOf(err) != sandbox.ClassNotFound {
 			t.Fatalf("deleted context: %v", err)

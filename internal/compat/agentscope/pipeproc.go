@@ -11,7 +11,7 @@ import (
 
 // pipeProc is a long-running process inside a sandbox with its stdin kept
 // open: its stdout is an io.Reader and its stdin an io.Writer, for line
-// protocols (the Python driver, stdio MCP servers). It lives until Close,
+// protocols (stdio MCP servers). It lives until Close,
 // the end of the lifetime context given to startPipeProc, or its exit.
 type pipeProc struct {
 	client *agentclient.Client

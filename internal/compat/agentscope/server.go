@@ -25,9 +25,8 @@ type Server struct {
 	sessionMu    sync.Mutex
 	sessionLocks map[string]*refMutex
 
-	procMu  sync.Mutex
-	pythons map[sandbox.ID]*pyRunner // persistent interpreters, by sandbox
-	mcps    map[sandbox.ID]*mcpGroup // MCP servers added to each sandbox
+	procMu sync.Mutex
+	mcps   map[sandbox.ID]*mcpGroup // MCP servers added to each sandbox
 
 	ctx    context.Context // ends at Close: bounds background processes
 	cancel context.CancelFunc
@@ -40,24 +39,21 @@ func New(cfg Config, m *manager.Manager) *Server {
 	s := &Server{
 		cfg: cfg, m: m, log: cfg.Logger.With("component", "agentscope"), reg: newRegistry(),
 		sessionLocks: map[string]*refMutex{},
-		pythons:      map[sandbox.ID]*pyRunner{}, mcps: map[sandbox.ID]*mcpGroup{},
-		ctx: ctx, cancel: cancel,
+		mcps:         map[sandbox.ID]*mcpGroup{},
+		ctx:          ctx, cancel: cancel,
 	}
 	m.OnHeartbeatRecycle(s.onRecycle)
 	return s
 }
 
-// Close stops the interpreters and MCP servers this front-end started.
-// Sandboxes are left to the manager.
+// Close stops the MCP servers this front-end started. Sandboxes are left
+// to the manager.
 func (s *Server) Close() {
 	s.cancel()
 	s.procMu.Lock()
-	pys, mcps := s.pythons, s.mcps
-	s.pythons, s.mcps = map[sandbox.ID]*pyRunner{}, map[sandbox.ID]*mcpGroup{}
+	mcps := s.mcps
+	s.mcps = map[sandbox.ID]*mcpGroup{}
 	s.procMu.Unlock()
-	for _, p := range pys {
-		p.proc.Close()
-	}
 	for _, g := range mcps {
 		g.close()
 	}

@@ -1,10 +1,13 @@
 """add_mcp_servers with a stdio MCP server started inside the sandbox."""
 import os
+import time
 import unittest
 
-from asclient import SandboxTest, data, proxy, raw, text_of
+from asclient import URL, SandboxTest, data, proxy, raw, text_of
 
-SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mcp_echo_server.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SERVER = os.path.join(HERE, "mcp_echo_server.py")
+HTTP_SERVER = os.path.join(HERE, "mcp_http_server.py")
 
 
 class MCPTest(SandboxTest):
@@ -52,6 +55,30 @@ class MCPTest(SandboxTest):
         self.assertEqual(r.status_code, 500)
         self.assertTrue(r.json()["detail"].startswith("Error in add_mcp_servers: "))
         r = raw("call_tool", {"identity": self.sid, "tool_name": "not_a_tool", "arguments": {}})
+        self.assertEqual(r.status_code, 500)
+
+    def test_http_server_reached_inside_the_sandbox(self):
+        with open(HTTP_SERVER, "rb") as f:
+            proxy("PUT", self.sid, "workspace/file", params={"path": "mcp_http.py"}, data=f.read())
+        self.shell(self.sid, "setsid nohup python3 /workspace/mcp_http.py 18765 >/tmp/mcp_http.log 2>&1 &")
+        cfg = {"mcpServers": {"web": {"type": "streamable_http", "url": "http://127.0.0.1:18765/mcp"}}}
+        last = None
+        for _ in range(50):  # bounded wait for the server to listen
+            last = raw("add_mcp_servers", {"identity": self.sid, "server_configs": cfg})
+            if last.status_code == 200:
+                break
+            time.sleep(0.2)
+        self.assertEqual(last.status_code, 200, last.text)
+        self.assertEqual(last.json(), {"data": "OK"})
+        self.assertEqual(set(data("list_tools", identity=self.sid, tool_type="web")["web"]), {"shout"})
+        self.assertEqual(self.tool(self.sid, "shout", text="quiet")["content"][0]["text"], "QUIET")
+
+    def test_http_server_url_is_the_sandboxs_view(self):
+        # The daemon's own port is on the host's loopback, not the
+        # sandbox's: an HTTP MCP URL cannot reach into the host.
+        port = URL.rsplit(":", 1)[-1].split("/")[0]
+        cfg = {"mcpServers": {"host": {"type": "sse", "url": f"http://127.0.0.1:{port}/health"}}}
+        r = raw("add_mcp_servers", {"identity": self.sid, "server_configs": cfg})
         self.assertEqual(r.status_code, 500)
 
 

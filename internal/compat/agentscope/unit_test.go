@@ -1,0 +1,176 @@
+package agentscope
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestUnifiedDiff(t *testing.T) {
+	got := unifiedDiff("/workspace/a.txt", "one\ntwo\nthree\n", "one\nTWO\nthree\n", "original", "modified")
+	want := "Index: /workspace/a.txt\n" + strings.Repeat("=", 67) + "\n" +
+		"--- /workspace/a.txt\toriginal\n+++ /workspace/a.txt\tmodified\n" +
+		"@@ -1,3 +1,3 @@\n one\n-two\n+TWO\n three\n"
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+	// Far-apart changes make two hunks with 4 lines of context each.
+	var a, b []string
+	for i := 0; i < 30; i++ {
+		a = append(a, string(rune('a'+i%26)))
+	}
+	b = append(b, a...)
+	b[1], b[28] = "X", "Y"
+	got = unifiedDiff("f", strings.Join(a, "\n")+"\n", strings.Join(b, "\n")+"\n", "o", "m")
+	if n := strings.Count(got, "@@ -"); n != 2 {
+		t.Fatalf("want 2 hunks, got %d:\n%s", n, got)
+	}
+	if !strings.Contains(got, "@@ -1,6 +1,6 @@\n a\n-b\n+X\n") || !strings.Contains(got, "@@ -25,6 +25,6 @@\n") {
+		t.Fatalf("hunk headers:\n%s", got)
+	}
+	// A missing final newline is marked.
+	got = unifiedDiff("f", "x", "y", "o", "m")
+	if !strings.HasSuffix(got, "@@ -1,1 +1,1 @@\n-x\n\\ No newline at end of file\n+y\n\\ No newline at end of file\n") {
+		t.Fatalf("no-newline markers:\n%s", got)
+	}
+	// Adding to an empty file.
+	if got = unifiedDiff("f", "", "new\n", "o", "m"); !strings.HasSuffix(got, "@@ -0,0 +1,1 @@\n+new\n") {
+		t.Fatalf("empty old file:\n%s", got)
+	}
+}
+
+func TestReplaceLoose(t *testing.T) {
+	content := "def f():\n    if x:\n        return 1\n"
+	// Lines match up to surrounding whitespace; new lines are indented
+	// like the match plus their indent relative to the old text's.
+	got, ok := replaceLoose(content, "if x:\n    return 1", "if y:\n        return 2")
+	if !ok || got != "def f():\n    if y:\n        return 2\n" {
+		t.Fatalf("got %q %v", got, ok)
+	}
+	if _, ok := replaceLoose(content, "absent", "x"); ok {
+		t.Fatal("matched absent text")
+	}
+}
+
+func TestGlobRegexp(t *testing.T) {
+	cases := []struct {
+		glob, path string
+		want       bool
+	}{
+		{"**/*.py", "a.py", true}, {"**/*.py", "x/y/a.py", true}, {"*.py", "x/a.py", false},
+		{"*.py", "a.py", true}, {"**/node_modules/**", "node_modules/a", true},
+		{"**/node_modules/**", "x/node_modules", true}, {"**/lib/**", "src/lib/u.py", true},
+		{"a?c", "abc", true}, {"a?c", "a/c", false}, {"*.txt", ".hidden.txt", true},
+	}
+	for _, c := range cases {
+		if got := globRegexp(c.glob).MatchString(c.path); got != c.want {
+			t.Errorf("glob %q vs %q: got %v want %v", c.glob, c.path, got, c.want)
+		}
+	}
+}
+
+func TestResolveWorkspacePath(t *testing.T) {
+	cases := []struct {
+		in, out string
+		ok      bool
+	}{
+		{"a.txt", "/workspace/a.txt", true}, {".", "/workspace", true}, {"/workspace/x/../y", "/workspace/y", true},
+		{"../etc/passwd", "/etc/passwd", false}, {"/etc", "/etc", false}, {"/workspacefoo", "/workspacefoo", false},
+		{"a/../../x", "/x", false},
+	}
+	for _, c := range cases {
+		out, ok := resolveWorkspacePath(c.in)
+		if out != c.out || ok != c.ok {
+			t.Errorf("%q: got %q %v, want %q %v", c.in, out, ok, c.out, c.ok)
+		}
+	}
+}
+
+func TestDecodeArgs(t *testing.T) {
+	m := method{name: "call_tool", params: []string{"identity", "tool_name", "arguments"}, required: 1}
+	decode := func(body string) (map[string]json.RawMessage, error) {
+		r := httptest.NewRequest("POST", "/call_tool", strings.NewReader(body))
+		return decodeArgs(httptest.NewRecorder(), r, m)
+	}
+	args, err := decode(`{"args": ["id1", "run_shell_command", {"command": "ls"}]}`)
+	if err != nil || string(args["identity"]) != `"id1"` || string(args["tool_name"]) != `"run_shell_command"` {
+		t.Fatalf("positional list: %v %v", args, err)
+	}
+	if args, err = decode(`{"args": "id2", "kwargs": {"tool_name": "t"}}`); err != nil || string(args["identity"]) != `"id2"` || string(args["tool_name"]) != `"t"` {
+		t.Fatalf("single positional + kwargs: %v %v", args, err)
+	}
+	if _, err = decode(`{"bogus": 1, "identity": "x"}`); err == nil || err.Error() != "call_tool() got an unexpected keyword argument 'bogus'" {
+		t.Fatalf("unexpected kwarg: %v", err)
+	}
+	if _, err = decode(`{}`); err == nil || err.Error() != "call_tool() missing 1 required positional argument: 'identity'" {
+		t.Fatalf("missing: %v", err)
+	}
+	if _, err = decode(``); err == nil {
+		t.Fatal("empty body must still miss identity")
+	}
+	if _, err = decode(`[1]`); err == nil {
+		t.Fatal("a non-object body must fail")
+	}
+}
+
+func TestSplitPatch(t *testing.T) {
+	patch := "diff --git a/x.txt b/x.txt\nindex 1..2\n--- a/x.txt\n+++ b/x.txt\n@@ -1 +1 @@\n-a\n+b\n" +
+		"diff --git a/dir/with space.txt b/dir/with space.txt\nnew file mode 100644\n"
+	got := splitPatch(patch)
+	if len(got) != 2 || !strings.HasSuffix(got["x.txt"], "+b\n") || !strings.HasPrefix(got["dir/with space.txt"], "diff --git") {
+		t.Fatalf("got %q", got)
+	}
+	if p := patchPath(`diff --git "a/t\tab" "b/t\tab"`); p != `t\tab` {
+		t.Fatalf("quoted path: %q", p)
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	g := newRegistry()
+	now := time.Now()
+	g.put(&record{Name: "p-b", Owner: "u", Session: "s", State: stateRunning, CreatedAt: now.Add(time.Second), UpdatedAt: now})
+	g.put(&record{Name: "p-a", Owner: "u", Session: "s", State: stateRunning, CreatedAt: now, UpdatedAt: now})
+	g.put(&record{Name: "p-c", Owner: "other", Session: "s", State: stateRunning, CreatedAt: now, UpdatedAt: now})
+	if got := g.session("u", "s"); len(got) != 2 || got[0].Name != "p-a" || got[1].Name != "p-b" {
+		t.Fatalf("session order: %v", got)
+	}
+	if g.find("u", "p-", "a") == nil || g.find("other", "p-", "a") != nil {
+		t.Fatal("find by short name, per owner")
+	}
+	if keys := g.sessionKeys("u"); len(keys) != 1 || keys[0] != "s" {
+		t.Fatalf("keys %v", keys)
+	}
+	g.update("p-a", func(r *record) { r.State, r.Session = stateReleased, "" })
+	if got := g.session("u", "s"); len(got) != 1 {
+		t.Fatalf("released record still mapped: %v", got)
+	}
+	// Terminal records expire after their TTL.
+	g.mu.Lock()
+	g.recs["p-a"].UpdatedAt = now.Add(-2 * terminalTTL)
+	g.mu.Unlock()
+	if g.find("u", "p-", "p-a") != nil {
+		t.Fatal("expired released record still answers")
+	}
+	if g.find("u", "p-", "p-b") == nil {
+		t.Fatal("live record pruned")
+	}
+}
+
+func TestTreeJSON(t *testing.T) {
+	root := []*treeNode{{Name: "d", Type: "directory", isDir: true}, {Name: "f", Type: "file"}}
+	data, _ := json.Marshal(root)
+	if string(data) != `[{"name":"d","type":"directory","children":[]},{"name":"f","type":"file"}]` {
+		t.Fatalf("got %s", data)
+	}
+}
+
+func TestModelVersionNamesType(t *testing.T) {
+	for _, typ := range knownTypes {
+		r := &record{Name: "n", Type: typ, State: stateWarm}
+		if v := r.model("http://h:1", 1, time.Hour)["version"].(string); !strings.Contains(v, typ) {
+			t.Errorf("version %q does not contain %q", v, typ)
+		}
+	}
+}

@@ -6,6 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -20,7 +23,11 @@ import (
 	"github.com/agentbox/agentbox/internal/bench"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/daemon"
+	"github.com/agentbox/agentbox/internal/httpapi"
+	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -115,6 +122,11 @@ func runBench(ctx context.Context, out io.Writer, n int, docker string, tput tim
 	// The HTTP API of an in-process server.
 	apiResults, err := benchAPI(ctx, tmp, agentPath, n, tput, clients, quiet, add)
 	if err != nil {
+		return err
+	}
+
+	// Networking: what egress adds to a create, and preview URLs.
+	if err := benchNetwork(ctx, tmp, agentPath, n, quiet, add); err != nil {
 		return err
 	}
 
@@ -257,4 +269,60 @@ func benchAPI(ctx context.Context, tmp, agentPath string, n int, tput time.Durat
 	}
 	res.throughput = rate
 	return res, nil
+}
+
+// benchNetwork measures the cost of an egress network at create time and
+// an HTTP round trip through a preview URL against a direct connection to
+// the same server in the sandbox. Skipped when the kernel cannot do
+// sandbox networking.
+func benchNetwork(ctx context.Context, tmp, agentPath string, n int, log *slog.Logger,
+	add func(string, string, []time.Duration, error) error) error {
+	netMgr, err := netpolicy.New(ctx, netpolicy.Config{Bridge: "abxbench0", Subnet: netip.MustParsePrefix("10.87.0.0/16"),
+		StateDir: filepath.Join(tmp, "net"), NetnsDir: filepath.Join(tmp, "netns"), Logger: log})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "  (no sandbox networking: %v; network benchmarks skipped)\n", err)
+		return nil
+	}
+	defer netMgr.Close(true)
+	b, err := native.New(native.Config{Root: filepath.Join(tmp, "netnative"), AgentPath: agentPath, Logger: log, Network: netMgr})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	samples, err := bench.NetworkCreate(ctx, b, sandbox.NetworkNone, n)
+	if err := add("native: create + destroy, network none", "", samples, err); err != nil {
+		return err
+	}
+	samples, err = bench.NetworkCreate(ctx, b, sandbox.NetworkEgress, n)
+	if err := add("native: create + destroy, network egress", "veth, nftables, DNS filter", samples, err); err != nil {
+		return err
+	}
+
+	m := manager.New(manager.Config{Logger: log, NetworkAvailable: true}, b, store.NewMemory())
+	if err := m.Start(ctx); err != nil {
+		return err
+	}
+	defer m.Shutdown(context.WithoutCancel(ctx), true)
+	rec, err := m.Create(ctx, httpapi.DefaultUser, manager.CreateRequest{Timeout: 10 * time.Minute})
+	if err != nil {
+		return err
+	}
+	agent, err := m.Agent(ctx, httpapi.DefaultUser, rec.ID)
+	if err != nil {
+		return err
+	}
+	const port = 8000
+	dial := func(ctx context.Context) (net.Conn, error) { return b.DialPort(ctx, rec.ID, port) }
+	if err := bench.StartHTTPServer(ctx, agent, port, dial); err != nil {
+		return err
+	}
+	direct := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) }}}
+	samples, err = bench.HTTPRoundTrips(ctx, direct, "http://sandbox/", nil, n*5)
+	if err := add("HTTP GET, direct connection into the sandbox", "reference", samples, err); err != nil {
+		return err
+	}
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Logger: log}, m).Handler())
+	defer srv.Close()
+	samples, err = bench.HTTPRoundTrips(ctx, srv.Client(), fmt.Sprintf("%s/v1/sandboxes/%s/ports/%d/", srv.URL, rec.ID, port), nil, n*5)
+	return add("HTTP GET through the preview URL", "", samples, err)
 }

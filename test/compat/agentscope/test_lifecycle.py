@@ -1,4 +1,5 @@
 """Sandbox lifecycle routes: create, pools, info, status, release, cleanup, limits."""
+import time
 import unittest
 
 from asclient import (MAX_INSTANCES, PREFIX, SandboxTest, data, raw, text_of)
@@ -106,10 +107,16 @@ class LimitTest(SandboxTest):
                 break
             self._created.append((sid, None))
         self.assertIsNone(sid)
-        # A released slot can be used again.
+        # A released slot can be used again (the warm pool may refill into
+        # it first: then create_from_pool hands that one out).
         sid, _ = self._created.pop()
         data("release", identity=sid)
-        again = data("create", sandbox_type="base")
+        again = None
+        for _ in range(40):  # bounded: 10 s
+            again = data("create_from_pool", sandbox_type="base")
+            if again is not None:
+                break
+            time.sleep(0.25)
         self.assertIsInstance(again, str)
         self._created.append((again, None))
 

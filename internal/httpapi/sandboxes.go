@@ -196,6 +196,24 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request) error {
+	rec, err := s.m.StopSandbox(r.Context(), userOf(r), sandboxID(r))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sandboxJSON(rec))
+	return nil
+}
+
+func (s *Server) startSandbox(w http.ResponseWriter, r *http.Request) error {
+	rec, err := s.m.StartSandbox(r.Context(), userOf(r), sandboxID(r))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sandboxJSON(rec))
+	return nil
+}
+
 func sandboxID(r *http.Request) sandbox.ID { return sandbox.ID(r.PathValue("id")) }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {

@@ -238,6 +238,12 @@ func (m *Manager) recover(ctx context.Context) error {
 		case !ok:
 			m.log.Warn("dropping record of a sandbox the backend no longer has", "sandbox", rec.ID)
 			_ = m.store.Delete(ctx, rec.ID)
+		case in.State == sandbox.StateStopped && rec.State == sandbox.StateStopped:
+			// Stopped on purpose: it stays, its files kept, until its end time.
+			m.mu.Lock()
+			m.entries[rec.ID] = &entry{rec: rec, agent: in.Agent, lastActive: now, logs: newEventLog()}
+			m.armTimerLocked(rec.ID, m.entries[rec.ID])
+			m.mu.Unlock()
 		case in.State != sandbox.StateRunning:
 			m.log.Warn("destroying sandbox whose agent died while the daemon was down", "sandbox", rec.ID, "reason", in.Reason)
 			_ = m.backend.Destroy(ctx, rec.ID)

@@ -347,3 +347,30 @@ func TestExecOutputCapAndTimeout(t *testing.T) {
 		t.Fatalf("stdin: %q %v", res.Stdout, err)
 	}
 }
+
+func TestStopStartKeepsFiles(t *testing.T) {
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	rec, err := e.m.Create(ctx, "u", CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execOut(t, e.m, "u", rec.ID, "/bin/sh", "-c", "echo kept > note")
+	st, err := e.m.StopSandbox(ctx, "u", rec.ID)
+	if err != nil || st.State != sandbox.StateStopped {
+		t.Fatalf("stop: %+v %v", st, err)
+	}
+	if _, err := e.m.ExecBuffered(ctx, "u", rec.ID, ExecRequest{Cmd: []string{"true"}}); sandbox.ClassOf(err) != sandbox.ClassConflict {
+		t.Fatalf("exec in a stopped sandbox: %v", err)
+	}
+	if _, err := e.m.StopSandbox(ctx, "bob", rec.ID); !sandbox.IsNotFound(err) {
+		t.Fatalf("bob stops alice's sandbox: %v", err)
+	}
+	st, err = e.m.StartSandbox(ctx, "u", rec.ID)
+	if err != nil || st.State != sandbox.StateRunning {
+		t.Fatalf("start: %+v %v", st, err)
+	}
+	if out := execOut(t, e.m, "u", rec.ID, "cat", "note"); out != "kept\n" {
+		t.Fatalf("file after restart: %q", out)
+	}
+}

@@ -142,6 +142,9 @@ func (m *Manager) Agent(ctx context.Context, owner string, id sandbox.ID) (*agen
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if e.rec.State == sandbox.StateStopped {
+		return nil, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is stopped; start it first", id)
+	}
 	e.lastActive = time.Now()
 	return m.clientLocked(e), nil
 }

@@ -103,13 +103,19 @@ func (s *Server) apiStart(ctx context.Context, c *call) (any, error) {
 		return false, nil
 	}
 	r = s.checkLive(ctx, s.follow(r))
-	return r.live(), nil
+	if !r.live() {
+		return false, nil
+	}
+	if _, err := s.m.StartSandbox(ctx, r.Owner, r.ID); err != nil {
+		s.log.Warn("agentscope start", "sandbox", r.ID, "err", err)
+		return false, nil
+	}
+	return true, nil
 }
 
-// apiStop is POST /stop. Stopping a sandbox while keeping its processes'
-// state is not offered by the manager: the answer is false (agentscope's
-// answer for a failed stop) and the sandbox keeps running; release it
-// instead. An unknown identity answers true, as agentscope does.
+// apiStop is POST /stop: the sandbox's processes end, its files stay, and
+// /start boots it again. An unknown identity answers true, as agentscope
+// does.
 func (s *Server) apiStop(ctx context.Context, c *call) (any, error) {
 	identity, err := identityArg(c)
 	if err != nil {
@@ -119,7 +125,15 @@ func (s *Server) apiStop(ctx context.Context, c *call) (any, error) {
 	if r == nil {
 		return true, nil
 	}
-	return false, nil
+	r = s.checkLive(ctx, s.follow(r))
+	if !r.live() {
+		return true, nil
+	}
+	if _, err := s.m.StopSandbox(ctx, r.Owner, r.ID); err != nil {
+		s.log.Warn("agentscope stop", "sandbox", r.ID, "err", err)
+		return false, nil
+	}
+	return true, nil
 }
 
 // apiGetStatus is POST /get_status: "running", or null when the sandbox
@@ -134,6 +148,9 @@ func (s *Server) apiGetStatus(ctx context.Context, c *call) (any, error) {
 		return nil, nil
 	}
 	if r = s.checkLive(ctx, r); r.live() {
+		if rec, err := s.m.Get(ctx, r.Owner, r.ID); err == nil && rec.State == sandbox.StateStopped {
+			return "exited", nil
+		}
 		return "running", nil
 	}
 	return nil, nil

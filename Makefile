@@ -12,6 +12,7 @@ GOFLAGS_TEST ?= -count=1
 TEST_TIMEOUT ?= 40m
 
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
+export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
 .PHONY: all build run test deps vet bench clean agent daemon
 

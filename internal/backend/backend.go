@@ -98,6 +98,14 @@ type Closer interface {
 	Close() error
 }
 
+// LimitCounter is implemented by backends that can cheaply read the two
+// counters telling that a sandbox limit acted: processes killed by the OOM
+// killer and forks refused by the pids limit. Exec reads them before and
+// after every command.
+type LimitCounter interface {
+	LimitCounters(ctx context.Context, id sandbox.ID) (oomKills, pidsLimitHits int64, err error)
+}
+
 // PortDialer is implemented by backends that can connect to a TCP port a
 // process listens on inside a sandbox (preview URLs), in any network mode
 // and without publishing the port on the host.

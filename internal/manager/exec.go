@@ -136,6 +136,10 @@ func (m *Manager) Exec(ctx context.Context, owner string, id sandbox.ID, req Exe
 }
 
 func (m *Manager) limitCounters(ctx context.Context, id sandbox.ID) (backend.Stats, bool) {
+	if lc, ok := m.backend.(backend.LimitCounter); ok {
+		oom, pids, err := lc.LimitCounters(ctx, id)
+		return backend.Stats{OOMKills: oom, PidsLimitHits: pids}, err == nil
+	}
 	sr, ok := m.backend.(backend.StatsReader)
 	if !ok {
 		return backend.Stats{}, false

@@ -61,8 +61,9 @@ func (b *Bolt) Put(_ context.Context, r *Record) error {
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", r.ID, err)
 	}
-	// Batch coalesces concurrent writers into one transaction and one fsync.
-	err = b.db.Batch(func(tx *bolt.Tx) error {
+	// Update, not Batch: without fsync a transaction is cheap, and Batch
+	// would hold every write back up to its 10 ms coalescing window.
+	err = b.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketSandboxes).Put([]byte(r.ID), data)
 	})
 	if err != nil {
@@ -87,7 +88,7 @@ func (b *Bolt) Get(_ context.Context, id sandbox.ID) (*Record, error) {
 
 // Delete implements Store.
 func (b *Bolt) Delete(_ context.Context, id sandbox.ID) error {
-	err := b.db.Batch(func(tx *bolt.Tx) error {
+	err := b.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketSandboxes).Delete([]byte(id))
 	})
 	if err != nil {

@@ -76,24 +76,25 @@ func (b *Backend) removeStaleCgroups(id string) {
 	}
 }
 
-// cgroupPaths returns the sandbox's cgroup directories by controller ("" for v2).
+// cgroupPaths returns the sandbox's cgroup directories by controller ("" for
+// v2). They only depend on the backend and the id, so they are computed
+// once per sandbox and kept (exec reads the limit counters twice per run).
 func (b *Backend) cgroupPaths(bx *box) map[string]string {
-	if bx.container != nil {
-		if st, err := bx.container.State(); err == nil && len(st.CgroupPaths) > 0 {
-			return st.CgroupPaths
-		}
+	if bx.cgPaths != nil {
+		return bx.cgPaths
 	}
 	paths := map[string]string{}
 	if isCgroup2() {
 		paths[""] = filepath.Join("/sys/fs/cgroup", b.cgroupParent, string(bx.id))
-		return paths
-	}
-	mounts, _ := cgroups.GetCgroupMounts(false)
-	for _, m := range mounts {
-		for _, s := range m.Subsystems {
-			paths[s] = filepath.Join(m.Mountpoint, b.cgroupParent, string(bx.id))
+	} else {
+		mounts, _ := cgroups.GetCgroupMounts(false)
+		for _, m := range mounts {
+			for _, s := range m.Subsystems {
+				paths[s] = filepath.Join(m.Mountpoint, b.cgroupParent, string(bx.id))
+			}
 		}
 	}
+	bx.cgPaths = paths
 	return paths
 }
 
@@ -131,12 +132,31 @@ func readKey(path, key string) int64 {
 // oomKills returns how many processes the OOM killer killed in the sandbox.
 func (b *Backend) oomKills(bx *box) int64 {
 	p := b.cgroupPaths(bx)
-	// Hybrid hosts list a controller-less v2 path under "" too: only a
-	// unified host keeps its counters there.
 	if isCgroup2() {
 		return readKey(filepath.Join(p[""], "memory.events"), "oom_kill")
 	}
 	return readKey(filepath.Join(p["memory"], "memory.oom_control"), "oom_kill")
+}
+
+// pidsLimitHits returns how many forks the pids limit refused.
+func (b *Backend) pidsLimitHits(bx *box) int64 {
+	p := b.cgroupPaths(bx)
+	if isCgroup2() {
+		return readKey(filepath.Join(p[""], "pids.events"), "max")
+	}
+	return readKey(filepath.Join(p["pids"], "pids.events"), "max")
+}
+
+// LimitCounters implements backend.LimitCounter: the two counters an exec
+// compares before and after, without the rest of Stats.
+func (b *Backend) LimitCounters(ctx context.Context, id sandbox.ID) (oomKills, pidsLimitHits int64, err error) {
+	bx, err := b.lookup(id)
+	if err != nil {
+		return 0, 0, err
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	return b.oomKills(bx), b.pidsLimitHits(bx), nil
 }
 
 // Stats implements backend.StatsReader.

@@ -135,6 +135,8 @@ type box struct {
 	// stopping is set while Stop/Destroy kill the sandbox on purpose, so the
 	// watcher does not report it as a crash.
 	stopping bool
+	// cgPaths caches the sandbox's cgroup directories (see cgroupPaths).
+	cgPaths map[string]string
 }
 
 // record is the persistent description of a sandbox, enough to reattach
@@ -152,6 +154,7 @@ var (
 	_ backend.StatsReader    = (*Backend)(nil)
 	_ backend.PortDialer     = (*Backend)(nil)
 	_ backend.NetworkUpdater = (*Backend)(nil)
+	_ backend.LimitCounter   = (*Backend)(nil)
 )
 
 // New prepares the backend's directories and shared files. It needs root

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -206,5 +207,44 @@ func upload(t *testing.T, d *daemon, key, id, path string, data []byte) {
 	status, body := d.call(t, "PUT", "/v1/sandboxes/"+id+"/files?path="+path, key, bytes.NewReader(data), "Content-Type", "application/octet-stream")
 	if status != 201 {
 		t.Fatalf("upload %s: %d %s", path, status, body)
+	}
+}
+
+// TestNetworkCoexistsWithDocker runs egress next to a real Docker engine,
+// with the FORWARD policy Docker sets when it manages forwarding (DROP):
+// sandbox traffic must still flow, through agentbox's DOCKER-USER rules,
+// and those rules must be gone when the daemon stops.
+func TestNetworkCoexistsWithDocker(t *testing.T) {
+	if exec.Command("docker", "info").Run() != nil {
+		t.Skip("no Docker engine running (scripts/start-docker.sh starts one in make test)")
+	}
+	for _, tool := range []string{"iptables", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	policy, _ := exec.Command("iptables", "-S", "FORWARD").Output()
+	if err := exec.Command("iptables", "-P", "FORWARD", "DROP").Run(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if strings.Contains(string(policy), "-P FORWARD ACCEPT") {
+			exec.Command("iptables", "-P", "FORWARD", "ACCEPT").Run()
+		}
+	})
+	inet := newTestInternet(t, map[string]string{"allowed.test": "198.18.77.1"})
+	d := networkDaemon(t, inet)
+	id := createRaw(t, d, "net-key", map[string]any{"network": map[string]any{"mode": "egress"}})
+	if got := fetchInSandbox(t, d, "net-key", id, "http://allowed.test/"); !strings.HasPrefix(got, "OK hello") {
+		t.Fatalf("egress with Docker's DROP policy: %s", got)
+	}
+	rules, _ := exec.Command("nft", "list", "chain", "ip", "filter", "DOCKER-USER").Output()
+	if !strings.Contains(string(rules), "agentbox:abxb") {
+		t.Fatalf("no agentbox rules in DOCKER-USER during the run:\n%s", rules)
+	}
+	d.stop()
+	rules, _ = exec.Command("nft", "list", "chain", "ip", "filter", "DOCKER-USER").Output()
+	if strings.Contains(string(rules), "agentbox:abxb") {
+		t.Fatalf("agentbox rules left in DOCKER-USER after stop:\n%s", rules)
 	}
 }

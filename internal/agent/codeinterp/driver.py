@@ -19,7 +19,7 @@
 # engine on the standard library does the same job: last-expression
 # results, display(), the _repr_*_ protocol, figures as PNG.
 
-import base64
+import binascii
 import builtins
 import json
 import linecache
@@ -80,9 +80,14 @@ _evt_lock = threading.Lock()
 _max_result = 16 << 20
 
 
+def _b64(data):
+    # binascii is built in; base64 would import re and more at start-up.
+    return binascii.b2a_base64(bytes(data), newline=False).decode("ascii")
+
+
 def _json_default(o):
     if isinstance(o, (bytes, bytearray)):
-        return base64.b64encode(o).decode("ascii")
+        return _b64(o)
     return str(o)
 
 
@@ -141,7 +146,7 @@ def _limit_bundle(data):
     out = {}
     for mime, value in data.items():
         if isinstance(value, (bytes, bytearray)):
-            value = base64.b64encode(value).decode("ascii")
+            value = _b64(value)
         size = len(value) if isinstance(value, str) else len(_encode(value))
         if size > _max_result:
             if mime == "text/plain" and isinstance(value, str):
@@ -222,7 +227,7 @@ def _figure_bundle(fig):
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
-    return {"text/plain": repr(fig), "image/png": base64.b64encode(buf.getvalue()).decode("ascii")}
+    return {"text/plain": repr(fig), "image/png": _b64(buf.getvalue())}
 
 
 def _frame_data(obj):
@@ -507,12 +512,16 @@ class _IPythonEngine:
 
 
 def _make_engine(module):
-    import importlib.util
-
-    try:
-        have_ipython = importlib.util.find_spec("IPython") is not None
-    except Exception:
-        have_ipython = False
+    # Ask the import system's finders directly: importlib.util costs
+    # milliseconds of start-up.
+    have_ipython = False
+    for finder in sys.meta_path:
+        try:
+            if getattr(finder, "find_spec", None) and finder.find_spec("IPython", None) is not None:
+                have_ipython = True
+                break
+        except Exception:
+            continue
     if have_ipython:
         home = os.path.expanduser("~")
         if "IPYTHONDIR" not in os.environ and not _creatable(os.path.join(home, ".ipython")):

@@ -4,15 +4,15 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/agent/agenttest"
 )
 
 // e2bSDKScript drives the agent's code routes with the unmodified
@@ -83,17 +83,10 @@ func TestCodeE2BSDK(t *testing.T) {
 	if err != nil {
 		t.Skip("node not installed")
 	}
-	a, _ := startCodeAgent(t)
-	// The SDK speaks HTTP over TCP; the test agent listens on a unix
-	// socket: bridge them, flushing every write so the stream flows.
-	target, _ := url.Parse("http://agent")
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.FlushInterval = -1
-	proxy.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", a.Socket)
-	}}
-	srv := httptest.NewServer(proxy)
-	defer srv.Close()
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3")
+	}
+	agentURL := startTCPAgent(t)
 
 	script := filepath.Join(t.TempDir(), "check.js")
 	if err := os.WriteFile(script, []byte(e2bSDKScript), 0o644); err != nil {
@@ -102,11 +95,49 @@ func TestCodeE2BSDK(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, script)
-	cmd.Env = append(os.Environ(), "AGENT_URL="+srv.URL, "NODE_PATH="+filepath.Join(sdk, "node_modules"))
+	cmd.Env = append(os.Environ(), "AGENT_URL="+agentURL, "NODE_PATH="+filepath.Join(sdk, "node_modules"))
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	t.Logf("node took %v", time.Since(start))
 	if err != nil || !strings.Contains(string(out), "e2b sdk ok") {
 		t.Fatalf("SDK check: %v\n%s", err, out)
 	}
+}
+
+// startTCPAgent runs the agent on a TCP port (the SDK speaks HTTP over
+// TCP) and returns its URL; it is stopped at the end of the test.
+func startTCPAgent(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(agenttest.Binary(t), "--listen", "tcp://"+addr, "--workdir", t.TempDir(), "--log-level", "warn")
+	cmd.Env = append(os.Environ(), systemPath)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	url := "http://" + addr
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if resp, err := http.Get(url + "/health"); err == nil {
+			resp.Body.Close()
+			return url
+		}
+	}
+	t.Fatal("agent not listening after 10s")
+	return ""
 }

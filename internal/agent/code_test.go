@@ -141,6 +141,26 @@ Rich()`))
 	wantNoError(t, run(t, c, py("await __import__('asyncio').sleep(0)")))
 }
 
+// TestCodeDataFrameFormats checks what a pandas DataFrame result carries
+// (html, text and E2B's data) with a stand-in class: pandas is not
+// installed for the system python.
+func TestCodeDataFrameFormats(t *testing.T) {
+	_, c := startCodeAgent(t)
+	x := run(t, c, py(`
+class DataFrame:
+    __module__ = "pandas.core.frame"
+    def __init__(self, cols): self.cols = cols
+    def _repr_html_(self): return "<table><tr><td>1</td></tr></table>"
+    def __repr__(self): return "   a\n0  1"
+    def to_dict(self, orient): return dict(self.cols)
+DataFrame({"a": [1, float("nan")], 2: ["x", None]})`))
+	wantNoError(t, x)
+	r := x.Results[0]
+	if r.HTML == "" || *r.Text != "   a\n0  1" || string(r.Data) != `{"a":[1,null],"2":["x",null]}` {
+		t.Fatalf("DataFrame result: html %q text %q data %s", r.HTML, *r.Text, r.Data)
+	}
+}
+
 func TestCodeMatplotlibFigureIsPNG(t *testing.T) {
 	if exec.Command("/usr/bin/python3", "-c", "import matplotlib").Run() != nil {
 		t.Skip("matplotlib is not installed for /usr/bin/python3 (apt install python3-matplotlib)")

@@ -227,6 +227,8 @@ func (c *Context) recover(k *kernel) bool {
 	if !mine || deleted || k.reason() == killRestart {
 		return false
 	}
+	c.reg.log.Info("interpreter ended during an execution; restarting it", "context", c.info.ID,
+		"language", c.info.Language, "status", k.proc.Status(), "killed_because", k.reason())
 	go func() {
 		defer c.release()
 		ctx, cancel := context.WithTimeout(context.Background(), c.reg.cfg.StartTimeout)

@@ -211,7 +211,10 @@ def _pretty(obj):
         if type(obj) in (list, tuple, dict, set, frozenset) and len(obj) <= 1000:
             import pprint
 
-            return pprint.pformat(obj, width=79, sort_dicts=False)
+            try:
+                return pprint.pformat(obj, width=79, sort_dicts=False)
+            except TypeError:  # python < 3.8 would sort dict keys
+                return repr(obj)
         return repr(obj)
     except Exception as e:
         return "<%s object (repr failed: %s)>" % (type(obj).__name__, e)

@@ -10,9 +10,11 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -60,6 +62,10 @@ func runBench(ctx context.Context, out io.Writer, n int, docker string, tput tim
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	// Ctrl-C ends the run through the normal path, which destroys every
+	// sandbox and removes the temporary state.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	agentPath, err := daemon.FindAgent(os.Getenv("AGENT_PATH"))
 	if err != nil {
 		return err
@@ -90,6 +96,7 @@ func runBench(ctx context.Context, out io.Writer, n int, docker string, tput tim
 	if err != nil {
 		return err
 	}
+	defer b.Close() // unmounts the backend's state tmpfs, so tmp can go
 	samples, err := bench.Measure(n, 3, func() error { return bench.ColdCreateExecDestroy(ctx, b, bench.PythonPrint) })
 	if err := add("native: create + python3 -c 'print(1)' + destroy", "target ≤ 30 ms p50", samples, err); err != nil {
 		return err

@@ -204,6 +204,19 @@ func dockerLikeFilter(t *testing.T) (*nftables.Table, *nftables.Chain) {
 	table := &nftables.Table{Name: dockerTable, Family: nftables.TableFamilyIPv4}
 	if ch, err := conn.ListChain(table, dockerChain); err == nil {
 		t.Log("using the existing DOCKER-USER chain")
+		// Docker sets FORWARD's policy to DROP when it turns forwarding on
+		// itself; on a host where forwarding was already on it leaves ACCEPT.
+		// Test against the strict case.
+		out, err := exec.Command("iptables", "-S", "FORWARD").Output()
+		if err != nil {
+			t.Skipf("existing Docker table but no iptables to set its policy: %v", err)
+		}
+		if strings.Contains(string(out), "-P FORWARD ACCEPT") {
+			if err := exec.Command("iptables", "-P", "FORWARD", "DROP").Run(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { exec.Command("iptables", "-P", "FORWARD", "ACCEPT").Run() })
+		}
 		return table, ch
 	}
 	tables, _ := conn.ListTablesOfFamily(nftables.TableFamilyIPv4)

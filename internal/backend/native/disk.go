@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/moby/sys/mountinfo"
 
@@ -145,6 +147,9 @@ func makeTemplateImage(path string, size int64, skeleton func(string) error) err
 // The loop device is configured with autoclear, so unmounting detaches it:
 // there is no loop device to track or leak.
 func mountImage(image, target string) error {
+	if err := waitImageDetached(image, 3*time.Second); err != nil {
+		return err
+	}
 	dev, err := attachLoop(image)
 	if err != nil {
 		return err
@@ -154,6 +159,35 @@ func mountImage(image, target string) error {
 		return fmt.Errorf("mount %s on %s: %w", dev.Name(), target, err)
 	}
 	return nil
+}
+
+// waitImageDetached waits until no loop device is backed by image any more
+// (a lazily unmounted old mount of it may still be releasing). Two
+// filesystems on one image would corrupt it.
+func waitImageDetached(image string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		dev := loopBacking(image)
+		if dev == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("disk image %s is still attached to %s", image, dev)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// loopBacking returns the loop device backed by image, or "".
+func loopBacking(image string) string {
+	matches, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, m := range matches {
+		data, err := os.ReadFile(m)
+		if err == nil && strings.TrimSpace(string(data)) == image {
+			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(m)))
+		}
+	}
+	return ""
 }
 
 func attachLoop(image string) (*os.File, error) {
@@ -269,22 +303,27 @@ func isMountPoint(path string) bool {
 	return err == nil && mounted
 }
 
-// unmountAll unmounts path, retrying lazily when it is busy, so destroy never
-// leaves a mount behind (a lazy unmount still frees the loop device once the
-// last user goes away).
+// unmountAll unmounts path. A mount still busy is retried for a while
+// (processes of a killed sandbox take a moment to release their files) and
+// only then detached lazily: mounting the same disk image again while an
+// old mount of it still lives would put two filesystems on one image.
 func unmountAll(path string) error {
-	for i := 0; i < 8 && isMountPoint(path); i++ {
+	deadline := time.Now().Add(3 * time.Second)
+	for i := 0; i < 1000 && isMountPoint(path); i++ {
 		err := unix.Unmount(path, 0)
-		if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		switch {
+		case err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT):
 			continue
-		}
-		if errors.Is(err, unix.EBUSY) {
+		case errors.Is(err, unix.EBUSY) && time.Now().Before(deadline):
+			time.Sleep(10 * time.Millisecond)
+		case errors.Is(err, unix.EBUSY):
 			if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 				return fmt.Errorf("lazy unmount %s: %w", path, err)
 			}
-			continue
+			return fmt.Errorf("unmount %s: still busy after 3s, detached lazily", path)
+		default:
+			return fmt.Errorf("unmount %s: %w", path, err)
 		}
-		return fmt.Errorf("unmount %s: %w", path, err)
 	}
 	return nil
 }

@@ -76,10 +76,19 @@ class LifecycleTest(SandboxTest):
         self.assertEqual(r.status_code, 500)
         self.assertTrue(r.json()["detail"].startswith("Error in create: "), r.json())
 
-    def test_stop_is_refused(self):
+    def test_stop_then_start_keeps_files(self):
         sid = self.create()
-        self.assertIs(data("stop", identity=sid), False)
+        tool = data("call_tool", identity=sid, tool_name="run_shell_command",
+                    arguments={"command": "echo still here > /workspace/kept.txt"})
+        self.assertFalse(tool["isError"], tool)
+        self.assertIs(data("stop", identity=sid), True)
+        self.assertEqual(data("get_status", identity=sid), "exited")
+        self.assertIs(data("stop", identity=sid), True)  # again: no error
+        self.assertIs(data("start", identity=sid), True)
         self.assertEqual(data("get_status", identity=sid), "running")
+        tool = data("call_tool", identity=sid, tool_name="run_shell_command",
+                    arguments={"command": "cat /workspace/kept.txt"})
+        self.assertEqual(tool["content"][0]["text"].strip(), "still here", tool)
 
     def test_cleanup(self):
         a, b = self.create(), self.create("filesystem", pool=False)

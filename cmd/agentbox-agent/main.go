@@ -1,6 +1,7 @@
 // Command agentbox-agent is the in-sandbox agent. It runs as PID 1 of a
 // sandbox, reaps zombies, and serves E2B's envd protocol (process and
-// filesystem services, /files, /envs, /health) on a unix socket or TCP.
+// filesystem services, /files, /envs, /health) and the code interpreter's
+// stateful execution routes (/execute, /contexts) on a unix socket or TCP.
 //
 //	agentbox-agent --listen unix:///run/agentbox/agent.sock --workdir /workspace [--ready-fd N] [--seccomp-fd N]
 //

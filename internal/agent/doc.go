@@ -5,8 +5,11 @@
 // It offers the Connect RPC services process.Process and
 // filesystem.Filesystem (Connect, gRPC and gRPC-Web protocols; JSON and
 // binary codecs; gRPC over cleartext HTTP/2 on the same listener), and the
-// REST routes GET /health, GET /envs and GET/POST /files. Extra handler
-// sets can be mounted on the same server with Server.Mux.
+// REST routes GET /health, GET /envs, POST /init (extra default
+// environment variables, used when a pooled sandbox is handed over) and
+// GET/POST /files, and the code interpreter's routes (POST /execute,
+// /contexts...: stateful Python, bash and JavaScript contexts, see
+// code*.go). Extra handler sets can be mounted with Server.Mux.
 //
 // As PID 1 the agent also reaps every zombie in the sandbox: one reaper
 // (see Reaper) owns all waiting for children, so nothing in a program that

@@ -57,16 +57,26 @@ func filePath(r *http.Request) (string, error) {
 	return p, nil
 }
 
+// fileTarget returns the ?path= of a file route and the agent of the
+// caller's sandbox.
+func (s *Server) fileTarget(r *http.Request) (string, *agentclient.Client, error) {
+	path, err := filePath(r)
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := s.m.Agent(r.Context(), userOf(r), sandboxID(r))
+	if err != nil {
+		return "", nil, err
+	}
+	return path, c, nil
+}
+
 // fileUser is the in-sandbox user of a file request (?user=, default the
 // sandbox's user).
 func fileUser(r *http.Request) string { return r.URL.Query().Get("user") }
 
 func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
-	path, err := filePath(r)
-	if err != nil {
-		return err
-	}
-	c, err := s.m.Agent(r.Context(), userOf(r), sandboxID(r))
+	path, c, err := s.fileTarget(r)
 	if err != nil {
 		return err
 	}
@@ -114,11 +124,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) error {
-	path, err := filePath(r)
-	if err != nil {
-		return err
-	}
-	c, err := s.m.Agent(r.Context(), userOf(r), sandboxID(r))
+	path, c, err := s.fileTarget(r)
 	if err != nil {
 		return err
 	}
@@ -130,11 +136,7 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) statFile(w http.ResponseWriter, r *http.Request) error {
-	path, err := filePath(r)
-	if err != nil {
-		return err
-	}
-	c, err := s.m.Agent(r.Context(), userOf(r), sandboxID(r))
+	path, c, err := s.fileTarget(r)
 	if err != nil {
 		return err
 	}

@@ -218,7 +218,7 @@ func (m *Manager) createCold(ctx context.Context, owner, template, typ string, r
 	}
 	spec := sandbox.Spec{
 		ID: id, Template: template, Env: req.Env, AccessToken: rec.AccessToken, Network: req.Network,
-		Resources: mergeResources(req.Resources, m.cfg.DefaultResources),
+		Resources: req.Resources.WithDefaults(m.cfg.DefaultResources),
 		Mounts:    m.cfg.ReadonlyMounts, WorkspaceDir: req.WorkspaceDir,
 		Labels: map[string]string{"owner": owner},
 	}
@@ -259,25 +259,6 @@ func (m *Manager) createCold(ctx context.Context, owner, template, typ string, r
 	m.mu.Unlock()
 	m.metrics.setLive(m.countLive())
 	return rec.Clone(), nil
-}
-
-func mergeResources(r, d sandbox.Resources) sandbox.Resources {
-	if r.MemoryBytes == 0 {
-		r.MemoryBytes = d.MemoryBytes
-	}
-	if r.CPUs == 0 {
-		r.CPUs = d.CPUs
-	}
-	if r.PIDs == 0 {
-		r.PIDs = d.PIDs
-	}
-	if r.DiskBytes == 0 {
-		r.DiskBytes = d.DiskBytes
-	}
-	if r.TmpBytes == 0 {
-		r.TmpBytes = d.TmpBytes
-	}
-	return r
 }
 
 // takeFromPool hands a pooled sandbox to owner and personalises it. ok is

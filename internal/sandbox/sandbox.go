@@ -69,6 +69,26 @@ type Resources struct {
 	TmpBytes    int64   `json:"tmp_bytes,omitempty"`  // tmpfs /tmp
 }
 
+// WithDefaults returns r with every zero field taken from d.
+func (r Resources) WithDefaults(d Resources) Resources {
+	if r.MemoryBytes == 0 {
+		r.MemoryBytes = d.MemoryBytes
+	}
+	if r.CPUs == 0 {
+		r.CPUs = d.CPUs
+	}
+	if r.PIDs == 0 {
+		r.PIDs = d.PIDs
+	}
+	if r.DiskBytes == 0 {
+		r.DiskBytes = d.DiskBytes
+	}
+	if r.TmpBytes == 0 {
+		r.TmpBytes = d.TmpBytes
+	}
+	return r
+}
+
 // Mount is an extra host directory exposed inside the sandbox.
 type Mount struct {
 	Source   string `json:"source"` // host path

@@ -2,6 +2,7 @@
 package testutil
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -102,4 +103,24 @@ func ShortTempDir(t testing.TB) string {
 	_ = os.Chmod(dir, 0o711)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writes and reads (a
+// subprocess's output read while it runs).
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns everything written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -326,7 +326,7 @@ func startBenchDaemon(b *testing.B) string {
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(cleanEnv(), "AGENT_PATH="+agentBin, fmt.Sprintf("PORT=%d", ln), "HOST=127.0.0.1",
 		"AGENTBOX_DATA_DIR="+dir, "LOG_LEVEL=warn")
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

@@ -76,25 +76,8 @@ type daemon struct {
 	dataDir string
 	env     []string
 	cmd     *exec.Cmd
-	logs    *syncBuffer
+	logs    *testutil.SyncBuffer
 	done    chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func freePort(t *testing.T) int {
@@ -129,7 +112,7 @@ func (d *daemon) start() {
 	daemonBin, agentBin := binaries(t)
 	port := freePort(t)
 	d.url = fmt.Sprintf("http://127.0.0.1:%d", port)
-	d.logs = &syncBuffer{}
+	d.logs = &testutil.SyncBuffer{}
 	d.cmd = exec.Command(daemonBin, "serve")
 	d.cmd.Env = append(append(cleanEnv(), "AGENT_PATH="+agentBin, fmt.Sprintf("PORT=%d", port)), d.env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs

@@ -4,57 +4,24 @@
 package agenttest
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/testutil"
 )
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildPath string
-	buildErr  error
-)
+// Binary returns the path of the agent binary under test: the one the
+// Makefile built (AGENTBOX_AGENT_PATH) or one built once per test binary.
+func Binary(tb testing.TB) string { return testutil.AgentBinary(tb) }
 
-// Binary returns the path of a freshly built agent binary.
-func Binary(tb testing.TB) string {
-	tb.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "agentbox-agent-bin-")
-		if buildErr != nil {
-			return
-		}
-		// World-readable so agents started as other users can run it.
-		_ = os.Chmod(buildDir, 0o755)
-		buildPath = filepath.Join(buildDir, "agentbox-agent")
-		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/agentbox/agentbox/cmd/agentbox-agent")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			buildErr = fmt.Errorf("go build agentbox-agent: %v\n%s", err, out.String())
-		}
-	})
-	if buildErr != nil {
-		tb.Fatal(buildErr)
-	}
-	return buildPath
-}
-
-// Cleanup removes the built binary; call it from TestMain after m.Run.
-func Cleanup() {
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-}
+// Cleanup removes a binary Binary built; call it from TestMain after m.Run.
+func Cleanup() { testutil.Cleanup() }
 
 // Options configure a test agent.
 type Options struct {
@@ -80,23 +47,7 @@ type Agent struct {
 }
 
 // SyncBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String returns everything written so far.
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type SyncBuffer = testutil.SyncBuffer
 
 // Pid returns the agent's process id (as seen from the test, also when
 // the agent is PID 1 of its own namespace).

@@ -185,7 +185,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("native: agent binary %q not found (build it with make build)", agent)
 	}
 	cfg.AgentPath = agent
-	cfg.Defaults = fillResources(cfg.Defaults, DefaultResources)
+	cfg.Defaults = cfg.Defaults.WithDefaults(DefaultResources)
 	if cfg.RootIDBase == 0 {
 		cfg.RootIDBase = 200000
 	}
@@ -301,25 +301,6 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	}
 }
 
-func fillResources(r, d sandbox.Resources) sandbox.Resources {
-	if r.MemoryBytes == 0 {
-		r.MemoryBytes = d.MemoryBytes
-	}
-	if r.CPUs == 0 {
-		r.CPUs = d.CPUs
-	}
-	if r.PIDs == 0 {
-		r.PIDs = d.PIDs
-	}
-	if r.DiskBytes == 0 {
-		r.DiskBytes = d.DiskBytes
-	}
-	if r.TmpBytes == 0 {
-		r.TmpBytes = d.TmpBytes
-	}
-	return r
-}
-
 func validateResources(r sandbox.Resources) error {
 	switch {
 	case r.MemoryBytes < minMemoryBytes:
@@ -345,7 +326,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err != nil {
 		return sandbox.Info{}, err
 	}
-	spec.Resources = fillResources(spec.Resources, b.cfg.Defaults)
+	spec.Resources = spec.Resources.WithDefaults(b.cfg.Defaults)
 	if err := validateResources(spec.Resources); err != nil {
 		return sandbox.Info{}, err
 	}

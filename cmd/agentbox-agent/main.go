@@ -39,7 +39,7 @@ func main() {
 }
 
 func run() error {
-	listen := flag.String("listen", "unix:///run/agentbox/agent.sock", "address to serve on: unix:///path or tcp://host:port")
+	listen := flag.String("listen", "unix:///run/agentbox/agent.sock", "address to serve on: unix:///path, tcp://host:port, or fd://N (an inherited listening socket)")
 	readyFD := flag.Int("ready-fd", -1, "file descriptor to write one byte to (and close) once listening")
 	workdir := flag.String("workdir", "/workspace", "default working directory of processes (falls back to the user's home)")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")

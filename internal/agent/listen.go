@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -30,7 +31,24 @@ func ParseListenAddress(addr string) (network, address string, err error) {
 // Listen opens the listener for addr (see ParseListenAddress). For a unix
 // socket the parent directory is created and a stale socket left by a
 // previous run is removed; any other existing file is an error.
+//
+// "fd://N" serves on an inherited listening socket: the native backend
+// creates the socket where only the host daemon can reach it and passes
+// it in, so sandbox processes never see it.
 func Listen(addr string) (net.Listener, error) {
+	if v, ok := strings.CutPrefix(addr, "fd://"); ok {
+		fd, err := strconv.Atoi(v)
+		if err != nil || fd < 3 {
+			return nil, fmt.Errorf("listen address %q: want fd://N with N >= 3", addr)
+		}
+		f := os.NewFile(uintptr(fd), "listen-fd")
+		ln, err := net.FileListener(f)
+		f.Close() // FileListener holds its own duplicate
+		if err != nil {
+			return nil, fmt.Errorf("listen on inherited fd %d: %w", fd, err)
+		}
+		return ln, nil
+	}
 	network, address, err := ParseListenAddress(addr)
 	if err != nil {
 		return nil, err

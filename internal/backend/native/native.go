@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -388,14 +389,9 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := b.mountDisk(bx, tmpl, ids, true); err != nil {
 		return fail(err)
 	}
-	if err := os.Mkdir(bx.paths.run, 0o755); err != nil {
-		return fail(err)
-	}
-	agentUID := ids.host(sandboxUID)
-	if spec.Root {
-		agentUID = ids.host(0)
-	}
-	if err := os.Chown(bx.paths.run, agentUID, agentUID); err != nil {
+	// Only the daemon may reach the agent's socket: root's, not mounted
+	// into the sandbox (the agent gets the listening socket as a fd).
+	if err := os.Mkdir(bx.paths.run, 0o700); err != nil {
 		return fail(err)
 	}
 	diskDone := time.Now()
@@ -538,6 +534,11 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) e
 		return err
 	}
 	defer seccompR.Close()
+	sock, err := listenAgentSocket(bx.paths.socket())
+	if err != nil {
+		return err
+	}
+	defer sock.Close()
 	proc := &libcontainer.Process{
 		Args:       oci.Process.Args,
 		Env:        oci.Process.Env,
@@ -546,7 +547,7 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) e
 		Cwd:        "/",
 		Stdout:     logFile,
 		Stderr:     logFile,
-		ExtraFiles: []*os.File{readyW, seccompR}, // fds 3 and 4 in the sandbox
+		ExtraFiles: []*os.File{readyW, seccompR, sock}, // fds 3, 4 and 5 in the sandbox
 		Init:       true,
 	}
 	runStart := time.Now()
@@ -567,6 +568,30 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) e
 	}
 	b.log.Debug("sandbox booted", "sandbox", spec.ID, "run_ms", ms(runDone.Sub(runStart)), "agent_ready_ms", ms(time.Since(runDone)))
 	return nil
+}
+
+// listenAgentSocket creates the agent's listening unix socket on the host
+// and returns it as a file to hand to the agent. The socket file belongs to
+// root (0600) in a directory only root can enter, and is not visible inside
+// the sandbox: sandbox processes can neither talk to the agent nor replace
+// its socket with their own.
+func listenAgentSocket(path string) (*os.File, error) {
+	_ = os.Remove(path)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("agent socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(false) // the agent keeps serving on it
+	f, err := ln.File()
+	ln.Close()
+	if err != nil {
+		return nil, fmt.Errorf("agent socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // pipeWithData returns the read end of a pipe holding data, write end closed.

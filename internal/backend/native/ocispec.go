@@ -16,10 +16,11 @@ import (
 // In-sandbox paths the backend relies on.
 const (
 	agentPathInSandbox  = "/.agentbox/agent"
-	agentRunDir         = "/run/agentbox"
+	agentRunDir         = "/run/agentbox" // reserved; nothing is mounted there any more
 	agentSocketName     = "agent.sock"
 	agentReadyFd        = 3
 	agentSeccompFd      = 4
+	agentListenFd       = 5
 	workspaceInSandbox  = "/workspace"
 	defaultPath         = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	cpuPeriodMicros     = 100000
@@ -142,7 +143,7 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl template, p boxPaths, ids idMa
 		Process: &specs.Process{
 			User: specs.User{UID: uint32(uid), GID: uint32(gid)},
 			Args: []string{agentPathInSandbox,
-				"--listen", "unix://" + agentRunDir + "/" + agentSocketName,
+				"--listen", "fd://" + strconv.Itoa(agentListenFd),
 				"--ready-fd", strconv.Itoa(agentReadyFd),
 				"--seccomp-fd", strconv.Itoa(agentSeccompFd),
 				"--workdir", workspaceInSandbox},
@@ -229,7 +230,6 @@ func (b *Backend) mounts(spec sandbox.Spec, tmpl template, p boxPaths, ids idMap
 	ms = append(ms,
 		specs.Mount{Destination: workspaceInSandbox, Type: "bind", Source: workspace, Options: rw},
 		specs.Mount{Destination: sandboxHome, Type: "bind", Source: filepath.Join(p.disk, "home"), Options: rw},
-		specs.Mount{Destination: agentRunDir, Type: "bind", Source: p.run, Options: append(rw, "noexec")},
 		specs.Mount{Destination: agentPathInSandbox, Type: "bind", Source: b.cfg.AgentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 	)
 	if spec.Root {

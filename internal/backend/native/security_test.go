@@ -131,6 +131,11 @@ func TestSecurityEscapes(t *testing.T) {
 		if strings.Count(r.Stdout, "rc=1") != 2 {
 			t.Fatalf("reading host files did not fail: %s", r.Stdout)
 		}
+		// The agent's socket is not in the sandbox: its code cannot call the
+		// agent's API or stand in for it.
+		if r := backendtest.Exec(t, c, "ls -A /run; ls /run/agentbox 2>&1"); strings.Contains(r.Stdout, "agent.sock") {
+			t.Fatalf("agent socket visible inside the sandbox: %s", r.Stdout)
+		}
 		r = backendtest.Exec(t, c, "cat /proc/kcore 2>/dev/null | head -c 64 | wc -c; cat /etc/passwd")
 		if !strings.HasPrefix(r.Stdout, "0\n") {
 			t.Errorf("/proc/kcore readable: %q", r.Stdout)

@@ -79,6 +79,9 @@ func runOneShot(ctx context.Context, o runOptions, args []string) error {
 	if err != nil {
 		return &exitError{code: 125, msg: err.Error()}
 	}
+	// Last: with no sandbox of any run left, the backend's state tmpfs and
+	// cgroup go too (a concurrent run's sandbox keeps them).
+	defer b.Close()
 
 	// Ctrl-C or a kill still destroys the sandbox: the signal cancels ctx,
 	// the process is killed, and the deferred Destroy runs.

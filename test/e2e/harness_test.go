@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -261,6 +263,11 @@ func assertNoLeftovers(t *testing.T, dataDir string) {
 		if strings.Contains(line, dataDir+"/") {
 			t.Errorf("mount left behind: %s", line)
 		}
+	}
+	// The backend's cgroup (agentbox/<hash of its state dir>) in every hierarchy.
+	sum := sha256.Sum256([]byte(filepath.Join(dataDir, "native")))
+	if dirs, _ := filepath.Glob("/sys/fs/cgroup/*/agentbox/" + hex.EncodeToString(sum[:6])); len(dirs) > 0 {
+		t.Errorf("cgroups left behind: %v", dirs)
 	}
 	for _, sub := range []string{"native/state/sb", "native/disks"} {
 		entries, _ := os.ReadDir(filepath.Join(dataDir, sub))

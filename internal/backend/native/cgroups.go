@@ -32,6 +32,11 @@ func (b *Backend) cgroupHierarchyRoots() []string {
 	for _, m := range mounts {
 		roots = append(roots, filepath.Join(m.Mountpoint, b.cgroupParent))
 	}
+	// A hybrid host also has a controller-less v2 tree where libcontainer
+	// places every sandbox; it must be cleaned like the others.
+	if cgroups.IsCgroup2HybridMode() {
+		roots = append(roots, filepath.Join("/sys/fs/cgroup/unified", b.cgroupParent))
+	}
 	return roots
 }
 

@@ -36,7 +36,9 @@ func newRunCmd() *cobra.Command {
 		Short: "Run one command in a fresh sandbox, then destroy it (no daemon needed)",
 		Long: `Creates a sandbox on this host, runs COMMAND in it with stdin, stdout and
 stderr passed through, destroys the sandbox and exits with COMMAND's exit
-code — like "docker run --rm". Needs root.
+code — like "docker run --rm". As root every limit applies; as another user
+it runs rootless (user namespace only: no memory, CPU, process or disk
+limits).
 
 Exit codes: COMMAND's own; 124 when --timeout killed it; 137 when it was
 killed by a signal (the OOM killer included); 125 when the sandbox could not
@@ -55,7 +57,7 @@ be created.`,
 	f.StringArrayVarP(&o.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	f.BoolVar(&o.root, "root", false, "run as root inside a user namespace")
 	f.BoolVar(&o.noStdin, "no-stdin", false, "do not pass stdin through")
-	f.StringVar(&o.dataDir, "data-dir", "", "state directory (default $AGENTBOX_DATA_DIR or /var/lib/agentbox)")
+	f.StringVar(&o.dataDir, "data-dir", "", "state directory (default $AGENTBOX_DATA_DIR, /var/lib/agentbox as root, ~/.cache/agentbox otherwise)")
 	return cmd
 }
 
@@ -74,6 +76,12 @@ func runOneShot(ctx context.Context, o runOptions, args []string) error {
 	}
 	if dataDir == "" {
 		dataDir = "/var/lib/agentbox"
+		if os.Geteuid() != 0 {
+			// Rootless: somewhere this user may write.
+			if cache, err := os.UserCacheDir(); err == nil {
+				dataDir = filepath.Join(cache, "agentbox")
+			}
+		}
 	}
 	b, err := native.New(native.Config{Root: filepath.Join(dataDir, "oneshot"), AgentPath: agentPath})
 	if err != nil {

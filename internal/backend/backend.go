@@ -54,10 +54,14 @@ type Backend interface {
 
 // Capabilities tells the API and the manager what a backend can do.
 type Capabilities struct {
-	Pause        bool     `json:"pause"`
-	Snapshot     bool     `json:"snapshot"`
-	DiskLimit    bool     `json:"disk_limit"`
-	RootInUserNS bool     `json:"root_in_userns"`
+	Pause     bool `json:"pause"`
+	Snapshot  bool `json:"snapshot"`
+	DiskLimit bool `json:"disk_limit"`
+	// ResourceLimits: memory, CPU and process limits are enforced.
+	ResourceLimits bool `json:"resource_limits"`
+	RootInUserNS   bool `json:"root_in_userns"`
+	// Rootless: the daemon runs without root (see the backend's docs).
+	Rootless     bool     `json:"rootless,omitempty"`
 	Templates    []string `json:"templates"` // template kinds: "host", "dir"
 	CgroupDriver string   `json:"cgroup_driver,omitempty"`
 }

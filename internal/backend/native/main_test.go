@@ -19,6 +19,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashChildEnv) != "" {
 		crashChild() // never returns
 	}
+	if os.Getenv(rootlessChildEnv) != "" {
+		rootlessChild() // never returns
+	}
 	code := m.Run()
 	testutil.Cleanup()
 	os.Exit(code)

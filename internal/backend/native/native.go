@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,9 +108,11 @@ type Backend struct {
 	diskRoot  string // disk images, on the data dir's filesystem
 	// cgroupParent is this backend's cgroup below each hierarchy's root.
 	cgroupParent string
-	hostEtc      string // shared /etc of the host template
-	genEtc       string // generated passwd/group for dir: templates
-	disks        diskCache
+	// rootless is set when the daemon is not root (see New).
+	rootless bool
+	hostEtc  string // shared /etc of the host template
+	genEtc   string // generated passwd/group for dir: templates
+	disks    diskCache
 
 	// Precompiled seccomp programs, by whether the sandbox runs as root.
 	seccompUser, seccompRoot []byte
@@ -158,8 +161,13 @@ var (
 	_ backend.LimitCounter   = (*Backend)(nil)
 )
 
-// New prepares the backend's directories and shared files. It needs root
-// (namespaces, cgroups, loop devices).
+// New prepares the backend's directories and shared files.
+//
+// As root it has every feature. Started by another user it runs rootless:
+// each sandbox lives in a user namespace that maps only that user (as root
+// inside), files are plain directories without a size cap, there are no
+// cgroup limits unless the host delegates cgroups to the user, only the
+// host template and loopback networking are available. Capabilities says so.
 func New(cfg Config) (*Backend, error) {
 	if cfg.Root == "" {
 		return nil, errors.New("native: Config.Root is required")
@@ -167,8 +175,14 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.AgentPath == "" {
 		return nil, errors.New("native: Config.AgentPath is required")
 	}
-	if os.Geteuid() != 0 {
-		return nil, errors.New("native: the native backend needs root (rootless mode is not supported yet)")
+	rootless := os.Geteuid() != 0
+	if rootless {
+		if err := checkUserNamespaces(); err != nil {
+			return nil, err
+		}
+		if cfg.Network != nil {
+			return nil, errors.New("native: sandbox networking needs a root daemon")
+		}
 	}
 	root, err := filepath.Abs(cfg.Root)
 	if err != nil {
@@ -208,6 +222,7 @@ func New(cfg Config) (*Backend, error) {
 		sbRoot:       filepath.Join(root, "state", "sb"),
 		diskRoot:     filepath.Join(root, "disks"),
 		cgroupParent: cgroupParentFor(root),
+		rootless:     rootless,
 		disks:        diskCache{dir: filepath.Join(root, "cache")},
 		boxes:        map[sandbox.ID]*box{},
 	}
@@ -222,8 +237,10 @@ func New(cfg Config) (*Backend, error) {
 			return nil, err
 		}
 	}
-	if err := mountStateTmpfs(b.runRoot); err != nil {
-		return nil, err
+	if !rootless {
+		if err := mountStateTmpfs(b.runRoot); err != nil {
+			return nil, err
+		}
 	}
 	for _, d := range []string{b.stateRoot, b.sbRoot} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
@@ -243,10 +260,24 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("native: compile seccomp profile: %w", err)
 	}
 	// Formatting the default-size disk now keeps it off the first create.
-	if _, err := b.disks.template(cfg.Defaults.DiskBytes, hostSkeleton); err != nil {
-		return nil, fmt.Errorf("native: prepare disk template: %w", err)
+	if !rootless {
+		if _, err := b.disks.template(cfg.Defaults.DiskBytes, hostSkeleton); err != nil {
+			return nil, fmt.Errorf("native: prepare disk template: %w", err)
+		}
 	}
 	return b, nil
+}
+
+// checkUserNamespaces tells why a rootless backend cannot work here, if it
+// cannot: the kernel must let unprivileged users create user namespaces.
+func checkUserNamespaces() error {
+	if data, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(data)) == "0" {
+		return errors.New("native: rootless mode needs user namespaces (user.max_user_namespaces is 0); run as root or enable them")
+	}
+	if data, err := os.ReadFile("/proc/sys/kernel/unprivileged_userns_clone"); err == nil && strings.TrimSpace(string(data)) == "0" {
+		return errors.New("native: rootless mode needs unprivileged user namespaces (kernel.unprivileged_userns_clone=0); run as root or enable them")
+	}
+	return nil
 }
 
 // mountStateTmpfs mounts the backend's state tmpfs at dir unless a previous
@@ -294,11 +325,15 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	if isCgroup2() {
 		driver = "cgroupfs-v2"
 	}
+	if b.rootless {
+		return backend.Capabilities{RootInUserNS: true, Templates: []string{"host"}, CgroupDriver: driver, Rootless: true}
+	}
 	return backend.Capabilities{
-		DiskLimit:    true,
-		RootInUserNS: true,
-		Templates:    []string{"host", "dir"},
-		CgroupDriver: driver,
+		DiskLimit:      true,
+		ResourceLimits: true,
+		RootInUserNS:   true,
+		Templates:      []string{"host", "dir"},
+		CgroupDriver:   driver,
 	}
 }
 
@@ -326,6 +361,13 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	tmpl, err := parseTemplate(spec.Template)
 	if err != nil {
 		return sandbox.Info{}, err
+	}
+	if b.rootless {
+		if tmpl.kind != "host" {
+			return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "template %q needs a root daemon (overlayfs); a rootless daemon has only \"host\"", spec.Template)
+		}
+		// The user namespace maps one id, the daemon's user, as root.
+		spec.Root = true
 	}
 	spec.Resources = spec.Resources.WithDefaults(b.cfg.Defaults)
 	if err := validateResources(spec.Resources); err != nil {
@@ -378,12 +420,14 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		return fail(err)
 	}
 	start := time.Now()
-	image, err := b.disks.template(spec.Resources.DiskBytes, hostSkeleton)
-	if err != nil {
-		return fail(err)
-	}
-	if err := sparseCopy(image, bx.paths.image); err != nil {
-		return fail(fmt.Errorf("copy disk image: %w", err))
+	if !b.rootless {
+		image, err := b.disks.template(spec.Resources.DiskBytes, hostSkeleton)
+		if err != nil {
+			return fail(err)
+		}
+		if err := sparseCopy(image, bx.paths.image); err != nil {
+			return fail(fmt.Errorf("copy disk image: %w", err))
+		}
 	}
 	ids := b.idMap(spec)
 	if err := b.mountDisk(bx, tmpl, ids, true); err != nil {
@@ -436,8 +480,11 @@ func hasPathPrefix(p, prefix string) bool {
 }
 
 func (b *Backend) idMap(spec sandbox.Spec) idMap {
+	if b.rootless {
+		return idMap{userns: true, base: uint32(os.Geteuid()), gidBase: uint32(os.Getegid()), size: 1}
+	}
 	if spec.Root {
-		return idMap{userns: true, base: b.cfg.RootIDBase}
+		return idMap{userns: true, base: b.cfg.RootIDBase, gidBase: b.cfg.RootIDBase, size: rootHostIDRangeSize}
 	}
 	return idMap{}
 }
@@ -448,6 +495,19 @@ func (b *Backend) mountDisk(bx *box, tmpl template, ids idMap, fresh bool) error
 	p := &bx.paths
 	if err := os.MkdirAll(p.disk, 0o711); err != nil {
 		return err
+	}
+	if b.rootless {
+		// No loop devices without root: the "disk" is a plain directory.
+		p.rootfs = filepath.Join(p.disk, "rootfs")
+		if !fresh {
+			return nil
+		}
+		for _, d := range diskDirs {
+			if err := os.MkdirAll(filepath.Join(p.disk, d.path), d.mode|0o700); err != nil {
+				return err
+			}
+		}
+		return hostSkeleton(p.rootfs)
 	}
 	if !isMountPoint(p.disk) {
 		if err := mountImage(p.image, p.disk); err != nil {
@@ -505,7 +565,7 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) e
 	if err != nil {
 		return err
 	}
-	cfg, err := libcontainerConfig(spec.ID, oci)
+	cfg, err := libcontainerConfig(spec.ID, oci, b.rootless)
 	if err != nil {
 		return err
 	}

@@ -83,8 +83,10 @@ func (p boxPaths) socket() string { return filepath.Join(p.run, agentSocketName)
 // idMap is how sandbox uids map to host uids. Identity for ordinary
 // sandboxes; a private range for root sandboxes (user namespace).
 type idMap struct {
-	userns bool
-	base   uint32 // host id of sandbox id 0 when userns
+	userns  bool
+	base    uint32 // host uid of sandbox uid 0 when userns
+	gidBase uint32 // host gid of sandbox gid 0 when userns
+	size    uint32 // ids mapped
 }
 
 func (m idMap) host(id int) int {
@@ -178,10 +180,16 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl template, p boxPaths, ids idMa
 			},
 		},
 	}
+	if b.rootless {
+		// Without root there are no cgroups to create (unless delegated,
+		// which this mode does not use): no limits, no cgroup path.
+		s.Linux.CgroupsPath = ""
+		s.Linux.Resources = &specs.LinuxResources{Devices: s.Linux.Resources.Devices}
+	}
 	if ids.userns {
 		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
-		s.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: ids.base, Size: rootHostIDRangeSize}}
-		s.Linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: ids.base, Size: rootHostIDRangeSize}}
+		s.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: ids.base, Size: ids.size}}
+		s.Linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: ids.gidBase, Size: ids.size}}
 	}
 	return s, nil
 }
@@ -197,7 +205,18 @@ func (b *Backend) mounts(spec sandbox.Spec, tmpl template, p boxPaths, ids idMap
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(tmpSize, 10)}},
 		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=16m"}},
 	}
-	if isCgroup2() {
+	if b.rootless {
+		// A user namespace may not mount a fresh sysfs for a network
+		// namespace it does not own, nor use gid 5 for ptys it cannot map.
+		for i := range ms {
+			switch ms[i].Destination {
+			case "/sys":
+				ms[i] = specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}}
+			case "/dev/pts":
+				ms[i].Options = []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}
+			}
+		}
+	} else if isCgroup2() {
 		// One mount on v2 lets programs read their own limits. On v1 it would be
 		// one mount per hierarchy on every create, for little use.
 		ms = append(ms, specs.Mount{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}})
@@ -246,10 +265,14 @@ func (b *Backend) mounts(spec sandbox.Spec, tmpl template, p boxPaths, ids idMap
 }
 
 // libcontainerConfig converts an OCI spec into libcontainer's config.
-func libcontainerConfig(id sandbox.ID, s *specs.Spec) (*configs.Config, error) {
+// Rootless, cgroup errors are tolerated: limits apply only where the host
+// delegates cgroups to the daemon's user.
+func libcontainerConfig(id sandbox.ID, s *specs.Spec, rootless bool) (*configs.Config, error) {
 	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
-		CgroupName: string(id),
-		Spec:       s,
+		CgroupName:      string(id),
+		Spec:            s,
+		RootlessEUID:    rootless,
+		RootlessCgroups: rootless,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("convert sandbox spec: %w", err)

@@ -92,7 +92,7 @@ func (b *Backend) recoverOne(ctx context.Context, id sandbox.ID) (sandbox.Info, 
 	} else {
 		bx.paths.rootfs = bx.paths.overlay
 	}
-	if _, err := os.Stat(bx.paths.image); err != nil {
+	if _, err := os.Stat(bx.paths.image); err != nil && !b.rootless {
 		log.Warn("removing sandbox without a disk", "err", err)
 		b.teardown(ctx, bx, true)
 		return sandbox.Info{}, false

@@ -11,6 +11,12 @@ for p in build-essential pkg-config libseccomp-dev e2fsprogs iproute2 nftables \
   have_pkg "$p" || need+=("$p")
 done
 
+# Node.js and npm drive the official E2B SDK in a compatibility test; any
+# installation will do (a distribution's or NodeSource's).
+if ! command -v npm >/dev/null 2>&1; then
+  need+=(nodejs npm)
+fi
+
 if ((${#need[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "install-deps: missing packages: ${need[*]} (run as root to install them)" >&2

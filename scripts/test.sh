@@ -8,6 +8,15 @@ cd "$(dirname "$0")/.."
 # A real Docker engine, for the test that sandbox networking coexists with
 # Docker's firewall rules (skipped when none can start).
 ./scripts/start-docker.sh
+# The unmodified @e2b/code-interpreter SDK, from npm, for the test that drives
+# the code-interpreter routes with it (skipped when npm cannot fetch it).
+sdk="$PWD/.cache/e2b-sdk"
+if command -v npm >/dev/null 2>&1 &&
+   npm install --prefix "$sdk" @e2b/code-interpreter@2.8.0 --no-audit --no-fund --loglevel=error >/dev/null 2>&1; then
+  export AGENTBOX_E2B_SDK="$sdk"
+else
+  echo "test.sh: could not install @e2b/code-interpreter; its compatibility test will skip" >&2
+fi
 # -p 1: packages that start sandboxes share the host's cgroups, loop devices
 # and network; running them one at a time keeps results and cleanup checks
 # independent of each other.

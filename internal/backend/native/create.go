@@ -1,0 +1,393 @@
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+func validateResources(r sandbox.Resources) error {
+	switch {
+	case r.MemoryBytes < minMemoryBytes:
+		return sandbox.Errorf(sandbox.ClassInvalid, "resources.memory: at least %d MiB", minMemoryBytes>>20)
+	case r.CPUs < 0.01 || r.CPUs > 1024:
+		return sandbox.Errorf(sandbox.ClassInvalid, "resources.cpus: must be between 0.01 and 1024")
+	case r.PIDs < minPIDs:
+		return sandbox.Errorf(sandbox.ClassInvalid, "resources.pids: at least %d", minPIDs)
+	case r.DiskBytes < minDiskBytes || r.DiskBytes > maxDiskBytes:
+		return sandbox.Errorf(sandbox.ClassInvalid, "resources.disk: between %d MiB and 1 TiB", minDiskBytes>>20)
+	case r.TmpBytes < 1<<20:
+		return sandbox.Errorf(sandbox.ClassInvalid, "resources.tmp: at least 1 MiB")
+	}
+	return nil
+}
+
+// Create implements backend.Backend.
+func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {
+	if err := spec.ID.Validate(); err != nil {
+		return sandbox.Info{}, err
+	}
+	tmpl, err := parseTemplate(spec.Template)
+	if err != nil {
+		return sandbox.Info{}, err
+	}
+	if b.rootless {
+		if tmpl.kind != "host" {
+			return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "template %q needs a root daemon (overlayfs); a rootless daemon has only \"host\"", spec.Template)
+		}
+		// The user namespace maps one id, the daemon's user, as root.
+		spec.Root = true
+	}
+	spec.Resources = spec.Resources.WithDefaults(b.cfg.Defaults)
+	if err := validateResources(spec.Resources); err != nil {
+		return sandbox.Info{}, err
+	}
+	if spec.Network.Mode == "" {
+		spec.Network.Mode = sandbox.NetworkNone
+	}
+	if spec.Network.Mode != sandbox.NetworkNone && b.cfg.Network == nil {
+		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "network mode %q is not available on this server", spec.Network.Mode)
+	}
+	if err := validateMounts(spec); err != nil {
+		return sandbox.Info{}, err
+	}
+
+	bx := &box{id: spec.ID, paths: newBoxPaths(b.sbRoot, b.diskRoot, spec.ID)}
+	if len(bx.paths.socket()) > maxSocketPath {
+		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "sandbox id %q is too long for this server's state directory", spec.ID)
+	}
+	bx.rec = record{Spec: spec, AccessToken: spec.AccessToken, CreatedAt: time.Now().UTC()}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	b.mu.Lock()
+	if _, ok := b.boxes[spec.ID]; ok {
+		b.mu.Unlock()
+		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s already exists", spec.ID)
+	}
+	b.boxes[spec.ID] = bx
+	b.mu.Unlock()
+
+	fail := func(err error) (sandbox.Info, error) {
+		b.teardown(context.WithoutCancel(ctx), bx, true)
+		b.mu.Lock()
+		delete(b.boxes, spec.ID)
+		b.mu.Unlock()
+		return sandbox.Info{}, err
+	}
+	if err := os.Mkdir(bx.paths.dir, 0o711); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			// Leftovers of a sandbox this process does not know: not ours to reuse.
+			b.mu.Lock()
+			delete(b.boxes, spec.ID)
+			b.mu.Unlock()
+			return sandbox.Info{}, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s already exists", spec.ID)
+		}
+		return fail(fmt.Errorf("create sandbox dir: %w", err))
+	}
+	// The record goes first so a crash at any later step is found by Recover.
+	if err := b.saveRecord(bx); err != nil {
+		return fail(err)
+	}
+	start := time.Now()
+	if !b.rootless {
+		image, err := b.disks.template(spec.Resources.DiskBytes, hostSkeleton)
+		if err != nil {
+			return fail(err)
+		}
+		if err := sparseCopy(image, bx.paths.image); err != nil {
+			return fail(fmt.Errorf("copy disk image: %w", err))
+		}
+	}
+	ids := b.idMap(spec)
+	if err := b.mountDisk(bx, tmpl, ids, true); err != nil {
+		return fail(err)
+	}
+	// Only the daemon may reach the agent's socket: root's, not mounted
+	// into the sandbox (the agent gets the listening socket as a fd).
+	if err := os.Mkdir(bx.paths.run, 0o700); err != nil {
+		return fail(err)
+	}
+	diskDone := time.Now()
+	if err := b.boot(ctx, bx, tmpl, ids); err != nil {
+		return fail(err)
+	}
+	b.log.Debug("sandbox created", "sandbox", spec.ID, "disk_ms", ms(diskDone.Sub(start)),
+		"boot_ms", ms(time.Since(diskDone)), "total_ms", ms(time.Since(start)))
+	return b.infoLocked(bx), nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func validateMounts(spec sandbox.Spec) error {
+	if spec.WorkspaceDir != "" {
+		if !filepath.IsAbs(spec.WorkspaceDir) {
+			return sandbox.Errorf(sandbox.ClassInvalid, "workspace dir %q must be absolute", spec.WorkspaceDir)
+		}
+		if st, err := os.Stat(spec.WorkspaceDir); err != nil || !st.IsDir() {
+			return sandbox.Errorf(sandbox.ClassInvalid, "workspace dir %q is not a directory", spec.WorkspaceDir)
+		}
+	}
+	for _, m := range spec.Mounts {
+		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) {
+			return sandbox.Errorf(sandbox.ClassInvalid, "mount %s:%s: paths must be absolute", m.Source, m.Target)
+		}
+		if _, err := os.Stat(m.Source); err != nil {
+			return sandbox.Errorf(sandbox.ClassInvalid, "mount source %q does not exist", m.Source)
+		}
+		clean := filepath.Clean(m.Target)
+		for _, reserved := range []string{"/", "/proc", "/sys", "/dev", "/etc", "/usr", agentRunDir, "/.agentbox"} {
+			if clean == reserved || (reserved != "/" && hasPathPrefix(clean, reserved)) {
+				return sandbox.Errorf(sandbox.ClassInvalid, "mount target %q is reserved", m.Target)
+			}
+		}
+	}
+	return nil
+}
+
+func hasPathPrefix(p, prefix string) bool {
+	return len(p) > len(prefix) && p[:len(prefix)] == prefix && p[len(prefix)] == '/'
+}
+
+func (b *Backend) idMap(spec sandbox.Spec) idMap {
+	if b.rootless {
+		return idMap{userns: true, base: uint32(os.Geteuid()), gidBase: uint32(os.Getegid()), size: 1}
+	}
+	if spec.Root {
+		return idMap{userns: true, base: b.cfg.RootIDBase, gidBase: b.cfg.RootIDBase, size: rootHostIDRangeSize}
+	}
+	return idMap{}
+}
+
+// mountDisk mounts the sandbox disk and, for dir: templates, the overlay root.
+// fresh is true on first creation, when ownership must be set up.
+func (b *Backend) mountDisk(bx *box, tmpl template, ids idMap, fresh bool) error {
+	p := &bx.paths
+	if err := os.MkdirAll(p.disk, 0o711); err != nil {
+		return err
+	}
+	if b.rootless {
+		// No loop devices without root: the "disk" is a plain directory.
+		p.rootfs = filepath.Join(p.disk, "rootfs")
+		if !fresh {
+			return nil
+		}
+		for _, d := range diskDirs {
+			if err := os.MkdirAll(filepath.Join(p.disk, d.path), d.mode|0o700); err != nil {
+				return err
+			}
+		}
+		return hostSkeleton(p.rootfs)
+	}
+	if !isMountPoint(p.disk) {
+		if err := mountImage(p.image, p.disk); err != nil {
+			return err
+		}
+	}
+	if fresh && ids.userns {
+		// Root sandboxes see host ids shifted by the user namespace; give the
+		// disk's directories to the ids they map to.
+		for _, d := range diskDirs {
+			owner := ids.host(0)
+			if d.user {
+				owner = ids.host(sandboxUID)
+			}
+			if err := os.Chown(filepath.Join(p.disk, d.path), owner, owner); err != nil {
+				return fmt.Errorf("chown disk: %w", err)
+			}
+		}
+	}
+	if tmpl.kind == "host" {
+		p.rootfs = filepath.Join(p.disk, "rootfs")
+		return nil
+	}
+	p.rootfs = p.overlay
+	if err := os.MkdirAll(p.overlay, 0o755); err != nil {
+		return err
+	}
+	if isMountPoint(p.overlay) {
+		return nil
+	}
+	opts := "lowerdir=" + tmpl.dir + ",upperdir=" + filepath.Join(p.disk, "upper") + ",workdir=" + filepath.Join(p.disk, "work")
+	if err := unix.Mount("overlay", p.overlay, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
+		return fmt.Errorf("mount overlay root: %w", err)
+	}
+	return nil
+}
+
+// boot starts the sandbox's init (the agent) and waits until it serves.
+func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) error {
+	spec := bx.rec.Spec
+	spec.AccessToken = bx.rec.AccessToken
+	var netnsPath string
+	nameservers := []string(nil)
+	if spec.Network.Mode != sandbox.NetworkNone {
+		var err error
+		netnsPath, nameservers, err = b.cfg.Network.Setup(ctx, spec.ID, spec.Network)
+		if err != nil {
+			return fmt.Errorf("set up network: %w", err)
+		}
+	}
+	if err := writeSandboxEtc(bx.paths.etc, string(spec.ID), nameservers); err != nil {
+		return fmt.Errorf("write /etc: %w", err)
+	}
+	oci, err := b.ociSpec(spec, tmpl, bx.paths, ids, netnsPath)
+	if err != nil {
+		return err
+	}
+	cfg, err := libcontainerConfig(spec.ID, oci, b.rootless)
+	if err != nil {
+		return err
+	}
+	container, err := libcontainer.Create(b.stateRoot, string(spec.ID), cfg)
+	if err != nil {
+		return fmt.Errorf("create container: %w", err)
+	}
+	bx.container = container
+
+	logFile, err := os.OpenFile(bx.paths.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer readyR.Close()
+	bpf := b.seccompUser
+	if spec.Root {
+		bpf = b.seccompRoot
+	}
+	seccompR, err := pipeWithData(bpf)
+	if err != nil {
+		return err
+	}
+	defer seccompR.Close()
+	sock, err := listenAgentSocket(bx.paths.socket())
+	if err != nil {
+		return err
+	}
+	defer sock.Close()
+	proc := &libcontainer.Process{
+		Args:       oci.Process.Args,
+		Env:        oci.Process.Env,
+		UID:        int(oci.Process.User.UID),
+		GID:        int(oci.Process.User.GID),
+		Cwd:        "/",
+		Stdout:     logFile,
+		Stderr:     logFile,
+		ExtraFiles: []*os.File{readyW, seccompR, sock}, // fds 3, 4 and 5 in the sandbox
+		Init:       true,
+	}
+	runStart := time.Now()
+	err = container.Run(proc)
+	readyW.Close()
+	if err != nil {
+		return fmt.Errorf("start sandbox init: %w", err)
+	}
+	pid, _ := proc.Pid()
+	bx.pid = pid
+	bx.exited = make(chan struct{})
+	bx.stopping = false
+	go b.watchChild(bx, proc, bx.exited)
+
+	runDone := time.Now()
+	if err := waitReady(ctx, readyR, b.cfg.ReadyTimeout); err != nil {
+		return fmt.Errorf("agent did not start: %w%s", err, logTail(bx.paths.log))
+	}
+	b.log.Debug("sandbox booted", "sandbox", spec.ID, "run_ms", ms(runDone.Sub(runStart)), "agent_ready_ms", ms(time.Since(runDone)))
+	return nil
+}
+
+// listenAgentSocket creates the agent's listening unix socket on the host
+// and returns it as a file to hand to the agent. The socket file belongs to
+// root (0600) in a directory only root can enter, and is not visible inside
+// the sandbox: sandbox processes can neither talk to the agent nor replace
+// its socket with their own.
+func listenAgentSocket(path string) (*os.File, error) {
+	_ = os.Remove(path)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("agent socket: %w", err)
+	}
+	ln.SetUnlinkOnClose(false) // the agent keeps serving on it
+	f, err := ln.File()
+	ln.Close()
+	if err != nil {
+		return nil, fmt.Errorf("agent socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// pipeWithData returns the read end of a pipe holding data, write end closed.
+func pipeWithData(data []byte) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	// A seccomp program is at most 32 KiB, below the pipe buffer: no reader
+	// is needed for the write to complete.
+	_, werr := w.Write(data)
+	w.Close()
+	if werr != nil {
+		r.Close()
+		return nil, fmt.Errorf("write seccomp program: %w", werr)
+	}
+	return r, nil
+}
+
+// waitReady waits for the agent's readiness byte.
+func waitReady(ctx context.Context, r *os.File, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := r.SetReadDeadline(deadline); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() {
+		var buf [1]byte
+		_, err := r.Read(buf[:])
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if errors.Is(err, io.EOF) {
+			return errors.New("agent exited before it was ready")
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return sandbox.Errorf(sandbox.ClassTimeout, "agent not ready after %s", timeout)
+		}
+		return err
+	case <-ctx.Done():
+		_ = r.SetReadDeadline(time.Now())
+		<-done
+		return ctx.Err()
+	}
+}
+
+func logTail(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil || len(data) == 0 {
+		return ""
+	}
+	if len(data) > 2048 {
+		data = data[len(data)-2048:]
+	}
+	return " (agent log: " + string(data) + ")"
+}

@@ -1,0 +1,250 @@
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// watchChild reaps the init process when it is our child and handles an
+// unexpected exit.
+func (b *Backend) watchChild(bx *box, proc *libcontainer.Process, exited chan struct{}) {
+	state, err := proc.Wait()
+	reason := "agent exited"
+	if state != nil {
+		reason = "agent exited: " + state.String()
+	} else if err != nil {
+		reason = "agent exited: " + err.Error()
+	}
+	close(exited)
+	b.onInitExit(bx, exited, reason)
+}
+
+// watchPidfd waits for a recovered init (not our child) to exit.
+func (b *Backend) watchPidfd(bx *box, pidfd int, exited chan struct{}) {
+	defer unix.Close(pidfd)
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, -1)
+		if err == nil || !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	close(exited)
+	b.onInitExit(bx, exited, "agent exited")
+}
+
+// onInitExit cleans up after an init that died on its own (OOM-killed agent,
+// a bug): the sandbox becomes stopped, with no processes, cgroups or mounts.
+func (b *Backend) onInitExit(bx *box, exited chan struct{}, reason string) {
+	if b.abandoned.Load() {
+		return
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if bx.stopping || bx.exited != exited {
+		return // a deliberate stop, or an older incarnation
+	}
+	if n := b.oomKills(bx); n > 0 {
+		reason += " (out of memory)"
+	}
+	// The agent's log lives on the sandbox disk, which teardown unmounts:
+	// keep its tail in our own log.
+	b.log.Warn("sandbox init exited unexpectedly", "sandbox", bx.id, "reason", reason, "agent_log", logTail(bx.paths.log))
+	b.teardown(context.Background(), bx, false)
+	bx.rec.Stopped = true
+	bx.rec.Reason = reason
+	if err := b.saveRecord(bx); err != nil {
+		b.log.Error("save sandbox record", "sandbox", bx.id, "err", err)
+	}
+}
+
+// teardown kills the sandbox and removes its runtime state: processes,
+// cgroups, network, mounts. With removeAll it also removes the sandbox's
+// directory (disk image included). Errors are logged: teardown must get as
+// far as it can.
+func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
+	bx.stopping = true
+	if bx.container == nil {
+		if c, err := libcontainer.Load(b.stateRoot, string(bx.id)); err == nil {
+			bx.container = c
+		}
+	}
+	if c := bx.container; c != nil {
+		_ = c.Signal(unix.SIGKILL)
+		if bx.exited != nil {
+			select {
+			case <-bx.exited:
+			case <-time.After(10 * time.Second):
+				b.log.Error("sandbox init did not exit after SIGKILL", "sandbox", bx.id)
+			}
+		}
+		// Destroy kills whatever is left in the cgroup and removes it, and the
+		// container's state directory.
+		if err := c.Destroy(); err != nil {
+			b.log.Error("destroy container", "sandbox", bx.id, "err", err)
+		}
+		bx.container = nil
+	} else {
+		b.removeStaleCgroups(string(bx.id))
+	}
+	_ = os.RemoveAll(filepath.Join(b.stateRoot, string(bx.id)))
+	bx.pid = 0
+	if bx.rec.Spec.Network.Mode != "" && bx.rec.Spec.Network.Mode != sandbox.NetworkNone && b.cfg.Network != nil {
+		if err := b.cfg.Network.Teardown(ctx, bx.id); err != nil {
+			b.log.Error("tear down network", "sandbox", bx.id, "err", err)
+		}
+	}
+	for _, m := range []string{bx.paths.overlay, bx.paths.disk} {
+		if err := unmountAll(m); err != nil {
+			b.log.Error("unmount", "sandbox", bx.id, "path", m, "err", err)
+		}
+	}
+	_ = os.Remove(bx.paths.socket())
+	if removeAll {
+		if err := os.RemoveAll(bx.paths.dir); err != nil {
+			b.log.Error("remove sandbox dir", "sandbox", bx.id, "err", err)
+		}
+		if err := os.Remove(bx.paths.image); err != nil && !errors.Is(err, os.ErrNotExist) {
+			b.log.Error("remove sandbox disk", "sandbox", bx.id, "err", err)
+		}
+	}
+}
+
+func (b *Backend) lookup(id sandbox.ID) (*box, error) {
+	if err := id.Validate(); err != nil {
+		return nil, sandbox.ErrNotFound(id)
+	}
+	b.mu.Lock()
+	bx, ok := b.boxes[id]
+	b.mu.Unlock()
+	if !ok {
+		return nil, sandbox.ErrNotFound(id)
+	}
+	return bx, nil
+}
+
+// Stop implements backend.Backend.
+func (b *Backend) Stop(ctx context.Context, id sandbox.ID) error {
+	bx, err := b.lookup(id)
+	if err != nil {
+		return err
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if bx.rec.Stopped {
+		return nil
+	}
+	b.teardown(ctx, bx, false)
+	bx.rec.Stopped = true
+	bx.rec.Reason = "stopped"
+	return b.saveRecord(bx)
+}
+
+// Start implements backend.Backend.
+func (b *Backend) Start(ctx context.Context, id sandbox.ID) (sandbox.Info, error) {
+	bx, err := b.lookup(id)
+	if err != nil {
+		return sandbox.Info{}, err
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if !bx.rec.Stopped {
+		return b.infoLocked(bx), nil
+	}
+	tmpl, err := parseTemplate(bx.rec.Spec.Template)
+	if err != nil {
+		return sandbox.Info{}, sandbox.Wrap(sandbox.ClassConflict, err, "template of stopped sandbox is gone")
+	}
+	ids := b.idMap(bx.rec.Spec)
+	if err := b.mountDisk(bx, tmpl, ids, false); err != nil {
+		b.teardown(ctx, bx, false)
+		return sandbox.Info{}, err
+	}
+	if err := b.boot(ctx, bx, tmpl, ids); err != nil {
+		b.teardown(context.WithoutCancel(ctx), bx, false)
+		return sandbox.Info{}, err
+	}
+	bx.rec.Stopped = false
+	bx.rec.Reason = ""
+	if err := b.saveRecord(bx); err != nil {
+		return sandbox.Info{}, err
+	}
+	return b.infoLocked(bx), nil
+}
+
+// Destroy implements backend.Backend.
+func (b *Backend) Destroy(ctx context.Context, id sandbox.ID) error {
+	if err := id.Validate(); err != nil {
+		return nil // nothing with such an id can exist
+	}
+	b.mu.Lock()
+	bx, ok := b.boxes[id]
+	b.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	bx.mu.Lock()
+	b.teardown(ctx, bx, true)
+	bx.mu.Unlock()
+	b.mu.Lock()
+	if b.boxes[id] == bx {
+		delete(b.boxes, id)
+	}
+	b.mu.Unlock()
+	return nil
+}
+
+// Inspect implements backend.Backend.
+func (b *Backend) Inspect(ctx context.Context, id sandbox.ID) (sandbox.Info, error) {
+	bx, err := b.lookup(id)
+	if err != nil {
+		return sandbox.Info{}, err
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	return b.infoLocked(bx), nil
+}
+
+func (b *Backend) infoLocked(bx *box) sandbox.Info {
+	spec := bx.rec.Spec
+	spec.AccessToken = ""
+	info := sandbox.Info{
+		ID:        bx.id,
+		Spec:      spec,
+		CreatedAt: bx.rec.CreatedAt,
+		Pid:       bx.pid,
+		Agent:     sandbox.Endpoint{Network: "unix", Address: bx.paths.socket()},
+		State:     sandbox.StateRunning,
+		Reason:    bx.rec.Reason,
+	}
+	if bx.rec.Stopped {
+		info.State = sandbox.StateStopped
+		info.Pid = 0
+	}
+	return info
+}
+
+func (b *Backend) saveRecord(bx *box) error {
+	data, err := json.Marshal(bx.rec)
+	if err != nil {
+		return err
+	}
+	tmp := bx.paths.record + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write sandbox record: %w", err)
+	}
+	if err := os.Rename(tmp, bx.paths.record); err != nil {
+		return fmt.Errorf("write sandbox record: %w", err)
+	}
+	return nil
+}

@@ -147,7 +147,7 @@ func makeTemplateImage(path string, size int64, skeleton func(string) error) err
 // The loop device is configured with autoclear, so unmounting detaches it:
 // there is no loop device to track or leak.
 func mountImage(image, target string) error {
-	if err := waitImageDetached(image, 3*time.Second); err != nil {
+	if err := waitImageReleased(image, 5*time.Second); err != nil {
 		return err
 	}
 	dev, err := attachLoop(image)
@@ -161,30 +161,42 @@ func mountImage(image, target string) error {
 	return nil
 }
 
-// waitImageDetached waits until no loop device is backed by image any more
-// (a lazily unmounted old mount of it may still be releasing). Two
-// filesystems on one image would corrupt it.
-func waitImageDetached(image string, timeout time.Duration) error {
+// waitImageReleased waits until no filesystem is mounted from image any
+// more (a lazily unmounted old mount of it may still be draining): two
+// filesystems on one image would corrupt it. A loop device that still
+// points at the image but holds no filesystem is harmless — the kernel
+// detaches unused autoclear devices asynchronously.
+func waitImageReleased(image string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		dev := loopBacking(image)
+		dev := loopInUse(image)
 		if dev == "" {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("disk image %s is still attached to %s", image, dev)
+			return fmt.Errorf("disk image %s is still mounted through %s", image, dev)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// loopBacking returns the loop device backed by image, or "".
-func loopBacking(image string) string {
+// loopInUse returns a loop device backed by image that a filesystem still
+// holds (an exclusive open fails with EBUSY), or "".
+func loopInUse(image string) string {
 	matches, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, m := range matches {
 		data, err := os.ReadFile(m)
-		if err == nil && strings.TrimSpace(string(data)) == image {
-			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(m)))
+		if err != nil || strings.TrimSpace(string(data)) != image {
+			continue
+		}
+		dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(m)))
+		fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
+		if err == nil {
+			unix.Close(fd)
+			continue
+		}
+		if errors.Is(err, unix.EBUSY) {
+			return dev
 		}
 	}
 	return ""

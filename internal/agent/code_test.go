@@ -395,12 +395,19 @@ func TestCodeClientDisconnectInterrupts(t *testing.T) {
 	a, c := startCodeAgent(t)
 	flag := filepath.Join(a.Workdir, "side-effect")
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := c.Execute(ctx, py(fmt.Sprintf("import time\nx = 'kept'\ntime.sleep(3)\nopen(%q, 'w').write('too late')", flag)))
+	s, err := c.Execute(ctx, py(fmt.Sprintf("import time\nx = 'kept'\nprint('assigned', flush=True)\ntime.sleep(3)\nopen(%q, 'w').write('too late')", flag)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev, err := s.Next(); err != nil || ev.Type != "number_of_executions" {
-		t.Fatalf("first event %+v %v", ev, err)
+	// Leave once the assignment has run, so the interrupt lands in the sleep.
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			t.Fatalf("stream ended before the assignment: %v", err)
+		}
+		if ev.Type == "stdout" {
+			break
+		}
 	}
 	cancel()
 	s.Close()

@@ -56,6 +56,19 @@ func (s *Server) agentFor(r *http.Request, rec *record) (*agentclient.Client, er
 }
 
 // stat returns the entry at p; found=false when it does not exist.
+// wsTarget returns the ?path= of a workspace route and the sandbox's agent.
+func (s *Server) wsTarget(r *http.Request, rec *record) (string, *agentclient.Client, error) {
+	p, err := queryPath(r)
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := s.agentFor(r, rec)
+	if err != nil {
+		return "", nil, err
+	}
+	return p, c, nil
+}
+
 func stat(r *http.Request, c *agentclient.Client, p string) (agentclient.EntryInfo, bool, error) {
 	e, err := c.Stat(r.Context(), p, "")
 	if sandbox.IsNotFound(err) {
@@ -110,11 +123,7 @@ func (s *Server) wsRead(w http.ResponseWriter, r *http.Request, rec *record) err
 
 // wsWrite is PUT /workspace/file?path= with the raw content as body.
 func (s *Server) wsWrite(w http.ResponseWriter, r *http.Request, rec *record) error {
-	p, err := queryPath(r)
-	if err != nil {
-		return err
-	}
-	c, err := s.agentFor(r, rec)
+	p, c, err := s.wsTarget(r, rec)
 	if err != nil {
 		return err
 	}
@@ -240,11 +249,7 @@ func (s *Server) wsList(w http.ResponseWriter, r *http.Request, rec *record) err
 
 // wsExists is GET /workspace/exists?path=.
 func (s *Server) wsExists(w http.ResponseWriter, r *http.Request, rec *record) error {
-	p, err := queryPath(r)
-	if err != nil {
-		return err
-	}
-	c, err := s.agentFor(r, rec)
+	p, c, err := s.wsTarget(r, rec)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,11 @@ cd "$(dirname "$0")/.."
 ./scripts/start-docker.sh
 # The unmodified @e2b/code-interpreter SDK, from npm, for the test that drives
 # the code-interpreter routes with it (skipped when npm cannot fetch it).
-sdk="$PWD/.cache/e2b-sdk"
+# Downloads the tests reuse live in a cache outside the checkout, so a second
+# run (or another clone) does not fetch them again.
+: "${AGENTBOX_TEST_CACHE:=${XDG_CACHE_HOME:-$HOME/.cache}/agentbox-test}"
+export AGENTBOX_TEST_CACHE
+sdk="$AGENTBOX_TEST_CACHE/e2b-sdk"
 if command -v npm >/dev/null 2>&1 &&
    npm install --prefix "$sdk" @e2b/code-interpreter@2.8.0 --no-audit --no-fund --loglevel=error >/dev/null 2>&1; then
   export AGENTBOX_E2B_SDK="$sdk"

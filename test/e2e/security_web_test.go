@@ -389,17 +389,22 @@ func TestSecurityAccessLogAndMetrics(t *testing.T) {
 		t.Fatalf("list_session_keys: %d %s", status, data)
 	}
 	for _, path := range []string{"/v1/sandboxes", "/list_session_keys"} {
-		found := false
-		for _, line := range strings.Split(d.logs.String(), "\n") {
-			if strings.Contains(line, "msg=request ") && strings.Contains(line, "path="+path+" ") {
-				found = true
-				if !strings.Contains(line, "user=alice") {
-					t.Errorf("access log line without the user: %s", line)
+		// The line is written once the response went out: wait for it.
+		line := ""
+		for i := 0; i < 250 && line == ""; i++ {
+			for _, l := range strings.Split(d.logs.String(), "\n") {
+				if strings.Contains(l, "msg=request ") && strings.Contains(l, "path="+path+" ") {
+					line = l
 				}
 			}
+			if line == "" {
+				time.Sleep(20 * time.Millisecond)
+			}
 		}
-		if !found {
+		if line == "" {
 			t.Errorf("no access log line for %s in:\n%s", path, tail(d.logs.String(), 30))
+		} else if !strings.Contains(line, "user=alice") {
+			t.Errorf("access log line without the user: %s", line)
 		}
 	}
 	for _, key := range []string{"", "alice-key", "wrong"} {

@@ -330,6 +330,8 @@ func benchNetwork(ctx context.Context, tmp, agentPath string, n int, log *slog.L
 	}
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Logger: log}, m).Handler())
 	defer srv.Close()
-	samples, err = bench.HTTPRoundTrips(ctx, srv.Client(), fmt.Sprintf("%s/v1/sandboxes/%s/ports/%d/", srv.URL, rec.ID, port), nil, n*5)
+	// Previews need a credential, also on a keyless server.
+	samples, err = bench.HTTPRoundTrips(ctx, srv.Client(), fmt.Sprintf("%s/v1/sandboxes/%s/ports/%d/", srv.URL, rec.ID, port),
+		http.Header{"X-Access-Token": {rec.AccessToken}}, n*5)
 	return add("HTTP GET through the preview URL", "", samples, err)
 }

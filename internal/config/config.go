@@ -77,6 +77,9 @@ type Config struct {
 	// PreviewDomain, when set, serves sandbox ports at <port>-<id>.<domain>.
 	PreviewDomain string
 
+	// MetricsToken is the operator's bearer token for /metrics.
+	MetricsToken string
+
 	// Settings that were given but have no effect on this deployment, for a
 	// warning at start.
 	Ignored []string
@@ -305,11 +308,19 @@ var settings = []setting{
 		return nil
 	}},
 	{"NETWORK_MAX_CONNS", "0", "per-sandbox limit of concurrent outbound connections, 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.NetworkMaxConns = uint32(n) })},
-	{"PREVIEW_DOMAIN", "", "serve sandbox port P at <P>-<id>.<domain> (e.g. sandbox.example.com, or localhost:8000)", func(c *Config, v string) error {
-		if strings.ContainsAny(v, "/ ") {
-			return fmt.Errorf("want a host name, optionally with :port")
+	{"PREVIEW_DOMAIN", "localhost", "browser previews: sandbox port P at <P>-<id>.<domain>, each its own origin (e.g. sandbox.example.com); empty turns them off", func(c *Config, v string) error {
+		host := v
+		if h, _, err := net.SplitHostPort(v); err == nil {
+			host = h
+		}
+		if strings.ContainsAny(v, "/ *") || strings.HasPrefix(host, ".") || strings.HasSuffix(host, ".") || net.ParseIP(host) != nil {
+			return fmt.Errorf("want a DNS name whose subdomains reach this server, optionally with :port")
 		}
 		c.PreviewDomain = strings.ToLower(v)
+		return nil
+	}},
+	{"METRICS_TOKEN", "", "bearer token the operator reads /metrics with; without it /metrics is refused when API keys are set", func(c *Config, v string) error {
+		c.MetricsToken = v
 		return nil
 	}},
 	{"DEBUG", "false", "debug logging", boolSetting(func(c *Config, b bool) {

@@ -113,11 +113,12 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	api := httpapi.New(httpapi.Config{APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Logger: log, Registry: reg,
-		PreviewDomain: cfg.PreviewDomain, PreviewSecret: secret}, m)
+		PreviewDomain: cfg.PreviewDomain, PreviewSecret: secret, MetricsToken: cfg.MetricsToken}, m)
 	as := agentscope.New(agentscope.Config{APIKeys: cfg.APIKeys, Prefix: cfg.ContainerPrefix, DefaultTypes: cfg.DefaultTypes,
 		StorageFolder: cfg.StorageFolder, SandboxTimeout: cfg.MaxTimeout, MaxOutput: cfg.MaxExecOutputBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log}, m)
 	as.Register(api.Mux())
+	api.AllowBody("multipart/form-data", agentscope.IsMultipartUpload)
 	defer as.Close()
 
 	ln := opts.Listener
@@ -135,6 +136,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
+	if len(cfg.APIKeys) > 0 && cfg.MetricsToken == "" {
+		log.Info("METRICS_TOKEN is not set: /metrics is refused to every caller")
+	}
 	if len(cfg.APIKeys) == 0 {
 		log.Warn("no API key configured: authentication is off and the server only listens on loopback", "addr", ln.Addr().String())
 	}

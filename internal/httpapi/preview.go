@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -20,30 +21,55 @@ import (
 
 // Preview URLs make a port a process listens on inside a sandbox reachable
 // through the daemon, in every network mode and without publishing anything
-// on the host:
+// on the host, in two forms:
 //
-//	/v1/sandboxes/{id}/ports/{port}/{path...}
-//	http(s)://{port}-{id}.{PREVIEW_DOMAIN}/{path...}   (E2B's host form)
+//	http(s)://{port}-{id}.{PREVIEW_DOMAIN}/{path...}   for browsers
+//	/v1/sandboxes/{id}/ports/{port}/{path...}          for programs
+//
+// A preview serves code nobody reviewed, so in a browser it gets an origin
+// of its own per sandbox port: it cannot read the API, another sandbox's
+// preview, or their cookies. The path form shares the API's origin, so it
+// is made inert for browsers: its responses carry "Content-Security-Policy:
+// sandbox" (no scripts, an opaque origin) and no cookies pass in either
+// direction.
 //
 // A request is let through with the owner's API key, the sandbox's access
-// token (X-Access-Token), or a signed, expiring preview token for browsers
-// (?agentbox_token=..., then a cookie). None of these reach the sandbox.
+// token (X-Access-Token), or a signed, expiring preview token
+// (?agentbox_token=). On the host form the token is exchanged once for a
+// host-only cookie of that origin. None of these reach the sandbox.
 
 const (
-	previewTokenParam   = "agentbox_token"
-	previewCookiePrefix = "agentbox_preview_"
-	maxPreviewTokenTTL  = 7 * 24 * time.Hour
+	previewTokenParam  = "agentbox_token"
+	previewCookie      = "agentbox_preview"
+	maxPreviewTokenTTL = 7 * 24 * time.Hour
 )
 
-var previewHostPattern = regexp.MustCompile(`^([0-9]{1,5})-([a-z0-9][a-z0-9-]{0,62})\.(.+)$`)
+var previewLabelPattern = regexp.MustCompile(`^([0-9]{1,5})-([a-z0-9][a-z0-9-]{0,62})$`)
+
+// previewName is hostport as compared with the preview domain: lowercased,
+// without the port unless the domain names one.
+func (s *Server) previewName(hostport string) string {
+	name := strings.ToLower(hostport)
+	if !strings.Contains(s.cfg.PreviewDomain, ":") {
+		name = hostOnly(name)
+	}
+	return strings.TrimSuffix(name, ".")
+}
+
+// isPreviewHost reports whether hostport is under the preview domain: such
+// names belong to sandbox code and never serve the API.
+func (s *Server) isPreviewHost(hostport string) bool {
+	return s.cfg.PreviewDomain != "" && strings.HasSuffix(s.previewName(hostport), "."+s.cfg.PreviewDomain)
+}
 
 // previewTarget parses a preview host name "<port>-<id>.<domain>".
-func (s *Server) previewTarget(host string) (sandbox.ID, int, bool) {
-	if s.cfg.PreviewDomain == "" {
+func (s *Server) previewTarget(hostport string) (sandbox.ID, int, bool) {
+	if !s.isPreviewHost(hostport) {
 		return "", 0, false
 	}
-	m := previewHostPattern.FindStringSubmatch(strings.ToLower(host))
-	if m == nil || m[3] != s.cfg.PreviewDomain {
+	label := strings.TrimSuffix(s.previewName(hostport), "."+s.cfg.PreviewDomain)
+	m := previewLabelPattern.FindStringSubmatch(label)
+	if m == nil {
 		return "", 0, false
 	}
 	port, err := strconv.Atoi(m[1])
@@ -53,14 +79,20 @@ func (s *Server) previewTarget(host string) (sandbox.ID, int, bool) {
 	return sandbox.ID(m[2]), port, true
 }
 
-// withPreviewHosts sends requests for preview host names to the proxy.
+// withPreviewHosts sends every request for a name under the preview domain
+// to the proxy; the API and the other route families never answer there.
 func (s *Server) withPreviewHosts(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id, port, ok := s.previewTarget(r.Host); ok {
-			s.servePreview(w, r, id, port, r.URL.Path, "/")
+		if !s.isPreviewHost(r.Host) {
+			next.ServeHTTP(w, r)
 			return
 		}
-		next.ServeHTTP(w, r)
+		id, port, ok := s.previewTarget(r.Host)
+		if !ok {
+			writeError(w, r, sandbox.Errorf(sandbox.ClassNotFound, "no preview at %q: preview host names are <port>-<sandbox id>.%s", r.Host, s.cfg.PreviewDomain))
+			return
+		}
+		s.servePreview(w, r, id, port, r.URL.Path, true)
 	})
 }
 
@@ -71,14 +103,16 @@ func (s *Server) previewByPath(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, badRequest("port", "port must be 1-65535"))
 		return
 	}
-	id := sandboxID(r)
-	prefix := fmt.Sprintf("/v1/sandboxes/%s/ports/%d/", id, port)
-	s.servePreview(w, r, id, port, "/"+r.PathValue("path"), prefix)
+	s.servePreview(w, r, sandboxID(r), port, "/"+r.PathValue("path"), false)
 }
 
-func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, id sandbox.ID, port int, upstreamPath, cookiePath string) {
-	if err := s.authorizePreview(w, r, id, port, cookiePath); err != nil {
+func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, id sandbox.ID, port int, upstreamPath string, hostForm bool) {
+	done, err := s.authorizePreview(w, r, id, port, hostForm)
+	if err != nil {
 		writeError(w, r, err)
+		return
+	}
+	if done {
 		return
 	}
 	if _, err := s.m.Lookup(id); err != nil {
@@ -97,7 +131,15 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, id sandbox
 			q.Del(previewTokenParam)
 			pr.Out.URL.RawQuery = q.Encode()
 			pr.Out.Host = fmt.Sprintf("localhost:%d", port)
-			stripCredentials(pr.Out)
+			stripCredentials(pr.Out, hostForm)
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			if hostForm {
+				confineCookies(resp.Header)
+			} else {
+				makeInert(resp.Header)
+			}
+			return nil
 		},
 		Transport: s.previewTransport,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -109,17 +151,67 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, id sandbox
 }
 
 // stripCredentials removes everything that authenticated the request to
-// the daemon, so no key or token leaks to the sandbox's server.
-func stripCredentials(r *http.Request) {
+// the daemon, so no key or token leaks to the sandbox's server. The path
+// form passes no cookies at all: they belong to the API's origin.
+func stripCredentials(r *http.Request, hostForm bool) {
 	r.Header.Del("Authorization")
 	r.Header.Del("X-Access-Token")
+	if ref := r.Header.Get("Referer"); strings.Contains(ref, previewTokenParam) {
+		// The page before a token exchange's redirect.
+		if u, err := url.Parse(ref); err == nil {
+			q := u.Query()
+			q.Del(previewTokenParam)
+			u.RawQuery = q.Encode()
+			r.Header.Set("Referer", u.String())
+		} else {
+			r.Header.Del("Referer")
+		}
+	}
 	cookies := r.Cookies()
 	r.Header.Del("Cookie")
+	if !hostForm {
+		return
+	}
 	for _, c := range cookies {
-		if !strings.HasPrefix(c.Name, previewCookiePrefix) {
+		if !strings.HasPrefix(c.Name, previewCookie) {
 			r.AddCookie(c)
 		}
 	}
+}
+
+// confineCookies keeps a sandbox's cookies on its own preview origin: a
+// Domain attribute (which would share them with every sandbox under the
+// preview domain) is removed, and cookies named like the daemon's are
+// dropped.
+func confineCookies(h http.Header) {
+	in := h.Values("Set-Cookie")
+	if len(in) == 0 {
+		return
+	}
+	h.Del("Set-Cookie")
+	for _, line := range in {
+		parts := strings.Split(line, ";")
+		name, _, _ := strings.Cut(parts[0], "=")
+		if strings.HasPrefix(strings.TrimSpace(name), previewCookie) {
+			continue
+		}
+		kept := parts[:1]
+		for _, attr := range parts[1:] {
+			k, _, _ := strings.Cut(attr, "=")
+			if !strings.EqualFold(strings.TrimSpace(k), "domain") {
+				kept = append(kept, attr)
+			}
+		}
+		h.Add("Set-Cookie", strings.Join(kept, ";"))
+	}
+}
+
+// makeInert is for path-form responses, which share the API's origin:
+// browsers run no script of them and keep no cookie from them.
+func makeInert(h http.Header) {
+	h.Del("Set-Cookie")
+	h.Add("Content-Security-Policy", "sandbox")
+	h.Set("X-Content-Type-Options", "nosniff")
 }
 
 // newPreviewTransport dials sandbox ports through the manager; the URL host
@@ -146,51 +238,69 @@ func (s *Server) newPreviewTransport() *http.Transport {
 	}
 }
 
-// authorizePreview accepts the owner's API key, the sandbox's access token,
-// or a valid preview token (query, then cookie). A token from the query is
-// turned into a cookie so the page's own requests are authorised too.
-func (s *Server) authorizePreview(w http.ResponseWriter, r *http.Request, id sandbox.ID, port int, cookiePath string) error {
-	if len(s.cfg.APIKeys) == 0 {
-		_, err := s.authenticate(r) // keyless: loopback host and origin rules only
-		return err
-	}
-	if key := bearerToken(r); key != "" {
+// authorizePreview accepts the owner's API key, the sandbox's access token
+// or a valid preview token (query, then, on the host form, the cookie). On
+// the host form a token from the query becomes a host-only cookie of that
+// one origin, and a page load is redirected to drop the token from its URL
+// (so the page's script and Referer never see it); done reports that the
+// redirect was answered.
+func (s *Server) authorizePreview(w http.ResponseWriter, r *http.Request, id sandbox.ID, port int, hostForm bool) (done bool, err error) {
+	if key := bearerToken(r); key != "" && len(s.cfg.APIKeys) > 0 {
 		user, err := UserForKey(s.cfg.APIKeys, key)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if _, err := s.m.Get(r.Context(), user, id); err != nil {
-			return err
+			return false, err
 		}
-		return nil
+		SetUser(r, user)
+		return false, nil
 	}
 	if tok := r.Header.Get("X-Access-Token"); tok != "" {
-		return s.checkSandboxToken(id, tok)
+		_, err := s.checkSandboxToken(r, id, tok)
+		return false, err
 	}
-	cookieName := fmt.Sprintf("%s%d", previewCookiePrefix, port)
 	if tok := r.URL.Query().Get(previewTokenParam); tok != "" {
-		if err := s.checkPreviewToken(id, port, tok); err != nil {
-			return err
+		exp, err := s.checkPreviewToken(r, id, port, tok)
+		if err != nil || !hostForm {
+			return false, err
 		}
-		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: cookiePath, HttpOnly: true,
-			SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
-		return nil
+		http.SetCookie(w, &http.Cookie{Name: previewCookie, Value: tok, Path: "/", MaxAge: int(time.Until(exp).Seconds()) + 1,
+			HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			return false, nil
+		}
+		u := *r.URL
+		q := u.Query()
+		q.Del(previewTokenParam)
+		u.RawQuery = q.Encode()
+		u.Scheme, u.Host = "", ""
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+		return true, nil
 	}
-	if c, err := r.Cookie(cookieName); err == nil {
-		return s.checkPreviewToken(id, port, c.Value)
+	if c, err := r.Cookie(previewCookie); err == nil && hostForm {
+		_, err := s.checkPreviewToken(r, id, port, c.Value)
+		return false, err
 	}
-	return sandbox.Errorf(sandbox.ClassUnauth, "preview needs an API key, the sandbox's access token or a preview token")
+	return false, sandbox.Errorf(sandbox.ClassUnauth, "preview needs the owner's API key, the sandbox's access token or a preview token")
 }
 
-func (s *Server) checkSandboxToken(id sandbox.ID, tok string) error {
+// checkSandboxToken accepts the sandbox's access token; the request is
+// then the owner's. It returns when the sandbox (and so the token) ends.
+func (s *Server) checkSandboxToken(r *http.Request, id sandbox.ID, tok string) (time.Time, error) {
 	rec, err := s.m.Lookup(id)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	if subtle.ConstantTimeCompare([]byte(rec.AccessToken), []byte(tok)) != 1 {
-		return sandbox.Errorf(sandbox.ClassUnauth, "invalid access token")
+		return time.Time{}, sandbox.Errorf(sandbox.ClassUnauth, "invalid access token")
 	}
-	return nil
+	SetUser(r, rec.Owner)
+	if rec.EndAt.IsZero() {
+		return time.Now().Add(time.Hour), nil
+	}
+	return rec.EndAt, nil
 }
 
 // A preview token is "<unix expiry>.<hex HMAC-SHA256(secret, id|port|expiry)>":
@@ -202,19 +312,25 @@ func (s *Server) signPreview(id sandbox.ID, port int, exp int64) string {
 	return strconv.FormatInt(exp, 10) + "." + hex.EncodeToString(mac.Sum(nil))
 }
 
-func (s *Server) checkPreviewToken(id sandbox.ID, port int, tok string) error {
+// checkPreviewToken validates tok for port of id and returns its expiry.
+func (s *Server) checkPreviewToken(r *http.Request, id sandbox.ID, port int, tok string) (time.Time, error) {
 	expStr, _, ok := strings.Cut(tok, ".")
 	exp, err := strconv.ParseInt(expStr, 10, 64)
 	if !ok || err != nil {
-		return s.checkSandboxToken(id, tok)
+		return s.checkSandboxToken(r, id, tok)
 	}
 	if time.Now().Unix() > exp {
-		return sandbox.Errorf(sandbox.ClassUnauth, "preview token expired")
+		return time.Time{}, sandbox.Errorf(sandbox.ClassUnauth, "preview token expired")
 	}
 	if !hmac.Equal([]byte(s.signPreview(id, port, exp)), []byte(tok)) {
-		return sandbox.Errorf(sandbox.ClassUnauth, "invalid preview token")
+		return time.Time{}, sandbox.Errorf(sandbox.ClassUnauth, "invalid preview token")
 	}
-	return nil
+	rec, err := s.m.Lookup(id)
+	if err != nil {
+		return time.Time{}, err
+	}
+	SetUser(r, rec.Owner)
+	return time.Unix(exp, 0), nil
 }
 
 // createPreviewToken serves POST /v1/sandboxes/{id}/preview-tokens.
@@ -250,9 +366,30 @@ func (s *Server) createPreviewToken(w http.ResponseWriter, r *http.Request) erro
 		"expires_at": time.Unix(exp, 0).UTC(),
 		"path":       fmt.Sprintf("/v1/sandboxes/%s/ports/%d/?%s=%s", id, body.Port, previewTokenParam, tok),
 	}
-	if s.cfg.PreviewDomain != "" {
-		out["host"] = fmt.Sprintf("%d-%s.%s", body.Port, id, s.cfg.PreviewDomain)
+	if host := s.previewAuthority(r, id, body.Port); host != "" {
+		out["host"] = host
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		out["url"] = fmt.Sprintf("%s://%s/?%s=%s", scheme, host, previewTokenParam, tok)
 	}
 	writeJSON(w, http.StatusCreated, out)
 	return nil
+}
+
+// previewAuthority is the host[:port] of the browser preview of port of
+// id, as reached from where the caller reached the API: a preview domain
+// without a port gets the API's port. Empty without a preview domain.
+func (s *Server) previewAuthority(r *http.Request, id sandbox.ID, port int) string {
+	if s.cfg.PreviewDomain == "" {
+		return ""
+	}
+	host := fmt.Sprintf("%d-%s.%s", port, id, s.cfg.PreviewDomain)
+	if !strings.Contains(s.cfg.PreviewDomain, ":") {
+		if _, p, err := net.SplitHostPort(r.Host); err == nil {
+			host = net.JoinHostPort(host, p)
+		}
+	}
+	return host
 }

@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -39,8 +38,13 @@ type Config struct {
 	// Registry receives HTTP metrics and is served at /metrics.
 	Registry *prometheus.Registry
 	// PreviewDomain, when set, serves port P of sandbox ID at the host name
-	// P-ID.PreviewDomain.
+	// P-ID.PreviewDomain, each its own browser origin. Every name under it
+	// belongs to previews, never to the API.
 	PreviewDomain string
+	// MetricsToken is the operator's bearer token for /metrics. Empty:
+	// /metrics is refused when API keys are configured (tenants must not
+	// read other tenants' figures), and open on a keyless loopback server.
+	MetricsToken string
 	// PreviewSecret signs preview tokens; keep it across restarts so issued
 	// tokens stay valid.
 	PreviewSecret []byte
@@ -56,6 +60,8 @@ type Server struct {
 	reqDur  *prometheus.HistogramVec
 
 	previewTransport *http.Transport
+	// bodyRules are POST routes whose body is not JSON (see AllowBody).
+	bodyRules []bodyRule
 	// patterns are the /v1 route patterns, for checking them against the
 	// OpenAPI document.
 	patterns []string
@@ -86,7 +92,8 @@ func New(cfg Config, m *manager.Manager) *Server {
 	}
 	s.previewTransport = s.newPreviewTransport()
 	s.routes()
-	s.handler = s.withRequestContext(s.withPreviewHosts(s.mux))
+	s.cfg.PreviewDomain = strings.ToLower(s.cfg.PreviewDomain)
+	s.handler = s.withRequestContext(s.withPreviewHosts(s.withBrowserGuard(s.mux)))
 	return s
 }
 
@@ -146,10 +153,7 @@ func (s *Server) routes() {
 	v1("/v1/", func(w http.ResponseWriter, r *http.Request) error {
 		return sandbox.Errorf(sandbox.ClassNotFound, "no route %s %s", r.Method, r.URL.Path)
 	})
-	s.mux.Handle("GET /metrics", s.authenticated(func(w http.ResponseWriter, r *http.Request) error {
-		promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
-		return nil
-	}))
+	s.mux.Handle("GET /metrics", s.metricsHandler(promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{})))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -168,7 +172,22 @@ const (
 	keyRequestID ctxKey = iota
 	keyUser
 	keyLogger
+	keyAccess
 )
+
+// access is what the access log line of a request reports beyond the
+// request itself; handlers deeper in the chain fill it in.
+type access struct {
+	user string
+}
+
+// SetUser records who a request was authenticated as, for the access log.
+// Every route family calls it once it knows the user.
+func SetUser(r *http.Request, user string) {
+	if a, ok := r.Context().Value(keyAccess).(*access); ok {
+		a.user = user
+	}
+}
 
 func requestID(r *http.Request) string {
 	id, _ := r.Context().Value(keyRequestID).(string)
@@ -198,7 +217,9 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 		}
 		w.Header().Set("X-Request-Id", id)
 		log := s.log.With("request_id", id)
+		acc := &access{}
 		ctx := context.WithValue(context.WithValue(r.Context(), keyRequestID, id), keyLogger, log)
+		ctx = context.WithValue(ctx, keyAccess, acc)
 		r = r.WithContext(ctx)
 		rec := &statusRecorder{ResponseWriter: w}
 		start := time.Now()
@@ -217,7 +238,7 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 				level = slog.LevelDebug
 			}
 			log.Log(r.Context(), level, "request", "method", r.Method, "path", r.URL.Path,
-				"status", rec.status(), "duration_ms", float64(time.Since(start).Microseconds())/1000, "user", userOf(r))
+				"status", rec.status(), "duration_ms", float64(time.Since(start).Microseconds())/1000, "user", acc.user)
 		}()
 		next.ServeHTTP(rec, r)
 	})
@@ -252,6 +273,7 @@ func (s *Server) authenticated(h func(http.ResponseWriter, *http.Request) error)
 			writeError(w, r, err)
 			return
 		}
+		SetUser(r, user)
 		r = r.WithContext(context.WithValue(r.Context(), keyUser, user))
 		if err := h(w, r); err != nil {
 			if rec, ok := w.(*statusRecorder); ok && rec.wrote {
@@ -264,25 +286,11 @@ func (s *Server) authenticated(h func(http.ResponseWriter, *http.Request) error)
 	})
 }
 
-// authenticate returns the user of the request's API key.
+// authenticate returns the user of the request's API key. Without keys
+// everyone is DefaultUser; what keeps web pages out of a keyless server is
+// the browser guard (guard.go), in front of every route.
 func (s *Server) authenticate(r *http.Request) (string, error) {
 	if len(s.cfg.APIKeys) == 0 {
-		// Without keys the server listens on loopback only. A web page the
-		// operator visits could still reach it (DNS rebinding, or a form
-		// post): only loopback Host names are accepted, and browsers cannot
-		// send the JSON content type the routes require without a CORS
-		// preflight, which is never granted.
-		if !LoopbackHost(r.Host) {
-			return "", sandbox.Errorf(sandbox.ClassForbidden, "host %q refused: without API keys only loopback host names are served", r.Host)
-		}
-		// Browsers mark cross-site requests with Origin; a page elsewhere
-		// must not drive a keyless local server.
-		if o := r.Header.Get("Origin"); o != "" {
-			u, err := url.Parse(o)
-			if err != nil || !LoopbackHost(u.Host) {
-				return "", sandbox.Errorf(sandbox.ClassForbidden, "cross-origin request from %q refused", o)
-			}
-		}
 		return DefaultUser, nil
 	}
 	return UserForKey(s.cfg.APIKeys, bearerToken(r))
@@ -330,8 +338,8 @@ func bearerToken(r *http.Request) string {
 // decodeJSON reads a JSON body of at most limit bytes into v. Unknown
 // fields, trailing data, and oversized bodies are errors naming the problem.
 func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, optional bool) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return badRequest("", "Content-Type must be application/json, got %q", ct)
+	if err := requireJSON(r); err != nil {
+		return err
 	}
 	body := http.MaxBytesReader(w, r.Body, limit)
 	dec := json.NewDecoder(body)

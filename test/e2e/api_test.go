@@ -111,8 +111,8 @@ func TestTenantsAndAuth(t *testing.T) {
 			t.Fatalf("key %q: %d %s", key, status, data)
 		}
 	}
-	if status, _ := d.call(t, "GET", "/metrics", "", nil); status != 401 {
-		t.Fatalf("/metrics without a key: %d", status)
+	if status, _ := d.call(t, "GET", "/metrics", "", nil); status != 403 {
+		t.Fatalf("/metrics without METRICS_TOKEN set: %d", status)
 	}
 	if status, _ := d.call(t, "GET", "/healthz", "", nil); status != 200 {
 		t.Fatalf("/healthz: %d", status)
@@ -147,8 +147,9 @@ func TestTenantsAndAuth(t *testing.T) {
 	if err != nil || res.Stdout != "mine\n" {
 		t.Fatalf("alice exec: %+v %v", res, err)
 	}
-	if status, _ := d.call(t, "GET", "/metrics", "key-bob", nil); status != 200 {
-		t.Fatalf("/metrics with a key: %d", status)
+	// Metrics are the operator's (METRICS_TOKEN), not a tenant's.
+	if status, _ := d.call(t, "GET", "/metrics", "key-bob", nil); status != 403 {
+		t.Fatalf("/metrics with a tenant key: %d", status)
 	}
 }
 
@@ -505,8 +506,13 @@ func TestKeylessServerRefusesBrowsers(t *testing.T) {
 	if status != 400 {
 		t.Fatalf("non-JSON content type: %d %s", status, data)
 	}
+	// Another local origin is another program (or a preview page).
 	status, _ = d.call(t, "GET", "/v1/sandboxes", "", nil, "Origin", "http://localhost:3000")
+	if status != 403 {
+		t.Fatalf("other local origin: %d", status)
+	}
+	status, _ = d.call(t, "GET", "/v1/sandboxes", "", nil, "Origin", d.url)
 	if status != 200 {
-		t.Fatalf("local origin refused: %d", status)
+		t.Fatalf("same origin refused: %d", status)
 	}
 }

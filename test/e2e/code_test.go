@@ -180,7 +180,7 @@ func TestCodeExecution(t *testing.T) {
 	if status != 200 || len(list) != 2 || list[0].(map[string]any)["language"] != "python" || list[1].(map[string]any)["id"] != bashID {
 		t.Fatalf("list: %d %s", status, data)
 	}
-	if status, data = d.call(t, "POST", "/v1/sandboxes/"+id+"/code/contexts/"+bashID+"/restart", key, nil); status != http.StatusNoContent {
+	if status, data = d.call(t, "POST", "/v1/sandboxes/"+id+"/code/contexts/"+bashID+"/restart", key, nil, "Content-Type", "application/json"); status != http.StatusNoContent {
 		t.Fatalf("restart: %d %s", status, data)
 	}
 	if x = mustRun(t, d, key, id, map[string]any{"code": "echo ${V-gone} $PWD", "context_id": bashID}); x.stdout != "gone /tmp\n" {

@@ -18,6 +18,7 @@ const (
 // off and everyone is the default user, as with the native API.
 func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (user string, ok bool) {
 	if len(s.cfg.APIKeys) == 0 {
+		httpapi.SetUser(r, httpapi.DefaultUser)
 		return httpapi.DefaultUser, true
 	}
 	token, present := bearer(r)
@@ -30,6 +31,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (user stri
 		unauthorized(w, detailAuthInvalid)
 		return "", false
 	}
+	httpapi.SetUser(r, user)
 	return user, true
 }
 

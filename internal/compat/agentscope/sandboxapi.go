@@ -71,6 +71,7 @@ func (s *Server) proxyTarget(w http.ResponseWriter, r *http.Request, identity st
 	if rec == nil {
 		return notFound()
 	}
+	httpapi.SetUser(r, rec.Owner)
 	rec = s.checkLive(r.Context(), s.follow(rec))
 	if !rec.live() {
 		return notFound()

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/agentbox/agentbox/internal/manager"
@@ -72,6 +73,19 @@ func (s *Server) Register(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("/proxy/{identity}/{path...}", s.serveProxy)
 	mux.HandleFunc("/proxy/{identity}", s.serveProxy)
+}
+
+// IsMultipartUpload reports whether r is the sandbox API's batch upload
+// (POST /proxy/{identity}/[fastapi/]workspace/files:batch), the one
+// agentscope route whose body is multipart/form-data rather than JSON.
+func IsMultipartUpload(r *http.Request) bool {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/proxy/")
+	if !ok {
+		return false
+	}
+	_, rest, _ = strings.Cut(rest, "/")
+	rest = strings.TrimPrefix(rest, "fastapi/")
+	return rest == "workspace/files:batch"
 }
 
 // refMutex is a mutex with a count of holders and waiters, so unused

@@ -1,6 +1,8 @@
 """A tiny server for preview-URL tests, standard library only.
 
 GET /ws upgrades to a websocket that echoes text messages as "echo: <msg>".
+GET /setcookie sets cookies: one of its own, one for the parent domain of
+the host it was reached as, and one named like the daemon's preview cookie.
 Any other GET answers with the path and the request headers, so the test
 can check what reached the sandbox.
 """
@@ -51,6 +53,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path.startswith("/ws"):
             return self.websocket()
+        cookies = []
+        if self.path.startswith("/setcookie"):
+            host = self.headers.get("X-Forwarded-Host", "").split(":")[0]
+            parent = host.split(".", 1)[1] if "." in host else "localhost"
+            cookies = ["sba=secret-a; Path=/", "tossed=1; Domain=%s; Path=/" % parent,
+                       "agentbox_preview=forged; Path=/"]
         body = "path=%s\n" % self.path
         for k, v in self.headers.items():
             body += "%s: %s\n" % (k.lower(), v)
@@ -58,6 +66,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(data)))
+        for c in cookies:
+            self.send_header("Set-Cookie", c)
         self.end_headers()
         self.wfile.write(data)
 

@@ -123,12 +123,18 @@ var settings = []setting{
 		return nil
 	}},
 	{"AGENT_PATH", "", "path of the agentbox-agent binary (default: next to the agentbox binary)", func(c *Config, v string) error { c.AgentPath = v; return nil }},
-	{"SANDBOX_TEMPLATES", `{"base":"host","filesystem":"host"}`, "JSON map of sandbox type to template", func(c *Config, v string) error {
+	{"SANDBOX_TEMPLATES", `{"base":"host","filesystem":"host"}`, `JSON map of template name (sandbox type) to template: "host" or "dir:/abs/rootfs"; API callers may ask only for these names and "host"`, func(c *Config, v string) error {
 		m := map[string]string{}
 		if err := json.Unmarshal([]byte(v), &m); err != nil {
 			return fmt.Errorf("want a JSON object: %v", err)
 		}
 		for k, t := range m {
+			if k == "" || strings.HasPrefix(k, "dir:") {
+				return fmt.Errorf("template name %q: want a plain name such as \"base\"", k)
+			}
+			if t != "host" && (!strings.HasPrefix(t, "dir:") || !filepath.IsAbs(strings.TrimPrefix(t, "dir:"))) {
+				return fmt.Errorf("template %q: want \"host\" or \"dir:/absolute/path\", got %q", k, t)
+			}
 			c.Templates[k] = t
 		}
 		return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -17,8 +18,10 @@ import (
 // CreateRequest is what a caller asks for. Zero fields take the server's
 // defaults.
 type CreateRequest struct {
-	// Template is a template ("host", "dir:/path") or a sandbox type name
-	// ("base"); Type is a sandbox type name. Template wins when both are set.
+	// Template is "host" or a template name the operator registered
+	// (SANDBOX_TEMPLATES: "base", or a name mapped to "dir:/path"); Type is a
+	// sandbox type name. Template wins when both are set. A "dir:" template
+	// is never taken from a request.
 	Template string
 	Type     string
 	Timeout  time.Duration
@@ -65,10 +68,27 @@ func (m *Manager) resolveTemplate(req CreateRequest) (template, typ string, err 
 	if req.Template == "" {
 		return "", "", &sandbox.Error{Class: sandbox.ClassInvalid, Msg: fmt.Sprintf("unknown sandbox type %q", name), Err: fieldErr("type")}
 	}
-	if name == "host" || strings.HasPrefix(name, "dir:") {
+	if name == "host" {
 		return name, req.Type, nil
 	}
-	return "", "", &sandbox.Error{Class: sandbox.ClassInvalid, Msg: fmt.Sprintf("unknown template %q", name), Err: fieldErr("template")}
+	if strings.HasPrefix(name, "dir:") {
+		// A caller-chosen host directory as a root filesystem would let any
+		// tenant mount the host (another tenant's disk, /sys, /run).
+		return "", "", invalid("template", "template %q refused: a host directory becomes a template only by the operator's configuration (SANDBOX_TEMPLATES); ask for a registered template by name (%s)", name, m.templateNames())
+	}
+	return "", "", invalid("template", "unknown template %q (want one of %s)", name, m.templateNames())
+}
+
+// templateNames lists the template names a caller may ask for.
+func (m *Manager) templateNames() string {
+	names := []string{"host"}
+	for k := range m.cfg.Templates {
+		if k != "host" {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names[1:])
+	return strings.Join(names, ", ")
 }
 
 // FieldError names the request field an invalid_argument error is about.

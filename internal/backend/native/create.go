@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
@@ -37,7 +38,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := spec.ID.Validate(); err != nil {
 		return sandbox.Info{}, err
 	}
-	tmpl, err := parseTemplate(spec.Template)
+	tmpl, err := b.parseTemplate(spec.Template)
 	if err != nil {
 		return sandbox.Info{}, err
 	}
@@ -217,11 +218,26 @@ func (b *Backend) mountDisk(bx *box, tmpl template, ids idMap, fresh bool) error
 	if isMountPoint(p.overlay) {
 		return nil
 	}
-	opts := "lowerdir=" + tmpl.dir + ",upperdir=" + filepath.Join(p.disk, "upper") + ",workdir=" + filepath.Join(p.disk, "work")
+	opts, err := overlayOptions(tmpl.dir, filepath.Join(p.disk, "upper"), filepath.Join(p.disk, "work"))
+	if err != nil {
+		return err
+	}
 	if err := unix.Mount("overlay", p.overlay, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("mount overlay root: %w", err)
 	}
 	return nil
+}
+
+// overlayOptions builds overlayfs mount options. The kernel splits them at
+// "," and lower layers at ":" ("\\" escapes): a path holding one of them
+// would mount something else than named, so it is refused.
+func overlayOptions(lower, upper, work string) (string, error) {
+	for _, p := range []string{lower, upper, work} {
+		if strings.ContainsAny(p, ":,\\\n") {
+			return "", fmt.Errorf("overlay path %q contains an option separator", p)
+		}
+	}
+	return "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work, nil
 }
 
 // boot starts the sandbox's init (the agent) and waits until it serves.

@@ -202,6 +202,46 @@ func loopInUse(image string) string {
 	return ""
 }
 
+// ext4's FS_IOC_SHUTDOWN ioctl and its "do not flush anything" flag
+// (linux/ext4.h: _IOR('X', 125, __u32)).
+const (
+	ext4IocShutdown          = 0x8004587d
+	ext4GoingFlagsNoLogFlush = 0x2
+)
+
+// revokeImage makes the filesystem of a destroyed sandbox's disk unusable
+// when something outside the sandbox still holds it after its mount is gone
+// (a bind or overlay mount of a directory on it in another mount
+// namespace): that holder would otherwise keep reading — and the loop
+// device keep serving — the deleted sandbox's files. The filesystem is
+// reached again by mounting the still-attached loop device (the kernel
+// hands back the live superblock) and shut down: every later access
+// through any mount of it fails with EIO.
+func revokeImage(image, scratch string) error {
+	dev := loopInUse(image)
+	if dev == "" {
+		return nil
+	}
+	mnt, err := os.MkdirTemp(scratch, "revoke-")
+	if err != nil {
+		return fmt.Errorf("revoke disk: %w", err)
+	}
+	defer os.Remove(mnt)
+	if err := unix.Mount(dev, mnt, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("revoke disk: mount %s: %w", dev, err)
+	}
+	defer func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) }()
+	fd, err := unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("revoke disk: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.IoctlSetPointerInt(fd, ext4IocShutdown, ext4GoingFlagsNoLogFlush); err != nil {
+		return fmt.Errorf("revoke disk: shut down the filesystem on %s: %w", dev, err)
+	}
+	return nil
+}
+
 func attachLoop(image string) (*os.File, error) {
 	img, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -110,6 +110,11 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 		}
 	}
 	_ = os.Remove(bx.paths.socket())
+	if removeAll && !b.rootless {
+		if err := revokeImage(bx.paths.image, bx.paths.dir); err != nil {
+			b.log.Error("revoke disk held outside the sandbox", "sandbox", bx.id, "err", err)
+		}
+	}
 	if removeAll {
 		if err := os.RemoveAll(bx.paths.dir); err != nil {
 			b.log.Error("remove sandbox dir", "sandbox", bx.id, "err", err)
@@ -161,7 +166,7 @@ func (b *Backend) Start(ctx context.Context, id sandbox.ID) (sandbox.Info, error
 	if !bx.rec.Stopped {
 		return b.infoLocked(bx), nil
 	}
-	tmpl, err := parseTemplate(bx.rec.Spec.Template)
+	tmpl, err := b.parseTemplate(bx.rec.Spec.Template)
 	if err != nil {
 		return sandbox.Info{}, sandbox.Wrap(sandbox.ClassConflict, err, "template of stopped sandbox is gone")
 	}

@@ -90,6 +90,9 @@ type Config struct {
 	RootIDBase uint32
 	// Network, when set, provides networking for non-"none" sandboxes.
 	Network NetworkProvider
+	// PrivateDirs are host directories no dir: template may come from or
+	// contain (the daemon's data dir, tenants' workspaces); Root always is.
+	PrivateDirs []string
 	// ReadyTimeout bounds how long Create waits for the agent. Default 15s.
 	ReadyTimeout time.Duration
 	Logger       *slog.Logger
@@ -109,7 +112,9 @@ type Backend struct {
 	rootless bool
 	hostEtc  string // shared /etc of the host template
 	genEtc   string // generated passwd/group for dir: templates
-	disks    diskCache
+	// privateDirs are Root and Config.PrivateDirs, absolute.
+	privateDirs []string
+	disks       diskCache
 
 	// Precompiled seccomp programs, by whether the sandbox runs as root.
 	seccompUser, seccompRoot []byte
@@ -222,6 +227,17 @@ func New(cfg Config) (*Backend, error) {
 		rootless:     rootless,
 		disks:        diskCache{dir: filepath.Join(root, "cache")},
 		boxes:        map[sandbox.ID]*box{},
+		privateDirs:  []string{root},
+	}
+	for _, d := range cfg.PrivateDirs {
+		if d == "" {
+			continue
+		}
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			return nil, fmt.Errorf("native: private dir %q: %w", d, err)
+		}
+		b.privateDirs = append(b.privateDirs, abs)
 	}
 	// Everything under root is reachable by root sandboxes' mapped uids only
 	// where it must be (0711: traverse, no listing).

@@ -175,8 +175,8 @@ var settings = []setting{
 		}
 		return nil
 	}},
-	{"MAX_SANDBOX_INSTANCES", "0", "maximum live sandboxes on this server, 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxInstances = n })},
-	{"MAX_SANDBOXES_PER_USER", "0", "maximum live sandboxes per user, 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxPerUser = n })},
+	{"MAX_SANDBOX_INSTANCES", "100", "maximum live sandboxes on this server (warm pool included), 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxInstances = n })},
+	{"MAX_SANDBOXES_PER_USER", "20", "maximum live sandboxes per user (at most MAX_SANDBOX_INSTANCES when not set), 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxPerUser = n })},
 	{"HEARTBEAT_TIMEOUT", "300", "seconds a session's sandboxes may stay idle before they are recycled, 0 = never", seconds(func(c *Config, d time.Duration) { c.HeartbeatTimeout = d })},
 	{"DEFAULT_TIMEOUT", "300", "seconds a sandbox lives when the caller gives no timeout", seconds(func(c *Config, d time.Duration) { c.DefaultTimeout = d })},
 	{"MAX_TIMEOUT", "86400", "largest timeout a caller may ask for, in seconds", seconds(func(c *Config, d time.Duration) { c.MaxTimeout = d })},
@@ -400,6 +400,10 @@ func Load(envFile string, environ []string, overrides map[string]string) (*Confi
 			return nil, fmt.Errorf("setting %s=%q: %w", s.name, values[s.name], err)
 		}
 	}
+	// The per-user default follows a smaller server-wide limit.
+	if !given["MAX_SANDBOXES_PER_USER"] && c.MaxInstances > 0 && c.MaxPerUser > c.MaxInstances {
+		c.MaxPerUser = c.MaxInstances
+	}
 	for _, name := range ignoredNames {
 		if given[name] {
 			c.Ignored = append(c.Ignored, name)
@@ -429,6 +433,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxPerUser > 0 && c.MaxInstances > 0 && c.MaxPerUser > c.MaxInstances {
 		return fmt.Errorf("setting MAX_SANDBOXES_PER_USER: larger than MAX_SANDBOX_INSTANCES")
+	}
+	if pooled := c.PoolSize * len(c.DefaultTypes); c.MaxInstances > 0 && pooled >= c.MaxInstances {
+		return fmt.Errorf("setting POOL_SIZE: %d warm sandboxes leave no room under MAX_SANDBOX_INSTANCES=%d; raise it", pooled, c.MaxInstances)
 	}
 	if c.DefaultMountDir != "" && !filepath.IsAbs(c.DefaultMountDir) {
 		abs, err := filepath.Abs(c.DefaultMountDir)

@@ -48,6 +48,10 @@ const (
 	maxMapValueLen     = 4096
 	maxEnvEntries      = 256
 	maxEnvValueLen     = 128 << 10
+	// maxEnvMetaBytes caps env and metadata together (keys and values):
+	// they are kept with the sandbox's state, on a small tmpfs every
+	// tenant shares, so one sandbox may take only a small part of it.
+	maxEnvMetaBytes = 256 << 10
 )
 
 // resolveTemplate maps a request to a template and a type name.
@@ -118,6 +122,9 @@ func (m *Manager) validate(req *CreateRequest) error {
 	if err := checkMap("env", req.Env, maxEnvEntries, maxEnvValueLen); err != nil {
 		return err
 	}
+	if n := mapBytes(req.Env) + mapBytes(req.Metadata); n > maxEnvMetaBytes {
+		return invalid("env", "env and metadata take %d KiB together, at most %d KiB allowed", (n+1023)>>10, maxEnvMetaBytes>>10)
+	}
 	for k := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.HasPrefix(k, "AGENTBOX_") {
 			return invalid("env", "invalid environment variable name %q", k)
@@ -135,6 +142,15 @@ func (m *Manager) validate(req *CreateRequest) error {
 		return invalid("resources.disk", "disk must be at most %d MiB", max.DiskBytes>>20)
 	}
 	return m.validateNetwork(&req.Network)
+}
+
+// mapBytes is the size of m's keys and values.
+func mapBytes(m map[string]string) int {
+	n := 0
+	for k, v := range m {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 func checkMap(field string, m map[string]string, maxEntries, maxValue int) error {

@@ -52,6 +52,12 @@ type Config struct {
 	Resources        sandbox.Resources
 	MaxResources     sandbox.Resources
 
+	// DiskReserve is space of the data dir's filesystem sandbox disks may
+	// not claim; DiskOvercommit how many times the rest their sparse disks
+	// may add up to.
+	DiskReserve    int64
+	DiskOvercommit float64
+
 	MaxUploadBytes     int64
 	MaxExecOutputBytes int64
 
@@ -203,6 +209,23 @@ var settings = []setting{
 	}},
 	{"MAX_PIDS", "4096", "largest pids limit a caller may ask for", intIn(8, 1<<22, func(c *Config, n int) { c.MaxResources.PIDs = int64(n) })},
 	{"MAX_DISK", "20G", "largest disk a caller may ask for", size(func(c *Config, n int64) { c.MaxResources.DiskBytes = n })},
+	{"DISK_RESERVE", "1G", "space of the data dir's filesystem that sandbox disks may not claim (0 = none)", func(c *Config, v string) error {
+		if v == "0" {
+			c.DiskReserve = 0
+			return nil
+		}
+		n, err := ParseSize(v)
+		c.DiskReserve = n
+		return err
+	}},
+	{"DISK_OVERCOMMIT", "1", "how many times the data dir's free space (minus DISK_RESERVE) sandbox disks may add up to; 1 = every disk can fill up", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0.1 || f > 100 {
+			return fmt.Errorf("want a number from 0.1 to 100")
+		}
+		c.DiskOvercommit = f
+		return nil
+	}},
 	{"MAX_UPLOAD_SIZE", "1G", "largest file upload", size(func(c *Config, n int64) { c.MaxUploadBytes = n })},
 	{"MAX_EXEC_OUTPUT", "16M", "largest stdout/stderr kept for a buffered exec result (per stream)", size(func(c *Config, n int64) { c.MaxExecOutputBytes = n })},
 	{"CONTAINER_PREFIX_KEY", "", "prefix of sandbox names in the agentscope API", func(c *Config, v string) error { c.ContainerPrefix = v; return nil }},

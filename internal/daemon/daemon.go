@@ -76,7 +76,8 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 		ncfg := native.Config{Root: filepath.Join(dataDir, "native"), AgentPath: agent, Defaults: cfg.Resources, Logger: log,
-			PrivateDirs: []string{dataDir, cfg.DefaultMountDir, cfg.StorageFolder}}
+			PrivateDirs: []string{dataDir, cfg.DefaultMountDir, cfg.StorageFolder},
+			DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit}
 		if netMgr != nil {
 			ncfg.Network = netMgr
 		}

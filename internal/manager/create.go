@@ -278,6 +278,9 @@ func (m *Manager) createCold(ctx context.Context, owner, template, typ string, r
 		m.unreserve(id)
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	if d := info.Spec.Resources.DiskBytes; d > 0 {
+		rec.Resources.DiskBytes = d // the backend may round the size up
+	}
 	if err := m.store.Put(context.WithoutCancel(ctx), rec); err != nil {
 		_ = m.backend.Destroy(context.WithoutCancel(ctx), id)
 		m.unreserve(id)

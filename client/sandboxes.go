@@ -14,8 +14,9 @@ import (
 // CreateRequest describes a sandbox to create. The zero value asks for the
 // server's defaults.
 type CreateRequest struct {
-	// Template is "host", "dir:/path/to/rootfs" or a sandbox type name such
-	// as "base"; empty means the server's default ("host").
+	// Template is "host" or a template name the server's operator
+	// registered, such as "base"; empty means the server's default. The
+	// server refuses "dir:" paths.
 	Template string
 	// Timeout is how long until the server destroys the sandbox; zero
 	// means the server's default. Sent in seconds.

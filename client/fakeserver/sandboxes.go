@@ -91,7 +91,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if req.Template == "" {
 		req.Template = "host"
 	}
-	if req.Template != "host" && req.Template != "base" && !strings.HasPrefix(req.Template, "dir:") {
+	if strings.HasPrefix(req.Template, "dir:") {
+		writeError(w, invalid("template", "template %q refused: a host directory becomes a template only by the operator's configuration (SANDBOX_TEMPLATES)", req.Template))
+		return
+	}
+	if req.Template != "host" && req.Template != "base" {
 		writeError(w, invalid("template", "unknown template %q", req.Template))
 		return
 	}

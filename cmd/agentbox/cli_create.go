@@ -45,7 +45,7 @@ with --json). Zero-valued flags leave the server's defaults.`,
 		}),
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.template, "template", "", `root filesystem: "host", "dir:/path" or a sandbox type (default: the server's, "host")`)
+	f.StringVar(&o.template, "template", "", `root filesystem: "host" or a template name the server registered (default: the server's, "host")`)
 	f.DurationVar(&o.timeout, "timeout", 0, "destroy the sandbox after this long, e.g. 30m (default: the server's)")
 	f.StringArrayVarP(&o.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	f.StringArrayVar(&o.meta, "meta", nil, "metadata KEY=VALUE, for ls --meta (repeatable)")

@@ -52,6 +52,12 @@ type Config struct {
 	Resources        sandbox.Resources
 	MaxResources     sandbox.Resources
 
+	// DiskReserve is space of the data dir's filesystem sandbox disks may
+	// not claim; DiskOvercommit how many times the rest their sparse disks
+	// may add up to.
+	DiskReserve    int64
+	DiskOvercommit float64
+
 	MaxUploadBytes     int64
 	MaxExecOutputBytes int64
 
@@ -126,12 +132,18 @@ var settings = []setting{
 		return nil
 	}},
 	{"AGENT_PATH", "", "path of the agentbox-agent binary (default: next to the agentbox binary)", func(c *Config, v string) error { c.AgentPath = v; return nil }},
-	{"SANDBOX_TEMPLATES", `{"base":"host","filesystem":"host"}`, "JSON map of sandbox type to template", func(c *Config, v string) error {
+	{"SANDBOX_TEMPLATES", `{"base":"host","filesystem":"host"}`, `JSON map of template name (sandbox type) to template: "host" or "dir:/abs/rootfs"; API callers may ask only for these names and "host"`, func(c *Config, v string) error {
 		m := map[string]string{}
 		if err := json.Unmarshal([]byte(v), &m); err != nil {
 			return fmt.Errorf("want a JSON object: %v", err)
 		}
 		for k, t := range m {
+			if k == "" || strings.HasPrefix(k, "dir:") {
+				return fmt.Errorf("template name %q: want a plain name such as \"base\"", k)
+			}
+			if t != "host" && (!strings.HasPrefix(t, "dir:") || !filepath.IsAbs(strings.TrimPrefix(t, "dir:"))) {
+				return fmt.Errorf("template %q: want \"host\" or \"dir:/absolute/path\", got %q", k, t)
+			}
 			c.Templates[k] = t
 		}
 		return nil
@@ -172,8 +184,8 @@ var settings = []setting{
 		}
 		return nil
 	}},
-	{"MAX_SANDBOX_INSTANCES", "0", "maximum live sandboxes on this server, 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxInstances = n })},
-	{"MAX_SANDBOXES_PER_USER", "0", "maximum live sandboxes per user, 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxPerUser = n })},
+	{"MAX_SANDBOX_INSTANCES", "100", "maximum live sandboxes on this server (warm pool included), 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxInstances = n })},
+	{"MAX_SANDBOXES_PER_USER", "20", "maximum live sandboxes per user (at most MAX_SANDBOX_INSTANCES when not set), 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxPerUser = n })},
 	{"HEARTBEAT_TIMEOUT", "300", "seconds a session's sandboxes may stay idle before they are recycled, 0 = never", seconds(func(c *Config, d time.Duration) { c.HeartbeatTimeout = d })},
 	{"DEFAULT_TIMEOUT", "300", "seconds a sandbox lives when the caller gives no timeout", seconds(func(c *Config, d time.Duration) { c.DefaultTimeout = d })},
 	{"MAX_TIMEOUT", "86400", "largest timeout a caller may ask for, in seconds", seconds(func(c *Config, d time.Duration) { c.MaxTimeout = d })},
@@ -200,6 +212,23 @@ var settings = []setting{
 	}},
 	{"MAX_PIDS", "4096", "largest pids limit a caller may ask for", intIn(8, 1<<22, func(c *Config, n int) { c.MaxResources.PIDs = int64(n) })},
 	{"MAX_DISK", "20G", "largest disk a caller may ask for", size(func(c *Config, n int64) { c.MaxResources.DiskBytes = n })},
+	{"DISK_RESERVE", "1G", "space of the data dir's filesystem that sandbox disks may not claim (0 = none)", func(c *Config, v string) error {
+		if v == "0" {
+			c.DiskReserve = 0
+			return nil
+		}
+		n, err := ParseSize(v)
+		c.DiskReserve = n
+		return err
+	}},
+	{"DISK_OVERCOMMIT", "1", "how many times the data dir's free space (minus DISK_RESERVE) sandbox disks may add up to; 1 = every disk can fill up", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0.1 || f > 100 {
+			return fmt.Errorf("want a number from 0.1 to 100")
+		}
+		c.DiskOvercommit = f
+		return nil
+	}},
 	{"MAX_UPLOAD_SIZE", "1G", "largest file upload", size(func(c *Config, n int64) { c.MaxUploadBytes = n })},
 	{"MAX_EXEC_OUTPUT", "16M", "largest stdout/stderr kept for a buffered exec result (per stream)", size(func(c *Config, n int64) { c.MaxExecOutputBytes = n })},
 	{"CONTAINER_PREFIX_KEY", "", "prefix of sandbox names in the agentscope API", func(c *Config, v string) error { c.ContainerPrefix = v; return nil }},
@@ -405,6 +434,10 @@ func Load(envFile string, environ []string, overrides map[string]string) (*Confi
 			return nil, fmt.Errorf("setting %s=%q: %w", s.name, values[s.name], err)
 		}
 	}
+	// The per-user default follows a smaller server-wide limit.
+	if !given["MAX_SANDBOXES_PER_USER"] && c.MaxInstances > 0 && c.MaxPerUser > c.MaxInstances {
+		c.MaxPerUser = c.MaxInstances
+	}
 	for _, name := range ignoredNames {
 		if given[name] {
 			c.Ignored = append(c.Ignored, name)
@@ -434,6 +467,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxPerUser > 0 && c.MaxInstances > 0 && c.MaxPerUser > c.MaxInstances {
 		return fmt.Errorf("setting MAX_SANDBOXES_PER_USER: larger than MAX_SANDBOX_INSTANCES")
+	}
+	if pooled := c.PoolSize * len(c.DefaultTypes); c.MaxInstances > 0 && pooled >= c.MaxInstances {
+		return fmt.Errorf("setting POOL_SIZE: %d warm sandboxes leave no room under MAX_SANDBOX_INSTANCES=%d; raise it", pooled, c.MaxInstances)
 	}
 	if c.DefaultMountDir != "" && !filepath.IsAbs(c.DefaultMountDir) {
 		abs, err := filepath.Abs(c.DefaultMountDir)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,12 +75,21 @@ func Run(ctx context.Context, opts Options) error {
 		if err != nil {
 			return err
 		}
-		ncfg := native.Config{Root: filepath.Join(dataDir, "native"), AgentPath: agent, Defaults: cfg.Resources, Logger: log}
+		ncfg := native.Config{Root: filepath.Join(dataDir, "native"), AgentPath: agent, Defaults: cfg.Resources, Logger: log,
+			PrivateDirs: []string{dataDir, cfg.DefaultMountDir, cfg.StorageFolder},
+			DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit}
 		if netMgr != nil {
 			ncfg.Network = netMgr
 		}
 		nb, err := native.New(ncfg)
 		if err != nil {
+			if netMgr != nil {
+				netMgr.Close(false)
+			}
+			return err
+		}
+		if err := checkTemplates(cfg, nb); err != nil {
+			nb.Close()
 			if netMgr != nil {
 				netMgr.Close(false)
 			}
@@ -244,4 +254,20 @@ func FindAgent(configured string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("agentbox-agent not found next to the agentbox binary (run make build, or set AGENT_PATH)")
+}
+
+// checkTemplates fails the start when a configured template cannot be
+// booted or would expose the host (see native's dir: template rules).
+func checkTemplates(cfg *config.Config, nb *native.Backend) error {
+	names := make([]string, 0, len(cfg.Templates))
+	for name := range cfg.Templates {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err := nb.CheckTemplate(cfg.Templates[name]); err != nil {
+			return fmt.Errorf("setting SANDBOX_TEMPLATES: template %q: %w", name, err)
+		}
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -17,8 +18,10 @@ import (
 // CreateRequest is what a caller asks for. Zero fields take the server's
 // defaults.
 type CreateRequest struct {
-	// Template is a template ("host", "dir:/path") or a sandbox type name
-	// ("base"); Type is a sandbox type name. Template wins when both are set.
+	// Template is "host" or a template name the operator registered
+	// (SANDBOX_TEMPLATES: "base", or a name mapped to "dir:/path"); Type is a
+	// sandbox type name. Template wins when both are set. A "dir:" template
+	// is never taken from a request.
 	Template string
 	Type     string
 	Timeout  time.Duration
@@ -45,6 +48,10 @@ const (
 	maxMapValueLen     = 4096
 	maxEnvEntries      = 256
 	maxEnvValueLen     = 128 << 10
+	// maxEnvMetaBytes caps env and metadata together (keys and values):
+	// they are kept with the sandbox's state, on a small tmpfs every
+	// tenant shares, so one sandbox may take only a small part of it.
+	maxEnvMetaBytes = 256 << 10
 )
 
 // resolveTemplate maps a request to a template and a type name.
@@ -65,10 +72,27 @@ func (m *Manager) resolveTemplate(req CreateRequest) (template, typ string, err 
 	if req.Template == "" {
 		return "", "", &sandbox.Error{Class: sandbox.ClassInvalid, Msg: fmt.Sprintf("unknown sandbox type %q", name), Err: fieldErr("type")}
 	}
-	if name == "host" || strings.HasPrefix(name, "dir:") {
+	if name == "host" {
 		return name, req.Type, nil
 	}
-	return "", "", &sandbox.Error{Class: sandbox.ClassInvalid, Msg: fmt.Sprintf("unknown template %q", name), Err: fieldErr("template")}
+	if strings.HasPrefix(name, "dir:") {
+		// A caller-chosen host directory as a root filesystem would let any
+		// tenant mount the host (another tenant's disk, /sys, /run).
+		return "", "", invalid("template", "template %q refused: a host directory becomes a template only by the operator's configuration (SANDBOX_TEMPLATES); ask for a registered template by name (%s)", name, m.templateNames())
+	}
+	return "", "", invalid("template", "unknown template %q (want one of %s)", name, m.templateNames())
+}
+
+// templateNames lists the template names a caller may ask for.
+func (m *Manager) templateNames() string {
+	names := []string{"host"}
+	for k := range m.cfg.Templates {
+		if k != "host" {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names[1:])
+	return strings.Join(names, ", ")
 }
 
 // FieldError names the request field an invalid_argument error is about.
@@ -98,6 +122,9 @@ func (m *Manager) validate(req *CreateRequest) error {
 	if err := checkMap("env", req.Env, maxEnvEntries, maxEnvValueLen); err != nil {
 		return err
 	}
+	if n := mapBytes(req.Env) + mapBytes(req.Metadata); n > maxEnvMetaBytes {
+		return invalid("env", "env and metadata take %d KiB together, at most %d KiB allowed", (n+1023)>>10, maxEnvMetaBytes>>10)
+	}
 	for k := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.HasPrefix(k, "AGENTBOX_") {
 			return invalid("env", "invalid environment variable name %q", k)
@@ -115,6 +142,15 @@ func (m *Manager) validate(req *CreateRequest) error {
 		return invalid("resources.disk", "disk must be at most %d MiB", max.DiskBytes>>20)
 	}
 	return m.validateNetwork(&req.Network)
+}
+
+// mapBytes is the size of m's keys and values.
+func mapBytes(m map[string]string) int {
+	n := 0
+	for k, v := range m {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 func checkMap(field string, m map[string]string, maxEntries, maxValue int) error {
@@ -241,6 +277,9 @@ func (m *Manager) createCold(ctx context.Context, owner, template, typ string, r
 	if err != nil {
 		m.unreserve(id)
 		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	if d := info.Spec.Resources.DiskBytes; d > 0 {
+		rec.Resources.DiskBytes = d // the backend may round the size up
 	}
 	if err := m.store.Put(context.WithoutCancel(ctx), rec); err != nil {
 		_ = m.backend.Destroy(context.WithoutCancel(ctx), id)

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -126,6 +127,49 @@ func TestValidation(t *testing.T) {
 	}
 	if n := e.b.Calls("create"); n != 0 {
 		t.Fatalf("invalid requests reached the backend %d times", n)
+	}
+}
+
+// TestSecurityCreateRequestLimits: a request cannot name a host directory
+// as its template, nor bring more env and metadata than its share of the
+// shared state storage.
+func TestSecurityCreateRequestLimits(t *testing.T) {
+	e := newEnv(t, Config{MaxTimeout: time.Hour, Templates: map[string]string{"base": "host", "custom": "host"}})
+	ctx := context.Background()
+	big := func(n, size int) map[string]string {
+		m := map[string]string{}
+		for i := 0; i < n; i++ {
+			m[fmt.Sprintf("K%d", i)] = strings.Repeat("x", size)
+		}
+		return m
+	}
+	cases := []struct {
+		req   CreateRequest
+		field string
+	}{
+		{CreateRequest{Template: "dir:/"}, "template"},
+		{CreateRequest{Template: "dir:/srv/rootfs"}, "template"},
+		{CreateRequest{Template: "dir:/run"}, "template"},
+		{CreateRequest{Type: "dir:/run"}, "type"},
+		{CreateRequest{Env: big(3, 100<<10)}, "env"},
+		{CreateRequest{Env: big(2, 100<<10), Metadata: big(20, 4000)}, "env"},
+	}
+	for _, c := range cases {
+		_, err := e.m.Create(ctx, "u", c.req)
+		var fe *FieldError
+		if sandbox.ClassOf(err) != sandbox.ClassInvalid || !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%.80v: err = %v, want invalid field %s", c.req, err, c.field)
+		}
+	}
+	if n := e.b.Calls("create"); n != 0 {
+		t.Fatalf("invalid requests reached the backend %d times", n)
+	}
+	rec, err := e.m.Create(ctx, "u", CreateRequest{Template: "custom", Env: big(2, 100<<10)})
+	if err != nil {
+		t.Fatalf("registered template with an env under the cap: %v", err)
+	}
+	if rec.Template != "host" || rec.Type != "custom" {
+		t.Errorf("template %q type %q, want the registered one", rec.Template, rec.Type)
 	}
 }
 

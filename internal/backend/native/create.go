@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
@@ -37,7 +39,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := spec.ID.Validate(); err != nil {
 		return sandbox.Info{}, err
 	}
-	tmpl, err := parseTemplate(spec.Template)
+	tmpl, err := b.parseTemplate(spec.Template)
 	if err != nil {
 		return sandbox.Info{}, err
 	}
@@ -51,6 +53,9 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	spec.Resources = spec.Resources.WithDefaults(b.cfg.Defaults)
 	if err := validateResources(spec.Resources); err != nil {
 		return sandbox.Info{}, err
+	}
+	if !b.rootless {
+		spec.Resources.DiskBytes = diskBucket(spec.Resources.DiskBytes)
 	}
 	if spec.Network.Mode == "" {
 		spec.Network.Mode = sandbox.NetworkNone
@@ -100,12 +105,11 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	}
 	start := time.Now()
 	if !b.rootless {
-		image, err := b.disks.template(spec.Resources.DiskBytes, hostSkeleton)
-		if err != nil {
+		if err := b.admitDisk(bx); err != nil {
 			return fail(err)
 		}
-		if err := sparseCopy(image, bx.paths.image); err != nil {
-			return fail(fmt.Errorf("copy disk image: %w", err))
+		if err := b.copyDiskTemplate(spec.Resources.DiskBytes, bx.paths.image); err != nil {
+			return fail(err)
 		}
 	}
 	ids := b.idMap(spec)
@@ -124,6 +128,83 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	b.log.Debug("sandbox created", "sandbox", spec.ID, "disk_ms", ms(diskDone.Sub(start)),
 		"boot_ms", ms(time.Since(diskDone)), "total_ms", ms(time.Since(start)))
 	return b.infoLocked(bx), nil
+}
+
+// copyDiskTemplate gives a sandbox its disk: a sparse copy of the cached
+// formatted image of its size.
+func (b *Backend) copyDiskTemplate(size int64, dst string) error {
+	for attempt := 0; ; attempt++ {
+		image, err := b.disks.template(size, hostSkeleton)
+		if err != nil {
+			return err
+		}
+		err = sparseCopy(image, dst)
+		if err == nil {
+			return nil
+		}
+		_ = os.Remove(dst)
+		// Evicted between lookup and copy by another create: build it again.
+		if !errors.Is(err, os.ErrNotExist) || attempt > 0 {
+			return fmt.Errorf("copy disk image: %w", err)
+		}
+	}
+}
+
+// admitDisk refuses a sandbox whose disk would take the sandboxes' sparse
+// disks past what the data dir's filesystem can hold: they are sparse, so
+// without this each one could be promised space another one fills, and a
+// full host disk breaks every sandbox (and the daemon) at once. bx is
+// already in b.boxes, so concurrent creates count each other.
+func (b *Backend) admitDisk(bx *box) error {
+	var provisioned, allocated int64
+	b.mu.Lock()
+	others := make([]string, 0, len(b.boxes))
+	for _, o := range b.boxes {
+		// Spec is fixed at creation: safe to read without o.mu.
+		provisioned += o.rec.Spec.Resources.DiskBytes
+		if o != bx {
+			others = append(others, o.paths.image)
+		}
+	}
+	b.mu.Unlock()
+	for _, image := range others {
+		// Blocks the live disks already use are no longer free: count them
+		// back in as capacity they were promised.
+		var st unix.Stat_t
+		if unix.Stat(image, &st) == nil {
+			allocated += st.Blocks * 512
+		}
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(b.diskRoot, &fs); err != nil {
+		return fmt.Errorf("statfs disk dir: %w", err)
+	}
+	free := int64(fs.Bavail) * fs.Bsize
+	capacity := free + allocated - b.cfg.DiskReserve
+	if float64(provisioned) <= b.cfg.DiskOvercommit*float64(capacity) {
+		return nil
+	}
+	want := bx.rec.Spec.Resources.DiskBytes
+	return sandbox.Errorf(sandbox.ClassQuota,
+		"not enough disk space on the server for a %s disk: the sandboxes' disks would add up to %s, the data dir has room for %s (%s free and %s used by sandbox disks, minus a %s reserve; overcommit %g)",
+		formatBytes(want), formatBytes(provisioned), formatBytes(max(capacity, 0)), formatBytes(free), formatBytes(allocated),
+		formatBytes(b.cfg.DiskReserve), b.cfg.DiskOvercommit)
+}
+
+// formatBytes renders a size for people: 512 MiB, 1.5 GiB.
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	v := strconv.FormatFloat(float64(n)/float64(div), 'f', 1, 64)
+	v = strings.TrimSuffix(v, ".0")
+	return v + " " + string("KMGTP"[exp]) + "iB"
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -217,11 +298,26 @@ func (b *Backend) mountDisk(bx *box, tmpl template, ids idMap, fresh bool) error
 	if isMountPoint(p.overlay) {
 		return nil
 	}
-	opts := "lowerdir=" + tmpl.dir + ",upperdir=" + filepath.Join(p.disk, "upper") + ",workdir=" + filepath.Join(p.disk, "work")
+	opts, err := overlayOptions(tmpl.dir, filepath.Join(p.disk, "upper"), filepath.Join(p.disk, "work"))
+	if err != nil {
+		return err
+	}
 	if err := unix.Mount("overlay", p.overlay, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("mount overlay root: %w", err)
 	}
 	return nil
+}
+
+// overlayOptions builds overlayfs mount options. The kernel splits them at
+// "," and lower layers at ":" ("\\" escapes): a path holding one of them
+// would mount something else than named, so it is refused.
+func overlayOptions(lower, upper, work string) (string, error) {
+	for _, p := range []string{lower, upper, work} {
+		if strings.ContainsAny(p, ":,\\\n") {
+			return "", fmt.Errorf("overlay path %q contains an option separator", p)
+		}
+	}
+	return "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work, nil
 }
 
 // boot starts the sandbox's init (the agent) and waits until it serves.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +43,28 @@ var diskDirs = []struct {
 	{"rootfs", 0o755, false},
 }
 
+// diskBucket rounds a requested disk size up to the next of a small set of
+// sizes — four steps per doubling (1, 1.25, 1.5, 1.75 × 2^n MiB), so at
+// most 25% more than asked — which keeps the formatted-image cache to a few
+// entries whatever sizes callers ask for. The sandbox gets the bucket's
+// size as its disk cap.
+func diskBucket(size int64) int64 {
+	const mib = 1 << 20
+	if size < minDiskBytes {
+		size = minDiskBytes
+	}
+	pow := int64(mib) // the largest power of two MiB not above size
+	for pow<<1 <= size {
+		pow <<= 1
+	}
+	step := max(pow/4, mib)
+	return (size + step - 1) / step * step
+}
+
+// maxCachedTemplates bounds the formatted-image cache; the least recently
+// used images beyond it are deleted.
+const maxCachedTemplates = 8
+
 // diskCache creates and caches formatted template images by size.
 type diskCache struct {
 	dir string
@@ -56,12 +79,12 @@ func (c *diskCache) templatePath(size int64) string {
 // it on first use. skeleton populates the image's rootfs directory.
 func (c *diskCache) template(size int64, skeleton func(rootfs string) error) (string, error) {
 	path := c.templatePath(size)
-	if _, err := os.Stat(path); err == nil {
+	if c.touch(path) {
 		return path, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, err := os.Stat(path); err == nil {
+	if c.touch(path) {
 		return path, nil
 	}
 	if err := os.MkdirAll(c.dir, 0o700); err != nil {
@@ -84,7 +107,39 @@ func (c *diskCache) template(size int64, skeleton func(rootfs string) error) (st
 		_ = os.Remove(tmp)
 		return "", fmt.Errorf("install disk template: %w", err)
 	}
+	c.evict(maxCachedTemplates)
 	return path, nil
+}
+
+// touch marks a cached image as used now (its mtime is the LRU clock) and
+// reports whether it exists.
+func (c *diskCache) touch(path string) bool {
+	now := time.Now()
+	return os.Chtimes(path, now, now) == nil
+}
+
+// evict deletes the least recently used images beyond keep. A sandbox
+// being created from an evicted image is not harmed: its copy already
+// has the image open, or it builds the image again.
+func (c *diskCache) evict(keep int) {
+	paths, _ := filepath.Glob(filepath.Join(c.dir, "ext4-*.img"))
+	if len(paths) <= keep {
+		return
+	}
+	type cached struct {
+		path string
+		used time.Time
+	}
+	all := make([]cached, 0, len(paths))
+	for _, p := range paths {
+		if st, err := os.Stat(p); err == nil {
+			all = append(all, cached{p, st.ModTime()})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].used.After(all[j].used) })
+	for _, e := range all[min(keep, len(all)):] {
+		_ = os.Remove(e.path)
+	}
 }
 
 func makeTemplateImage(path string, size int64, skeleton func(string) error) error {
@@ -200,6 +255,46 @@ func loopInUse(image string) string {
 		}
 	}
 	return ""
+}
+
+// ext4's FS_IOC_SHUTDOWN ioctl and its "do not flush anything" flag
+// (linux/ext4.h: _IOR('X', 125, __u32)).
+const (
+	ext4IocShutdown          = 0x8004587d
+	ext4GoingFlagsNoLogFlush = 0x2
+)
+
+// revokeImage makes the filesystem of a destroyed sandbox's disk unusable
+// when something outside the sandbox still holds it after its mount is gone
+// (a bind or overlay mount of a directory on it in another mount
+// namespace): that holder would otherwise keep reading — and the loop
+// device keep serving — the deleted sandbox's files. The filesystem is
+// reached again by mounting the still-attached loop device (the kernel
+// hands back the live superblock) and shut down: every later access
+// through any mount of it fails with EIO.
+func revokeImage(image, scratch string) error {
+	dev := loopInUse(image)
+	if dev == "" {
+		return nil
+	}
+	mnt, err := os.MkdirTemp(scratch, "revoke-")
+	if err != nil {
+		return fmt.Errorf("revoke disk: %w", err)
+	}
+	defer os.Remove(mnt)
+	if err := unix.Mount(dev, mnt, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("revoke disk: mount %s: %w", dev, err)
+	}
+	defer func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) }()
+	fd, err := unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("revoke disk: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.IoctlSetPointerInt(fd, ext4IocShutdown, ext4GoingFlagsNoLogFlush); err != nil {
+		return fmt.Errorf("revoke disk: shut down the filesystem on %s: %w", dev, err)
+	}
+	return nil
 }
 
 func attachLoop(image string) (*os.File, error) {

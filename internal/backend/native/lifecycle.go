@@ -110,6 +110,11 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 		}
 	}
 	_ = os.Remove(bx.paths.socket())
+	if removeAll && !b.rootless {
+		if err := revokeImage(bx.paths.image, bx.paths.dir); err != nil {
+			b.log.Error("revoke disk held outside the sandbox", "sandbox", bx.id, "err", err)
+		}
+	}
 	if removeAll {
 		if err := os.RemoveAll(bx.paths.dir); err != nil {
 			b.log.Error("remove sandbox dir", "sandbox", bx.id, "err", err)
@@ -161,7 +166,7 @@ func (b *Backend) Start(ctx context.Context, id sandbox.ID) (sandbox.Info, error
 	if !bx.rec.Stopped {
 		return b.infoLocked(bx), nil
 	}
-	tmpl, err := parseTemplate(bx.rec.Spec.Template)
+	tmpl, err := b.parseTemplate(bx.rec.Spec.Template)
 	if err != nil {
 		return sandbox.Info{}, sandbox.Wrap(sandbox.ClassConflict, err, "template of stopped sandbox is gone")
 	}
@@ -234,17 +239,48 @@ func (b *Backend) infoLocked(bx *box) sandbox.Info {
 	return info
 }
 
+// stateReserve is room on the state tmpfs that new sandboxes leave free,
+// for the records and runtime state of sandboxes already there (stop,
+// start, a create in flight).
+const stateReserve = 4 << 20
+
 func (b *Backend) saveRecord(bx *box) error {
 	data, err := json.Marshal(bx.rec)
 	if err != nil {
 		return err
 	}
+	if _, err := os.Stat(bx.paths.record); errors.Is(err, os.ErrNotExist) {
+		if err := b.checkStateRoom(int64(len(data))); err != nil {
+			return err
+		}
+	}
 	tmp := bx.paths.record + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		_ = os.Remove(tmp)
+		if errors.Is(err, unix.ENOSPC) {
+			return sandbox.Wrap(sandbox.ClassQuota, err, "the server's sandbox state storage is full; try again when sandboxes were deleted")
+		}
 		return fmt.Errorf("write sandbox record: %w", err)
 	}
 	if err := os.Rename(tmp, bx.paths.record); err != nil {
 		return fmt.Errorf("write sandbox record: %w", err)
+	}
+	return nil
+}
+
+// checkStateRoom refuses a new sandbox whose record would eat into the
+// state tmpfs's reserve.
+func (b *Backend) checkStateRoom(need int64) error {
+	if b.rootless {
+		return nil // no tmpfs: the state lives in the data dir
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(b.runRoot, &fs); err != nil {
+		return fmt.Errorf("statfs state dir: %w", err)
+	}
+	free := int64(fs.Bavail) * fs.Bsize
+	if free < need+stateReserve {
+		return sandbox.Errorf(sandbox.ClassQuota, "the server's sandbox state storage is full (%d KiB free, %d KiB kept in reserve); try again when sandboxes were deleted", free>>10, stateReserve>>10)
 	}
 	return nil
 }

@@ -90,6 +90,15 @@ type Config struct {
 	RootIDBase uint32
 	// Network, when set, provides networking for non-"none" sandboxes.
 	Network NetworkProvider
+	// DiskReserve is space of the data dir's filesystem that sandbox disks
+	// may not promise to use (for the database, logs, cached images).
+	DiskReserve int64
+	// DiskOvercommit is how many times the available space the sandboxes'
+	// sparse disks may add up to. Default 1: every disk can fill up.
+	DiskOvercommit float64
+	// PrivateDirs are host directories no dir: template may come from or
+	// contain (the daemon's data dir, tenants' workspaces); Root always is.
+	PrivateDirs []string
 	// ReadyTimeout bounds how long Create waits for the agent. Default 15s.
 	ReadyTimeout time.Duration
 	Logger       *slog.Logger
@@ -109,7 +118,9 @@ type Backend struct {
 	rootless bool
 	hostEtc  string // shared /etc of the host template
 	genEtc   string // generated passwd/group for dir: templates
-	disks    diskCache
+	// privateDirs are Root and Config.PrivateDirs, absolute.
+	privateDirs []string
+	disks       diskCache
 
 	// Precompiled seccomp programs, by whether the sandbox runs as root.
 	seccompUser, seccompRoot []byte
@@ -201,6 +212,9 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.RootIDBase == 0 {
 		cfg.RootIDBase = 200000
 	}
+	if cfg.DiskOvercommit <= 0 {
+		cfg.DiskOvercommit = 1
+	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 15 * time.Second
 	}
@@ -222,6 +236,17 @@ func New(cfg Config) (*Backend, error) {
 		rootless:     rootless,
 		disks:        diskCache{dir: filepath.Join(root, "cache")},
 		boxes:        map[sandbox.ID]*box{},
+		privateDirs:  []string{root},
+	}
+	for _, d := range cfg.PrivateDirs {
+		if d == "" {
+			continue
+		}
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			return nil, fmt.Errorf("native: private dir %q: %w", d, err)
+		}
+		b.privateDirs = append(b.privateDirs, abs)
 	}
 	// Everything under root is reachable by root sandboxes' mapped uids only
 	// where it must be (0711: traverse, no listing).
@@ -258,7 +283,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	// Formatting the default-size disk now keeps it off the first create.
 	if !rootless {
-		if _, err := b.disks.template(cfg.Defaults.DiskBytes, hostSkeleton); err != nil {
+		if _, err := b.disks.template(diskBucket(cfg.Defaults.DiskBytes), hostSkeleton); err != nil {
 			return nil, fmt.Errorf("native: prepare disk template: %w", err)
 		}
 	}

@@ -81,7 +81,7 @@ func (b *Backend) recoverOne(ctx context.Context, id sandbox.ID) (sandbox.Info, 
 		b.teardown(ctx, bx, true)
 		return sandbox.Info{}, false
 	}
-	tmpl, err := parseTemplate(bx.rec.Spec.Template)
+	tmpl, err := b.parseTemplate(bx.rec.Spec.Template)
 	if err != nil {
 		log.Warn("removing sandbox whose template is gone", "err", err)
 		b.teardown(ctx, bx, true)

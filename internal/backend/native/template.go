@@ -6,6 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -16,25 +20,118 @@ type template struct {
 	dir  string // for "dir": the unpacked root filesystem
 }
 
-func parseTemplate(name string) (template, error) {
+// parseTemplate resolves a template name. private lists host directories
+// no template may come from or contain (the daemon's data dir, tenants'
+// workspaces).
+func parseTemplate(name string, private []string) (template, error) {
 	switch {
 	case name == "" || name == "host":
 		return template{kind: "host"}, nil
 	case strings.HasPrefix(name, "dir:"):
-		dir := filepath.Clean(strings.TrimPrefix(name, "dir:"))
-		if !filepath.IsAbs(dir) {
-			return template{}, sandbox.Errorf(sandbox.ClassInvalid, "template %q: the directory must be an absolute path", name)
-		}
-		st, err := os.Stat(dir)
-		if err != nil || !st.IsDir() {
-			return template{}, sandbox.Errorf(sandbox.ClassInvalid, "template %q: %s is not a directory", name, dir)
-		}
-		if dir == "/" {
-			return template{}, sandbox.Errorf(sandbox.ClassInvalid, "template %q: the host root cannot be a template (use \"host\")", name)
+		dir, err := checkTemplateDir(strings.TrimPrefix(name, "dir:"), private)
+		if err != nil {
+			return template{}, sandbox.Wrap(sandbox.ClassInvalid, err, fmt.Sprintf("template %q: %v", name, err))
 		}
 		return template{kind: "dir", dir: dir}, nil
 	}
 	return template{}, sandbox.Errorf(sandbox.ClassInvalid, "unknown template %q (want \"host\" or \"dir:/path\")", name)
+}
+
+// parseTemplate resolves a template name against this backend's private
+// directories.
+func (b *Backend) parseTemplate(name string) (template, error) {
+	return parseTemplate(name, b.privateDirs)
+}
+
+// CheckTemplate reports whether name is a template this backend can boot
+// (the daemon checks its configured templates at start with it).
+func (b *Backend) CheckTemplate(name string) error {
+	tmpl, err := b.parseTemplate(name)
+	if err == nil && b.rootless && tmpl.kind != "host" {
+		return fmt.Errorf("template %q needs a root daemon (overlayfs); a rootless daemon has only \"host\"", name)
+	}
+	return err
+}
+
+// Host directories whose contents belong to the kernel or to running
+// programs, never to a root filesystem.
+var pseudoDirs = []string{"/proc", "/sys", "/dev", "/run"}
+
+// Filesystems a template directory may not live on: kernel interfaces
+// whose contents describe the host (processes, cgroups, devices, keys).
+var pseudoFilesystems = map[int64]string{
+	unix.PROC_SUPER_MAGIC:    "proc",
+	unix.SYSFS_MAGIC:         "sysfs",
+	unix.CGROUP_SUPER_MAGIC:  "cgroup",
+	unix.CGROUP2_SUPER_MAGIC: "cgroup2",
+	unix.DEVPTS_SUPER_MAGIC:  "devpts",
+	unix.DEBUGFS_MAGIC:       "debugfs",
+	unix.TRACEFS_MAGIC:       "tracefs",
+	unix.SECURITYFS_MAGIC:    "securityfs",
+	unix.BPF_FS_MAGIC:        "bpf",
+	unix.PSTOREFS_MAGIC:      "pstore",
+	unix.EFIVARFS_MAGIC:      "efivarfs",
+	unix.NSFS_MAGIC:          "nsfs",
+	unix.BINFMTFS_MAGIC:      "binfmt_misc",
+}
+
+// checkTemplateDir validates the host directory of a dir: template and
+// returns it. The directory becomes an overlay lower layer, so it must be
+// exactly what the operator named: an absolute clean path whose every
+// component is a real directory (no symlink anywhere: a link to / or into
+// the data dir would defeat the checks below), with no character that the
+// overlay option parser reads as a separator (":" stacks lower layers, ","
+// starts another option, "\" escapes). It may not be the host root, a
+// pseudo filesystem, or inside or above a private directory.
+func checkTemplateDir(dir string, private []string) (string, error) {
+	if !filepath.IsAbs(dir) {
+		return "", errors.New("the directory must be an absolute path")
+	}
+	if c := filepath.Clean(dir); c != dir {
+		return "", fmt.Errorf("the path must be clean (%s)", c)
+	}
+	for _, r := range dir {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError || unicode.IsSpace(r) || strings.ContainsRune(":,\\", r) {
+			return "", fmt.Errorf("the path contains %q; template directories may not contain ':', ',', '\\', spaces or control characters", r)
+		}
+	}
+	if dir == "/" {
+		return "", errors.New("the host root cannot be a template (use \"host\")")
+	}
+	for _, p := range pseudoDirs {
+		if dir == p || hasPathPrefix(dir, p) {
+			return "", fmt.Errorf("%s is a kernel or runtime directory of the host", p)
+		}
+	}
+	for _, p := range private {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
+		if dir == p || hasPathPrefix(dir, p) || hasPathPrefix(p, dir) {
+			return "", fmt.Errorf("the directory overlaps %s, which holds the server's or its users' data", p)
+		}
+	}
+	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return "", errors.New("the path goes through a symbolic link; name the real directory")
+	case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ENOENT):
+		return "", fmt.Errorf("%s is not a directory", dir)
+	case err != nil:
+		return "", fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return "", fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	if name, ok := pseudoFilesystems[int64(fs.Type)]; ok {
+		return "", fmt.Errorf("%s is on a %s filesystem, not a root filesystem", dir, name)
+	}
+	return dir, nil
 }
 
 // hostTopLevel lists the top-level entries of a merged-/usr host that the

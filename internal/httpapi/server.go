@@ -407,12 +407,24 @@ func (s *statusRecorder) status() int {
 // Unwrap lets http.ResponseController reach Flush and Hijack.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
+// templateKinds maps each registered template name to its kind ("host",
+// "dir"): where an operator's directory lives on the host is none of a
+// tenant's business.
+func templateKinds(templates map[string]string) map[string]string {
+	kinds := make(map[string]string, len(templates))
+	for name, t := range templates {
+		kind, _, _ := strings.Cut(t, ":")
+		kinds[name] = kind
+	}
+	return kinds
+}
+
 func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"version":      version.Version,
 		"backend":      s.m.Backend().Name(),
 		"capabilities": s.m.Backend().Capabilities(),
-		"templates":    s.m.Templates(),
+		"templates":    templateKinds(s.m.Templates()),
 		"pools":        s.m.PoolLevels(),
 		"user":         userOf(r),
 	})

@@ -84,6 +84,12 @@ func TestSecurityTemplateDirFromAPIRefused(t *testing.T) {
 		}
 	}
 
+	// Tenants see the registered names and kinds, never the host path.
+	status, data = d.call(t, "GET", "/v1/info", aliceKey, nil)
+	if status != 200 || strings.Contains(string(data), rootfs) || mustJSON(t, data)["templates"].(map[string]any)["custom"] != "dir" {
+		t.Errorf("GET /v1/info: %d %s, want template kinds without the operator's path", status, data)
+	}
+
 	// The operator's registered template, by its name.
 	c := d.sdk(t, aliceKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

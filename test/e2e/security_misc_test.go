@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,4 +106,88 @@ func TestSecurityAgentscopeStorageOwner(t *testing.T) {
 		t.Errorf("bob's restored workspace: %q", got)
 	}
 	asCall(t, d, "release", secBobKey, map[string]any{"identity": id})
+}
+
+// TestSecurityAgentscopeWorkspaceSymlink: the /workspace-only file routes
+// and filesystem tools do not follow a symlink out of /workspace, while
+// links that stay inside still work.
+func TestSecurityAgentscopeWorkspaceSymlink(t *testing.T) {
+	d := startDaemon(t, "API_KEYS="+secAliceKey+":alice")
+	status, body := asCall(t, d, "create", secAliceKey, map[string]any{"sandbox_type": "filesystem"})
+	id, _ := body["data"].(string)
+	if status != 200 || id == "" {
+		t.Fatalf("create: %d %v", status, body)
+	}
+	defer asCall(t, d, "release", secAliceKey, map[string]any{"identity": id})
+	asShell(t, d, secAliceKey, id, "cd /workspace && ln -s /etc etc && ln -s /home/user home && ln -s /etc/hostname hn && "+
+		"mkdir -p d/e && ln -s ../.. d/e/up && ln -s d dl && ln -s ../outside-new dangling && echo in > d/f.txt")
+
+	// Routes: every way out through a link is 403.
+	for _, p := range []string{"hn", "etc/hostname", "/workspace/etc/passwd", "d/e/up/etc/hostname", "dl/e/up/hn"} {
+		if status, data := d.call(t, "GET", "/proxy/"+id+"/workspace/file?path="+p, secAliceKey, nil); status != 403 {
+			t.Errorf("read %s: %d %.80q", p, status, data)
+		}
+	}
+	for _, p := range []string{"etc", "d/e/up/home"} {
+		if status, data := d.call(t, "GET", "/proxy/"+id+"/workspace/list?path="+p, secAliceKey, nil); status != 403 {
+			t.Errorf("list %s: %d %.80q", p, status, data)
+		}
+	}
+	for _, p := range []string{"home/planted.txt", "dangling", "d/e/up/home/planted2.txt"} {
+		if status, data := d.call(t, "PUT", "/proxy/"+id+"/workspace/file?path="+p, secAliceKey, "x"); status != 403 {
+			t.Errorf("write %s: %d %.80q", p, status, data)
+		}
+	}
+	if status, data := d.call(t, "POST", "/proxy/"+id+"/workspace/mkdir", secAliceKey, map[string]any{"path": "home/newdir"}); status != 403 {
+		t.Errorf("mkdir through a link: %d %s", status, data)
+	}
+	if status, data := d.call(t, "POST", "/proxy/"+id+"/workspace/move", secAliceKey,
+		map[string]any{"source": "d/f.txt", "destination": "home/moved.txt"}); status != 403 {
+		t.Errorf("move through a link: %d %s", status, data)
+	}
+	if got := asShell(t, d, secAliceKey, id, "ls /home/user /outside-new 2>&1; true"); strings.Contains(got, "planted") ||
+		strings.Contains(got, "newdir") || strings.Contains(got, "moved") || !strings.Contains(got, "outside-new': No such file") {
+		t.Errorf("a route wrote outside /workspace: %q", got)
+	}
+
+	// Filesystem tools: the same.
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"read_file", map[string]any{"path": "hn"}},
+		{"read_file", map[string]any{"path": "d/e/up/etc/hostname"}},
+		{"write_file", map[string]any{"path": "home/tool.txt", "content": "x"}},
+		{"list_directory", map[string]any{"path": "etc"}},
+		{"create_directory", map[string]any{"path": "home/tooldir"}},
+		{"move_file", map[string]any{"source": "d/f.txt", "destination": "home/toolmoved.txt"}},
+	} {
+		status, body := asCall(t, d, "call_tool", secAliceKey, map[string]any{"identity": id, "tool_name": tc.tool, "arguments": tc.args})
+		res, _ := body["data"].(map[string]any)
+		text := fmt.Sprint(res["content"])
+		if status != 200 || res["isError"] != true || !strings.Contains(text, "Access denied") {
+			t.Errorf("%s %v: %d %.200s", tc.tool, tc.args, status, text)
+		}
+	}
+	if got := asShell(t, d, secAliceKey, id, "ls /home/user"); strings.Contains(got, "tool") {
+		t.Errorf("a tool wrote outside /workspace: %q", got)
+	}
+
+	// Links that stay inside /workspace keep working; a link itself can
+	// be tested for and removed.
+	if status, data := d.call(t, "PUT", "/proxy/"+id+"/workspace/file?path=dl/g.txt", secAliceKey, "via link"); status != 200 {
+		t.Errorf("write through an inside link: %d %s", status, data)
+	}
+	if status, data := d.call(t, "GET", "/proxy/"+id+"/workspace/file?path=d/g.txt", secAliceKey, nil); status != 200 || string(data) != "via link" {
+		t.Errorf("read back: %d %q", status, data)
+	}
+	if status, data := d.call(t, "GET", "/proxy/"+id+"/workspace/exists?path=etc", secAliceKey, nil); status != 200 || !strings.Contains(string(data), "true") {
+		t.Errorf("exists of a link: %d %s", status, data)
+	}
+	if status, data := d.call(t, "DELETE", "/proxy/"+id+"/workspace/entry?path=home", secAliceKey, nil); status != 204 {
+		t.Errorf("remove a link: %d %s", status, data)
+	}
+	if got := asShell(t, d, secAliceKey, id, "test -L /workspace/home || test -d /home/user && echo ok"); got != "ok\n" {
+		t.Errorf("removing the link: %q", got)
+	}
 }

@@ -41,6 +41,11 @@ var maskedPaths = []string{
 	"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
 	"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
 	"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+	// The kernel's build configuration and boot command line, and the
+	// host's block devices: the loop devices' backing_file names every
+	// sandbox's disk image on the host.
+	"/proc/config.gz", "/proc/cmdline",
+	"/sys/block", "/sys/class/block", "/sys/dev/block", "/sys/devices/virtual/block",
 }
 
 var readonlyPaths = []string{

@@ -191,3 +191,30 @@ func TestSecurityAgentscopeWorkspaceSymlink(t *testing.T) {
 		t.Errorf("removing the link: %q", got)
 	}
 }
+
+// TestSecurityEgressHostLAN: an egress sandbox cannot reach the networks
+// the host is directly connected to, even on public addresses — here the
+// test LAN and its gateway — while the internet behind that gateway stays
+// reachable; NETWORK_ALLOW_PRIVATE opens the LAN.
+func TestSecurityEgressHostLAN(t *testing.T) {
+	inet := newTestInternet(t, map[string]string{"allowed.test": "198.18.77.1"})
+	const key = "net-key"
+	egress := map[string]any{"network": map[string]any{"mode": "egress"}}
+	lan := "http://" + testLANGateway + "/"
+
+	d := networkDaemon(t, inet)
+	id := createRaw(t, d, key, egress)
+	if got := fetchInSandbox(t, d, key, id, "http://allowed.test/"); !strings.HasPrefix(got, "OK hello") {
+		t.Fatalf("the internet via the gateway: %s", got)
+	}
+	if got := fetchInSandbox(t, d, key, id, lan); !strings.HasPrefix(got, "ERR") {
+		t.Errorf("the host's LAN (gateway %s) reachable: %s", testLANGateway, got)
+	}
+	d.stop()
+
+	d = networkDaemon(t, inet, "NETWORK_ALLOW_PRIVATE=198.19.77.0/24")
+	id = createRaw(t, d, key, egress)
+	if got := fetchInSandbox(t, d, key, id, lan); !strings.HasPrefix(got, "OK hello") {
+		t.Errorf("the LAN with NETWORK_ALLOW_PRIVATE: %s", got)
+	}
+}

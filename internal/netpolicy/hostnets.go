@@ -142,4 +142,3 @@ func (m *Manager) watchHostNets(ctx context.Context, done chan<- struct{}) {
 		}
 	}
 }
-

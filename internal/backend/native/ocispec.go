@@ -229,6 +229,12 @@ func (b *Backend) mounts(spec sandbox.Spec, tmpl template, p boxPaths, ids idMap
 	ro := []string{"bind", "ro", "nosuid", "nodev"}
 	if tmpl.kind == "host" {
 		for _, dir := range hostBindDirs() {
+			if spec.WritableRoot && dir == "/usr" && !b.rootless {
+				// The overlay mountDisk made on the host.
+				ms = append(ms, specs.Mount{Destination: "/usr", Type: "bind", Source: p.overlay,
+					Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+				continue
+			}
 			if spec.WritableRoot && dir == "/usr" {
 				upper, work := filepath.Join(p.disk, "upper"), filepath.Join(p.disk, "work")
 				ms = append(ms, specs.Mount{Destination: "/usr", Type: "overlay", Source: "overlay",

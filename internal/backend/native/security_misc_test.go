@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentbox/agentbox/internal/agent/agentclient"
 	"github.com/agentbox/agentbox/internal/backend/backendtest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testutil"
@@ -21,6 +22,9 @@ func TestSecurityHostInfoHidden(t *testing.T) {
 	b := newTestBackend(t, dir)
 	box := backendtest.Create(t, b, sandbox.Spec{Template: "host"})
 	c := backendtest.Client(t, box, "")
+	rootfs := hostLikeRootfs(t)
+	dirBox := backendtest.Create(t, b, sandbox.Spec{Template: "dir:" + rootfs})
+	dirC := backendtest.Client(t, dirBox, "")
 
 	for _, p := range []string{"/proc/config.gz", "/proc/cmdline"} {
 		if _, err := os.Stat(p); err != nil {
@@ -35,13 +39,22 @@ func TestSecurityHostInfoHidden(t *testing.T) {
 			t.Errorf("%s lists host block devices in the sandbox: %q", p, r.Stdout)
 		}
 	}
-	r := backendtest.Exec(t, c, "cat /proc/self/mountinfo")
-	if r.Exit.ExitCode != 0 || r.Stdout == "" {
-		t.Fatalf("read mountinfo: %+v", r)
+	// The host template, a dir: template (an overlay whose layers are
+	// host directories) and a writable host root (an overlay on /usr).
+	wrBox := backendtest.Create(t, b, sandbox.Spec{Template: "host", WritableRoot: true, Root: true})
+	wrC := backendtest.Client(t, wrBox, "")
+	if r := backendtest.Exec(t, wrC, "touch /usr/agentbox-writable && echo ok"); r.Stdout != "ok\n" {
+		t.Fatalf("writable root: %+v", r)
 	}
-	for _, line := range strings.Split(r.Stdout, "\n") {
-		if strings.Contains(line, dir) {
-			t.Errorf("mountinfo shows the data dir %s: %s", dir, line)
+	for _, c := range []*agentclient.Client{c, dirC, wrC} {
+		r := backendtest.Exec(t, c, "cat /proc/self/mountinfo")
+		if r.Exit.ExitCode != 0 || r.Stdout == "" {
+			t.Fatalf("read mountinfo: %+v", r)
+		}
+		for _, line := range strings.Split(r.Stdout, "\n") {
+			if strings.Contains(line, dir) || strings.Contains(line, rootfs) {
+				t.Errorf("mountinfo shows the data dir %s or the template %s: %s", dir, rootfs, line)
+			}
 		}
 	}
 }

@@ -314,7 +314,7 @@ var settings = []setting{
 		}
 		return nil
 	}},
-	{"NETWORK_ALLOW_PRIVATE", "", "private ranges sandboxes may reach, comma-separated CIDRs (default none)", func(c *Config, v string) error {
+	{"NETWORK_ALLOW_PRIVATE", "", "private ranges and host networks sandboxes may reach, comma-separated CIDRs (default none)", func(c *Config, v string) error {
 		for _, e := range splitList(v) {
 			p, err := netip.ParsePrefix(e)
 			if err != nil {

@@ -39,7 +39,8 @@ type Config struct {
 	// AllowHostPorts are TCP/UDP ports on the host that sandboxes may reach
 	// (on any host address). Everything else on the host is rejected.
 	AllowHostPorts []uint16
-	// AllowPrivate are private/reserved IPv4 ranges that sandboxes may reach
+	// AllowPrivate are private/reserved IPv4 ranges (or networks of the
+	// host's interfaces) that sandboxes may reach
 	// (still subject to each sandbox's own AllowOut/DenyOut).
 	AllowPrivate []netip.Prefix
 

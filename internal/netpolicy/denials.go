@@ -39,6 +39,9 @@ func (m *Manager) poll(ctx context.Context) {
 		if _, err := m.fw.syncDockerUser(true); err != nil {
 			m.log.Warn("docker coexistence", "err", err)
 		}
+		if err := m.refreshHostNets(); err != nil {
+			m.log.Warn("refresh host networks", "err", err)
+		}
 	}
 }
 

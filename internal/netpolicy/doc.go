@@ -21,7 +21,8 @@
 //
 //   - the sandbox's DenyOut CIDRs are rejected;
 //   - private, loopback, link-local (incl. 169.254.169.254), CGNAT,
-//     multicast and reserved IPv4 ranges are rejected unless the operator
+//     multicast and reserved IPv4 ranges, and the networks of the host's
+//     own interfaces (hostnets.go), are rejected unless the operator
 //     listed them in Config.AllowPrivate;
 //   - with a connection limit, new connections beyond it are rejected;
 //   - with an empty AllowOut everything else is accepted; otherwise only the

@@ -28,8 +28,12 @@ import (
 // host in a network namespace, reached from the host over a veth, holding
 // public-looking addresses from 198.18.0.0/15 (benchmarking range, not in
 // the private block list) plus, on its loopback, private and metadata
-// addresses. Policy routing sends everything the sandboxes emit to that
-// test host, so even a broken rule never lets test traffic leave the VM.
+// addresses. Like a real uplink, the veth is a LAN on a public-looking
+// subnet (198.19.x.0/24, directly connected to the host) and the test host
+// is also its gateway: the "internet" addresses (198.18.x.0/24) are routed
+// via it, not connected. Policy routing sends everything the sandboxes
+// emit to that test host, so even a broken rule never lets test traffic
+// leave the VM.
 
 // requireRoot skips tests that need the kernel features of a real host.
 func requireRoot(t testing.TB) {
@@ -76,6 +80,7 @@ type testNet struct {
 	nsPath   string
 	hostIf   string
 	gwIP     netip.Addr // host end of the test host link (a host address)
+	lanIP    netip.Addr // test host end of the link: the LAN neighbour and gateway
 	serverIP netip.Addr // test host: HTTP on :80, DNS on :53
 	otherIP  netip.Addr // test host too, used as a "denied" destination
 	subnet   netip.Prefix
@@ -92,7 +97,8 @@ func newTestNet(t testing.TB) *testNet {
 	b, _ := strconv.ParseUint(id, 16, 16)
 	n := &testNet{
 		t: t, id: id, nsName: "abt-" + id, nsPath: "/run/netns/abt-" + id, hostIf: "abti" + id,
-		gwIP:     netip.AddrFrom4([4]byte{198, 18, byte(b >> 8), 1}),
+		gwIP:     netip.AddrFrom4([4]byte{198, 19, byte(b >> 8), 1}),
+		lanIP:    netip.AddrFrom4([4]byte{198, 19, byte(b >> 8), 2}),
 		serverIP: netip.AddrFrom4([4]byte{198, 18, byte(b >> 8), 2}),
 		otherIP:  netip.AddrFrom4([4]byte{198, 18, byte(b >> 8), 3}),
 		subnet:   netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 200 + byte(b>>8)%50, byte(b), 0}), 24),
@@ -106,8 +112,14 @@ func newTestNet(t testing.TB) *testNet {
 	ipCmd(t, "link", "set", n.hostIf, "up")
 	ipCmd(t, "-n", n.nsName, "link", "set", "lo", "up")
 	ipCmd(t, "-n", n.nsName, "link", "set", "eth0", "up")
-	ipCmd(t, "-n", n.nsName, "addr", "add", n.serverIP.String()+"/24", "dev", "eth0")
-	ipCmd(t, "-n", n.nsName, "addr", "add", n.otherIP.String()+"/24", "dev", "eth0")
+	ipCmd(t, "-n", n.nsName, "addr", "add", n.lanIP.String()+"/24", "dev", "eth0")
+	ipCmd(t, "-n", n.nsName, "addr", "add", n.serverIP.String()+"/32", "dev", "lo")
+	ipCmd(t, "-n", n.nsName, "addr", "add", n.otherIP.String()+"/32", "dev", "lo")
+	// The host (its DNS filter asks serverIP) reaches the internet via
+	// the gateway.
+	internet := netip.PrefixFrom(n.serverIP, 24).Masked().String()
+	ipCmd(t, "route", "add", internet, "via", n.lanIP.String(), "dev", n.hostIf)
+	ipCleanup(t, "route", "del", internet, "via", n.lanIP.String(), "dev", n.hostIf)
 	for _, a := range testPrivate {
 		ipCmd(t, "-n", n.nsName, "addr", "add", a+"/32", "dev", "lo")
 	}
@@ -120,7 +132,7 @@ func newTestNet(t testing.TB) *testNet {
 	ipCleanup(t, "rule", "del", "pref", pref)
 	ipCmd(t, "rule", "add", "from", n.subnet.String(), "iif", n.bridge, "lookup", table, "pref", pref2)
 	ipCleanup(t, "rule", "del", "pref", pref2)
-	ipCmd(t, "route", "add", "default", "via", n.serverIP.String(), "dev", n.hostIf, "table", table)
+	ipCmd(t, "route", "add", "default", "via", n.lanIP.String(), "dev", n.hostIf, "table", table)
 	ipCleanup(t, "route", "flush", "table", table)
 	n.startServers()
 	return n

@@ -20,6 +20,7 @@ type firewall struct {
 	hostPorts    []uint16
 	allowPrivate []netip.Prefix
 	maxConns     uint32
+	hostNets     []netip.Prefix // the host's own networks, denied with the private ranges
 }
 
 const (
@@ -125,7 +126,7 @@ func (f *firewall) addGlobal(conn *nftables.Conn) error {
 		els []nftables.SetElement
 	}{
 		{&nftables.Set{Table: t, Name: setPrivate, KeyType: nftables.TypeIPAddr, Interval: true},
-			intervalElements(mergePrefixes(privateRanges))},
+			deniedElements(f.hostNets)},
 		{&nftables.Set{Table: t, Name: setOpAllow, KeyType: nftables.TypeIPAddr, Interval: true},
 			intervalElements(mergePrefixes(f.allowPrivate))},
 		{&nftables.Set{Table: t, Name: setHostPorts, KeyType: nftables.TypeInetService}, portElements(f.hostPorts)},

@@ -45,6 +45,9 @@ type Manager struct {
 
 	stopPoll context.CancelFunc
 	pollDone chan struct{}
+
+	hmu       sync.Mutex // serializes host network refreshes (fw.hostNets)
+	watchDone chan struct{}
 }
 
 // New sets up the host side: the bridge, IP forwarding, the nftables table
@@ -91,6 +94,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		}
 		m.ipForwardSetBy = true
 	}
+	if m.fw.hostNets, err = hostNets(cfg.Bridge); err != nil {
+		return nil, fmt.Errorf("netpolicy: %w", err)
+	}
 	if err := m.fw.rebuild(m.policies); err != nil {
 		return nil, fmt.Errorf("netpolicy: %w", err)
 	}
@@ -117,6 +123,8 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	pollCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	m.stopPoll, m.pollDone = stop, make(chan struct{})
 	go m.poll(pollCtx)
+	m.watchDone = make(chan struct{})
+	go m.watchHostNets(pollCtx, m.watchDone)
 	m.log.Info("network ready", "subnet", cfg.Subnet, "gateway", m.bridgeIP, "upstream", cfg.Upstream)
 	return m, nil
 }
@@ -378,6 +386,7 @@ func (m *Manager) Close(removeAll bool) error {
 func (m *Manager) close(removeAll bool) error {
 	m.stopPoll()
 	<-m.pollDone
+	<-m.watchDone
 	m.dns.close()
 	if !removeAll {
 		return nil

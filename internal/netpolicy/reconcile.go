@@ -25,6 +25,9 @@ func (m *Manager) Reconcile(ctx context.Context, live []sandbox.ID) error {
 		keep[id] = true
 	}
 	var errs []error
+	if err := m.refreshHostNets(); err != nil {
+		errs = append(errs, err)
+	}
 	owned := map[netip.Addr]bool{}
 	for id, r := range m.st.Sandboxes {
 		if keep[id] {

@@ -59,7 +59,7 @@ func TestNetworkEgressPolicy(t *testing.T) {
 	})}
 	go srv.ListenAndServe()
 	defer srv.Close()
-	for _, hostAddr := range []string{"198.18.77.2", "10.89.0.1"} {
+	for _, hostAddr := range []string{testLANHost, "10.89.0.1"} {
 		if got := fetchInSandbox(t, d, key, open, fmt.Sprintf("http://%s:%d/", hostAddr, hostPort)); !strings.HasPrefix(got, "ERR") {
 			t.Errorf("host port reachable at %s: %s", hostAddr, got)
 		}

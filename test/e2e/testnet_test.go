@@ -20,7 +20,17 @@ import (
 
 // testInternet is this test's own "internet": a network namespace holding a
 // web server and a DNS server on non-private addresses, wired to the host by
-// a veth pair. Nothing a test does leaves the machine.
+// a veth pair. Nothing a test does leaves the machine. Like a real uplink,
+// the veth is a LAN directly connected to the host (198.19.77.0/24, which
+// sandboxes may not reach) and the namespace is its gateway to the
+// internet addresses (198.18.77.0/24), which are routed via it.
+// The test LAN: the host's address on it, and the test internet's
+// gateway (which also serves HTTP).
+const (
+	testLANHost    = "198.19.77.2"
+	testLANGateway = "198.19.77.1"
+)
+
 type testInternet struct {
 	ns      string // network namespace name (ip netns)
 	hostIf  string
@@ -50,17 +60,20 @@ func newTestInternet(t *testing.T, records map[string]string) *testInternet {
 		exec.Command("ip", "netns", "del", n.ns).Run()
 	})
 	run("link", "add", n.hostIf, "type", "veth", "peer", "name", "eth0", "netns", n.ns)
-	run("addr", "add", "198.18.77.2/24", "dev", n.hostIf)
+	run("addr", "add", testLANHost+"/24", "dev", n.hostIf)
 	run("link", "set", n.hostIf, "up")
-	run("-n", n.ns, "addr", "add", n.addr+"/24", "dev", "eth0")
-	run("-n", n.ns, "addr", "add", n.other+"/24", "dev", "eth0")
+	run("-n", n.ns, "addr", "add", testLANGateway+"/24", "dev", "eth0")
+	run("-n", n.ns, "addr", "add", n.addr+"/32", "dev", "lo")
+	run("-n", n.ns, "addr", "add", n.other+"/32", "dev", "lo")
 	run("-n", n.ns, "link", "set", "eth0", "up")
 	run("-n", n.ns, "link", "set", "lo", "up")
-	run("-n", n.ns, "route", "add", "default", "via", "198.18.77.2")
+	run("-n", n.ns, "route", "add", "default", "via", testLANHost)
+	run("route", "add", "198.18.77.0/24", "via", testLANGateway, "dev", n.hostIf)
 
 	web := n.listen(t, "tcp", n.addr+":80")
 	web2 := n.listen(t, "tcp", n.other+":80")
-	for _, l := range []net.Listener{web, web2} {
+	web3 := n.listen(t, "tcp", testLANGateway+":80")
+	for _, l := range []net.Listener{web, web2, web3} {
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "hello from the test internet (%s)\n", r.Host)
 		})}

@@ -289,7 +289,16 @@ func (b *Backend) mountDisk(bx *box, tmpl template, ids idMap, fresh bool) error
 	}
 	if tmpl.kind == "host" {
 		p.rootfs = filepath.Join(p.disk, "rootfs")
-		return nil
+		if !bx.rec.Spec.WritableRoot || isMountPoint(p.overlay) {
+			return nil
+		}
+		// The writable /usr is mounted here, not by libcontainer inside
+		// the sandbox, so that its options name no host path (see
+		// mountOverlayHidden); the sandbox gets a bind of it.
+		if err := os.MkdirAll(p.overlay, 0o755); err != nil {
+			return err
+		}
+		return mountOverlayHidden(p.overlay, "/usr", filepath.Join(p.disk, "upper"), filepath.Join(p.disk, "work"))
 	}
 	p.rootfs = p.overlay
 	if err := os.MkdirAll(p.overlay, 0o755); err != nil {
@@ -298,11 +307,29 @@ func (b *Backend) mountDisk(bx *box, tmpl template, ids idMap, fresh bool) error
 	if isMountPoint(p.overlay) {
 		return nil
 	}
-	opts, err := overlayOptions(tmpl.dir, filepath.Join(p.disk, "upper"), filepath.Join(p.disk, "work"))
+	return mountOverlayHidden(p.overlay, tmpl.dir, filepath.Join(p.disk, "upper"), filepath.Join(p.disk, "work"))
+}
+
+// mountOverlayHidden mounts an overlay at target naming its layers by
+// /proc/self/fd/N of O_PATH descriptors rather than by host path: the
+// options show in the sandbox's /proc/self/mountinfo, and must not reveal
+// where the data directory or the template is on the host. Naming layers
+// by descriptor also keeps a path's characters out of the option string.
+func mountOverlayHidden(target, lower, upper, work string) error {
+	var names [3]string
+	for i, dir := range []string{lower, upper, work} {
+		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open overlay layer %s: %w", dir, err)
+		}
+		defer unix.Close(fd)
+		names[i] = "/proc/self/fd/" + strconv.Itoa(fd)
+	}
+	opts, err := overlayOptions(names[0], names[1], names[2])
 	if err != nil {
 		return err
 	}
-	if err := unix.Mount("overlay", p.overlay, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
+	if err := unix.Mount("overlay", target, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("mount overlay root: %w", err)
 	}
 	return nil

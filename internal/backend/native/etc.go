@@ -25,7 +25,10 @@ const (
 // configuration programs need to run (dynamic loader cache, alternatives
 // symlinks, CA bundle, time zone, python and font config). Nothing that
 // identifies users or holds credentials: passwd, group, shadow, ssh, sudoers,
-// machine-id and the like are generated or left out.
+// machine-id and the like are generated or left out, and so are package
+// manager settings (pip.conf, npmrc), which often carry registry tokens:
+// an operator who wants a mirror inside sandboxes mounts one explicitly
+// (READONLY_MOUNTS).
 var hostEtcAllowlist = []string{
 	"alternatives", "ssl", "ca-certificates.conf",
 	"ld.so.cache", "ld.so.conf", "ld.so.conf.d",
@@ -35,8 +38,12 @@ var hostEtcAllowlist = []string{
 	"fonts", "gitconfig", "protocols", "services", "ethertypes", "rpc",
 	"os-release", "debian_version", "lsb-release", "issue",
 	"locale.alias", "locale.gen", "default", "terminfo", "vim", "xdg",
-	"pip.conf", "npmrc", "gai.conf", "host.conf",
+	"gai.conf", "host.conf",
 }
+
+// hostEtcSource is the host's /etc; tests point it at a directory of
+// their own.
+var hostEtcSource = "/etc"
 
 // Files every sandbox gets a private copy of, bind-mounted over the shared /etc.
 var perSandboxEtcFiles = []string{"hosts", "hostname", "resolv.conf"}
@@ -88,7 +95,7 @@ func hostEtcDir(tmplDir string) (string, error) {
 		return "", err
 	}
 	for _, name := range hostEtcAllowlist {
-		src := filepath.Join("/etc", name)
+		src := filepath.Join(hostEtcSource, name)
 		if _, err := os.Lstat(src); err != nil {
 			continue
 		}
@@ -113,7 +120,7 @@ func hostEtcDir(tmplDir string) (string, error) {
 func etcFingerprint() string {
 	h := sha256.New()
 	for _, name := range hostEtcAllowlist {
-		_ = filepath.WalkDir(filepath.Join("/etc", name), func(path string, d fs.DirEntry, err error) error {
+		_ = filepath.WalkDir(filepath.Join(hostEtcSource, name), func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return nil
 			}

@@ -269,10 +269,10 @@ func New(cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("native: create %s: %w", d, err)
 		}
 	}
-	if b.hostEtc, err = hostEtcDir(tmplDir); err != nil {
+	if b.hostEtc, err = hostEtcDir(etcBuildDir(b.runRoot, tmplDir, rootless)); err != nil {
 		return nil, fmt.Errorf("native: build host /etc: %w", err)
 	}
-	if b.genEtc, err = genEtcDir(tmplDir); err != nil {
+	if b.genEtc, err = genEtcDir(etcBuildDir(b.runRoot, tmplDir, rootless)); err != nil {
 		return nil, fmt.Errorf("native: write generated /etc: %w", err)
 	}
 	if b.seccompUser, err = compileSeccomp(nil); err != nil {
@@ -288,6 +288,17 @@ func New(cfg Config) (*Backend, error) {
 		}
 	}
 	return b, nil
+}
+
+// etcBuildDir is where the shared /etc directories are built: on the
+// state tmpfs, so their bind mounts show a path inside that tmpfs in a
+// sandbox's /proc/self/mountinfo, not the data dir's path on the host.
+// Rootless there is no state tmpfs.
+func etcBuildDir(runRoot, tmplDir string, rootless bool) string {
+	if rootless {
+		return tmplDir
+	}
+	return runRoot
 }
 
 // checkUserNamespaces tells why a rootless backend cannot work here, if it

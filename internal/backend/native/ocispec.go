@@ -41,6 +41,11 @@ var maskedPaths = []string{
 	"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
 	"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
 	"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+	// The kernel's build configuration and boot command line, and the
+	// host's block devices: the loop devices' backing_file names every
+	// sandbox's disk image on the host.
+	"/proc/config.gz", "/proc/cmdline",
+	"/sys/block", "/sys/class/block", "/sys/dev/block", "/sys/devices/virtual/block",
 }
 
 var readonlyPaths = []string{
@@ -224,6 +229,12 @@ func (b *Backend) mounts(spec sandbox.Spec, tmpl template, p boxPaths, ids idMap
 	ro := []string{"bind", "ro", "nosuid", "nodev"}
 	if tmpl.kind == "host" {
 		for _, dir := range hostBindDirs() {
+			if spec.WritableRoot && dir == "/usr" && !b.rootless {
+				// The overlay mountDisk made on the host.
+				ms = append(ms, specs.Mount{Destination: "/usr", Type: "bind", Source: p.overlay,
+					Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+				continue
+			}
 			if spec.WritableRoot && dir == "/usr" {
 				upper, work := filepath.Join(p.disk, "upper"), filepath.Join(p.disk, "work")
 				ms = append(ms, specs.Mount{Destination: "/usr", Type: "overlay", Source: "overlay",

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/manager"
@@ -68,8 +66,8 @@ func (s *Server) createSandbox(ctx context.Context, owner string, o createOpts) 
 	if r.Session != "" {
 		r.State = stateRunning
 	}
-	if r.Storage == "" && s.cfg.StorageFolder != "" {
-		r.Storage = filepath.Join(s.cfg.StorageFolder, string(rec.ID))
+	if r.Storage == "" {
+		r.Storage = s.defaultStoragePath(owner, rec.ID)
 	}
 	if err := s.prepareWorkspace(ctx, r); err != nil {
 		_ = s.m.Delete(context.WithoutCancel(ctx), owner, rec.ID)
@@ -117,7 +115,9 @@ func (s *Server) apiCreate(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	storage = s.checkStoragePath(storage)
+	if storage, err = s.resolveStoragePath(c.owner, storage); err != nil {
+		return nil, err
+	}
 	r, err := s.createSandbox(ctx, c.owner, createOpts{typ: typ, env: env, session: session, storage: storage})
 	if errors.Is(err, errLimit) {
 		return nil, nil
@@ -147,25 +147,6 @@ func (s *Server) apiCreateFromPool(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	return r.Name, nil
-}
-
-// checkStoragePath accepts a caller's storage_path only inside
-// STORAGE_FOLDER: it is a host path the daemon writes to.
-func (s *Server) checkStoragePath(p string) string {
-	if p == "" {
-		return ""
-	}
-	if s.cfg.StorageFolder != "" {
-		clean := filepath.Clean(p)
-		if !filepath.IsAbs(clean) {
-			clean = filepath.Join(s.cfg.StorageFolder, clean)
-		}
-		if strings.HasPrefix(clean, filepath.Clean(s.cfg.StorageFolder)+string(filepath.Separator)) {
-			return clean
-		}
-	}
-	s.log.Warn("agentscope create: storage_path outside STORAGE_FOLDER ignored", "storage_path", p)
-	return ""
 }
 
 // sessionArg is meta.session_ctx_id.

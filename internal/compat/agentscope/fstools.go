@@ -95,6 +95,12 @@ func (f *fsCtx) run(name string, args map[string]any) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		if src, err = f.real(src, true); err != nil {
+			return "", err
+		}
+		if dst, err = f.real(dst, true); err != nil {
+			return "", err
+		}
 		if _, err := f.client.Move(f.ctx, src, dst, ""); err != nil {
 			return "", fsErr(err, "rename", src)
 		}
@@ -102,6 +108,10 @@ func (f *fsCtx) run(name string, args map[string]any) (string, error) {
 	}
 	p, err := toolPath(args, "path")
 	if err != nil {
+		return "", err
+	}
+	// get_file_info describes a link itself, as the agent's stat does.
+	if p, err = f.real(p, name == "get_file_info"); err != nil {
 		return "", err
 	}
 	switch name {
@@ -213,7 +223,7 @@ func (f *fsCtx) readMany(paths []string) string {
 		var err error
 		if !ok {
 			err = fmt.Errorf("Access denied - path outside allowed directories: %s not in %s", abs, workspaceRoot) //nolint:staticcheck // exact text
-		} else {
+		} else if abs, err = f.real(abs, false); err == nil {
 			text, err = f.read(abs)
 		}
 		if err != nil {

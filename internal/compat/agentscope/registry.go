@@ -207,7 +207,7 @@ func (s *Server) adopt(owner string, rec *store.Record) *record {
 	r := &record{
 		Name: s.cfg.Prefix + string(rec.ID), ID: rec.ID, Owner: owner, Type: typ,
 		Session: rec.SessionKey, Token: rec.AccessToken, MountDir: rec.WorkspaceDir,
-		Storage: rec.Extra[extraStorage], CreatedAt: rec.CreatedAt, LastActive: rec.LastActive, UpdatedAt: time.Now(),
+		Storage: s.adoptStorage(owner, rec.ID, rec.Extra[extraStorage]), CreatedAt: rec.CreatedAt, LastActive: rec.LastActive, UpdatedAt: time.Now(),
 	}
 	r.State = stateWarm
 	if r.Session != "" {

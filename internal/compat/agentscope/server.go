@@ -43,6 +43,12 @@ func New(cfg Config, m *manager.Manager) *Server {
 		mcps:         map[sandbox.ID]*mcpGroup{},
 		ctx:          ctx, cancel: cancel,
 	}
+	if err := s.migrateStorage(); err != nil {
+		// Copies of unknown owners may still sit where an owner's area
+		// would be: keep no copies rather than hand one to the wrong user.
+		s.log.Error("agentscope: cannot lay out STORAGE_FOLDER per owner; workspace copies are off", "err", err)
+		s.cfg.StorageFolder = ""
+	}
 	m.OnHeartbeatRecycle(s.onRecycle)
 	return s
 }

@@ -24,18 +24,27 @@ import (
 // gives the sandbox user its workspace directory.
 const sandboxUID, sandboxGID = 1000, 1000
 
+// savingSuffix names a copy being written, next to the one it replaces.
+const savingSuffix = ".saving"
+
 // saveWorkspace copies r's workspace to its storage path, replacing the
 // previous copy: from the mount directory on the host when there is one,
-// else out of the running sandbox as a tar stream.
+// else out of the running sandbox as a tar stream. The copy is written
+// through the owner's storage area (storageRoot).
 func (s *Server) saveWorkspace(ctx context.Context, r *record) error {
-	tmp := r.Storage + ".saving"
-	if err := os.RemoveAll(tmp); err != nil {
+	area, rel, err := s.storageRoot(r)
+	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
+	defer area.Close()
+	tmp := rel + savingSuffix
+	if err := area.RemoveAll(tmp); err != nil {
 		return err
 	}
-	dst, err := os.OpenRoot(tmp)
+	if err := area.MkdirAll(tmp, 0o700); err != nil {
+		return err
+	}
+	dst, err := area.OpenRoot(tmp)
 	if err != nil {
 		return err
 	}
@@ -59,19 +68,24 @@ func (s *Server) saveWorkspace(ctx context.Context, r *record) error {
 		}
 	}
 	// Swap in the new copy only once it is complete.
-	if err := os.RemoveAll(r.Storage); err != nil {
+	if err := area.RemoveAll(rel); err != nil {
 		return err
 	}
-	return os.Rename(tmp, r.Storage)
+	return area.Rename(tmp, rel)
 }
 
 // restoreWorkspace copies r's stored workspace (if any) into its
 // workspace, overwriting files of the same name.
 func (s *Server) restoreWorkspace(ctx context.Context, r *record) error {
-	if _, err := os.Stat(r.Storage); errors.Is(err, fs.ErrNotExist) {
+	area, rel, err := s.storageRoot(r)
+	if err != nil {
+		return err
+	}
+	defer area.Close()
+	src, err := area.OpenRoot(rel)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	src, err := os.OpenRoot(r.Storage)
 	if err != nil {
 		return err
 	}

@@ -56,14 +56,18 @@ func (s *Server) agentFor(r *http.Request, rec *record) (*agentclient.Client, er
 }
 
 // stat returns the entry at p; found=false when it does not exist.
-// wsTarget returns the ?path= of a workspace route and the sandbox's agent.
-func (s *Server) wsTarget(r *http.Request, rec *record) (string, *agentclient.Client, error) {
+// wsTarget returns the ?path= of a workspace route, its symlinks resolved
+// (wsReal), and the sandbox's agent.
+func (s *Server) wsTarget(r *http.Request, rec *record, keepLast bool) (string, *agentclient.Client, error) {
 	p, err := queryPath(r)
 	if err != nil {
 		return "", nil, err
 	}
 	c, err := s.agentFor(r, rec)
 	if err != nil {
+		return "", nil, err
+	}
+	if p, err = wsReal(r, c, p, keepLast); err != nil {
 		return "", nil, err
 	}
 	return p, c, nil
@@ -92,6 +96,9 @@ func (s *Server) wsRead(w http.ResponseWriter, r *http.Request, rec *record) err
 	}
 	c, err := s.agentFor(r, rec)
 	if err != nil {
+		return err
+	}
+	if p, err = wsReal(r, c, p, false); err != nil {
 		return err
 	}
 	e, found, err := stat(r, c, p)
@@ -123,7 +130,7 @@ func (s *Server) wsRead(w http.ResponseWriter, r *http.Request, rec *record) err
 
 // wsWrite is PUT /workspace/file?path= with the raw content as body.
 func (s *Server) wsWrite(w http.ResponseWriter, r *http.Request, rec *record) error {
-	p, c, err := s.wsTarget(r, rec)
+	p, c, err := s.wsTarget(r, rec, false)
 	if err != nil {
 		return err
 	}
@@ -197,6 +204,9 @@ func (s *Server) wsBatch(w http.ResponseWriter, r *http.Request, rec *record) er
 			if err != nil {
 				return err
 			}
+			if p, err = wsReal(r, c, p, false); err != nil {
+				return err
+			}
 			e, err := s.upload(r, c, p, part, "target exists and is a directory: "+name)
 			if err != nil {
 				return err
@@ -227,6 +237,9 @@ func (s *Server) wsList(w http.ResponseWriter, r *http.Request, rec *record) err
 	if err != nil {
 		return err
 	}
+	if p, err = wsReal(r, c, p, false); err != nil {
+		return err
+	}
 	e, found, err := stat(r, c, p)
 	if err != nil {
 		return err
@@ -249,7 +262,7 @@ func (s *Server) wsList(w http.ResponseWriter, r *http.Request, rec *record) err
 
 // wsExists is GET /workspace/exists?path=.
 func (s *Server) wsExists(w http.ResponseWriter, r *http.Request, rec *record) error {
-	p, c, err := s.wsTarget(r, rec)
+	p, c, err := s.wsTarget(r, rec, true)
 	if err != nil {
 		return err
 	}
@@ -272,6 +285,9 @@ func (s *Server) wsRemove(w http.ResponseWriter, r *http.Request, rec *record) e
 	}
 	c, err := s.agentFor(r, rec)
 	if err != nil {
+		return err
+	}
+	if p, err = wsReal(r, c, p, true); err != nil {
 		return err
 	}
 	if err := c.Remove(r.Context(), p, ""); err != nil && !sandbox.IsNotFound(err) {
@@ -300,6 +316,12 @@ func (s *Server) wsMove(w http.ResponseWriter, r *http.Request, rec *record) err
 	}
 	c, err := s.agentFor(r, rec)
 	if err != nil {
+		return err
+	}
+	if src, err = wsReal(r, c, src, true); err != nil {
+		return err
+	}
+	if dst, err = wsReal(r, c, dst, true); err != nil {
 		return err
 	}
 	if _, found, err := stat(r, c, src); err != nil || !found {
@@ -336,6 +358,9 @@ func (s *Server) wsMkdir(w http.ResponseWriter, r *http.Request, rec *record) er
 	}
 	c, err := s.agentFor(r, rec)
 	if err != nil {
+		return err
+	}
+	if p, err = wsReal(r, c, p, false); err != nil {
 		return err
 	}
 	e, found, err := stat(r, c, p)

@@ -28,7 +28,8 @@ class PersistenceTest(SandboxTest):
     def test_storage_copy_on_release(self):
         sid = self.create(pool=False)
         info = data("get_info", identity=sid)
-        self.assertEqual(info["storage_path"], os.path.join(STORAGE, info["session_id"]))
+        # Copies are kept per owner; the suite's token is the default user.
+        self.assertEqual(info["storage_path"], os.path.join(STORAGE, "default", info["session_id"]))
         proxy("PUT", sid, "workspace/file", params={"path": "saved/it.txt"}, data=b"stored copy")
         data("release", identity=sid)
         with open(os.path.join(info["storage_path"], "saved", "it.txt"), "rb") as f:

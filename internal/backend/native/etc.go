@@ -25,17 +25,19 @@ const (
 // configuration programs need to run (dynamic loader cache, alternatives
 // symlinks, CA bundle, time zone, python and font config). Nothing that
 // identifies users or holds credentials: passwd, group, shadow, ssh, sudoers,
-// machine-id and the like are generated or left out, and so are package
-// manager settings (pip.conf, npmrc), which often carry registry tokens:
-// an operator who wants a mirror inside sandboxes mounts one explicitly
-// (READONLY_MOUNTS).
+// machine-id and the like are generated or left out, and so are files that
+// often carry credentials: package manager settings (pip.conf, npmrc, with
+// registry tokens), /etc/environment (proxy URLs with passwords) and
+// gitconfig (URL rewrites with access tokens, credential helpers). An
+// operator who wants a mirror or proxy inside sandboxes mounts its
+// configuration explicitly (READONLY_MOUNTS).
 var hostEtcAllowlist = []string{
 	"alternatives", "ssl", "ca-certificates.conf",
 	"ld.so.cache", "ld.so.conf", "ld.so.conf.d",
 	"localtime", "timezone", "mime.types", "magic", "magic.mime",
-	"bash.bashrc", "profile", "profile.d", "inputrc", "shells", "environment",
+	"bash.bashrc", "profile", "profile.d", "inputrc", "shells",
 	"python3", "python3.11", "python3.12", "python3.13", "matplotlibrc",
-	"fonts", "gitconfig", "protocols", "services", "ethertypes", "rpc",
+	"fonts", "protocols", "services", "ethertypes", "rpc",
 	"os-release", "debian_version", "lsb-release", "issue",
 	"locale.alias", "locale.gen", "default", "terminfo", "vim", "xdg",
 	"gai.conf", "host.conf",

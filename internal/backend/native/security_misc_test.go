@@ -59,8 +59,9 @@ func TestSecurityHostInfoHidden(t *testing.T) {
 	}
 }
 
-// TestSecurityHostEtcCredentials: package manager configuration of the
-// host (which may hold registry tokens) is not copied into sandboxes.
+// TestSecurityHostEtcCredentials: host configuration that may hold
+// credentials (package manager registries, proxy settings, git URL
+// rewrites) is not copied into sandboxes.
 func TestSecurityHostEtcCredentials(t *testing.T) {
 	testutil.RequireRoot(t)
 	src := t.TempDir()
@@ -75,6 +76,9 @@ func TestSecurityHostEtcCredentials(t *testing.T) {
 	for name, content := range map[string]string{
 		"npmrc":    "//registry.npmjs.org/:_authToken=" + token + "\n",
 		"pip.conf": "[global]\nindex-url = https://user:" + token + "@pypi.example/simple\n",
+		// Proxy credentials and git credential helpers live here too.
+		"environment": "https_proxy=http://user:" + token + "@proxy.example:3128\n",
+		"gitconfig":   "[url \"https://x-access-token:" + token + "@git.example/\"]\n\tinsteadOf = https://git.example/\n",
 	} {
 		if err := os.WriteFile(filepath.Join(src, name), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
@@ -87,7 +91,7 @@ func TestSecurityHostEtcCredentials(t *testing.T) {
 	b := newTestBackend(t, testutil.ShortTempDir(t))
 	box := backendtest.Create(t, b, sandbox.Spec{Template: "host"})
 	c := backendtest.Client(t, box, "")
-	r := backendtest.Exec(t, c, "cat /etc/npmrc /etc/pip.conf 2>&1; cat /etc/os-release | head -1")
+	r := backendtest.Exec(t, c, "cat /etc/npmrc /etc/pip.conf /etc/environment /etc/gitconfig 2>&1; cat /etc/os-release | head -1")
 	if strings.Contains(r.Stdout, token) {
 		t.Fatalf("host credentials visible in the sandbox: %q", r.Stdout)
 	}

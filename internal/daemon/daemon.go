@@ -77,7 +77,8 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		ncfg := native.Config{Root: filepath.Join(dataDir, "native"), AgentPath: agent, Defaults: cfg.Resources, Logger: log,
 			PrivateDirs: []string{dataDir, cfg.DefaultMountDir, cfg.StorageFolder},
-			DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit}
+			DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit,
+			NofileSoft: cfg.NofileSoft, NofileHard: cfg.NofileHard}
 		if netMgr != nil {
 			ncfg.Network = netMgr
 		}

@@ -401,7 +401,12 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) e
 		return err
 	}
 	defer sock.Close()
+	rlimits, err := processRlimits(oci)
+	if err != nil {
+		return err
+	}
 	proc := &libcontainer.Process{
+		Rlimits:    rlimits,
 		Args:       oci.Process.Args,
 		Env:        oci.Process.Env,
 		UID:        int(oci.Process.User.UID),

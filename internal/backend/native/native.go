@@ -88,6 +88,10 @@ type Config struct {
 	// RootIDBase is the first host uid/gid of the range that root sandboxes'
 	// user namespaces map to (65536 ids). Default 200000.
 	RootIDBase uint32
+	// NofileSoft and NofileHard are sandbox processes' RLIMIT_NOFILE
+	// (default DefaultNofileSoft, DefaultNofileHard), lowered per sandbox so
+	// that pids × hard stays well below the host's fs.file-max.
+	NofileSoft, NofileHard uint64
 	// Network, when set, provides networking for non-"none" sandboxes.
 	Network NetworkProvider
 	// DiskReserve is space of the data dir's filesystem that sandbox disks
@@ -121,6 +125,8 @@ type Backend struct {
 	// privateDirs are Root and Config.PrivateDirs, absolute.
 	privateDirs []string
 	disks       diskCache
+	// fileMax is the host's fs.file-max, read at start (see nofileLimit).
+	fileMax uint64
 
 	// Precompiled seccomp programs, by whether the sandbox runs as root.
 	seccompUser, seccompRoot []byte
@@ -215,6 +221,19 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.DiskOvercommit <= 0 {
 		cfg.DiskOvercommit = 1
 	}
+	if cfg.NofileSoft == 0 {
+		cfg.NofileSoft = DefaultNofileSoft
+	}
+	if cfg.NofileHard == 0 {
+		cfg.NofileHard = DefaultNofileHard
+	}
+	if cfg.NofileSoft > cfg.NofileHard {
+		return nil, fmt.Errorf("native: nofile soft limit %d is above the hard limit %d", cfg.NofileSoft, cfg.NofileHard)
+	}
+	fileMax, err := hostFileMax()
+	if err != nil {
+		return nil, fmt.Errorf("native: %w", err)
+	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 15 * time.Second
 	}
@@ -235,6 +254,7 @@ func New(cfg Config) (*Backend, error) {
 		cgroupParent: cgroupParentFor(root),
 		rootless:     rootless,
 		disks:        diskCache{dir: filepath.Join(root, "cache")},
+		fileMax:      fileMax,
 		boxes:        map[sandbox.ID]*box{},
 		privateDirs:  []string{root},
 	}

@@ -393,6 +393,13 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) e
 		return err
 	}
 	if ids.userns && !b.rootless {
+		if netnsPath != "" {
+			dir := netnsSysfsDir(bx.paths)
+			if err := mountNetnsSysfs(netnsPath, dir); err != nil {
+				return err
+			}
+			useNetnsSysfs(oci, dir)
+		}
 		if err := prepareMountpoints(bx.paths.rootfs, oci.Mounts); err != nil {
 			return err
 		}

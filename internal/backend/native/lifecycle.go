@@ -104,7 +104,7 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 			b.log.Error("tear down network", "sandbox", bx.id, "err", err)
 		}
 	}
-	for _, m := range []string{bx.paths.overlay, bx.paths.disk} {
+	for _, m := range []string{bx.paths.overlay, bx.paths.disk, netnsSysfsDir(bx.paths)} {
 		if err := unmountAll(m); err != nil {
 			b.log.Error("unmount", "sandbox", bx.id, "path", m, "err", err)
 		}

@@ -214,3 +214,155 @@ func TestSecurityInotifyPerSandbox(t *testing.T) {
 		})
 	}
 }
+
+// TestSecurityIDRangeCheck: the daemon refuses sandbox id ranges that
+// overlap a host account, a subordinate id range, or ids useradd may hand
+// out, and accepts a clear range.
+func TestSecurityIDRangeCheck(t *testing.T) {
+	etc := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("passwd", "root:x:0:0:root:/root:/bin/bash\nalice:x:1000:1000::/home/alice:/bin/bash\nsvc:x:3000000:3000000::/:/usr/sbin/nologin\n")
+	write("group", "root:x:0:\nalice:x:1000:\nbig:x:5000000:\n")
+	write("subuid", "# comment\nalice:100000:65536\nbob:7000000:65536\n")
+	write("subgid", "alice:100000:65536\n")
+	write("login.defs", "UID_MIN 1000\nUID_MAX  60000\nSUB_UID_MAX 600100000\n")
+
+	for _, tc := range []struct {
+		name        string
+		base, count uint32
+		want        string // "" = accepted
+	}{
+		{"default", DefaultIDBase, DefaultIDRanges, ""},
+		{"passwd uid", 2000000, 16, `passwd entry "svc"`},
+		{"group gid", 4980000, 1, `group entry "big"`},
+		{"subuid", 6990000, 1, `subuid entry "bob"`},
+		{"useradd range", 30000, 1, "UID_MIN-UID_MAX"},
+		{"subordinate defaults", 500000000, 1, "SUB_UID_MIN-SUB_UID_MAX"},
+		{"past 32 bits", 1 << 31, 1 << 15, "largest host id"},
+		{"no ranges", DefaultIDBase, 0, "must be positive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := validateIDRanges(etc, tc.base, tc.count)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused a free range: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("got %v, want an error naming %q", err, tc.want)
+			}
+		})
+	}
+	// This host's own accounts do not collide with the defaults.
+	if err := validateIDRanges("/etc", DefaultIDBase, DefaultIDRanges); err != nil {
+		t.Fatalf("default ranges refused on this host: %v", err)
+	}
+}
+
+// TestSecurityIDAllocator: ranges are distinct, reused as late as
+// possible, never while reserved, and exhaustion is a clear quota error.
+func TestSecurityIDAllocator(t *testing.T) {
+	a := newIDAllocator(DefaultIDBase, 3, "/some/root")
+	got := map[uint32]bool{}
+	var first uint32
+	for i := 0; i < 3; i++ {
+		base, err := a.alloc(sandbox.ID(fmt.Sprint("s", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[base] || (base-DefaultIDBase)%idRangeSize != 0 {
+			t.Fatalf("range %d handed out twice or misaligned", base)
+		}
+		got[base] = true
+		if i == 0 {
+			first = base
+		}
+	}
+	if _, err := a.alloc("s3"); sandbox.ClassOf(err) != sandbox.ClassQuota {
+		t.Fatalf("exhausted allocator: got %v, want a quota error", err)
+	}
+	a.free(first, "someone-else") // not its range: stays taken
+	if _, err := a.alloc("s4"); err == nil {
+		t.Fatal("a range freed by the wrong sandbox was reused")
+	}
+	a.free(first, "s0")
+	if base, err := a.alloc("s5"); err != nil || base != first {
+		t.Fatalf("freed range not reused: %d %v", base, err)
+	}
+	// A recorded range is reserved even when the base has moved since.
+	b := newIDAllocator(DefaultIDBase, 4, "/other")
+	b.reserve(DefaultIDBase+idRangeSize/2, "old") // straddles ranges 0 and 1
+	for i := 0; i < 2; i++ {
+		base, err := b.alloc(sandbox.ID(fmt.Sprint("n", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if base < DefaultIDBase+2*idRangeSize {
+			t.Fatalf("allocated %d, overlapping a reserved range", base)
+		}
+	}
+}
+
+// TestSecurityWorkspaceDirReowned: a host workspace directory handed to a
+// new sandbox (agentscope's DEFAULT_MOUNT_DIR workspaces, reused when a
+// session is restored) becomes the new sandbox's: files of earlier
+// sandboxes move to its range, host-owned files and symlink targets stay
+// untouched.
+func TestSecurityWorkspaceDirReowned(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := newTestBackend(t, testutil.ShortTempDir(t))
+	ws := filepath.Join(testutil.ShortTempDir(t), "ws")
+	otherSandboxUser := 1<<30 + 7*65536 + 1000 // a file left by an earlier sandbox
+	for _, f := range []struct {
+		path     string
+		dir      bool
+		uid, gid int
+	}{
+		{"", true, 1000, 1000}, // as the manager creates it
+		{"legacy", false, 1000, 1000},
+		{"sub", true, otherSandboxUser, otherSandboxUser},
+		{"sub/g", false, otherSandboxUser, otherSandboxUser},
+		{"hostfile", false, 0, 0},
+	} {
+		p := filepath.Join(ws, f.path)
+		var err error
+		if f.dir {
+			err = os.MkdirAll(p, 0o755)
+		} else {
+			err = os.WriteFile(p, []byte("x\n"), 0o644)
+		}
+		if err == nil {
+			err = os.Lchown(p, f.uid, f.gid)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(ws, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(filepath.Join(ws, "link"), 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	box := backendtest.Create(t, b, sandbox.Spec{Template: "host", WorkspaceDir: ws})
+	c := backendtest.Client(t, box, "")
+	r := backendtest.Exec(t, c, "echo y >> /workspace/legacy && echo y >> /workspace/sub/g && touch /workspace/new && echo ok; echo y >> /workspace/hostfile 2>/dev/null || echo refused")
+	if r.Stdout != "ok\nrefused\n" {
+		t.Fatalf("sandbox user in its workspace: %q %q", r.Stdout, r.Stderr)
+	}
+	uid, gid := hostUIDs(t, box.Pid)
+	for _, f := range []string{"", "legacy", "sub", "sub/g", "new", "link"} {
+		if u, g := fileOwner(t, filepath.Join(ws, f)); u != uid || g != gid {
+			t.Errorf("workspace %q owned by %d:%d, want the sandbox user's %d:%d", f, u, g, uid, gid)
+		}
+	}
+	if u, _ := fileOwner(t, filepath.Join(ws, "hostfile")); u != 0 {
+		t.Errorf("host-owned file given to uid %d", u)
+	}
+	if u, _ := fileOwner(t, "/etc/passwd"); u != 0 {
+		t.Fatalf("symlink followed: /etc/passwd now owned by %d", u)
+	}
+}

@@ -503,3 +503,53 @@ func prepareMountpoints(rootfs string, mounts []specs.Mount) error {
 	}
 	return nil
 }
+
+// netnsSysfsDir is where the sysfs of a sandbox's network namespace is
+// mounted on the host (see mountNetnsSysfs).
+func netnsSysfsDir(p boxPaths) string { return filepath.Join(p.dir, "sysfs") }
+
+// mountNetnsSysfs mounts, at dir, a read-only sysfs whose network view is
+// that of the network namespace at netnsPath. A sandbox in a user namespace
+// may not mount sysfs for a network namespace the host's user namespace
+// owns (the networking's), so the daemon mounts it and the sandbox gets a
+// bind mount of it.
+func mountNetnsSysfs(netnsPath, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := unmountAll(dir); err != nil { // an earlier boot's
+		return err
+	}
+	ns, err := os.Open(netnsPath)
+	if err != nil {
+		return fmt.Errorf("open sandbox netns: %w", err)
+	}
+	defer ns.Close()
+	done := make(chan error, 1)
+	go func() {
+		// This thread joins the sandbox's network namespace and never leaves
+		// it: it stays locked, and Go ends it when the goroutine returns.
+		runtime.LockOSThread()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- fmt.Errorf("join sandbox netns: %w", err)
+			return
+		}
+		err := unix.Mount("sysfs", dir, "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+		if err != nil {
+			err = fmt.Errorf("mount sysfs for sandbox netns: %w", err)
+		}
+		done <- err
+	}()
+	return <-done
+}
+
+// useNetnsSysfs replaces the sandbox's own sysfs mount with a bind mount
+// of the one mountNetnsSysfs made.
+func useNetnsSysfs(s *specs.Spec, dir string) {
+	for i, m := range s.Mounts {
+		if m.Destination == "/sys" && m.Type == "sysfs" {
+			s.Mounts[i] = specs.Mount{Destination: "/sys", Type: "bind", Source: dir,
+				Options: []string{"rbind", "ro", "nosuid", "noexec", "nodev"}}
+		}
+	}
+}

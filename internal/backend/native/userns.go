@@ -339,14 +339,15 @@ func asHostUser(uid, gid uint32, fn func() error) error {
 	// Keep the thread's capabilities across the uid change, so what it
 	// creates is made by a privileged process (some LSMs restrict user
 	// namespaces made by unprivileged ones).
-	bits, _ := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0)
-	_ = unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits|secbitNoSetuidFixup), 0, 0, 0)
-	err := setThreadIDs(uid, gid)
+	bits, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0)
+	changedBits := err == nil && bits&secbitNoSetuidFixup == 0 &&
+		unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits|secbitNoSetuidFixup), 0, 0, 0) == nil
+	err = setThreadIDs(uid, gid)
 	if err == nil {
 		err = fn()
 	}
 	rerr := setThreadIDs(uint32(euid), uint32(egid))
-	if rerr == nil {
+	if rerr == nil && changedBits {
 		rerr = unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits), 0, 0, 0)
 	}
 	if now, _, _ := unix.RawSyscall(unix.SYS_GETEUID, 0, 0, 0); rerr == nil && now != euid {

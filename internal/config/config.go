@@ -51,6 +51,11 @@ type Config struct {
 	MaxTimeout       time.Duration
 	Resources        sandbox.Resources
 	MaxResources     sandbox.Resources
+	// NofileSoft and NofileHard are sandbox processes' RLIMIT_NOFILE (the
+	// backend lowers them further for a sandbox with many pids).
+	NofileSoft, NofileHard uint64
+	// IDBase and IDRanges place the sandboxes' private host id ranges.
+	IDBase, IDRanges uint32
 
 	// DiskReserve is space of the data dir's filesystem sandbox disks may
 	// not claim; DiskOvercommit how many times the rest their sparse disks
@@ -90,6 +95,9 @@ type Config struct {
 	// warning at start.
 	Ignored []string
 }
+
+// minNofile is the smallest open-file limit a sandbox can be given.
+const minNofile = 64
 
 // setting is one configuration name.
 type setting struct {
@@ -199,6 +207,10 @@ var settings = []setting{
 		return nil
 	}},
 	{"DEFAULT_PIDS", "256", "maximum processes and threads in a sandbox", intIn(8, 1<<22, func(c *Config, n int) { c.Resources.PIDs = int64(n) })},
+	{"SANDBOX_NOFILE_SOFT", "1024", "open-file limit (soft) of sandbox processes", intIn(minNofile, 1<<20, func(c *Config, n int) { c.NofileSoft = uint64(n) })},
+	{"SANDBOX_NOFILE_HARD", "4096", "open-file limit (hard) of sandbox processes; lowered so pids × limit stays under 1/4 of fs.file-max", intIn(minNofile, 1<<20, func(c *Config, n int) { c.NofileHard = uint64(n) })},
+	{"SANDBOX_ID_BASE", "1073741824", "first host uid/gid of the sandboxes' id ranges (65536 ids each); must not overlap host accounts", intIn(65536, 1<<32-1<<16, func(c *Config, n int) { c.IDBase = uint32(n) })},
+	{"SANDBOX_ID_RANGES", "16384", "number of sandbox id ranges: the most sandboxes (stopped ones included) the server holds", intIn(1, 1<<16, func(c *Config, n int) { c.IDRanges = uint32(n) })},
 	{"DEFAULT_DISK", "1G", "size of a sandbox's disk (/workspace, home)", size(func(c *Config, n int64) { c.Resources.DiskBytes = n })},
 	{"DEFAULT_TMP", "256M", "size of a sandbox's /tmp (memory-backed)", size(func(c *Config, n int64) { c.Resources.TmpBytes = n })},
 	{"MAX_MEMORY", "8G", "largest memory limit a caller may ask for", size(func(c *Config, n int64) { c.MaxResources.MemoryBytes = n })},
@@ -464,6 +476,9 @@ func (c *Config) validate() error {
 	r, m := c.Resources, c.MaxResources
 	if r.MemoryBytes > m.MemoryBytes || r.CPUs > m.CPUs || r.PIDs > m.PIDs || r.DiskBytes > m.DiskBytes {
 		return fmt.Errorf("settings DEFAULT_*: a default resource exceeds its MAX_* setting")
+	}
+	if c.NofileSoft > c.NofileHard {
+		return fmt.Errorf("setting SANDBOX_NOFILE_SOFT: larger than SANDBOX_NOFILE_HARD")
 	}
 	if c.MaxPerUser > 0 && c.MaxInstances > 0 && c.MaxPerUser > c.MaxInstances {
 		return fmt.Errorf("setting MAX_SANDBOXES_PER_USER: larger than MAX_SANDBOX_INSTANCES")

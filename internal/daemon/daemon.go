@@ -77,7 +77,9 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		ncfg := native.Config{Root: filepath.Join(dataDir, "native"), AgentPath: agent, Defaults: cfg.Resources, Logger: log,
 			PrivateDirs: []string{dataDir, cfg.DefaultMountDir, cfg.StorageFolder},
-			DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit}
+			DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit,
+			NofileSoft: cfg.NofileSoft, NofileHard: cfg.NofileHard,
+			IDBase: cfg.IDBase, IDRanges: cfg.IDRanges}
 		if netMgr != nil {
 			ncfg.Network = netMgr
 		}

@@ -264,7 +264,8 @@ func (m *Manager) createCold(ctx context.Context, owner, template, typ string, r
 			m.unreserve(id)
 			return nil, fmt.Errorf("create workspace dir: %w", err)
 		}
-		// The sandbox user owns its workspace, as on the sandbox's own disk.
+		// The sandbox user owns its workspace, as on the sandbox's own disk
+		// (the native backend then moves it to the sandbox's own host ids).
 		_ = os.Chown(dir, 1000, 1000)
 		spec.WorkspaceDir = dir
 	}

@@ -99,6 +99,13 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		}
 		return fail(fmt.Errorf("create sandbox dir: %w", err))
 	}
+	if !b.rootless {
+		base, err := b.idRanges.alloc(spec.ID)
+		if err != nil {
+			return fail(err)
+		}
+		bx.rec.HostIDBase = base
+	}
 	// The record goes first so a crash at any later step is found by Recover.
 	if err := b.saveRecord(bx); err != nil {
 		return fail(err)
@@ -112,9 +119,14 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 			return fail(err)
 		}
 	}
-	ids := b.idMap(spec)
+	ids := b.idMap(bx.rec)
 	if err := b.mountDisk(bx, tmpl, ids, true); err != nil {
 		return fail(err)
+	}
+	if spec.WorkspaceDir != "" && ids.userns && !b.rootless {
+		if err := b.reownTree(spec.WorkspaceDir, ids); err != nil {
+			return fail(err)
+		}
 	}
 	// Only the daemon may reach the agent's socket: root's, not mounted
 	// into the sandbox (the agent gets the listening socket as a fd).
@@ -239,12 +251,17 @@ func hasPathPrefix(p, prefix string) bool {
 	return len(p) > len(prefix) && p[:len(prefix)] == prefix && p[len(prefix)] == '/'
 }
 
-func (b *Backend) idMap(spec sandbox.Spec) idMap {
-	if b.rootless {
+// idMap returns how the sandbox of rec maps ids: rootless, the daemon's
+// user only; else the sandbox's own range (see userns.go). Sandboxes
+// recorded before ranges existed keep the mapping they were created with.
+func (b *Backend) idMap(rec record) idMap {
+	switch {
+	case b.rootless:
 		return idMap{userns: true, base: uint32(os.Geteuid()), gidBase: uint32(os.Getegid()), size: 1}
-	}
-	if spec.Root {
-		return idMap{userns: true, base: b.cfg.RootIDBase, gidBase: b.cfg.RootIDBase, size: rootHostIDRangeSize}
+	case rec.HostIDBase != 0:
+		return idMap{userns: true, base: rec.HostIDBase, gidBase: rec.HostIDBase, size: idRangeSize}
+	case rec.Spec.Root:
+		return idMap{userns: true, base: legacyRootIDBase, gidBase: legacyRootIDBase, size: idRangeSize}
 	}
 	return idMap{}
 }
@@ -363,9 +380,29 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) e
 	if err := writeSandboxEtc(bx.paths.etc, string(spec.ID), nameservers); err != nil {
 		return fmt.Errorf("write /etc: %w", err)
 	}
+	if ids.userns && !b.rootless {
+		holder, err := newUserNamespace(b.cfg.AgentPath, ids)
+		if err != nil {
+			return err
+		}
+		defer holder.release()
+		ids.nsPath = holder.path()
+	}
 	oci, err := b.ociSpec(spec, tmpl, bx.paths, ids, netnsPath)
 	if err != nil {
 		return err
+	}
+	if ids.userns && !b.rootless {
+		if netnsPath != "" {
+			dir := netnsSysfsDir(bx.paths)
+			if err := mountNetnsSysfs(netnsPath, dir); err != nil {
+				return err
+			}
+			useNetnsSysfs(oci, dir)
+		}
+		if err := prepareMountpoints(bx.paths.rootfs, oci.Mounts); err != nil {
+			return err
+		}
 	}
 	cfg, err := libcontainerConfig(spec.ID, oci, b.rootless)
 	if err != nil {
@@ -401,7 +438,18 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) e
 		return err
 	}
 	defer sock.Close()
+	rlimits, err := processRlimits(oci)
+	if err != nil {
+		return err
+	}
+	// In a namespace of the daemon's making, the limits are set as its
+	// owner once the init runs (see setRlimitsAsOwner).
+	procLimits := rlimits
+	if ids.nsPath != "" {
+		procLimits = nil
+	}
 	proc := &libcontainer.Process{
+		Rlimits:    procLimits,
 		Args:       oci.Process.Args,
 		Env:        oci.Process.Env,
 		UID:        int(oci.Process.User.UID),
@@ -423,6 +471,11 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) e
 	bx.exited = make(chan struct{})
 	bx.stopping = false
 	go b.watchChild(bx, proc, bx.exited)
+	if ids.nsPath != "" {
+		if err := setRlimitsAsOwner(pid, ids.base, ids.gidBase, rlimits); err != nil {
+			return err
+		}
+	}
 
 	runDone := time.Now()
 	if err := waitReady(ctx, readyR, b.cfg.ReadyTimeout); err != nil {

@@ -2,6 +2,7 @@ package native
 
 import (
 	"os"
+	"runtime"
 
 	// Registers the cgroup device-rules manager; without it libcontainer
 	// refuses to apply the default-deny device policy.
@@ -20,4 +21,11 @@ func init() {
 	if len(os.Args) > 1 && os.Args[1] == "init" {
 		libcontainer.Init() // never returns
 	}
+	// Keep the main thread to the main goroutine. libcontainer joins each
+	// new container's mount namespace from a locked goroutine and relies on
+	// Go ending that thread when the goroutine returns; Go cannot end the
+	// main thread, so if the goroutine ran there the whole process would
+	// stay in that sandbox's mount namespace, holding its disk mounted
+	// (Start then found the image busy) long after the sandbox stopped.
+	runtime.LockOSThread()
 }

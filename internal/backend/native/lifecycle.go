@@ -104,7 +104,7 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 			b.log.Error("tear down network", "sandbox", bx.id, "err", err)
 		}
 	}
-	for _, m := range []string{bx.paths.overlay, bx.paths.disk} {
+	for _, m := range []string{bx.paths.overlay, bx.paths.disk, netnsSysfsDir(bx.paths)} {
 		if err := unmountAll(m); err != nil {
 			b.log.Error("unmount", "sandbox", bx.id, "path", m, "err", err)
 		}
@@ -121,6 +121,9 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 		}
 		if err := os.Remove(bx.paths.image); err != nil && !errors.Is(err, os.ErrNotExist) {
 			b.log.Error("remove sandbox disk", "sandbox", bx.id, "err", err)
+		} else if bx.rec.HostIDBase != 0 {
+			// Its files are gone with the disk: the range may serve another.
+			b.idRanges.free(bx.rec.HostIDBase, bx.id)
 		}
 	}
 }
@@ -170,7 +173,7 @@ func (b *Backend) Start(ctx context.Context, id sandbox.ID) (sandbox.Info, error
 	if err != nil {
 		return sandbox.Info{}, sandbox.Wrap(sandbox.ClassConflict, err, "template of stopped sandbox is gone")
 	}
-	ids := b.idMap(bx.rec.Spec)
+	ids := b.idMap(bx.rec)
 	if err := b.mountDisk(bx, tmpl, ids, false); err != nil {
 		b.teardown(ctx, bx, false)
 		return sandbox.Info{}, err

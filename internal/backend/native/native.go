@@ -85,9 +85,15 @@ type Config struct {
 	AgentPath string
 	// Defaults fill zero fields of a spec's Resources.
 	Defaults sandbox.Resources
-	// RootIDBase is the first host uid/gid of the range that root sandboxes'
-	// user namespaces map to (65536 ids). Default 200000.
-	RootIDBase uint32
+	// IDBase is the first host uid/gid of the sandboxes' id ranges, IDRanges
+	// how many ranges of 65536 ids there are (one per sandbox, stopped ones
+	// included). Defaults DefaultIDBase, DefaultIDRanges. New refuses ranges
+	// that overlap host accounts.
+	IDBase, IDRanges uint32
+	// NofileSoft and NofileHard are sandbox processes' RLIMIT_NOFILE
+	// (default DefaultNofileSoft, DefaultNofileHard), lowered per sandbox so
+	// that pids × hard stays well below the host's fs.file-max.
+	NofileSoft, NofileHard uint64
 	// Network, when set, provides networking for non-"none" sandboxes.
 	Network NetworkProvider
 	// DiskReserve is space of the data dir's filesystem that sandbox disks
@@ -121,6 +127,10 @@ type Backend struct {
 	// privateDirs are Root and Config.PrivateDirs, absolute.
 	privateDirs []string
 	disks       diskCache
+	// idRanges hands out each sandbox's host id range (root daemon only).
+	idRanges *idAllocator
+	// fileMax is the host's fs.file-max, read at start (see nofileLimit).
+	fileMax uint64
 
 	// Precompiled seccomp programs, by whether the sandbox runs as root.
 	seccompUser, seccompRoot []byte
@@ -159,6 +169,9 @@ type record struct {
 	CreatedAt   time.Time    `json:"created_at"`
 	Stopped     bool         `json:"stopped"`
 	Reason      string       `json:"reason,omitempty"`
+	// HostIDBase is the first host id of the sandbox's id range, 0 in
+	// records written before sandboxes had ranges of their own.
+	HostIDBase uint32 `json:"host_id_base,omitempty"`
 }
 
 var (
@@ -209,11 +222,32 @@ func New(cfg Config) (*Backend, error) {
 	}
 	cfg.AgentPath = agent
 	cfg.Defaults = cfg.Defaults.WithDefaults(DefaultResources)
-	if cfg.RootIDBase == 0 {
-		cfg.RootIDBase = 200000
+	if cfg.IDBase == 0 {
+		cfg.IDBase = DefaultIDBase
+	}
+	if cfg.IDRanges == 0 {
+		cfg.IDRanges = DefaultIDRanges
+	}
+	if !rootless {
+		if err := validateIDRanges("/etc", cfg.IDBase, cfg.IDRanges); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.DiskOvercommit <= 0 {
 		cfg.DiskOvercommit = 1
+	}
+	if cfg.NofileSoft == 0 {
+		cfg.NofileSoft = DefaultNofileSoft
+	}
+	if cfg.NofileHard == 0 {
+		cfg.NofileHard = DefaultNofileHard
+	}
+	if cfg.NofileSoft > cfg.NofileHard {
+		return nil, fmt.Errorf("native: nofile soft limit %d is above the hard limit %d", cfg.NofileSoft, cfg.NofileHard)
+	}
+	fileMax, err := hostFileMax()
+	if err != nil {
+		return nil, fmt.Errorf("native: %w", err)
 	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 15 * time.Second
@@ -235,6 +269,8 @@ func New(cfg Config) (*Backend, error) {
 		cgroupParent: cgroupParentFor(root),
 		rootless:     rootless,
 		disks:        diskCache{dir: filepath.Join(root, "cache")},
+		fileMax:      fileMax,
+		idRanges:     newIDAllocator(cfg.IDBase, cfg.IDRanges, root),
 		boxes:        map[sandbox.ID]*box{},
 		privateDirs:  []string{root},
 	}
@@ -269,6 +305,7 @@ func New(cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("native: create %s: %w", d, err)
 		}
 	}
+	b.idRanges.reserveRecorded(b.sbRoot)
 	if b.hostEtc, err = hostEtcDir(etcBuildDir(b.runRoot, tmplDir, rootless)); err != nil {
 		return nil, fmt.Errorf("native: build host /etc: %w", err)
 	}

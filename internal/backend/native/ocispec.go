@@ -15,16 +15,15 @@ import (
 
 // In-sandbox paths the backend relies on.
 const (
-	agentPathInSandbox  = "/.agentbox/agent"
-	agentRunDir         = "/run/agentbox" // reserved; nothing is mounted there any more
-	agentSocketName     = "agent.sock"
-	agentReadyFd        = 3
-	agentSeccompFd      = 4
-	agentListenFd       = 5
-	workspaceInSandbox  = "/workspace"
-	defaultPath         = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	cpuPeriodMicros     = 100000
-	rootHostIDRangeSize = 65536
+	agentPathInSandbox = "/.agentbox/agent"
+	agentRunDir        = "/run/agentbox" // reserved; nothing is mounted there any more
+	agentSocketName    = "agent.sock"
+	agentReadyFd       = 3
+	agentSeccompFd     = 4
+	agentListenFd      = 5
+	workspaceInSandbox = "/workspace"
+	defaultPath        = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	cpuPeriodMicros    = 100000
 )
 
 // Capabilities a root sandbox keeps, inside its user namespace only: enough
@@ -85,13 +84,17 @@ func newBoxPaths(sbRoot, diskRoot string, id sandbox.ID) boxPaths {
 
 func (p boxPaths) socket() string { return filepath.Join(p.run, agentSocketName) }
 
-// idMap is how sandbox uids map to host uids. Identity for ordinary
-// sandboxes; a private range for root sandboxes (user namespace).
+// idMap is how sandbox uids map to host uids: a private range in a user
+// namespace (see userns.go), or the identity for sandboxes created before
+// ranges existed.
 type idMap struct {
 	userns  bool
 	base    uint32 // host uid of sandbox uid 0 when userns
 	gidBase uint32 // host gid of sandbox gid 0 when userns
 	size    uint32 // ids mapped
+	// nsPath is an existing user namespace with this mapping to join;
+	// empty, libcontainer creates one.
+	nsPath string
 }
 
 func (m idMap) host(id int) int {
@@ -160,10 +163,7 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl template, p boxPaths, ids idMa
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: caps, Effective: caps, Permitted: caps,
 			},
-			Rlimits: []specs.POSIXRlimit{
-				{Type: "RLIMIT_NOFILE", Hard: 65536, Soft: 65536},
-				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
-			},
+			Rlimits:     b.sandboxRlimits(pids),
 			OOMScoreAdj: oomScoreAdj,
 		},
 		Hostname: string(spec.ID),
@@ -191,7 +191,9 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl template, p boxPaths, ids idMa
 		s.Linux.CgroupsPath = ""
 		s.Linux.Resources = &specs.LinuxResources{Devices: s.Linux.Resources.Devices}
 	}
-	if ids.userns {
+	if ids.userns && ids.nsPath != "" {
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: ids.nsPath})
+	} else if ids.userns {
 		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
 		s.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: ids.base, Size: ids.size}}
 		s.Linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: ids.gidBase, Size: ids.size}}

@@ -81,6 +81,9 @@ func (b *Backend) recoverOne(ctx context.Context, id sandbox.ID) (sandbox.Info, 
 		b.teardown(ctx, bx, true)
 		return sandbox.Info{}, false
 	}
+	if bx.rec.HostIDBase != 0 {
+		b.idRanges.reserve(bx.rec.HostIDBase, id)
+	}
 	tmpl, err := b.parseTemplate(bx.rec.Spec.Template)
 	if err != nil {
 		log.Warn("removing sandbox whose template is gone", "err", err)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"syscall"
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
 )
@@ -20,9 +21,8 @@ import (
 // make the daemon read or write outside the two directories. Symlinks and
 // special files are not copied.
 
-// sandboxUID owns restored files in a mounted workspace, as the manager
-// gives the sandbox user its workspace directory.
-const sandboxUID, sandboxGID = 1000, 1000
+// owner is who restored files in a mounted workspace belong to.
+type owner struct{ uid, gid int }
 
 // savingSuffix names a copy being written, next to the one it replaces.
 const savingSuffix = ".saving"
@@ -55,7 +55,7 @@ func (s *Server) saveWorkspace(ctx context.Context, r *record) error {
 			return err
 		}
 		defer src.Close()
-		if err := copyTree(src, dst, false); err != nil {
+		if err := copyTree(src, dst, nil); err != nil {
 			return err
 		}
 	} else {
@@ -96,7 +96,17 @@ func (s *Server) restoreWorkspace(ctx context.Context, r *record) error {
 			return err
 		}
 		defer dst.Close()
-		return copyTree(src, dst, true)
+		// The backend gave the workspace directory to the sandbox user's
+		// host id (each sandbox has its own); restored files get the same.
+		st, err := dst.Stat(".")
+		if err != nil {
+			return err
+		}
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		if !ok {
+			return fmt.Errorf("stat workspace %s: no owner", r.MountDir)
+		}
+		return copyTree(src, dst, &owner{uid: int(sys.Uid), gid: int(sys.Gid)})
 	}
 	client, err := s.m.Agent(ctx, r.Owner, r.ID)
 	if err != nil {
@@ -105,9 +115,9 @@ func (s *Server) restoreWorkspace(ctx context.Context, r *record) error {
 	return tarIn(ctx, client, src)
 }
 
-// copyTree copies regular files and directories from src to dst. With
-// chown, copies are owned by the sandbox user.
-func copyTree(src, dst *os.Root, chown bool) error {
+// copyTree copies regular files and directories from src to dst. With an
+// owner, copies are given to it.
+func copyTree(src, dst *os.Root, chown *owner) error {
 	return fs.WalkDir(src.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -131,8 +141,8 @@ func copyTree(src, dst *os.Root, chown bool) error {
 		default:
 			return nil // symlinks, devices, sockets: not copied
 		}
-		if chown {
-			return dst.Lchown(p, sandboxUID, sandboxGID)
+		if chown != nil {
+			return dst.Lchown(p, chown.uid, chown.gid)
 		}
 		return nil
 	})

@@ -77,3 +77,81 @@ func TestSecurityBodyTimeout(t *testing.T) {
 		t.Fatalf("trickled body: %s %s", resp.Status, body)
 	}
 }
+
+// Connections over the per-address cap are closed at once while another
+// address is still served; closing a connection frees its slot; the total
+// cap applies across addresses.
+func TestSecurityLimitListener(t *testing.T) {
+	addr := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "ok")
+	}), time.Second, 3, 2)
+	dial := func(src string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			return nil // reset by a cap before the dial returned
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// get sends a request on c and reports whether it was answered.
+	get := func(c net.Conn) bool {
+		if c == nil {
+			return false
+		}
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	a1, a2 := dial("127.0.0.1"), dial("127.0.0.1")
+	if !get(a1) || !get(a2) {
+		t.Fatal("connections within the cap not served")
+	}
+	if get(dial("127.0.0.1")) {
+		t.Fatal("third connection from one address served; the per-address cap is 2")
+	}
+	b1 := dial("127.0.0.2")
+	if !get(b1) {
+		t.Fatal("another address not served while the first is at its cap")
+	}
+	if get(dial("127.0.0.3")) {
+		t.Fatal("fourth connection served; the total cap is 3")
+	}
+	a1.Close()
+	var served bool
+	for range 50 { // the server notices the close asynchronously
+		if served = get(dial("127.0.0.1")); served {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !served {
+		t.Fatal("closing a connection did not free its slot")
+	}
+}
+
+func TestSecurityConnectionLimitDefaults(t *testing.T) {
+	for _, c := range []struct {
+		total, perIP int
+		nofile       uint64
+		wantTotal    int
+		wantPerIP    int
+	}{
+		{0, 0, 1024, 512, 64},
+		{0, 0, 1 << 20, maxAutoConnections, maxAutoConnections / 8},
+		{0, 0, 20, minConnectionsPerIP, minConnectionsPerIP},
+		{100, 0, 1 << 20, 100, minConnectionsPerIP},
+		{100, 500, 1 << 20, 100, 100},
+	} {
+		total, perIP := connectionLimits(c.total, c.perIP, c.nofile)
+		if total != c.wantTotal || perIP != c.wantPerIP {
+			t.Errorf("connectionLimits(%d, %d, %d) = %d, %d; want %d, %d", c.total, c.perIP, c.nofile, total, perIP, c.wantTotal, c.wantPerIP)
+		}
+	}
+}

@@ -77,7 +77,7 @@ func jsonEscape(r rune) string {
 func TestSecurityExecResultJSON(t *testing.T) {
 	outputs := [][]byte{
 		nil, []byte("hello\n"), []byte("bad \xff\xfe utf8 \xc3"), []byte("<tag> & \u2028 \x00"),
-		bytes.Repeat([]byte("é\x01"), jsonPiece), // multi-byte characters across piece borders
+		bytes.Repeat([]byte("é\x01"), jsonPiece),                                          // multi-byte characters across piece borders
 		append(bytes.Repeat([]byte("a"), jsonPiece-1), bytes.Repeat([]byte{0xff}, 10)...), // a bad run across a border
 	}
 	for i, out := range outputs {

@@ -202,8 +202,10 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 // connections: the runtime, the manager's records, the agent clients.
 const baseMemory = 256 << 20
 
-// nonGoMemory is resident memory the Go runtime does not account for.
-const nonGoMemory = 64 << 20
+// nonGoMemory is kept out of the runtime's limit: resident memory it does
+// not account for (the executable's pages, C allocations), and room for
+// the collector to overshoot its soft limit under a burst of allocation.
+const nonGoMemory = 128 << 20
 
 // connectionMemory is what one client connection may hold: its goroutine,
 // buffers and up to maxHeaderBytes of headers.

@@ -5,7 +5,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -53,18 +52,33 @@ type admission struct {
 // memory to the system.
 const bigRequest = 16 << 20
 
-var lastFree atomic.Int64 // unix nanoseconds
+// freeEvery spaces the forced collections of freeOSMemory.
+const freeEvery = 5 * time.Second
+
+var (
+	freeMu      sync.Mutex
+	lastFree    time.Time
+	freePending bool
+)
 
 // freeOSMemory returns the heap a burst of large requests left behind to
-// the system once no heavy request is running (at most every few seconds).
-// Without it the runtime keeps it for minutes: 1.4 GiB stayed resident
-// after the flood of TestSecurityMemoryBudget.
+// the system once no heavy request is running: at once, or when freeEvery
+// has passed since the last time, so bursts do not run one full
+// collection after another. Without it the runtime kept 1.4 GiB resident
+// for minutes after the flood of TestSecurityMemoryBudget.
 func freeOSMemory() {
-	now := time.Now().UnixNano()
-	if last := lastFree.Load(); now-last < int64(5*time.Second) || !lastFree.CompareAndSwap(last, now) {
+	freeMu.Lock()
+	defer freeMu.Unlock()
+	if freePending {
 		return
 	}
-	debug.FreeOSMemory()
+	freePending = true
+	time.AfterFunc(max(0, freeEvery-time.Since(lastFree)), func() {
+		debug.FreeOSMemory()
+		freeMu.Lock()
+		lastFree, freePending = time.Now(), false
+		freeMu.Unlock()
+	})
 }
 
 type userLoad struct {
@@ -133,7 +147,7 @@ func (a *admission) acquire(owner string, requests int, bytes int64) (func(), er
 			}
 			if a.used == 0 && a.bigSinceFree {
 				a.bigSinceFree = false
-				go freeOSMemory()
+				freeOSMemory()
 			}
 		})
 	}, nil

@@ -25,8 +25,8 @@ import (
 // a pointer to a struct. Unknown fields and oversized bodies are errors
 // naming the problem, as with decodeJSON.
 func decodeLargeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return badRequest("", "Content-Type must be application/json, got %q", ct)
+	if err := requireJSON(r); err != nil {
+		return err
 	}
 	data, err := readBody(w, r, limit)
 	if err != nil {

@@ -108,6 +108,7 @@ func TestSecurityLargeBodyDecoding(t *testing.T) {
 	decode := func(body string, contentLength int64) error {
 		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
 		r.ContentLength = contentLength
+		r.Header.Set("Content-Type", "application/json")
 		var b execBody
 		return decodeLargeJSON(httptest.NewRecorder(), r, 100, &b)
 	}

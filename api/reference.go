@@ -75,6 +75,10 @@ serves it at ` + "`" + `GET /v1/openapi.yaml` + "`" + `; a test keeps every serv
 - **JSON:** requests must be ` + "`" + `Content-Type: application/json` + "`" + `; unknown fields are errors;
   durations are seconds; sizes are bytes or strings like ` + "`" + `"512M"` + "`" + `.
 - **Request ids:** every response has ` + "`" + `X-Request-Id` + "`" + ` (yours, when you send one).
+- **Busy:** exec, code and file transfers are heavy requests. Past the caller's
+  ` + "`" + `MAX_REQUESTS_PER_USER` + "`" + ` in flight, or the server's ` + "`" + `REQUEST_MEMORY` + "`" + `, they are refused at once
+  with 429 ` + "`" + `quota_exceeded` + "`" + ` and a ` + "`" + `Retry-After` + "`" + ` header (seconds); nothing ran
+  (see [configuration](configuration.md#request-and-connection-limits)).
 
 `
 

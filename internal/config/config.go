@@ -66,6 +66,17 @@ type Config struct {
 	MaxUploadBytes     int64
 	MaxExecOutputBytes int64
 
+	// MaxRequestsPerUser caps one user's heavy requests in flight (exec,
+	// code, file transfers); RequestMemory bounds the buffers of all of them.
+	MaxRequestsPerUser int
+	RequestMemory      int64
+	// MaxConnections and MaxConnectionsPerIP cap open client connections;
+	// 0 derives them from the open-files limit (see ConnectionLimits).
+	MaxConnections      int
+	MaxConnectionsPerIP int
+	HeaderTimeout       time.Duration
+	BodyTimeout         time.Duration
+
 	ContainerPrefix string
 	StorageFolder   string
 	FileSystem      string
@@ -243,6 +254,12 @@ var settings = []setting{
 	}},
 	{"MAX_UPLOAD_SIZE", "1G", "largest file upload", size(func(c *Config, n int64) { c.MaxUploadBytes = n })},
 	{"MAX_EXEC_OUTPUT", "16M", "largest stdout/stderr kept for a buffered exec result (per stream)", size(func(c *Config, n int64) { c.MaxExecOutputBytes = n })},
+	{"MAX_REQUESTS_PER_USER", "16", "heavy requests (exec, code, file transfers) one user may have in flight; more get 429, 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxRequestsPerUser = n })},
+	{"REQUEST_MEMORY", "1G", "memory the buffers of all heavy requests may reserve together (one user at most half); more get 429, 0 = unlimited", size(func(c *Config, n int64) { c.RequestMemory = n })},
+	{"MAX_CONNECTIONS", "0", "open client connections, more are closed at once; 0 = half the open-files limit, at most 4096", intIn(0, 1<<22, func(c *Config, n int) { c.MaxConnections = n })},
+	{"MAX_CONNECTIONS_PER_IP", "0", "open client connections from one address, more are closed at once; 0 = an eighth of MAX_CONNECTIONS, at least 16", intIn(0, 1<<22, func(c *Config, n int) { c.MaxConnectionsPerIP = n })},
+	{"HEADER_TIMEOUT", "10", "seconds a client may take to send a request's headers", seconds(func(c *Config, d time.Duration) { c.HeaderTimeout = d })},
+	{"BODY_TIMEOUT", "60", "seconds a request body may stall (no byte arriving) before the request fails", seconds(func(c *Config, d time.Duration) { c.BodyTimeout = d })},
 	{"CONTAINER_PREFIX_KEY", "", "prefix of sandbox names in the agentscope API", func(c *Config, v string) error { c.ContainerPrefix = v; return nil }},
 	{"CONTAINER_DEPLOYMENT", "native", "sandbox backend: native (docker and k8s are not available yet)", func(c *Config, v string) error {
 		switch v {
@@ -485,6 +502,13 @@ func (c *Config) validate() error {
 	}
 	if pooled := c.PoolSize * len(c.DefaultTypes); c.MaxInstances > 0 && pooled >= c.MaxInstances {
 		return fmt.Errorf("setting POOL_SIZE: %d warm sandboxes leave no room under MAX_SANDBOX_INSTANCES=%d; raise it", pooled, c.MaxInstances)
+	}
+	if c.RequestMemory > 0 && (c.RequestMemory < 256<<20 || c.RequestMemory < 8*c.MaxExecOutputBytes) {
+		// Half of it must hold one exec with the largest stdin and output.
+		return fmt.Errorf("setting REQUEST_MEMORY: must be 0 or at least 256M and 8 times MAX_EXEC_OUTPUT")
+	}
+	if c.HeaderTimeout <= 0 || c.BodyTimeout <= 0 {
+		return fmt.Errorf("settings HEADER_TIMEOUT, BODY_TIMEOUT: must be positive")
 	}
 	if c.DefaultMountDir != "" && !filepath.IsAbs(c.DefaultMountDir) {
 		abs, err := filepath.Abs(c.DefaultMountDir)

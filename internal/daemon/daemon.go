@@ -56,6 +56,9 @@ func Run(ctx context.Context, opts Options) error {
 	for _, name := range cfg.Ignored {
 		log.Warn("setting has no effect with this deployment", "setting", name)
 	}
+	nofile := raiseFileLimit(log)
+	maxConns, maxConnsPerIP := connectionLimits(cfg.MaxConnections, cfg.MaxConnectionsPerIP, nofile)
+	setMemoryLimit(cfg.RequestMemory, maxConns, log)
 	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -114,6 +117,7 @@ func Run(ctx context.Context, opts Options) error {
 		DefaultResources: cfg.Resources, MaxResources: cfg.MaxResources,
 		ReadonlyMounts: cfg.ReadonlyMounts, DefaultMountDir: cfg.DefaultMountDir,
 		MaxExecOutput: cfg.MaxExecOutputBytes, Logger: log, Metrics: manager.NewMetrics(reg),
+		MaxRequestsPerUser: cfg.MaxRequestsPerUser, RequestMemory: cfg.RequestMemory,
 		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: netMgr != nil,
 		ValidateNetwork: netpolicy.Validate,
 	}, b, st)
@@ -140,9 +144,11 @@ func Run(ctx context.Context, opts Options) error {
 			return fmt.Errorf("listen: %w", err)
 		}
 	}
+	ln = newLimitListener(ln, maxConns, maxConnsPerIP, log)
 	srv := &http.Server{
-		Handler:           api.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           withBodyTimeout(api.Handler(), cfg.BodyTimeout),
+		ReadHeaderTimeout: cfg.HeaderTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
@@ -155,7 +161,8 @@ func Run(ctx context.Context, opts Options) error {
 		log.Warn("no API key configured: authentication is off and the server only listens on loopback", "addr", ln.Addr().String())
 	}
 	log.Info("agentbox serving", "addr", ln.Addr().String(), "version", version.Version, "backend", b.Name(),
-		"data_dir", dataDir, "pool_size", cfg.PoolSize, "auto_cleanup", cfg.AutoCleanup)
+		"data_dir", dataDir, "pool_size", cfg.PoolSize, "auto_cleanup", cfg.AutoCleanup,
+		"max_connections", maxConns, "max_connections_per_ip", maxConnsPerIP, "open_files_limit", nofile)
 
 	// /healthz answers at once; /readyz waits for recovery of old sandboxes.
 	if err := m.Start(ctx); err != nil {

@@ -25,8 +25,14 @@ type codeExecBody struct {
 // come. Failures before the stream are JSON errors; a client that goes
 // away interrupts the execution.
 func (s *Server) execCode(w http.ResponseWriter, r *http.Request) error {
+	// The code is held twice: the body, and the string decoded from it.
+	release, err := s.admit(r, maxCodeBody, 2)
+	if err != nil {
+		return err
+	}
+	defer release()
 	var body codeExecBody
-	if err := decodeJSON(w, r, maxCodeBody, &body, false); err != nil {
+	if err := decodeLargeJSON(w, r, maxCodeBody, &body); err != nil {
 		return err
 	}
 	if body.Code == nil {

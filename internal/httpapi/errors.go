@@ -59,6 +59,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		body.Field = fe.Field
 	}
 	status := statusOf(class)
+	setRetryAfter(w, err)
 	if status == http.StatusInternalServerError {
 		logger(r).Error("request failed", "err", err)
 		body.Message = "internal error (request " + body.RequestID + ")"

@@ -18,10 +18,12 @@ type execBody struct {
 	Env     map[string]string `json:"env"`
 	Cwd     string            `json:"cwd"`
 	Timeout float64           `json:"timeout"`
-	Stdin   *string           `json:"stdin"`
+	Stdin   inlineBytes       `json:"stdin"`
 	User    string            `json:"user"`
 }
 
+// execResultOut is the answer of a buffered exec, as writeExecResult
+// streams it.
 type execResultOut struct {
 	ExitCode     int     `json:"exit_code"`
 	Stdout       string  `json:"stdout"`
@@ -49,8 +51,13 @@ type execEventOut struct {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
+	release, err := s.admit(r, maxExecBody, 1)
+	if err != nil {
+		return err
+	}
+	defer release()
 	var body execBody
-	if err := decodeJSON(w, r, maxExecBody, &body, false); err != nil {
+	if err := decodeLargeJSON(w, r, maxExecBody, &body); err != nil {
 		return err
 	}
 	if len(body.Cmd) == 0 {
@@ -62,7 +69,8 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	}
 	req := manager.ExecRequest{Cmd: body.Cmd, Env: body.Env, Cwd: body.Cwd, Timeout: timeout, User: body.User}
 	if body.Stdin != nil {
-		req.Stdin = []byte(*body.Stdin)
+		// Shares the body's array: the one copy of stdin in the daemon.
+		req.Stdin = body.Stdin
 	}
 	if wantsNDJSON(r) {
 		return s.execStream(w, r, req)
@@ -71,13 +79,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, execResultOut{
-		ExitCode: res.ExitCode, Stdout: strings.ToValidUTF8(string(res.Stdout), "\uFFFD"),
-		Stderr: strings.ToValidUTF8(string(res.Stderr), "\uFFFD"), Status: res.Status,
-		TimedOut: res.TimedOut, OOMKilled: res.OOMKilled, PidsLimitHit: res.PidsLimitHit,
-		Truncated: res.Truncated, DurationMS: ms(res.Duration),
-	})
-	return nil
+	return writeExecResult(w, res)
 }
 
 // wantsNDJSON reports whether the client asked for the streamed form.

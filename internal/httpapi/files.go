@@ -76,6 +76,11 @@ func (s *Server) fileTarget(r *http.Request) (string, *agentclient.Client, error
 func fileUser(r *http.Request) string { return r.URL.Query().Get("user") }
 
 func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
+	release, err := s.admit(r, 0, 0)
+	if err != nil {
+		return err
+	}
+	defer release()
 	path, c, err := s.fileTarget(r)
 	if err != nil {
 		return err
@@ -100,6 +105,12 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// Streamed to the agent: charged as a request, not by its size.
+	release, err := s.admit(r, 0, 0)
+	if err != nil {
+		return err
+	}
+	defer release()
 	limit := s.cfg.MaxUploadBytes
 	if r.ContentLength > limit {
 		return sandbox.Errorf(sandbox.ClassTooLarge, "upload of %d bytes is over the limit of %d bytes", r.ContentLength, limit)

@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"time"
@@ -42,6 +41,9 @@ type ExecResult struct {
 
 // maxExecStdin bounds stdin carried in a request body.
 const maxExecStdin = 64 << 20
+
+// stdinChunk is the most stdin sent to the agent in one message.
+const stdinChunk = 1 << 20
 
 // Exec runs req in one of owner's sandboxes, calling emit for each event in
 // order. If ctx ends (the client went away) the process group is killed. An
@@ -94,10 +96,13 @@ func (m *Manager) Exec(ctx context.Context, owner string, id sandbox.ID, req Exe
 	}
 	if req.Stdin != nil {
 		go func() {
-			if len(req.Stdin) > 0 {
-				if err := p.SendStdin(ctx, req.Stdin); err != nil {
+			// In pieces: one message would be marshalled (copied) whole.
+			for in := req.Stdin; len(in) > 0; {
+				n := min(len(in), stdinChunk)
+				if err := p.SendStdin(ctx, in[:n]); err != nil {
 					return
 				}
+				in = in[n:]
 			}
 			_ = p.CloseStdin(ctx)
 		}()
@@ -156,40 +161,58 @@ type BufferedExec struct {
 }
 
 // ExecBuffered runs req and collects its output, each stream capped at the
-// configured maximum (truncation is reported, not an error).
+// configured maximum (truncation is reported, not an error). The output
+// buffers are charged to owner's share of the request memory first.
 func (m *Manager) ExecBuffered(ctx context.Context, owner string, id sandbox.ID, req ExecRequest) (*BufferedExec, error) {
-	var out, errb cappedBuffer
-	out.max, errb.max = m.cfg.MaxExecOutput, m.cfg.MaxExecOutput
+	release, err := m.Reserve(owner, 2*m.cfg.MaxExecOutput)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	out, errb := cappedBuffer{max: int(m.cfg.MaxExecOutput)}, cappedBuffer{max: int(m.cfg.MaxExecOutput)}
 	res, err := m.Exec(ctx, owner, id, req, func(ev ExecEvent) error {
 		switch ev.Type {
 		case "stdout":
-			out.Write(ev.Data)
+			out.write(ev.Data)
 		case "stderr":
-			errb.Write(ev.Data)
+			errb.write(ev.Data)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &BufferedExec{ExecResult: res, Stdout: out.Bytes(), Stderr: errb.Bytes(),
+	return &BufferedExec{ExecResult: res, Stdout: out.buf, Stderr: errb.buf,
 		Truncated: out.truncated || errb.truncated}, nil
 }
 
+// smallOutput is how far a buffered stream grows by doubling; past it the
+// buffer goes straight to the cap. Output is usually small, and a large one
+// then costs the cap plus this much, instead of the 1.5 to 3 times of
+// growing by doubling (old and new arrays alive together, capacity past
+// the cap).
+const smallOutput = 1 << 20
+
+// cappedBuffer keeps the first max bytes written to it.
 type cappedBuffer struct {
-	bytes.Buffer
-	max       int64
+	buf       []byte
+	max       int
 	truncated bool
 }
 
-func (c *cappedBuffer) Write(p []byte) (int, error) {
-	room := c.max - int64(c.Len())
-	if int64(len(p)) > room {
+func (c *cappedBuffer) write(p []byte) {
+	if room := c.max - len(c.buf); len(p) > room {
 		c.truncated = true
-		if room > 0 {
-			c.Buffer.Write(p[:room])
-		}
-		return len(p), nil
+		p = p[:max(room, 0)]
 	}
-	return c.Buffer.Write(p)
+	if len(c.buf)+len(p) > cap(c.buf) {
+		want := max(2*cap(c.buf), len(c.buf)+len(p), 4<<10)
+		if want > smallOutput {
+			want = c.max
+		}
+		grown := make([]byte, len(c.buf), min(want, c.max))
+		copy(grown, c.buf)
+		c.buf = grown
+	}
+	c.buf = append(c.buf, p...)
 }

@@ -58,6 +58,12 @@ type Config struct {
 	MaxExecOutput int64
 	// DefaultExecTimeout applies when an exec request has none.
 	DefaultExecTimeout time.Duration
+	// MaxRequestsPerUser caps the heavy requests (exec, code, file
+	// transfers) one user has in flight; 0 = no cap.
+	MaxRequestsPerUser int
+	// RequestMemory is the memory all heavy requests may reserve for their
+	// buffers together (one user at most half of it); 0 = no limit.
+	RequestMemory int64
 
 	Logger  *slog.Logger
 	Metrics *Metrics
@@ -76,6 +82,7 @@ type Manager struct {
 	pools   map[string]*pool.Pool // by template
 
 	sessionLocks keyedMutex
+	admission    *admission
 	ready        atomic.Bool
 	stopLoops    context.CancelFunc
 	loopsDone    chan struct{}
@@ -124,6 +131,7 @@ func New(cfg Config, b backend.Backend, s store.Store) *Manager {
 	return &Manager{
 		cfg: cfg, backend: b, store: s, log: cfg.Logger.With("component", "manager"), metrics: cfg.Metrics,
 		entries: map[sandbox.ID]*entry{}, pools: map[string]*pool.Pool{},
+		admission: newAdmission(cfg.MaxRequestsPerUser, cfg.RequestMemory),
 	}
 }
 

@@ -94,6 +94,7 @@ func (c *Client) unary(ctx context.Context, procedure, user string, req, resp pr
 type frameStream struct {
 	body io.ReadCloser
 	br   *bufio.Reader
+	buf  []byte // reused for messages of up to keptFrame bytes
 	done bool
 }
 
@@ -132,7 +133,7 @@ func (s *frameStream) recv(msg proto.Message) error {
 		s.done = true
 		return fmt.Errorf("stream message of %d bytes exceeds %d", n, maxFrame)
 	}
-	buf := make([]byte, n)
+	buf := s.frame(int(n))
 	if _, err := io.ReadFull(s.br, buf); err != nil {
 		s.done = true
 		return fmt.Errorf("read stream: %w", err)
@@ -161,6 +162,23 @@ func (s *frameStream) recv(msg proto.Message) error {
 		return fmt.Errorf("unmarshal stream message: %w", err)
 	}
 	return nil
+}
+
+// keptFrame is the largest frame buffer a stream keeps for the next
+// message (output events are at most 32 KiB).
+const keptFrame = 64 << 10
+
+// frame returns a buffer for a message of n bytes. Decoding copies every
+// field out of it, so one buffer serves the whole stream: a large exec
+// then makes one copy of its output, not two.
+func (s *frameStream) frame(n int) []byte {
+	if n > keptFrame {
+		return make([]byte, n)
+	}
+	if cap(s.buf) < n {
+		s.buf = make([]byte, keptFrame)
+	}
+	return s.buf[:n]
 }
 
 // close ends the stream. A stream read to its end leaves the connection

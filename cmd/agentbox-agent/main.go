@@ -69,10 +69,20 @@ func run() error {
 	token := os.Getenv("AGENTBOX_ACCESS_TOKEN")
 	scrubEnv()
 
-	// Handle termination before anything is started, so that children are
-	// always cleaned up (as PID 1, unhandled signals would be ignored).
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	// Before anything is started: no signal from a sandbox process may end
+	// the agent. As PID 1 the host stops the sandbox with SIGKILL, so no
+	// signal means "terminate"; run by hand (not PID 1) SIGTERM and SIGINT
+	// shut down gracefully, cleaning up the children.
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	if os.Getpid() == 1 {
+		agent.IgnoreStraySignals(log)
+	} else {
+		agent.IgnoreStraySignals(log, syscall.SIGTERM, syscall.SIGINT)
+		var stopSignal context.CancelFunc
+		ctx, stopSignal = signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+		defer stopSignal()
+	}
 
 	srv := agent.NewServer(agent.Config{
 		Workdir:     *workdir,

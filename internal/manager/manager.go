@@ -128,11 +128,15 @@ func New(cfg Config, b backend.Backend, s store.Store) *Manager {
 	if cfg.Templates == nil {
 		cfg.Templates = map[string]string{"base": "host"}
 	}
-	return &Manager{
+	m := &Manager{
 		cfg: cfg, backend: b, store: s, log: cfg.Logger.With("component", "manager"), metrics: cfg.Metrics,
 		entries: map[sandbox.ID]*entry{}, pools: map[string]*pool.Pool{},
 		admission: newAdmission(cfg.MaxRequestsPerUser, cfg.RequestMemory),
 	}
+	if w, ok := b.(backend.ExitWatcher); ok {
+		w.OnAgentExit(m.agentExited)
+	}
+	return m
 }
 
 // Ready reports whether Start has finished recovering sandboxes.

@@ -32,6 +32,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == agent.ShimArg {
+		// A supervisor of one process: see agent.ShimArg.
+		os.Exit(agent.RunShim(os.Args[2:]))
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "agentbox-agent:", err)
 		os.Exit(1)
@@ -84,7 +88,12 @@ func run() error {
 		defer stopSignal()
 	}
 
+	shim, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the agent's executable (the exec shim): %w", err)
+	}
 	srv := agent.NewServer(agent.Config{
+		Shim:        shim,
 		Workdir:     *workdir,
 		AccessToken: token,
 		Env:         os.Environ(),

@@ -38,6 +38,12 @@ type Config struct {
 	// /etc/passwd and /etc/group.
 	PasswdFile string
 	GroupFile  string
+	// Shim is the agent's own executable, re-executed (with ShimArg) as
+	// the supervisor of every process the process API starts, so that a
+	// timeout or a kill ends the process's whole tree (see ShimArg).
+	// Empty starts processes directly: then only their process group is
+	// signalled.
+	Shim string
 }
 
 // Server is the agent's HTTP server: the envd services plus REST routes.

@@ -77,3 +77,36 @@ func TestSecurityAgentDeathIsReported(t *testing.T) {
 		t.Fatalf("exec after restart: %d %s", status, data)
 	}
 }
+
+// TestSecurityExecTimeoutEndsDetachedProcesses runs, through the API, a
+// command that detaches sleeps (setsid, double fork) and outlives its 1s
+// timeout: after the timeout none of them may remain in the sandbox.
+func TestSecurityExecTimeoutEndsDetachedProcesses(t *testing.T) {
+	d := startDaemon(t, "BEARER_TOKEN=k", "AUTO_CLEANUP=true")
+	const key = "k"
+	id := createRaw(t, d, key, map[string]any{"template": "host"})
+	script := `setsid sh -c 'sleep 999.25' &
+( (sleep 999.25 &) & )
+( setsid sh -c 'sleep 999.25 &' & )
+sleep 0.3; echo started; sleep 100`
+	status, data := d.call(t, "POST", "/v1/sandboxes/"+id+"/exec", key,
+		map[string]any{"cmd": []string{"sh", "-c", script}, "timeout": 1})
+	m := mustJSON(t, data)
+	if status != http.StatusOK || m["timed_out"] != true || m["stdout"] != "started\n" {
+		t.Fatalf("exec: %d %s", status, data)
+	}
+	// Count the survivors from inside the sandbox (bounded wait).
+	count := `n=0; for f in /proc/[0-9]*/cmdline; do [ "$(tr '\0' ' ' < $f 2>/dev/null)" = "sleep 999.25 " ] && n=$((n+1)); done; echo $n`
+	var left string
+	for i := 0; i < 50; i++ {
+		status, data = d.call(t, "POST", "/v1/sandboxes/"+id+"/exec", key, map[string]any{"cmd": []string{"sh", "-c", count}})
+		if status != http.StatusOK {
+			t.Fatalf("count: %d %s", status, data)
+		}
+		if left, _ = mustJSON(t, data)["stdout"].(string); left == "0\n" {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("detached processes of the timed-out exec still run: %q", left)
+}

@@ -41,7 +41,7 @@ type process struct {
 
 	outputs []output
 	pty     *os.File // PTY master, nil without a PTY
-	shim    *os.File // control pipe of the process's shim, nil without one
+	shim    *shim    // the process's supervisor, nil without one
 
 	writeMu sync.Mutex // orders input writes
 	stdin   atomic.Pointer[os.File]
@@ -129,10 +129,6 @@ func (p *process) supervise(exit <-chan unix.WaitStatus, forget func()) {
 	if f := p.stdin.Swap(nil); f != nil {
 		f.Close()
 	}
-	if p.shim != nil {
-		// The shim has exited; what the process left running stays.
-		p.shim.Close()
-	}
 
 	end := endEvent(ws, p.timedOut.Load() && ws.Signaled(), p.timeout)
 	p.log.Debug("process ended", "status", end.GetStatus(), "exit_code", end.GetExitCode())
@@ -199,10 +195,12 @@ func endEvent(ws unix.WaitStatus, timedOut bool, timeout time.Duration) *pb.Proc
 // (setsid) or its parent (double fork), through the shim.
 func (p *process) signal(sig unix.Signal) error {
 	if sig == unix.SIGKILL && p.shim != nil && !p.exited.Load() {
-		// The shim outlives the command only while it kills the tree.
-		if _, err := p.shim.Write([]byte{shimKill}); err != nil {
-			p.log.Debug("ask the shim to kill the tree", "err", err)
+		// The shim kills the group and everything that left it.
+		err := p.shim.kill()
+		if err == nil {
+			return nil
 		}
+		p.log.Warn("exec shim did not take the kill; killing the process group", "err", err)
 	}
 	err := unix.Kill(-p.pid, sig)
 	if errors.Is(err, unix.ESRCH) {

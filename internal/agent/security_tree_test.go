@@ -111,6 +111,9 @@ func TestSecurityKillEndsWholeTree(t *testing.T) {
 		}
 		out = append(out, ev.Data...)
 	}
+	for i := 0; len(sleepers(tag)) < 4 && i < 250; i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if n := len(sleepers(tag)); n != 4 {
 		t.Fatalf("%d detached sleeps running, want 4", n)
 	}
@@ -134,6 +137,10 @@ func TestSecurityBackgroundProcessesOutliveTheirCommand(t *testing.T) {
 	res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", script}, Timeout: 30 * time.Second}, nil, nil, nil)
 	if err != nil || !res.Exited || res.ExitCode != 0 {
 		t.Fatalf("command: %+v %v", res, err)
+	}
+	// A forked sleep may not have reached exec yet: wait for it (bounded).
+	for i := 0; len(sleepers(tag)) < 3 && i < 250; i++ {
+		time.Sleep(20 * time.Millisecond)
 	}
 	if n := len(sleepers(tag)); n != 3 {
 		t.Fatalf("%d background sleeps survived their command, want 3", n)

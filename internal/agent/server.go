@@ -54,6 +54,7 @@ type Server struct {
 	accounts     *accounts
 	self         *User
 	reaper       *Reaper
+	shims        *shimPool // nil without Config.Shim
 	procs        *procTable
 	pollWatchers *pollWatchers
 	// envMu guards defaultEnv, which POST /init can extend at any time.
@@ -89,6 +90,9 @@ func NewServer(cfg Config) *Server {
 		mux:          http.NewServeMux(),
 	}
 	s.self = currentUser(s.accounts)
+	if cfg.Shim != "" {
+		s.shims = newShimPool(s, cfg.Shim)
+	}
 	// Messages are small (input chunks, paths); file content goes through
 	// /files. The cap keeps a bogus length prefix from allocating wildly.
 	limit := connect.WithReadMaxBytes(maxRPCMessage)
@@ -140,6 +144,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // polling watchers.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.pollWatchers.closeAll()
+	if s.shims != nil {
+		s.shims.close()
+	}
 	procs := s.procs.list()
 	for _, p := range procs {
 		_ = p.signal(sigTERM)

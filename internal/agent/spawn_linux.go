@@ -33,13 +33,15 @@ type childIO struct {
 	stderr *os.File // read end; nil with a PTY
 	stdin  *os.File // write end; nil unless a stdin pipe was asked for
 	pty    *os.File // PTY master; nil without a PTY
-	// shim is the write end of the shim's control pipe (see ShimArg);
-	// nil when the process runs without a shim.
-	shim *os.File
+	// shim supervises the process (see ShimArg); nil without one.
+	shim *shim
 }
 
 func (c *childIO) closeAll() {
-	for _, f := range []*os.File{c.stdout, c.stderr, c.stdin, c.pty, c.shim} {
+	if c.shim != nil {
+		c.shim.close()
+	}
+	for _, f := range []*os.File{c.stdout, c.stderr, c.stdin, c.pty} {
 		if f != nil {
 			f.Close()
 		}
@@ -113,7 +115,7 @@ func (s *Server) spawn(req spawnRequest) (int, <-chan unix.WaitStatus, *childIO,
 	attr := &syscall.ProcAttr{Dir: req.dir, Env: req.env, Files: fds, Sys: sys}
 	argv := append([]string{req.cmd}, req.args...)
 
-	if s.cfg.Shim != "" {
+	if s.shims != nil {
 		pid, exit, err := s.spawnShimmed(path, argv, attr, req.pty, parent)
 		if err != nil {
 			parent.closeAll()

@@ -69,8 +69,11 @@ const (
 	// shimKillRounds bounds the kill loop against a tree that keeps
 	// forking; the pids limit bounds how much each round finds.
 	shimKillRounds = 10000
-	// shimPoolSize is how many idle shims wait for a process to start.
+	// shimPoolSize is how many idle shims are kept when commands end;
+	// shimPoolWarm how many are started ahead of need (one: an idle
+	// sandbox pays about 1 MiB and 4-5 tasks of its pids limit for it).
 	shimPoolSize = 2
+	shimPoolWarm = 1
 	// shimTimeout bounds waiting for a shim to answer a request.
 	shimTimeout = 10 * time.Second
 	// shimMaxRequest bounds a request (argv and environment).
@@ -460,12 +463,12 @@ func (p *shimPool) poke() {
 	}
 }
 
-// refiller starts shims in the background until shimPoolSize are idle.
+// refiller starts shims in the background until shimPoolWarm are idle.
 func (p *shimPool) refiller() {
 	for range p.refill {
 		for {
 			p.mu.Lock()
-			done := p.closed || len(p.idle) >= shimPoolSize
+			done := p.closed || len(p.idle) >= shimPoolWarm
 			p.mu.Unlock()
 			if done {
 				break

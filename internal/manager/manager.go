@@ -84,6 +84,7 @@ type Manager struct {
 	sessionLocks keyedMutex
 	admission    *admission
 	ready        atomic.Bool
+	down         atomic.Bool // Shutdown was called: backend events are ignored
 	stopLoops    context.CancelFunc
 	loopsDone    chan struct{}
 }
@@ -169,6 +170,7 @@ func (m *Manager) Start(ctx context.Context) error {
 // daemon reattaches to them.
 func (m *Manager) Shutdown(ctx context.Context, destroyAll bool) error {
 	m.ready.Store(false)
+	m.down.Store(true)
 	if m.stopLoops != nil {
 		m.stopLoops()
 		<-m.loopsDone

@@ -45,6 +45,9 @@ func (m *Manager) StartSandbox(ctx context.Context, owner string, id sandbox.ID)
 // stopped (Start boots it again) and its log says why. A pooled sandbox is
 // useless and is destroyed; the pool makes a new one.
 func (m *Manager) agentExited(id sandbox.ID, reason string) {
+	if m.down.Load() {
+		return // a restarted daemon reconciles it (see recover)
+	}
 	m.mu.Lock()
 	e, ok := m.entries[id]
 	if !ok || e.creating || e.destroying || e.rec.State == sandbox.StateStopped {

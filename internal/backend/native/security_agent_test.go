@@ -12,10 +12,11 @@ import (
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
-// agentSignals are the signals a sandbox process can send to
-// PID 1. Each one used to end the agent (Go exits on HUP, INT and TERM and
+// agentSignals are the signals a sandbox process can send to PID 1. The
+// catchable ones used to end the agent (Go exits on HUP, INT and TERM and
 // dumps and exits on QUIT, ABRT, TRAP, SYS...), leaving a sandbox that
-// answers nothing while the daemon still reports it running.
+// answers nothing while the daemon still reported it running; STOP, TSTP,
+// TTIN, TTOU, CONT and KILL must stay without effect from inside.
 const agentSignals = "HUP INT QUIT ILL TRAP ABRT BUS FPE USR1 SEGV USR2 PIPE ALRM TERM STKFLT XCPU XFSZ VTALRM PROF WINCH SYS STOP TSTP TTIN TTOU CONT KILL"
 
 // TestSecurityAgentSurvivesSignalsFromSandbox sends every catchable signal

@@ -33,6 +33,12 @@ const sendTimeout = 10 * time.Second
 func (k *kernel) run(c cell, s *sink) cellOutcome {
 	k.seq++
 	seq := k.seq
+	// A fresh nonce per execution: a process that managed to read one
+	// marker off the pipe (see marker.go) learns nothing about the next.
+	k.nonce = randomHex(12)
+	for _, o := range k.readers {
+		o.setNonce(k.nonce)
+	}
 	k.sink.Store(s)
 	defer func() {
 		s.close()

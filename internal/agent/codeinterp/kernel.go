@@ -52,7 +52,7 @@ type kernel struct {
 	lang  *language
 	proc  Proc
 	pipes *Pipes
-	nonce string
+	nonce string // of the current execution's markers (see marker.go)
 	log   *slog.Logger
 
 	readers [2]*outReader

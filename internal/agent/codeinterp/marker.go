@@ -9,9 +9,9 @@ import (
 //
 //	RS <nonce> ':' <seq> RS
 //
-// where RS is 0x1e and nonce is random per interpreter process. Once the
-// agent has seen it on a stream, it has seen all of that stream's output
-// of the execution.
+// where RS is 0x1e and nonce is random per execution. Once the agent has
+// seen it on a stream, it has seen all of that stream's output of the
+// execution.
 //
 // Only the agent knows the nonce and only the agent writes markers. Every
 // process of the sandbox can write to the interpreter's stdout and stderr
@@ -26,7 +26,10 @@ import (
 // fd 4, which it does after flushing its output: the pipe keeps the order.
 // The nonce lives only in the agent's memory (a non-dumpable process the
 // sandbox cannot read), never in the interpreter's argv, environment,
-// files or memory.
+// files or memory. A process of the same user can still open the pipe
+// itself through /proc/<interpreter>/fd/1 and read (steal) output,
+// markers included, so every execution gets a fresh nonce: a marker read
+// off the pipe is worthless for the next execution.
 //
 // What the interpreter reports (results, errors, done) travels on fd 4,
 // which the drivers make close-on-exec and bash closes for user commands:

@@ -17,6 +17,7 @@ type outReader struct {
 	k      *kernel
 	stream int
 	r      io.Reader
+	scanMu sync.Mutex // guards scan, whose nonce changes per execution
 	scan   *markerScanner
 
 	mu   sync.Mutex
@@ -42,12 +43,25 @@ func (o *outReader) run() {
 			o.mu.Lock()
 			o.last = time.Now()
 			o.mu.Unlock()
+			o.scanMu.Lock()
 			o.scan.feed(buf[:n], o.data, o.mark)
+			o.scanMu.Unlock()
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// setNonce makes the reader look for markers with nonce from now on.
+// Bytes held back as a possible old marker are plain output after all.
+func (o *outReader) setNonce(nonce string) {
+	o.scanMu.Lock()
+	defer o.scanMu.Unlock()
+	if len(o.scan.pending) > 0 {
+		o.data(o.scan.pending)
+	}
+	o.scan = newMarkerScanner(nonce)
 }
 
 func (o *outReader) data(p []byte) {

@@ -88,9 +88,13 @@ func run() error {
 		defer stopSignal()
 	}
 
-	shim, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find the agent's executable (the exec shim): %w", err)
+	// The exec shim is this very binary, also when it was replaced or
+	// removed on the host meanwhile.
+	shim := "/proc/self/exe"
+	if _, err := os.Stat(shim); err != nil {
+		if shim, err = os.Executable(); err != nil {
+			return fmt.Errorf("find the agent's executable (the exec shim): %w", err)
+		}
 	}
 	srv := agent.NewServer(agent.Config{
 		Shim:        shim,

@@ -551,7 +551,7 @@ func (p *shimPool) start() (*shim, error) {
 	attr := &syscall.ProcAttr{Dir: "/", Env: []string{"GOMAXPROCS=1"},
 		Files: []uintptr{null.Fd(), null.Fd(), null.Fd(), child.Fd()}}
 	pid, exit, err := p.s.reaper.Spawn(func() (int, error) {
-		return syscall.ForkExec(p.path, []string{p.path, ShimArg}, attr)
+		return syscall.ForkExec(p.path, []string{"agentbox-agent", ShimArg}, attr)
 	})
 	if err != nil {
 		unix.Close(fds[0])

@@ -151,3 +151,23 @@ func TestSecurityBackgroundProcessesOutliveTheirCommand(t *testing.T) {
 	}
 	waitNoSleepers(t, tag)
 }
+
+// TestSecurityKilledShimEndsItsCommand: a command that kills its own
+// supervisor (the shim is its parent) to escape a later kill is ended
+// with it, not left unsupervised.
+func TestSecurityKilledShimEndsItsCommand(t *testing.T) {
+	requireRoot(t)
+	_, c := startAgent(t, agenttest.Options{PIDNamespace: true})
+	tag := uniqueSleep()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	script := fmt.Sprintf("sleep %s & kill -9 $PPID; wait", tag)
+	res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", script}}, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Exited {
+		t.Fatalf("the command survived its shim: %+v", res)
+	}
+	waitNoSleepers(t, tag)
+}

@@ -68,7 +68,7 @@ func TestSecurityAgentDeathIsReported(t *testing.T) {
 		t.Errorf("exec in a sandbox whose agent died: %d %s, want 409", status, data)
 	}
 	// It can be started again, like any stopped sandbox.
-	status, data = d.call(t, "POST", "/v1/sandboxes/"+id+"/start", key, nil)
+	status, data = d.call(t, "POST", "/v1/sandboxes/"+id+"/start", key, map[string]any{})
 	if status != http.StatusOK {
 		t.Fatalf("start after agent death: %d %s", status, data)
 	}

@@ -34,25 +34,28 @@ import (
 // Cgroups would do the same, but the agent has no cgroup of its own to
 // manage on every backend (and cgroup v1 hosts make nesting awkward); the
 // shim works wherever the agent does. Starting the agent binary costs
-// about 2 ms, so shims are started ahead of need (shimPool) and a started
-// process costs one fork and exec as before, plus a few messages. While
-// the command runs its shim is a small Go process (about 1 MiB of its own
-// memory and 4-5 tasks against the pids limit).
+// about 2 ms, so one shim is started ahead of need and shims are reused
+// (shimPool): a process costs one fork and exec as before, plus a few
+// messages. A shim is a small Go process (about 1 MiB of its own memory
+// and 4-5 tasks against the pids limit).
 //
 // Semantics are unchanged otherwise: the command is its own process group
 // (or session with a PTY), reported with its own pid; when it exits on its
-// own, the shim reports its status and exits too, so whatever it left in
-// the background is re-parented to the agent and keeps running (E2B's
-// background processes). Only a timeout or SIGKILL through the API ends
-// the whole tree.
+// own, the shim reports its status, and if the command left processes
+// behind it exits, so they are re-parented to the agent and keep running
+// (E2B's background processes); otherwise it waits for the next command.
+// Only a timeout or SIGKILL through the API ends the whole tree.
 //
-// Protocol, on a unix stream socket that is the shim's fd 3:
+// Protocol, on a unix stream socket that is the shim's fd 3, per command:
 //
 //	agent -> shim: uint32 length with the command's stdin, stdout and
 //	               stderr attached (SCM_RIGHTS), then shimRequest (JSON)
-//	shim -> agent: int32 pid, int32 errno (pid 0: the exec failed)
+//	shim -> agent: int32 pid, int32 errno (pid 0: the exec failed; the
+//	               shim then waits for the next request)
 //	agent -> shim: 'K' kills the tree; EOF (the agent is gone) does too
-//	shim -> agent: uint32 wait status when the command ends
+//	shim -> agent: uint32 wait status, byte 1 if the shim can take another
+//	               command (nothing was left behind)
+//	agent -> shim: 'D' when it takes the shim back; EOF ends it
 //
 // The shim runs as the agent's user and starts the command with the
 // request's credentials, exactly as the agent did. A sandbox process

@@ -87,8 +87,9 @@ const referenceTail = `
 
 ` + "`" + `POST /v1/sandboxes/{id}/exec` + "`" + ` with ` + "`" + `{"cmd": ["prog", "arg"], "env"?, "cwd"?, "timeout"?, "stdin"?, "user"?}` + "`" + `.
 ` + "`" + `cmd` + "`" + ` is not run through a shell; use ` + "`" + `["sh","-c","..."]` + "`" + ` for one. The default timeout is
-60 s (never longer than the sandbox's remaining life); when it passes the whole process group
-is killed and the result says ` + "`" + `"timed_out": true` + "`" + `.
+60 s (never longer than the sandbox's remaining life); when it passes the command and every
+process it started are killed (also those that detached with setsid or a double fork) and the
+result says ` + "`" + `"timed_out": true` + "`" + `.
 
 - ` + "`" + `Accept: application/json` + "`" + ` (default): one result
   ` + "`" + `{"exit_code", "stdout", "stderr", "status", "timed_out", "oom_killed", "pids_limit_hit", "truncated", "duration_ms"}` + "`" + `.

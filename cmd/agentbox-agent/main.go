@@ -32,6 +32,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == agent.ShimArg {
+		// A supervisor of one process: see agent.ShimArg.
+		os.Exit(agent.RunShim(os.Args[2:]))
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "agentbox-agent:", err)
 		os.Exit(1)
@@ -69,12 +73,31 @@ func run() error {
 	token := os.Getenv("AGENTBOX_ACCESS_TOKEN")
 	scrubEnv()
 
-	// Handle termination before anything is started, so that children are
-	// always cleaned up (as PID 1, unhandled signals would be ignored).
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	// Before anything is started: no signal from a sandbox process may end
+	// the agent. As PID 1 the host stops the sandbox with SIGKILL, so no
+	// signal means "terminate"; run by hand (not PID 1) SIGTERM and SIGINT
+	// shut down gracefully, cleaning up the children.
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	if os.Getpid() == 1 {
+		agent.IgnoreStraySignals(log)
+	} else {
+		agent.IgnoreStraySignals(log, syscall.SIGTERM, syscall.SIGINT)
+		var stopSignal context.CancelFunc
+		ctx, stopSignal = signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+		defer stopSignal()
+	}
 
+	// The exec shim is this very binary, also when it was replaced or
+	// removed on the host meanwhile.
+	shim := "/proc/self/exe"
+	if _, err := os.Stat(shim); err != nil {
+		if shim, err = os.Executable(); err != nil {
+			return fmt.Errorf("find the agent's executable (the exec shim): %w", err)
+		}
+	}
 	srv := agent.NewServer(agent.Config{
+		Shim:        shim,
 		Workdir:     *workdir,
 		AccessToken: token,
 		Env:         os.Environ(),

@@ -177,6 +177,11 @@ func (h *codeHost) Spawn(spec codeinterp.SpawnSpec) (codeinterp.Proc, *codeinter
 	if err != nil {
 		return fail(startError(spec.Path, err))
 	}
+	// Keep write ends of the output pipes: the agent appends the
+	// end-of-execution markers itself, so the interpreter (and so the
+	// sandbox) never learns their nonce (see codeinterp's marker.go).
+	parent.StdoutMark, parent.StderrMark = child[1], child[2]
+	child[1], child[2] = nil, nil
 	// Like every process the agent starts: the OOM killer takes the
 	// interpreter, not the agent.
 	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(childOOMScoreAdj), 0)

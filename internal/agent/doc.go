@@ -13,7 +13,9 @@
 //
 // As PID 1 the agent also reaps every zombie in the sandbox: one reaper
 // (see Reaper) owns all waiting for children, so nothing in a program that
-// embeds this package may use exec.Cmd.Wait or os.Process.Wait.
+// embeds this package may use exec.Cmd.Wait or os.Process.Wait. No signal
+// a sandbox process can send ends it (IgnoreStraySignals); the host stops
+// a sandbox with SIGKILL.
 //
 // Semantics worth knowing:
 //
@@ -26,7 +28,10 @@
 //     user's fsuid/fsgid/groups, so the kernel enforces its permissions and
 //     new files belong to it.
 //   - Processes run in their own process group (their own session with a
-//     PTY); signals and the timeout_ms extension hit the whole group. A
+//     PTY), below an exec shim (see ShimArg); signals hit the whole group,
+//     SIGKILL and the timeout_ms extension everything the process started,
+//     also what detached (setsid, double fork). What a process leaves in
+//     the background when it exits on its own keeps running. A
 //     process killed by a signal ends with exitCode -1 (as upstream envd),
 //     status "signal: <name>"; a timed-out one with exited=false, status
 //     "killed", error "timeout after <d>".

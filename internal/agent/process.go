@@ -41,6 +41,7 @@ type process struct {
 
 	outputs []output
 	pty     *os.File // PTY master, nil without a PTY
+	shim    *shim    // the process's supervisor, nil without one
 
 	writeMu sync.Mutex // orders input writes
 	stdin   atomic.Pointer[os.File]
@@ -74,6 +75,7 @@ func newProcess(pid int, cio *childIO, cfg *pb.ProcessConfig, tag *string, timeo
 		pid: pid, tag: tag, config: cfg, timeout: timeout, hub: h,
 		log:  log.With("pid", pid),
 		pty:  cio.pty,
+		shim: cio.shim,
 		done: make(chan struct{}),
 	}
 	if cio.pty != nil {
@@ -188,8 +190,18 @@ func endEvent(ws unix.WaitStatus, timedOut bool, timeout time.Duration) *pb.Proc
 }
 
 // signal sends sig to the process's whole group (the process was made a
-// group leader), so children it started are hit as well.
+// group leader), so children it started are hit as well. SIGKILL (a kill
+// or a timeout) ends the whole tree instead: also what left the group
+// (setsid) or its parent (double fork), through the shim.
 func (p *process) signal(sig unix.Signal) error {
+	if sig == unix.SIGKILL && p.shim != nil && !p.exited.Load() {
+		// The shim kills the group and everything that left it.
+		err := p.shim.kill()
+		if err == nil {
+			return nil
+		}
+		p.log.Warn("exec shim did not take the kill; killing the process group", "err", err)
+	}
 	err := unix.Kill(-p.pid, sig)
 	if errors.Is(err, unix.ESRCH) {
 		return nil // everything in the group is gone already

@@ -38,6 +38,12 @@ type Config struct {
 	// /etc/passwd and /etc/group.
 	PasswdFile string
 	GroupFile  string
+	// Shim is the agent's own executable, re-executed (with ShimArg) as
+	// the supervisor of every process the process API starts, so that a
+	// timeout or a kill ends the process's whole tree (see ShimArg).
+	// Empty starts processes directly: then only their process group is
+	// signalled.
+	Shim string
 }
 
 // Server is the agent's HTTP server: the envd services plus REST routes.
@@ -48,6 +54,7 @@ type Server struct {
 	accounts     *accounts
 	self         *User
 	reaper       *Reaper
+	shims        *shimPool // nil without Config.Shim
 	procs        *procTable
 	pollWatchers *pollWatchers
 	// envMu guards defaultEnv, which POST /init can extend at any time.
@@ -83,6 +90,9 @@ func NewServer(cfg Config) *Server {
 		mux:          http.NewServeMux(),
 	}
 	s.self = currentUser(s.accounts)
+	if cfg.Shim != "" {
+		s.shims = newShimPool(s, cfg.Shim)
+	}
 	// Messages are small (input chunks, paths); file content goes through
 	// /files. The cap keeps a bogus length prefix from allocating wildly.
 	limit := connect.WithReadMaxBytes(maxRPCMessage)
@@ -134,6 +144,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // polling watchers.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.pollWatchers.closeAll()
+	if s.shims != nil {
+		s.shims.close()
+	}
 	procs := s.procs.list()
 	for _, p := range procs {
 		_ = p.signal(sigTERM)

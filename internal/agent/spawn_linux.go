@@ -33,9 +33,14 @@ type childIO struct {
 	stderr *os.File // read end; nil with a PTY
 	stdin  *os.File // write end; nil unless a stdin pipe was asked for
 	pty    *os.File // PTY master; nil without a PTY
+	// shim supervises the process (see ShimArg); nil without one.
+	shim *shim
 }
 
 func (c *childIO) closeAll() {
+	if c.shim != nil {
+		c.shim.close()
+	}
 	for _, f := range []*os.File{c.stdout, c.stderr, c.stdin, c.pty} {
 		if f != nil {
 			f.Close()
@@ -110,6 +115,14 @@ func (s *Server) spawn(req spawnRequest) (int, <-chan unix.WaitStatus, *childIO,
 	attr := &syscall.ProcAttr{Dir: req.dir, Env: req.env, Files: fds, Sys: sys}
 	argv := append([]string{req.cmd}, req.args...)
 
+	if s.shims != nil {
+		pid, exit, err := s.spawnShimmed(path, argv, attr, req.pty, parent)
+		if err != nil {
+			parent.closeAll()
+			return 0, nil, nil, startError(req.cmd, err)
+		}
+		return pid, exit, parent, nil
+	}
 	pid, exit, err := s.reaper.Spawn(func() (int, error) {
 		return syscall.ForkExec(path, argv, attr)
 	})

@@ -117,6 +117,15 @@ type PortDialer interface {
 	DialPort(ctx context.Context, id sandbox.ID, port int) (net.Conn, error)
 }
 
+// ExitWatcher is implemented by backends that notice when a sandbox's
+// agent dies on its own (killed by the OOM killer, crashed): the sandbox
+// is then stopped, and fn is called with its id and why. fn is called on a
+// goroutine of its own, never while the backend holds a lock, so it may
+// call the backend. Register once, before the first Create or Recover.
+type ExitWatcher interface {
+	OnAgentExit(fn func(id sandbox.ID, reason string))
+}
+
 // NetworkUpdater is implemented by backends that can change a running
 // sandbox's egress policy. Changing the network mode itself is a conflict.
 type NetworkUpdater interface {

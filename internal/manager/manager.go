@@ -84,6 +84,7 @@ type Manager struct {
 	sessionLocks keyedMutex
 	admission    *admission
 	ready        atomic.Bool
+	down         atomic.Bool // Shutdown was called: backend events are ignored
 	stopLoops    context.CancelFunc
 	loopsDone    chan struct{}
 }
@@ -128,11 +129,15 @@ func New(cfg Config, b backend.Backend, s store.Store) *Manager {
 	if cfg.Templates == nil {
 		cfg.Templates = map[string]string{"base": "host"}
 	}
-	return &Manager{
+	m := &Manager{
 		cfg: cfg, backend: b, store: s, log: cfg.Logger.With("component", "manager"), metrics: cfg.Metrics,
 		entries: map[sandbox.ID]*entry{}, pools: map[string]*pool.Pool{},
 		admission: newAdmission(cfg.MaxRequestsPerUser, cfg.RequestMemory),
 	}
+	if w, ok := b.(backend.ExitWatcher); ok {
+		w.OnAgentExit(m.agentExited)
+	}
+	return m
 }
 
 // Ready reports whether Start has finished recovering sandboxes.
@@ -165,6 +170,7 @@ func (m *Manager) Start(ctx context.Context) error {
 // daemon reattaches to them.
 func (m *Manager) Shutdown(ctx context.Context, destroyAll bool) error {
 	m.ready.Store(false)
+	m.down.Store(true)
 	if m.stopLoops != nil {
 		m.stopLoops()
 		<-m.loopsDone

@@ -418,3 +418,74 @@ func TestStopStartKeepsFiles(t *testing.T) {
 		t.Fatalf("file after restart: %q", out)
 	}
 }
+
+// TestSecurityAgentExitIsFollowed: when a sandbox's agent dies behind the
+// manager's back (OOM killer, crash), the sandbox is reported stopped with
+// the reason in its log, its dead agent is not used, and it can be started
+// again; a pooled one is replaced.
+func TestSecurityAgentExitIsFollowed(t *testing.T) {
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	rec, err := e.m.Create(ctx, "u", CreateRequest{Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.Crash(rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the sandbox to be reported stopped", func() bool {
+		got, err := e.m.Get(ctx, "u", rec.ID)
+		return err == nil && got.State == sandbox.StateStopped
+	})
+	logs, err := e.m.Logs(ctx, "u", rec.ID, 0)
+	if err != nil || len(logs) == 0 || logs[len(logs)-1].Level != "error" ||
+		!strings.Contains(logs[len(logs)-1].Message, "agent exited") {
+		t.Fatalf("log of the dead agent's sandbox: %+v %v", logs, err)
+	}
+	if _, err := e.m.Agent(ctx, "u", rec.ID); sandbox.ClassOf(err) != sandbox.ClassConflict {
+		t.Fatalf("agent of a stopped sandbox: %v", err)
+	}
+	if stored, err := e.st.Get(ctx, rec.ID); err != nil || stored.State != sandbox.StateStopped {
+		t.Fatalf("stored record: %+v %v", stored, err)
+	}
+	if _, err := e.m.StartSandbox(ctx, "u", rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if out := execOut(t, e.m, "u", rec.ID, "echo", "back"); out != "back\n" {
+		t.Fatalf("exec after restart = %q", out)
+	}
+}
+
+func TestSecurityPooledAgentExitIsReplaced(t *testing.T) {
+	e := newEnv(t, Config{PoolTypes: []string{"base"}, PoolSize: 1})
+	ctx := context.Background()
+	var pooled sandbox.ID
+	waitFor(t, 30*time.Second, "the pool to fill", func() bool {
+		e.m.mu.Lock()
+		defer e.m.mu.Unlock()
+		for id, en := range e.m.entries {
+			if en.rec.Pool != "" && !en.creating {
+				pooled = id
+				return true
+			}
+		}
+		return false
+	})
+	if err := e.b.Crash(pooled); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the dead pooled sandbox to be destroyed", func() bool {
+		_, err := e.b.Inspect(ctx, pooled)
+		return sandbox.IsNotFound(err)
+	})
+	rec, err := e.m.Create(ctx, "u", CreateRequest{Type: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.ID == pooled {
+		t.Fatal("the dead pooled sandbox was handed out")
+	}
+	if out := execOut(t, e.m, "u", rec.ID, "echo", "ok"); out != "ok\n" {
+		t.Fatalf("exec = %q", out)
+	}
+}

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
@@ -39,7 +40,43 @@ func (m *Manager) StartSandbox(ctx context.Context, owner string, id sandbox.ID)
 	return m.setState(ctx, e, sandbox.StateRunning, "started")
 }
 
+// agentExited follows a backend whose sandbox agent died on its own (OOM
+// killer, crash): the backend stopped the sandbox, so its record says
+// stopped (Start boots it again) and its log says why. A pooled sandbox is
+// useless and is destroyed; the pool makes a new one.
+func (m *Manager) agentExited(id sandbox.ID, reason string) {
+	if m.down.Load() {
+		return // a restarted daemon reconciles it (see recover)
+	}
+	m.mu.Lock()
+	e, ok := m.entries[id]
+	if !ok || e.creating || e.destroying || e.rec.State == sandbox.StateStopped {
+		m.mu.Unlock()
+		return
+	}
+	pooled := e.rec.Pool != ""
+	m.mu.Unlock()
+	m.log.Warn("sandbox agent exited", "sandbox", id, "reason", reason)
+	if pooled {
+		m.expire(id, "agent exited")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if info, err := m.backend.Inspect(ctx, id); err == nil && info.State == sandbox.StateRunning {
+		return // started again meanwhile
+	}
+	if _, err := m.setStateLogged(ctx, e, sandbox.StateStopped, "error", "agent exited unexpectedly; the sandbox is stopped",
+		map[string]any{"reason": reason}); err != nil {
+		m.log.Error("record agent exit", "sandbox", id, "err", err)
+	}
+}
+
 func (m *Manager) setState(ctx context.Context, e *entry, st sandbox.State, event string) (*store.Record, error) {
+	return m.setStateLogged(ctx, e, st, "info", event, nil)
+}
+
+func (m *Manager) setStateLogged(ctx context.Context, e *entry, st sandbox.State, level, event string, fields map[string]any) (*store.Record, error) {
 	m.mu.Lock()
 	if e.client != nil {
 		// The agent behind it is gone (stop) or new (start).
@@ -49,7 +86,7 @@ func (m *Manager) setState(ctx context.Context, e *entry, st sandbox.State, even
 	rec := e.rec.Clone()
 	rec.State = st
 	e.rec = rec
-	e.logs.add("info", event, nil)
+	e.logs.add(level, event, fields)
 	m.mu.Unlock()
 	if err := m.store.Put(ctx, rec); err != nil {
 		return nil, err

@@ -28,7 +28,8 @@ type StartOptions struct {
 	// PTY runs the process in a pseudo-terminal of this size; output then
 	// arrives as EventPTY and input goes to the terminal.
 	PTY *PTYSize
-	// Timeout makes the agent kill the whole process group after this long
+	// Timeout makes the agent kill the process and everything it started
+	// (detached or not) after this long
 	// (the exit result then has Exited=false, Status "killed").
 	Timeout time.Duration
 }

@@ -44,6 +44,7 @@ type Agent struct {
 	Cmd      *exec.Cmd
 	Stderr   *SyncBuffer
 	pid      int // the agent's pid as seen from the test
+	pid1     bool
 }
 
 // SyncBuffer is a bytes.Buffer safe for concurrent writes and reads.
@@ -73,7 +74,7 @@ func Start(tb testing.TB, opts Options) *Agent {
 	if err := os.Chmod(dir, 0o777); err != nil {
 		tb.Fatal(err)
 	}
-	a := &Agent{Dir: dir, Socket: filepath.Join(dir, "agent.sock"), Workdir: opts.Workdir, Stderr: &SyncBuffer{}}
+	a := &Agent{Dir: dir, Socket: filepath.Join(dir, "agent.sock"), Workdir: opts.Workdir, Stderr: &SyncBuffer{}, pid1: opts.PIDNamespace}
 	if a.Workdir == "" {
 		a.Workdir = filepath.Join(dir, "workspace")
 		if err := os.Mkdir(a.Workdir, 0o777); err != nil {
@@ -145,12 +146,18 @@ func Start(tb testing.TB, opts Options) *Agent {
 }
 
 // Stop terminates the agent (SIGTERM, then SIGKILL of its whole process
-// group after 5s) and waits for it.
+// group after 5s) and waits for it. As PID 1 the agent ignores every
+// signal but SIGKILL, which is what the backend sends too, and its
+// namespace dies with it.
 func (a *Agent) Stop(tb testing.TB) {
 	if a.Cmd == nil || a.Cmd.ProcessState != nil {
 		return
 	}
-	_ = syscall.Kill(a.pid, syscall.SIGTERM)
+	sig := syscall.SIGTERM
+	if a.pid1 {
+		sig = syscall.SIGKILL
+	}
+	_ = syscall.Kill(a.pid, sig)
 	done := make(chan struct{})
 	go func() { _ = a.Cmd.Wait(); close(done) }()
 	select {

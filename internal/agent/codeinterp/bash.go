@@ -19,8 +19,9 @@ func ValidEnvName(name string) bool { return envNameRE.MatchString(name) }
 // fresh delimiter, is evaluated by the shell itself so that cd, export,
 // functions and variables persist, with stdin from /dev/null (the shell's
 // own stdin carries these scripts) and fd 4 closed (it is the agent's
-// event pipe). Then come the output markers and the done line with $?.
-func bashCell(c cell, seq uint64, nonce string) string {
+// event pipe). Then comes the done line with $? (the agent appends the
+// output markers itself, see marker.go).
+func bashCell(c cell, seq uint64) string {
 	var b strings.Builder
 	delim := "__AGENTBOX_EOF_" + randomHex(8)
 	for strings.Contains(c.code, delim) {
@@ -45,8 +46,7 @@ func bashCell(c cell, seq uint64, nonce string) string {
 		fmt.Fprintf(&b, "if [ -n \"$__agentbox_set%d\" ]; then export %s=\"$__agentbox_old%d\"; else unset %s; fi; unset __agentbox_set%d __agentbox_old%d\n",
 			i, k, i, k, i, i)
 	}
-	mark := fmt.Sprintf(`\036%s:%d\036`, nonce, seq)
-	fmt.Fprintf(&b, "unset __agentbox_code\nprintf '%s'; printf '%s' >&2\n", mark, mark)
+	b.WriteString("unset __agentbox_code\n")
 	fmt.Fprintf(&b, "printf '{\"ev\":\"done\",\"seq\":%d,\"rc\":%%d}\\n' \"$__agentbox_rc\" >&4\n", seq)
 	return b.String()
 }

@@ -33,6 +33,12 @@ const sendTimeout = 10 * time.Second
 func (k *kernel) run(c cell, s *sink) cellOutcome {
 	k.seq++
 	seq := k.seq
+	// A fresh nonce per execution: a process that managed to read one
+	// marker off the pipe (see marker.go) learns nothing about the next.
+	k.nonce = randomHex(12)
+	for _, o := range k.readers {
+		o.setNonce(k.nonce)
+	}
 	k.sink.Store(s)
 	defer func() {
 		s.close()
@@ -57,11 +63,8 @@ func (k *kernel) run(c cell, s *sink) cellOutcome {
 					ev := ErrorEvent("", strconv.Itoa(m.RC), "")
 					out.err = &ev
 				}
-				want := [2]bool{true, true}
-				if len(m.Marks) == 2 {
-					want = [2]bool{m.Marks[0], m.Marks[1]}
-				}
-				k.awaitOutput(seq, want)
+				k.writeMarkers(seq)
+				k.awaitOutput(seq, [2]bool{true, true})
 				return out
 			}
 			started = k.handle(m, seq, started, &out, s)
@@ -122,6 +125,10 @@ drain:
 		case <-time.After(5 * time.Second):
 		}
 	}
+	// Without the agent's own write ends the readers reach EOF as soon as
+	// no process holds the pipes any more.
+	k.pipes.StdoutMark.Close()
+	k.pipes.StderrMark.Close()
 	k.drainAfterExit()
 	out.died = true
 	return out
@@ -140,6 +147,6 @@ func (k *kernel) send(seq uint64, c cell, s *sink) error {
 	default:
 		k.count++
 		s.event(CountEvent(k.count))
-		return writeAll(k.pipes.Stdin, []byte(bashCell(c, seq, k.nonce)), sendTimeout)
+		return writeAll(k.pipes.Stdin, []byte(bashCell(c, seq)), sendTimeout)
 	}
 }

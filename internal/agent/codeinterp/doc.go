@@ -17,11 +17,13 @@
 // The agent and the driver then talk NDJSON: commands on fd 3, events
 // (ready, start, result, error, done) on fd 4. The driver's fds 1 and 2
 // are plain pipes read by the agent, so output of user code, C extensions
-// and subprocesses is streamed as it is written. At the end of an
-// execution the driver writes a marker (ASCII RS, a per-process nonce, the
-// execution's sequence number, RS) to fds 1 and 2 before reporting done;
-// the agent strips markers from the output and waits for them, so all
-// output of an execution precedes its end_of_execution.
+// and subprocesses is streamed as it is written. When the driver reports
+// done (after flushing its output), the agent itself appends a marker
+// (ASCII RS, a nonce, the execution's sequence number, RS) to both pipes
+// through write ends it kept; it strips markers from the output and
+// waits for them, so all output of an execution precedes its
+// end_of_execution. See marker.go for why the interpreter never learns
+// the nonce.
 //
 // The Python driver uses IPython's InteractiveShell when IPython is
 // importable (magics, IPython's display system), otherwise a built-in
@@ -32,7 +34,7 @@
 // Bash contexts are one persistent bash per context reading commands on
 // its stdin; each execution is a here-document evaluated in the shell
 // itself (so cd and export persist) with its stdin from /dev/null,
-// followed by the markers and a done line on fd 4 carrying $?. A non-zero
+// followed by a done line on fd 4 carrying $?. A non-zero
 // status is reported like E2B's bash kernel: an error with an empty name,
 // the status as value and an empty traceback.
 //

@@ -1,9 +1,9 @@
 // agentbox code-interpreter driver for JavaScript (node >= 12).
 //
-// The agent starts `node -e <bootstrap> <nonce>`; the bootstrap reads this
-// file from fd 3 and evaluates it. Same NDJSON protocol as driver.py:
-// commands on fd 3, events on fd 4, the user's output on fds 1 and 2 with
-// an end-of-execution marker written to both before "done".
+// The agent starts `node -e <bootstrap>`; the bootstrap reads this file
+// from fd 3 and evaluates it. Same NDJSON protocol as driver.py: commands
+// on fd 3, events on fd 4, the user's output on fds 1 and 2 (the agent
+// appends its end-of-execution marker to them after "done").
 //
 // Cells run as scripts in the driver's own realm (vm.runInThisContext), so
 // globals, var/let/const and functions persist like in node's REPL. The
@@ -17,7 +17,6 @@
   const util = require('util');
   const vm = require('vm');
 
-  const NONCE = process.argv[process.argv.length - 1] || '';
   const EVT = 4;
   const DRIVER_FILE = '<agentbox-driver>';
   let count = 0;
@@ -130,11 +129,7 @@
     }
     restoreEnv(saved);
     if (error) send(Object.assign({ ev: 'error' }, error));
-    const marker = `\x1e${NONCE}:${seq}\x1e`;
-    const marks = [1, 2].map((fd) => {
-      try { writeAll(fd, marker); return true; } catch (e) { return false; }
-    });
-    send({ ev: 'done', seq, count, marks });
+    send({ ev: 'done', seq, count });
   }
 
   // Commands arrive as lines on fd 3 and run one after another; the event

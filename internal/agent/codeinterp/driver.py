@@ -1,19 +1,19 @@
 # agentbox code-interpreter driver for Python (any python3 >= 3.8).
 #
-# The agent starts `python3 -u -c <bootstrap> <nonce>`; the bootstrap reads
-# this file from fd 3 and runs it. The protocol is NDJSON:
+# The agent starts `python3 -u -c <bootstrap>`; the bootstrap reads this
+# file from fd 3 and runs it. The protocol is NDJSON:
 #
 #   fd 3, from the agent: {"op":"exec","seq","code","env","setenv","max_result"}
 #   fd 4, to the agent:   {"ev":"ready","engine"}
 #                         {"ev":"start","seq","count"}
 #                         {"ev":"result","main","data":{mime: value}}
 #                         {"ev":"error","name","value","traceback"}
-#                         {"ev":"done","seq","count","marks":[bool,bool]}
+#                         {"ev":"done","seq","count"}
 #
 # fds 1 and 2 are the user's stdout and stderr, read by the agent as they
 # are written (so subprocess output is captured too). After an execution
-# the driver writes RS nonce ":" seq RS to both, then reports done: the
-# agent strips these markers and knows all output arrived.
+# the driver flushes both, then reports done; the agent then appends its
+# own end marker to both pipes (the driver never knows it: marker.go).
 #
 # IPython's InteractiveShell is used when importable; otherwise a small
 # engine on the standard library does the same job: last-expression
@@ -29,7 +29,6 @@ import sys
 import threading
 import types
 
-_NONCE = (sys.argv[1] if len(sys.argv) > 1 else "").encode()
 sys.argv = [""]
 _DRIVER_FILE = "<agentbox-driver>"
 _CTRL_FD, _EVT_FD = 3, 4
@@ -587,15 +586,7 @@ def _execute(engine, msg):
             stream.flush()
         except Exception:
             pass
-    marker = b"\x1e" + _NONCE + b":" + str(seq).encode() + b"\x1e"
-    marks = []
-    for fd in (1, 2):
-        try:
-            _write_all(fd, marker)
-            marks.append(True)
-        except OSError:
-            marks.append(False)
-    _send({"ev": "done", "seq": seq, "count": count, "marks": marks})
+    _send({"ev": "done", "seq": seq, "count": count})
 
 
 def _main():
@@ -621,7 +612,7 @@ def _main():
                 _execute(engine, msg)
             except BaseException as e:  # keep the driver alive whatever happened
                 _send({"ev": "error", **_error_info(e)})
-                _send({"ev": "done", "seq": msg.get("seq", 0), "marks": [False, False]})
+                _send({"ev": "done", "seq": msg.get("seq", 0)})
 
 
 _main()

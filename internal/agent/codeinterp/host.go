@@ -41,18 +41,24 @@ type SpawnSpec struct {
 
 // Pipes are the agent's ends of a spawned process's pipes; unrequested
 // ones are nil. Stdout and Stderr are always present. The files support
-// deadlines (they are registered with the runtime poller).
+// deadlines (they are registered with the runtime poller), except the
+// mark ends.
 type Pipes struct {
 	Stdin   *os.File
 	Stdout  *os.File
 	Stderr  *os.File
 	Control *os.File
 	Events  *os.File
+	// StdoutMark and StderrMark are write ends of the stdout and stderr
+	// pipes that the agent keeps to append end-of-execution markers (see
+	// marker.go). They are blocking: write to them off the caller's path.
+	StdoutMark *os.File
+	StderrMark *os.File
 }
 
 // Close closes every pipe end.
 func (p *Pipes) Close() {
-	for _, f := range []*os.File{p.Stdin, p.Stdout, p.Stderr, p.Control, p.Events} {
+	for _, f := range []*os.File{p.Stdin, p.Stdout, p.Stderr, p.Control, p.Events, p.StdoutMark, p.StderrMark} {
 		if f != nil {
 			f.Close()
 		}

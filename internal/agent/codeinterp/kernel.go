@@ -43,7 +43,6 @@ type driverMsg struct {
 	Value     string                     `json:"value"`
 	Traceback string                     `json:"traceback"`
 	RC        int                        `json:"rc"`
-	Marks     []bool                     `json:"marks"` // which markers the driver managed to write
 	Engine    string                     `json:"engine"`
 }
 
@@ -53,7 +52,7 @@ type kernel struct {
 	lang  *language
 	proc  Proc
 	pipes *Pipes
-	nonce string
+	nonce string // of the current execution's markers (see marker.go)
 	log   *slog.Logger
 
 	readers [2]*outReader
@@ -76,14 +75,19 @@ func startKernel(ctx context.Context, r *Registry, l *language, user, dir string
 	if err != nil {
 		return nil, err
 	}
-	nonce := randomHex(12)
+	nonce := randomHex(12) // never leaves the agent: see marker.go
 	spec := SpawnSpec{
-		Path: bin, Argv: l.argv(bin, nonce), Env: envList(env, l.env), Dir: dir, User: user,
+		Path: bin, Argv: l.argv(bin), Env: envList(env, l.env), Dir: dir, User: user,
 		StdinPipe: l.proto == protoBash, Control: l.proto == protoDriver, Events: true,
 	}
 	proc, pipes, err := r.cfg.Host.Spawn(spec)
 	if err != nil {
 		return nil, &Error{Kind: KindStart, Msg: "start the " + l.name + " interpreter", Err: err}
+	}
+	if pipes.StdoutMark == nil || pipes.StderrMark == nil {
+		pipes.Close()
+		proc.Signal(syscall.SIGKILL)
+		return nil, &Error{Kind: KindStart, Msg: "start the " + l.name + " interpreter", Err: errors.New("host kept no write ends of the output pipes")}
 	}
 	k := &kernel{lang: l, proc: proc, pipes: pipes, nonce: nonce, events: make(chan driverMsg, 64),
 		log: r.log.With("language", l.name, "pid", proc.Pid())}

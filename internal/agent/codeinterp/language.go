@@ -19,9 +19,9 @@ type language struct {
 	name     string   // canonical name, as listed
 	binaries []string // executables to look for in PATH, in order
 	proto    protocol
-	// argv builds the command line from the executable found, the driver
-	// bootstrap and the marker nonce.
-	argv func(bin, nonce string) []string
+	// argv builds the command line from the executable found and the
+	// driver bootstrap.
+	argv func(bin string) []string
 	// env holds variables set when the environment lacks them.
 	env map[string]string
 	// missing explains what to install when no binary is found.
@@ -31,9 +31,9 @@ type language struct {
 var languages = map[string]*language{
 	"python": {
 		name: "python", binaries: []string{"python3"}, proto: protoDriver,
-		argv: func(bin, nonce string) []string {
+		argv: func(bin string) []string {
 			// -u: unbuffered, so print() reaches the pipe at once.
-			return []string{bin, "-u", "-c", pythonBootstrap(), nonce}
+			return []string{bin, "-u", "-c", pythonBootstrap()}
 		},
 		// Figures render off-screen; the driver emits them as PNG.
 		env:     map[string]string{"MPLBACKEND": "Agg"},
@@ -41,14 +41,14 @@ var languages = map[string]*language{
 	},
 	"javascript": {
 		name: "javascript", binaries: []string{"node", "nodejs"}, proto: protoDriver,
-		argv: func(bin, nonce string) []string {
-			return []string{bin, "-e", jsBootstrap(), nonce}
+		argv: func(bin string) []string {
+			return []string{bin, "-e", jsBootstrap()}
 		},
 		missing: "javascript contexts need node, which is not installed in this sandbox",
 	},
 	"bash": {
 		name: "bash", binaries: []string{"bash"}, proto: protoBash,
-		argv: func(bin, _ string) []string {
+		argv: func(bin string) []string {
 			return []string{bin, "--noprofile", "--norc"}
 		},
 		missing: "bash contexts need bash, which is not installed in this sandbox",

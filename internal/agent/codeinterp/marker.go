@@ -9,10 +9,34 @@ import (
 //
 //	RS <nonce> ':' <seq> RS
 //
-// where RS is 0x1e and nonce is random per interpreter process. The
-// interpreter writes it after everything the execution printed, so once
-// the agent has seen it on a stream, it has seen all of that stream's
-// output of the execution.
+// where RS is 0x1e and nonce is random per execution. Once the agent has
+// seen it on a stream, it has seen all of that stream's output of the
+// execution.
+//
+// Only the agent knows the nonce and only the agent writes markers. Every
+// process of the sandbox can write to the interpreter's stdout and stderr
+// (its children inherit them: that is how their output is captured), so
+// whoever knows the nonce can end an execution's output early and hide
+// text from it. The nonce used to be handed to the interpreter on its
+// command line (readable by any process through /proc/<pid>/cmdline) and
+// the driver wrote the markers; a process left running by an earlier
+// execution could read it and forge the end of later ones. Now the agent
+// keeps a write end of both pipes (Pipes.StdoutMark, Pipes.StderrMark)
+// and appends the marker itself once the interpreter reported done on
+// fd 4, which it does after flushing its output: the pipe keeps the order.
+// The nonce lives only in the agent's memory (a non-dumpable process the
+// sandbox cannot read), never in the interpreter's argv, environment,
+// files or memory. A process of the same user can still open the pipe
+// itself through /proc/<interpreter>/fd/1 and read (steal) output,
+// markers included, so every execution gets a fresh nonce: a marker read
+// off the pipe is worthless for the next execution.
+//
+// What the interpreter reports (results, errors, done) travels on fd 4,
+// which the drivers make close-on-exec and bash closes for user commands:
+// other processes cannot write there. Code running inside the interpreter
+// itself (a cell and the threads it starts) is the interpreter and can
+// write anything the driver can; no framing can tell them apart, and it
+// can only ever affect its own context's executions.
 const markerSep = 0x1e
 
 // maxMarkerTail bounds how far past the nonce a marker may extend (the

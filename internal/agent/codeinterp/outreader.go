@@ -2,6 +2,7 @@ package codeinterp
 
 import (
 	"io"
+	"os"
 	"sync"
 	"time"
 )
@@ -16,6 +17,7 @@ type outReader struct {
 	k      *kernel
 	stream int
 	r      io.Reader
+	scanMu sync.Mutex // guards scan, whose nonce changes per execution
 	scan   *markerScanner
 
 	mu   sync.Mutex
@@ -41,12 +43,25 @@ func (o *outReader) run() {
 			o.mu.Lock()
 			o.last = time.Now()
 			o.mu.Unlock()
+			o.scanMu.Lock()
 			o.scan.feed(buf[:n], o.data, o.mark)
+			o.scanMu.Unlock()
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// setNonce makes the reader look for markers with nonce from now on.
+// Bytes held back as a possible old marker are plain output after all.
+func (o *outReader) setNonce(nonce string) {
+	o.scanMu.Lock()
+	defer o.scanMu.Unlock()
+	if len(o.scan.pending) > 0 {
+		o.data(o.scan.pending)
+	}
+	o.scan = newMarkerScanner(nonce)
 }
 
 func (o *outReader) data(p []byte) {
@@ -82,10 +97,26 @@ func (o *outReader) state(seq uint64) (reached bool, last time.Time) {
 	return o.seen >= seq, o.last
 }
 
+// writeMarkers appends the marker of execution seq to both output pipes.
+// The interpreter reported done after flushing its output, so the marker
+// follows everything it wrote. The writes block only while the pipe is
+// full (its reader busy), so they run on their own goroutine; closing the
+// pipes at teardown ends them.
+func (k *kernel) writeMarkers(seq uint64) {
+	b := markerBytes(k.nonce, seq)
+	for _, f := range []*os.File{k.pipes.StdoutMark, k.pipes.StderrMark} {
+		go func() {
+			if _, err := f.Write(b); err != nil && k.alive() {
+				k.log.Debug("write output marker", "err", err)
+			}
+		}()
+	}
+}
+
 // Waiting for markers: a marker normally arrives within microseconds of
-// the done event. One can be missing (user code redirected fd 1, or a
-// crash); then waiting ends once the stream has been quiet for
-// markerQuiet, or after markerMax in any case.
+// the done event. Waiting ends once the stream has been quiet for
+// markerQuiet while the marker is missing (the reader is far behind), or
+// after markerMax in any case.
 const (
 	markerQuiet = 100 * time.Millisecond
 	markerMax   = 5 * time.Second

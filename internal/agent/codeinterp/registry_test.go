@@ -95,8 +95,11 @@ func (h execHost) Spawn(spec SpawnSpec) (Proc, *Pipes, error) {
 	cmd.ExtraFiles = []*os.File{c3, c4}
 	err := cmd.Start()
 	for _, f := range child {
-		f.Close()
+		if f != c1 && f != c2 {
+			f.Close()
+		}
 	}
+	parent.StdoutMark, parent.StderrMark = c1, c2
 	if err != nil {
 		parent.Close()
 		return nil, nil, err

@@ -149,7 +149,7 @@ func TestNormalizeLanguage(t *testing.T) {
 
 // TestBashCellScript runs the generated script in a real bash: the code
 // (quotes, a fake delimiter, $ signs) arrives verbatim, per-execution
-// variables are restored and the markers and done line come out.
+// variables are restored and the done line comes out.
 func TestBashCellScript(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
@@ -158,13 +158,13 @@ func TestBashCellScript(t *testing.T) {
 	code := "echo \"$A '$B'\"; echo '__AGENTBOX_EOF_x $HOME'; false"
 	one := "1"
 	script := "exec 4>&1\nexport A=keep\n" +
-		bashCell(cell{code: code, env: map[string]string{"A": "tmp'q"}, setenv: map[string]*string{"B": &one}}, 3, "nn") +
+		bashCell(cell{code: code, env: map[string]string{"A": "tmp'q"}, setenv: map[string]*string{"B": &one}}, 3) +
 		"echo \"after=$A\"\n"
 	out, err := exec.Command(bash, "--noprofile", "--norc", "-c", script).CombinedOutput()
 	if err != nil {
 		t.Fatalf("bash: %v\n%s", err, out)
 	}
-	want := "tmp'q '1'\n__AGENTBOX_EOF_x $HOME\n\x1enn:3\x1e\x1enn:3\x1e{\"ev\":\"done\",\"seq\":3,\"rc\":1}\nafter=keep\n"
+	want := "tmp'q '1'\n__AGENTBOX_EOF_x $HOME\n{\"ev\":\"done\",\"seq\":3,\"rc\":1}\nafter=keep\n"
 	if string(out) != want {
 		t.Fatalf("output\n%q\nwant\n%q", out, want)
 	}

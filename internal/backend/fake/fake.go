@@ -34,6 +34,7 @@ type Backend struct {
 	mu     sync.Mutex
 	boxes  map[sandbox.ID]*box
 	counts map[string]int
+	onExit func(sandbox.ID, string)
 }
 
 type box struct {
@@ -42,7 +43,17 @@ type box struct {
 	done chan struct{}
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend     = (*Backend)(nil)
+	_ backend.ExitWatcher = (*Backend)(nil)
+)
+
+// OnAgentExit implements backend.ExitWatcher: Crash reports to fn.
+func (b *Backend) OnAgentExit(fn func(id sandbox.ID, reason string)) {
+	b.mu.Lock()
+	b.onExit = fn
+	b.mu.Unlock()
+}
 
 // New returns a fake backend using the agent binary at agentPath and
 // keeping its files in dir.
@@ -258,13 +269,20 @@ func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) {
 }
 
 // Crash kills a sandbox's agent behind the backend's back, as an OOM kill
-// or a bug would; Inspect then reports it stopped.
+// or a bug would; Inspect then reports it stopped, and the ExitWatcher
+// hears of it.
 func (b *Backend) Crash(id sandbox.ID) error {
 	bx, err := b.get(id)
 	if err != nil {
 		return err
 	}
 	b.kill(bx)
+	b.mu.Lock()
+	fn := b.onExit
+	b.mu.Unlock()
+	if fn != nil {
+		go fn(id, "agent exited: signal: killed")
+	}
 	return nil
 }
 

@@ -66,6 +66,14 @@ func (b *Backend) onInitExit(bx *box, exited chan struct{}, reason string) {
 	if err := b.saveRecord(bx); err != nil {
 		b.log.Error("save sandbox record", "sandbox", bx.id, "err", err)
 	}
+	if fn := b.onExit.Load(); fn != nil {
+		go (*fn)(bx.id, reason) // not under bx.mu: the callee may call us
+	}
+}
+
+// OnAgentExit implements backend.ExitWatcher.
+func (b *Backend) OnAgentExit(fn func(id sandbox.ID, reason string)) {
+	b.onExit.Store(&fn)
 }
 
 // teardown kills the sandbox and removes its runtime state: processes,

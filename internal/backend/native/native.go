@@ -138,6 +138,8 @@ type Backend struct {
 	// abandoned makes the backend stop reacting to its sandboxes, as if its
 	// process had died (tests use it to exercise Recover in one process).
 	abandoned atomic.Bool
+	// onExit is told about agents that died on their own (see OnAgentExit).
+	onExit atomic.Pointer[func(sandbox.ID, string)]
 
 	mu    sync.Mutex
 	boxes map[sandbox.ID]*box

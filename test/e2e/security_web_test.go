@@ -151,9 +151,9 @@ func countSandboxes(t *testing.T, d *daemon, key string) int {
 
 // TestSecurityAgentscopeCrossOrigin sends what a web page can make a
 // browser send (a form or no-cors fetch: text/plain or no content type,
-// its own Origin, or a rebound foreign Host) to the agentscope routes, in
-// both auth modes: every one is refused, and nothing is created, run or
-// cleaned up.
+// its own Origin, or a rebound foreign Host) to the agentscope routes and
+// the native ones, in both auth modes: every one is refused, and nothing
+// is created, run or cleaned up.
 func TestSecurityAgentscopeCrossOrigin(t *testing.T) {
 	for _, mode := range []string{"keyless", "keyed"} {
 		t.Run(mode, func(t *testing.T) {
@@ -209,6 +209,9 @@ func TestSecurityAgentscopeCrossOrigin(t *testing.T) {
 					{"/call_tool", fmt.Sprintf(`{"identity":%q,"tool_name":"run_shell_command","arguments":{"command":"touch /tmp/pwned-%d"}}`, id, n+2)},
 					{"/cleanup", `{}`},
 					{"/release", fmt.Sprintf(`{"identity":%q}`, id)},
+					// The native routes follow the same rules.
+					{"/v1/sandboxes", `{}`},
+					{"/v1/sandboxes/" + id + "/exec", fmt.Sprintf(`{"cmd":["touch","/tmp/pwned-%d"]}`, n)},
 				} {
 					n += 3
 					status, _, data := rawHTTP(t, d, "POST", req.path, req.body, hdr)

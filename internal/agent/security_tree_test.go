@@ -161,8 +161,11 @@ func TestSecurityKilledShimEndsItsCommand(t *testing.T) {
 	tag := uniqueSleep()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	script := fmt.Sprintf("sleep %s & kill -9 $PPID; wait", tag)
-	res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", script}}, nil, nil, nil)
+	// The command waits for a line on stdin, which the client sends only
+	// once the start was reported: killing the shim before it reported the
+	// process is another case (the start fails).
+	script := fmt.Sprintf("sleep %s & read go; kill -9 $PPID; wait", tag)
+	res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", script}}, strings.NewReader("go\n"), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

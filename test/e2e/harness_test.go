@@ -102,9 +102,21 @@ func startDaemon(t *testing.T, settings ...string) *daemon {
 	d.start()
 	t.Cleanup(func() {
 		d.stop()
+		if t.Failed() {
+			t.Logf("daemon log (last lines):\n%s", lastLines(d.logs.String(), 150))
+		}
 		assertNoLeftovers(t, d.dataDir)
 	})
 	return d
+}
+
+// lastLines returns the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // start (re)starts the daemon process on a new port with d's settings.

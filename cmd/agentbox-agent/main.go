@@ -3,7 +3,7 @@
 // filesystem services, /files, /envs, /health) and the code interpreter's
 // stateful execution routes (/execute, /contexts) on a unix socket or TCP.
 //
-//	agentbox-agent --listen unix:///run/agentbox/agent.sock --workdir /workspace [--ready-fd N] [--seccomp-fd N]
+//	agentbox-agent --listen unix:///run/agentbox/agent.sock --workdir /workspace [--ready-fd N] [--seccomp-fd N] [--rlimits nofile=S:H,core=S:H]
 //
 // With --seccomp-fd the agent first installs the seccomp BPF program it
 // reads from that descriptor (the backend compiles the sandbox profile once,
@@ -48,7 +48,14 @@ func run() error {
 	workdir := flag.String("workdir", "/workspace", "default working directory of processes (falls back to the user's home)")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	seccompFD := flag.Int("seccomp-fd", -1, "file descriptor holding a seccomp BPF program to install before anything else")
+	rlimits := flag.String("rlimits", "", "resource limits of the agent and everything it starts: name=soft:hard,... (nofile, core)")
 	flag.Parse()
+
+	// First of all: every process of the sandbox (the exec shims the
+	// server starts ahead of need included) inherits these.
+	if err := agent.ApplyRlimits(*rlimits); err != nil {
+		return err
+	}
 
 	if *seccompFD >= 0 {
 		// Before any other work: nothing the sandbox runs may start unfiltered.

@@ -438,18 +438,7 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) e
 		return err
 	}
 	defer sock.Close()
-	rlimits, err := processRlimits(oci)
-	if err != nil {
-		return err
-	}
-	// In a namespace of the daemon's making, the limits are set as its
-	// owner once the init runs (see setRlimitsAsOwner).
-	procLimits := rlimits
-	if ids.nsPath != "" {
-		procLimits = nil
-	}
 	proc := &libcontainer.Process{
-		Rlimits:    procLimits,
 		Args:       oci.Process.Args,
 		Env:        oci.Process.Env,
 		UID:        int(oci.Process.User.UID),
@@ -471,11 +460,6 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) e
 	bx.exited = make(chan struct{})
 	bx.stopping = false
 	go b.watchChild(bx, proc, bx.exited)
-	if ids.nsPath != "" {
-		if err := setRlimitsAsOwner(pid, ids.base, ids.gidBase, rlimits); err != nil {
-			return err
-		}
-	}
 
 	runDone := time.Now()
 	if err := waitReady(ctx, readyR, b.cfg.ReadyTimeout); err != nil {

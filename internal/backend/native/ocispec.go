@@ -146,6 +146,7 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl template, p boxPaths, ids idMa
 	cpuQuota := int64(res.CPUs * cpuPeriodMicros)
 	period := uint64(cpuPeriodMicros)
 	pids := res.PIDs
+	rlimits := b.sandboxRlimits(pids)
 
 	s := &specs.Spec{
 		Version: specs.Version,
@@ -156,14 +157,15 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl template, p boxPaths, ids idMa
 				"--listen", "fd://" + strconv.Itoa(agentListenFd),
 				"--ready-fd", strconv.Itoa(agentReadyFd),
 				"--seccomp-fd", strconv.Itoa(agentSeccompFd),
-				"--workdir", workspaceInSandbox},
+				"--workdir", workspaceInSandbox,
+				"--rlimits", rlimitsFlag(rlimits)},
 			Env:             envList,
 			Cwd:             "/",
 			NoNewPrivileges: true,
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: caps, Effective: caps, Permitted: caps,
 			},
-			Rlimits:     b.sandboxRlimits(pids),
+			Rlimits:     rlimits,
 			OOMScoreAdj: oomScoreAdj,
 		},
 		Hostname: string(spec.ID),

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/opencontainers/runc/libcontainer/configs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
@@ -79,17 +78,15 @@ func (b *Backend) sandboxRlimits(pids int64) []specs.POSIXRlimit {
 	}
 }
 
-// processRlimits converts the spec's limits for libcontainer, which applies
-// a Process's limits (not the spec's) to the sandbox's init.
-func processRlimits(s *specs.Spec) ([]configs.Rlimit, error) {
-	names := map[string]int{"RLIMIT_NOFILE": unix.RLIMIT_NOFILE, "RLIMIT_CORE": unix.RLIMIT_CORE}
-	var out []configs.Rlimit
-	for _, r := range s.Process.Rlimits {
-		t, ok := names[r.Type]
-		if !ok {
-			return nil, fmt.Errorf("unsupported rlimit %s", r.Type)
-		}
-		out = append(out, configs.Rlimit{Type: t, Hard: r.Hard, Soft: r.Soft})
+// rlimitsFlag renders limits for the agent's --rlimits flag. The agent
+// sets them on itself before it starts anything (lowering a limit needs no
+// privilege, inside any user namespace), so every sandbox process,
+// including the exec shims it starts ahead of need, inherits them.
+func rlimitsFlag(limits []specs.POSIXRlimit) string {
+	names := map[string]string{"RLIMIT_NOFILE": "nofile", "RLIMIT_CORE": "core"}
+	parts := make([]string, 0, len(limits))
+	for _, r := range limits {
+		parts = append(parts, fmt.Sprintf("%s=%d:%d", names[r.Type], r.Soft, r.Hard))
 	}
-	return out, nil
+	return strings.Join(parts, ",")
 }

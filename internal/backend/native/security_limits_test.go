@@ -48,6 +48,20 @@ func TestSecurityNofileLimit(t *testing.T) {
 	if f[2] != "refused" || f[3] != "refused" {
 		t.Errorf("a sandbox process raised its nofile limit past the hard limit: %q", r.Stdout)
 	}
+	// Every process of the sandbox has the hard limit: the agent itself
+	// and the exec shims it starts ahead of need (right at boot) included.
+	// (Go programs raise their own soft limit towards the hard one, and
+	// give their children the soft limit they started with.)
+	r = backendtest.Exec(t, c, `for f in /proc/[0-9]*/limits; do grep 'Max open files' "$f" || echo "unreadable $f"; done`)
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("too few processes listed: %q", r.Stdout)
+	}
+	for _, line := range lines {
+		if f := strings.Fields(line); len(f) < 5 || f[4] != strconv.FormatUint(wantHard, 10) {
+			t.Errorf("a sandbox process has another hard open-file limit than %d: %q", wantHard, line)
+		}
+	}
 }
 
 // TestSecurityNofileClamp: the configured limits are clamped so that a

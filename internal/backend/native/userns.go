@@ -15,7 +15,6 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/opencontainers/runc/libcontainer/configs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
@@ -311,21 +310,6 @@ func startAsOwner(exe string, uid, gid uint32) (*os.Process, error) {
 		return nil, err
 	}
 	return proc, err
-}
-
-// setRlimitsAsOwner applies limits to process pid of a sandbox whose user
-// namespace host user uid owns. The owner of a namespace may act on its
-// processes without CAP_SYS_RESOURCE, which a daemon in a container may
-// lack (libcontainer's own way, from the daemon's root, then fails).
-func setRlimitsAsOwner(pid int, uid, gid uint32, limits []configs.Rlimit) error {
-	return asHostUser(uid, gid, func() error {
-		for _, l := range limits {
-			if err := unix.Prlimit(pid, l.Type, &unix.Rlimit{Cur: l.Soft, Max: l.Hard}, nil); err != nil {
-				return fmt.Errorf("set rlimit %d of sandbox init: %w", l.Type, err)
-			}
-		}
-		return nil
-	})
 }
 
 // asHostUser runs fn on an OS thread whose effective ids are uid/gid.

@@ -26,6 +26,13 @@ func ApplyRlimits(spec string) error {
 	if spec == "" {
 		return nil
 	}
+	// Parse all before setting any: a bad spec changes nothing.
+	type limit struct {
+		name     string
+		resource int
+		rlimit   syscall.Rlimit
+	}
+	var limits []limit
 	for _, item := range strings.Split(spec, ",") {
 		name, values, ok := strings.Cut(item, "=")
 		res, known := rlimitNames[name]
@@ -38,8 +45,11 @@ func ApplyRlimits(spec string) error {
 		if err1 != nil || err2 != nil || soft > hard {
 			return fmt.Errorf("rlimit %q: soft and hard must be numbers, soft <= hard", item)
 		}
-		if err := syscall.Setrlimit(res, &syscall.Rlimit{Cur: soft, Max: hard}); err != nil {
-			return fmt.Errorf("set rlimit %s to %d:%d: %w", name, soft, hard, err)
+		limits = append(limits, limit{name, res, syscall.Rlimit{Cur: soft, Max: hard}})
+	}
+	for _, l := range limits {
+		if err := syscall.Setrlimit(l.resource, &l.rlimit); err != nil {
+			return fmt.Errorf("set rlimit %s to %d:%d: %w", l.name, l.rlimit.Cur, l.rlimit.Max, err)
 		}
 	}
 	return nil

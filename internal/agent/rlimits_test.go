@@ -6,10 +6,19 @@ import (
 )
 
 func TestApplyRlimits(t *testing.T) {
-	for _, bad := range []string{"nofile", "nofile=1", "nofile=a:b", "nofile=10:5", "stack=1:2", "nofile=1:2,,"} {
+	var before syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &before); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"nofile", "nofile=1", "nofile=a:b", "nofile=10:5", "stack=1:2", "nofile=64:64,,"} {
 		if err := ApplyRlimits(bad); err == nil {
 			t.Errorf("ApplyRlimits(%q) accepted", bad)
 		}
+	}
+	// A bad spec sets nothing, not even its valid items.
+	var after syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &after); err != nil || after != before {
+		t.Fatalf("RLIMIT_NOFILE changed by rejected specs: %+v -> %+v", before, after)
 	}
 	if err := ApplyRlimits(""); err != nil {
 		t.Errorf("empty spec: %v", err)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/units"
 )
 
 func TestCpUpload(t *testing.T) {
@@ -157,8 +159,8 @@ func TestFormatting(t *testing.T) {
 		}
 	}
 	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1536: "1.5 KiB", 1 << 30: "1.0 GiB"} {
-		if got := formatBytes(n); got != want {
-			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
+		if got := units.FormatBytes(n); got != want {
+			t.Errorf("units.FormatBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
 	for in, want := range map[string]time.Duration{"90": 90 * time.Second, "1.5": 1500 * time.Millisecond, "2h": 2 * time.Hour} {

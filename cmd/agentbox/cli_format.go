@@ -58,20 +58,6 @@ func shortDuration(d time.Duration) string {
 	}
 }
 
-// formatBytes renders n with binary units: "512 B", "1.5 KiB", "2.0 GiB".
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
 // parseTimeout accepts a Go duration ("90s", "5m") or plain seconds ("90").
 func parseTimeout(s string) (time.Duration, error) {
 	if secs, err := strconv.ParseFloat(s, 64); err == nil {

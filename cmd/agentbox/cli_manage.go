@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/agentbox/agentbox/internal/units"
 )
 
 func newKillCmd() *cobra.Command {
@@ -126,10 +128,10 @@ func newStatsCmd() *cobra.Command {
 			}
 			count := func(n int64) string { return fmt.Sprint(n) }
 			tw := tabwriter.NewWriter(x.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "memory\t%s (peak %s) of %s\n", formatBytes(st.MemoryBytes), formatBytes(st.MemoryMaxBytes), limit(st.MemoryLimit, formatBytes))
+			fmt.Fprintf(tw, "memory\t%s (peak %s) of %s\n", units.FormatBytes(st.MemoryBytes), units.FormatBytes(st.MemoryMaxBytes), limit(st.MemoryLimit, units.FormatBytes))
 			fmt.Fprintf(tw, "cpu\t%.2f s\n", st.CPUSeconds)
 			fmt.Fprintf(tw, "pids\t%d of %s\n", st.PIDs, limit(st.PIDsLimit, count))
-			fmt.Fprintf(tw, "disk\t%s of %s\n", formatBytes(st.DiskUsedBytes), limit(st.DiskTotalBytes, formatBytes))
+			fmt.Fprintf(tw, "disk\t%s of %s\n", units.FormatBytes(st.DiskUsedBytes), limit(st.DiskTotalBytes, units.FormatBytes))
 			fmt.Fprintf(tw, "oom kills\t%d\n", st.OOMKills)
 			fmt.Fprintf(tw, "pids limit hits\t%d\n", st.PIDsLimitHits)
 			return tw.Flush()

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/term"
+
+	"github.com/agentbox/agentbox/internal/units"
 )
 
 // progressMeter prints "\r<done> [/ <total> (p%)]  <rate>/s" on a
@@ -68,12 +70,12 @@ func (p *progressMeter) print() {
 
 // line formats the progress for n bytes after elapsed.
 func (p *progressMeter) line(n int64, elapsed time.Duration) string {
-	s := formatBytes(n)
+	s := units.FormatBytes(n)
 	if p.total > 0 {
-		s += fmt.Sprintf(" / %s (%d%%)", formatBytes(p.total), n*100/p.total)
+		s += fmt.Sprintf(" / %s (%d%%)", units.FormatBytes(p.total), n*100/p.total)
 	}
 	if secs := elapsed.Seconds(); secs > 0 {
-		s += fmt.Sprintf("  %s/s", formatBytes(int64(float64(n)/secs)))
+		s += fmt.Sprintf("  %s/s", units.FormatBytes(int64(float64(n)/secs)))
 	}
 	return s
 }

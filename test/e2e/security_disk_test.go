@@ -40,7 +40,7 @@ func TestSecurityDiskAdmission(t *testing.T) {
 		d.call(t, "DELETE", "/v1/sandboxes/"+id, key, nil)
 	}
 	msg, _ := body["message"].(string)
-	if status != 429 || body["code"] != "quota_exceeded" || !strings.Contains(msg, "4 GiB") {
+	if status != 429 || body["code"] != "quota_exceeded" || !strings.Contains(msg, "4.0 GiB") {
 		t.Fatalf("4 GiB disk on a 1.5 GiB data dir: %d %s, want 429 quota_exceeded naming the size", status, data)
 	}
 	t.Logf("refused: %s", msg)

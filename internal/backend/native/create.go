@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/units"
 )
 
 func validateResources(r sandbox.Resources) error {
@@ -199,24 +200,8 @@ func (b *Backend) admitDisk(bx *box) error {
 	want := bx.rec.Spec.Resources.DiskBytes
 	return sandbox.Errorf(sandbox.ClassQuota,
 		"not enough disk space on the server for a %s disk: the sandboxes' disks would add up to %s, the data dir has room for %s (%s free and %s used by sandbox disks, minus a %s reserve; overcommit %g)",
-		formatBytes(want), formatBytes(provisioned), formatBytes(max(capacity, 0)), formatBytes(free), formatBytes(allocated),
-		formatBytes(b.cfg.DiskReserve), b.cfg.DiskOvercommit)
-}
-
-// formatBytes renders a size for people: 512 MiB, 1.5 GiB.
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 4; m /= unit {
-		div *= unit
-		exp++
-	}
-	v := strconv.FormatFloat(float64(n)/float64(div), 'f', 1, 64)
-	v = strings.TrimSuffix(v, ".0")
-	return v + " " + string("KMGTP"[exp]) + "iB"
+		units.FormatBytes(want), units.FormatBytes(provisioned), units.FormatBytes(max(capacity, 0)), units.FormatBytes(free), units.FormatBytes(allocated),
+		units.FormatBytes(b.cfg.DiskReserve), b.cfg.DiskOvercommit)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

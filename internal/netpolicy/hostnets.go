@@ -117,7 +117,11 @@ func (m *Manager) watchHostNets(ctx context.Context, done chan<- struct{}) {
 	stop := make(chan struct{})
 	defer close(stop)
 	if err := netlink.AddrSubscribeWithOptions(updates, stop, netlink.AddrSubscribeOptions{
-		ErrorCallback: func(err error) { m.log.Warn("host address notifications", "err", err) },
+		ErrorCallback: func(err error) {
+			if ctx.Err() == nil { // closing the subscription at shutdown fails its read
+				m.log.Warn("host address notifications", "err", err)
+			}
+		},
 	}); err != nil {
 		m.log.Warn("cannot follow host address changes; refreshing periodically", "err", err)
 		<-ctx.Done()

@@ -272,10 +272,35 @@ const (
 // reached again by mounting the still-attached loop device (the kernel
 // hands back the live superblock) and shut down: every later access
 // through any mount of it fails with EIO.
+//
+// Holders that go away by themselves are waited for first: a sandbox
+// created at the same moment starts with a copy of the host's mounts
+// (this disk's included) until its pivot_root drops them. And the loop
+// device is pinned open and checked to still serve this very image before
+// it is mounted: a device that was detached and attached to another
+// sandbox's image meanwhile must never be shut down.
 func revokeImage(image, scratch string) error {
+	if waitImageReleased(image, revokeGrace) == nil {
+		return nil
+	}
 	dev := loopInUse(image)
 	if dev == "" {
 		return nil
+	}
+	// While this descriptor is open the device cannot be auto-cleared,
+	// so it cannot be re-attached to another file either.
+	pin, err := os.OpenFile(dev, os.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("revoke disk: %w", err)
+	}
+	defer pin.Close()
+	var img unix.Stat_t
+	if err := unix.Stat(image, &img); err != nil {
+		return fmt.Errorf("revoke disk: %w", err)
+	}
+	info, err := unix.IoctlLoopGetStatus64(int(pin.Fd()))
+	if err != nil || info.Inode != img.Ino {
+		return nil // detached (and maybe re-used) meanwhile: nothing of ours to revoke
 	}
 	mnt, err := os.MkdirTemp(scratch, "revoke-")
 	if err != nil {
@@ -296,6 +321,10 @@ func revokeImage(image, scratch string) error {
 	}
 	return nil
 }
+
+// revokeGrace is how long a destroyed sandbox's disk may stay held (by a
+// sandbox being created at the same time) before it is revoked.
+const revokeGrace = time.Second
 
 func attachLoop(image string) (*os.File, error) {
 	img, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC, 0)

@@ -342,7 +342,7 @@ type templateEvent struct {
 	Type string `json:"type"` // "progress", "done", "error"
 	*template.Progress
 	Template *templateOut `json:"template,omitempty"`
-	Error    *errorBody     `json:"error,omitempty"`
+	Error    *errorBody   `json:"error,omitempty"`
 }
 
 // progressStream writes a template operation's events. The store may
@@ -418,9 +418,12 @@ type errorRecorder struct {
 	body   []byte
 }
 
-func (e *errorRecorder) Header() http.Header         { return e.header }
-func (e *errorRecorder) WriteHeader(int)             {}
-func (e *errorRecorder) Write(b []byte) (int, error) { e.body = append(e.body, b...); return len(b), nil }
+func (e *errorRecorder) Header() http.Header { return e.header }
+func (e *errorRecorder) WriteHeader(int)     {}
+func (e *errorRecorder) Write(b []byte) (int, error) {
+	e.body = append(e.body, b...)
+	return len(b), nil
+}
 
 func (s *Server) exportTemplate(w http.ResponseWriter, r *http.Request) error {
 	st, err := s.templates()

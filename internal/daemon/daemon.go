@@ -27,6 +27,7 @@ import (
 	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/template"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -107,10 +108,31 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer st.Close()
+	// The store counts a template's users from the manager's records; the
+	// manager is made after the store, so the count is bound late.
+	var m *manager.Manager
+	inUse := func(digest string) int {
+		if m == nil {
+			return 0
+		}
+		return 0 // TODO(tmpl-native): count m's records of this digest
+	}
+	templates, err := openTemplateStore(ctx, cfg, dataDir, inUse, log)
+	var apiTemplates httpapi.TemplateStore
+	switch {
+	case errors.Is(err, template.ErrNotImplemented):
+		// The store is still the skeleton of tmpl-base.
+		log.Warn("template store not available in this build", "err", err)
+	case err != nil:
+		return err
+	default:
+		apiTemplates = templates
+	}
+	templateGate := httpapi.NewTemplateGate(cfg.TemplateMaxPulls)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := manager.New(manager.Config{
+	m = manager.New(manager.Config{
 		Templates: cfg.Templates, PoolTypes: cfg.DefaultTypes, PoolSize: cfg.PoolSize,
 		DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout, HeartbeatTimeout: cfg.HeartbeatTimeout,
 		MaxInstances: cfg.MaxInstances, MaxPerUser: cfg.MaxPerUser,
@@ -129,7 +151,9 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	api := httpapi.New(httpapi.Config{APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Logger: log, Registry: reg,
-		PreviewDomain: cfg.PreviewDomain, PreviewSecret: secret, MetricsToken: cfg.MetricsToken}, m)
+		PreviewDomain: cfg.PreviewDomain, PreviewSecret: secret, MetricsToken: cfg.MetricsToken,
+		Templates: apiTemplates, TemplateAdmins: cfg.TemplateAdmins, MaxImportBytes: cfg.TemplateMaxImport,
+		ImportDir: filepath.Join(dataDir, "templates", "tmp"), AcquireTemplateOp: templateGate}, m)
 	as := agentscope.New(agentscope.Config{APIKeys: cfg.APIKeys, Prefix: cfg.ContainerPrefix, DefaultTypes: cfg.DefaultTypes,
 		StorageFolder: cfg.StorageFolder, SandboxTimeout: cfg.MaxTimeout, MaxOutput: cfg.MaxExecOutputBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log}, m)

@@ -298,7 +298,11 @@ func checkTemplates(cfg *config.Config, nb *native.Backend) error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if err := nb.CheckTemplate(cfg.Templates[name]); err != nil {
+		t, err := manager.ConfiguredTemplate(name, cfg.Templates[name])
+		if err == nil {
+			err = nb.CheckTemplate(t)
+		}
+		if err != nil {
 			return fmt.Errorf("setting SANDBOX_TEMPLATES: template %q: %w", name, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -115,7 +116,7 @@ func Run(ctx context.Context, opts Options) error {
 		if m == nil {
 			return 0
 		}
-		return 0 // TODO(tmpl-native): count m's records of this digest
+		return m.TemplateUsers(digest)
 	}
 	templates, err := openTemplateStore(ctx, cfg, dataDir, inUse, log)
 	var apiTemplates httpapi.TemplateStore
@@ -129,6 +130,12 @@ func Run(ctx context.Context, opts Options) error {
 		apiTemplates = templates
 	}
 	templateGate := httpapi.NewTemplateGate(cfg.TemplateMaxPulls)
+	var resolver manager.TemplateResolver
+	var committer manager.TemplateCommitter
+	if apiTemplates != nil {
+		resolver = typeResolver{types: typeTemplates(cfg), next: newAutoPull(templates, cfg.TemplateAutoPull, templateGate, log)}
+		committer = templates
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -141,7 +148,7 @@ func Run(ctx context.Context, opts Options) error {
 		MaxExecOutput: cfg.MaxExecOutputBytes, Logger: log, Metrics: manager.NewMetrics(reg),
 		MaxRequestsPerUser: cfg.MaxRequestsPerUser, RequestMemory: cfg.RequestMemory,
 		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: netMgr != nil,
-		ValidateNetwork: netpolicy.Validate,
+		ValidateNetwork: netpolicy.Validate, Resolver: resolver, Committer: committer,
 	}, b, st)
 	if cfg.DefaultNetworkMode == string(sandbox.NetworkEgress) && netMgr == nil && opts.Backend == nil {
 		return fmt.Errorf("setting DEFAULT_NETWORK_MODE=egress: sandbox networking is unavailable (see NETWORK)")
@@ -298,7 +305,11 @@ func checkTemplates(cfg *config.Config, nb *native.Backend) error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		t, err := manager.ConfiguredTemplate(name, cfg.Templates[name])
+		target := cfg.Templates[name]
+		if target != sandbox.TemplateHost && !strings.HasPrefix(target, "dir:") {
+			continue // a template of the store, checked when resolved
+		}
+		t, err := manager.ConfiguredTemplate(name, target)
 		if err == nil {
 			err = nb.CheckTemplate(t)
 		}

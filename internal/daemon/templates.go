@@ -66,6 +66,20 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
+// typeResolver maps sandbox type names to their templates (typeTemplates)
+// before resolving through next; other names go to next as they are.
+type typeResolver struct {
+	types map[string]string
+	next  resolver
+}
+
+func (r typeResolver) Resolve(ctx context.Context, ref string) (sandbox.Template, error) {
+	if target, ok := r.types[ref]; ok {
+		ref = target
+	}
+	return r.next.Resolve(ctx, ref)
+}
+
 // resolver is what the manager resolves template names with.
 type resolver interface {
 	Resolve(ctx context.Context, ref string) (sandbox.Template, error)

@@ -123,3 +123,21 @@ func TestAutoPull(t *testing.T) {
 	}
 	close(fp.gate)
 }
+
+// A type resolves to its mapped template (pulled on first use when
+// allowed); any other name goes to the store as it is.
+func TestTypeResolver(t *testing.T) {
+	fp := &fakePuller{have: map[string]bool{"py:1": true}, gate: make(chan struct{})}
+	close(fp.gate)
+	r := typeResolver{types: map[string]string{"base": "py:1", "browser": "agentscope/runtime-sandbox-browser:latest"},
+		next: newAutoPull(fp, true, httpapi.NewTemplateGate(1), slog.Default())}
+	for ref, want := range map[string]string{"base": "py:1", "py:1": "py:1", "browser": "agentscope/runtime-sandbox-browser:latest"} {
+		tpl, err := r.Resolve(context.Background(), ref)
+		if err != nil || tpl.Ref != want {
+			t.Errorf("%s: %+v %v", ref, tpl, err)
+		}
+	}
+	if _, err := r.Resolve(context.Background(), "gui"); !sandbox.IsNotFound(err) {
+		t.Errorf("unknown type: %v", err)
+	}
+}

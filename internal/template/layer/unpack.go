@@ -94,7 +94,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	}
 	dir, base := parts[:len(parts)-1], parts[len(parts)-1]
 	if strings.HasPrefix(base, whiteoutPrefix) {
-		return u.whiteout(dir, base)
+		return u.whiteout(dir, base, hdr)
 	}
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
@@ -191,7 +191,7 @@ func (u *unpacker) clear(parent int, name string) error {
 
 // whiteout turns ".wh.NAME" into overlayfs' 0/0 character device NAME and
 // ".wh..wh..opq" into the opaque xattr on its directory.
-func (u *unpacker) whiteout(dir []string, base string) error {
+func (u *unpacker) whiteout(dir []string, base string, hdr *tar.Header) error {
 	if base != opaqueMarker && strings.HasPrefix(base, whiteoutMeta) {
 		return nil // AUFS bookkeeping, meaningless here
 	}
@@ -216,7 +216,7 @@ func (u *unpacker) whiteout(dir []string, base string) error {
 	if err := unix.Mknodat(parent, name, unix.S_IFCHR, 0); err != nil {
 		return fmt.Errorf("create whiteout: %w", err)
 	}
-	return nil
+	return setTimes(parent, name, hdr.AccessTime, hdr.ModTime)
 }
 
 func (u *unpacker) file(parent int, name string, hdr *tar.Header, r io.Reader) error {

@@ -142,6 +142,11 @@ func copyTree(lw *layerWriter, op copyOp, n srcNode, target string, top bool) er
 	}
 	switch {
 	case n.info.IsDir():
+		if n.ignored {
+			if ok, err := hasIncluded(op.src, n); !ok || err != nil {
+				return err
+			}
+		}
 		if top {
 			if e, _, err := lw.view.resolve(target, false); err == nil && e.info.IsDir() && op.chown == nil && op.chmod == nil {
 				m = metaOf(e.info)

@@ -24,6 +24,9 @@ type srcNode struct {
 	// view is set for nodes of a stage or image (COPY --from).
 	view  *entry
 	owned bool // keep the file's own uid/gid (stages and images)
+	// ignored: a directory .dockerignore excludes, walked only because
+	// an exclusion ("!pattern") may re-include something below it.
+	ignored bool
 }
 
 // source is where COPY/ADD read files: the build context or another
@@ -118,7 +121,8 @@ func (c *contextSource) children(n srcNode) ([]srcNode, error) {
 		rel := path.Join(n.rel, de.Name())
 		// An ignored directory is still walked when a later "!pattern"
 		// may re-include something inside it.
-		if c.ignored(rel) && !(de.IsDir() && c.pm.Exclusions()) {
+		ign := c.ignored(rel)
+		if ign && !(de.IsDir() && c.pm.Exclusions()) {
 			continue
 		}
 		host := filepath.Join(n.host, de.Name())
@@ -126,9 +130,27 @@ func (c *contextSource) children(n srcNode) ([]srcNode, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, srcNode{rel: rel, info: fi, host: host})
+		out = append(out, srcNode{rel: rel, info: fi, host: host, ignored: ign})
 	}
 	return out, nil
+}
+
+// hasIncluded reports whether an ignored directory holds anything an
+// exclusion re-includes (then it is copied with just those).
+func hasIncluded(src source, n srcNode) (bool, error) {
+	kids, err := src.children(n)
+	if err != nil {
+		return false, err
+	}
+	for _, k := range kids {
+		if !k.ignored {
+			return true, nil
+		}
+		if ok, err := hasIncluded(src, k); ok || err != nil {
+			return ok, err
+		}
+	}
+	return false, nil
 }
 
 func (c *contextSource) open(n srcNode) (io.ReadCloser, error) { return openNoFollow(n.host) }

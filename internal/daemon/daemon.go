@@ -161,6 +161,9 @@ func Run(ctx context.Context, opts Options) error {
 		PreviewDomain: cfg.PreviewDomain, PreviewSecret: secret, MetricsToken: cfg.MetricsToken,
 		Templates: apiTemplates, TemplateAdmins: cfg.TemplateAdmins, MaxImportBytes: cfg.TemplateMaxImport,
 		ImportDir: filepath.Join(dataDir, "templates", "tmp"), AcquireTemplateOp: templateGate}, m)
+	if apiTemplates != nil {
+		api.RegisterBootstrap(httpapi.BootstrapConfig{Store: templates, CacheDir: filepath.Join(dataDir, "bootstrap")})
+	}
 	as := agentscope.New(agentscope.Config{APIKeys: cfg.APIKeys, Prefix: cfg.ContainerPrefix, DefaultTypes: cfg.DefaultTypes,
 		StorageFolder: cfg.StorageFolder, SandboxTimeout: cfg.MaxTimeout, MaxOutput: cfg.MaxExecOutputBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log}, m)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 
@@ -27,9 +26,6 @@ type BootstrapConfig struct {
 	// CacheDir holds bootstrapped tarballs (in the data dir, outside any
 	// checkout).
 	CacheDir string
-	// Operators are the users (as API keys map them) allowed to bootstrap.
-	// A server without API keys has one user, DefaultUser, the operator.
-	Operators []string
 	// Bootstrap makes the tarball; nil is bootstrap.Bootstrap.
 	Bootstrap func(ctx context.Context, opts bootstrap.Options, out io.Writer) (string, error)
 }
@@ -72,7 +68,9 @@ type BootstrapEvent struct {
 // streaming progress as NDJSON. Bad requests fail before the stream with
 // a JSON error; failures during it end the stream with an "error" event.
 func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request, cfg BootstrapConfig) error {
-	if err := authorizeOperator(r, s.cfg.APIKeys, cfg.Operators); err != nil {
+	// Only the operator: it runs a package manager as root on the host and
+	// fills the store every tenant shares.
+	if err := s.templateAdmin(r); err != nil {
 		return err
 	}
 	var body bootstrapBody
@@ -113,18 +111,6 @@ func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request, cfg B
 		ev.send(BootstrapEvent{Status: "error", Error: err.Error()})
 	}
 	return nil // the stream has started: the error is its last event
-}
-
-// authorizeOperator lets only the operator bootstrap: it runs a package
-// manager as root on the host and fills the store every tenant shares.
-func authorizeOperator(r *http.Request, keys map[string]string, operators []string) error {
-	if len(keys) == 0 {
-		return nil // keyless: a loopback server whose one user is the operator
-	}
-	if slices.Contains(operators, userOf(r)) {
-		return nil
-	}
-	return sandbox.Errorf(sandbox.ClassForbidden, "bootstrapping a template is for the operator")
 }
 
 // eventWriter writes NDJSON events, one flush each; safe for concurrent

@@ -41,10 +41,10 @@ func (f *fakeImporter) Import(ctx context.Context, path, name string, progress f
 // records its options and writes some mmdebstrap-like output.
 func bootstrapServer(t *testing.T, keys map[string]string, imp *fakeImporter, fail error) (*httptest.Server, *bootstrap.Options) {
 	t.Helper()
-	s := New(Config{APIKeys: keys}, manager.New(manager.Config{}, nil, store.NewMemory()))
+	s := New(Config{APIKeys: keys, TemplateAdmins: []string{DefaultUser, "ops"}}, manager.New(manager.Config{}, nil, store.NewMemory()))
 	got := &bootstrap.Options{}
 	s.RegisterBootstrap(BootstrapConfig{
-		Store: imp, CacheDir: t.TempDir(), Operators: []string{"ops"},
+		Store: imp, CacheDir: t.TempDir(),
 		Bootstrap: func(ctx context.Context, o bootstrap.Options, out io.Writer) (string, error) {
 			*got = o
 			fmt.Fprint(out, "I: running apt-get update...\nI: downloading\rI: 50%\r\n"+strings.Repeat("x", 10000)+"\n")

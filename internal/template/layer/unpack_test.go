@@ -334,15 +334,31 @@ func TestUnpackDuplicates(t *testing.T) {
 			}
 		}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			dst, outside := sandboxDirs(t)
-			if _, err := unpackBytes(t, mkTar(t, c.ents...), dst, Options{}); err != nil {
-				t.Fatal(err)
-			}
-			c.check(t, dst, snapshot(t, dst))
-			checkOutside(t, outside)
-		})
+	// Each case at the root and again deeper down (through the cached
+	// parent directory).
+	for _, prefix := range []string{"", "a/b/"} {
+		for _, c := range cases {
+			t.Run(prefix+c.name, func(t *testing.T) {
+				dst, outside := sandboxDirs(t)
+				ents := []ent{}
+				if prefix != "" {
+					ents = append(ents, dir("a/"), dir("a/b/"))
+				}
+				for _, e := range c.ents {
+					e.name = prefix + e.name
+					if e.typ == tar.TypeLink {
+						e.link = prefix + e.link
+					}
+					ents = append(ents, e)
+				}
+				if _, err := unpackBytes(t, mkTar(t, ents...), dst, Options{}); err != nil {
+					t.Fatal(err)
+				}
+				sub := filepath.Join(dst, prefix)
+				c.check(t, sub, snapshot(t, sub))
+				checkOutside(t, outside)
+			})
+		}
 	}
 }
 

@@ -87,7 +87,7 @@ func TestUnpackTree(t *testing.T) {
 	checkOutside(t, outside)
 }
 
-func TestUnpackRefuses(t *testing.T) {
+func TestSecurityUnpackRefuses(t *testing.T) {
 	requireRoot(t)
 	long := strings.Repeat("a", 256)
 	deep := strings.Repeat("d/", 2100) + "f"
@@ -154,7 +154,7 @@ func TestUnpackErrorNamesEntry(t *testing.T) {
 // Symlinks are created as they are and never followed out of dst: an
 // entry under one resolves inside dst, and an entry at a symlink's own name
 // replaces the symlink instead of writing through it.
-func TestUnpackSymlinksStayInside(t *testing.T) {
+func TestSecurityUnpackSymlinksStayInside(t *testing.T) {
 	requireRoot(t)
 	dst, outside := sandboxDirs(t)
 	ro := dir("d/")
@@ -197,7 +197,7 @@ func TestUnpackSymlinksStayInside(t *testing.T) {
 	}
 }
 
-func TestUnpackSpecialFilesSkipped(t *testing.T) {
+func TestSecurityUnpackSpecialFilesSkipped(t *testing.T) {
 	requireRoot(t)
 	dst, outside := sandboxDirs(t)
 	layer := mkTar(t,
@@ -218,7 +218,7 @@ func TestUnpackSpecialFilesSkipped(t *testing.T) {
 	checkOutside(t, outside)
 }
 
-func TestUnpackModes(t *testing.T) {
+func TestSecurityUnpackModes(t *testing.T) {
 	requireRoot(t)
 	dst, _ := sandboxDirs(t)
 	suid := reg("bin/su", "x")
@@ -362,7 +362,7 @@ func TestUnpackDuplicates(t *testing.T) {
 	}
 }
 
-func TestUnpackLimits(t *testing.T) {
+func TestSecurityUnpackLimits(t *testing.T) {
 	requireRoot(t)
 	many := make([]ent, 101)
 	for i := range many {
@@ -398,7 +398,7 @@ func TestUnpackLimits(t *testing.T) {
 // A tar bomb: a small compressible stream that declares far more than it
 // may unpack (many entries of zeros). It stops at the limit, having
 // written no more than the limit.
-func TestUnpackTarBomb(t *testing.T) {
+func TestSecurityUnpackTarBomb(t *testing.T) {
 	requireRoot(t)
 	dst, _ := sandboxDirs(t)
 	pr, pw := io.Pipe()

@@ -141,6 +141,7 @@ func mkUpper(t testing.TB, root string, reverse bool) {
 			b.whiteout("gone")
 			b.dir("opq", 0o755, base, base)
 			b.xattr("opq", opaqueXattr, "y")
+			b.xattr("opq", "user.dir", "d")
 			b.file("opq/new", "n", 0o644, base, base)
 			b.dir("sticky", 0o1777, base, base)
 		},
@@ -183,7 +184,7 @@ func TestDiffEntries(t *testing.T) {
 		`home/ 5 755 0:0 "" "" []`,
 		`home/user/ 5 750 1000:1000 "" "" []`,
 		`home/user/suid 0 755 1000:1000 "s" "" []`,
-		`opq/ 5 755 0:0 "" "" []`,
+		`opq/ 5 755 0:0 "" "" [user.dir=d]`,
 		`opq/.wh..wh..opq 0 0 0:0 "" "" []`,
 		`opq/new 0 644 0:0 "n" "" []`,
 		`sticky/ 5 1777 0:0 "" "" []`,
@@ -227,7 +228,7 @@ func TestDiffDeterministic(t *testing.T) {
 	}
 }
 
-func TestDiffOwnerOutOfRange(t *testing.T) {
+func TestSecurityDiffOwnerOutOfRange(t *testing.T) {
 	requireRoot(t)
 	for _, c := range []struct {
 		uid, gid int
@@ -311,5 +312,31 @@ func TestDiffUnpackRoundTrip(t *testing.T) {
 	compareTrees(t, want, got, false)
 	if g, w := linkGroups(got), linkGroups(want); strings.Join(g, " ") != strings.Join(w, " ") {
 		t.Errorf("hard links %v, want %v", g, w)
+	}
+}
+
+// A sandbox controls its upper: symlinks there (to host files, to host
+// directories) are written as symlinks, never read through.
+func TestSecurityDiffNeverFollowsSymlinks(t *testing.T) {
+	requireRoot(t)
+	upper := t.TempDir()
+	b := fsb{t, upper}
+	b.symlink("passwd", "/etc/passwd", 0, 0)
+	b.symlink("etc", "/etc", 0, 0)
+	b.dir("d", 0o755, 0, 0)
+	b.symlink("d/up", "../../../../..", 0, 0)
+	data, err := diffBytes(t, upper, DiffOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tarList(t, data)
+	want := []string{
+		`d/ 5 755 0:0 "" "" []`,
+		`d/up 2 777 0:0 "" "../../../../.." []`,
+		`etc 2 777 0:0 "" "/etc" []`,
+		`passwd 2 777 0:0 "" "/etc/passwd" []`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("entries:\n%s", strings.Join(got, "\n"))
 	}
 }

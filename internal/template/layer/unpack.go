@@ -38,6 +38,14 @@ type unpacker struct {
 	stats Stats
 	dirs  map[string]dirMeta
 	buf   []byte
+	// The last parent directory opened, kept while entries stay in it
+	// (the usual order of a tar) and invalidated whenever a directory or
+	// a symlink is removed, the only changes that alter how a path that
+	// resolved once resolves again. An invalidated fd stays open until
+	// the next lookup: the entry in progress may still be using it.
+	lastDir string
+	lastFd  int
+	lastOK  bool
 }
 
 var zeroBlock [holeBlock]byte
@@ -54,7 +62,8 @@ func unpack(ctx context.Context, r io.Reader, dst string, opts Options) (Stats, 
 		return Stats{}, fmt.Errorf("layer: open %s: %w", dst, err)
 	}
 	defer unix.Close(root)
-	u := &unpacker{ctx: ctx, root: root, opts: opts, dirs: map[string]dirMeta{}}
+	u := &unpacker{ctx: ctx, root: root, opts: opts, dirs: map[string]dirMeta{}, lastFd: -1}
+	defer u.closeLast()
 	tr := tar.NewReader(r)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -112,11 +121,10 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		// (uid_t)-1 would mean "leave unchanged" to chown.
 		return fmt.Errorf("%w: owner %d:%d out of range", ErrInvalid, hdr.Uid, hdr.Gid)
 	}
-	parent, err := u.openDir(dir)
+	parent, err := u.parent(dir)
 	if err != nil {
 		return err
 	}
-	defer u.closeDir(parent)
 	switch hdr.Typeflag {
 	case tar.TypeReg:
 		return u.file(parent, base, hdr, r)
@@ -127,6 +135,34 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	default:
 		return u.hardlink(parent, base, hdr)
 	}
+}
+
+// parent returns the directory at parts through the one-entry cache; the
+// fd stays the cache's.
+func (u *unpacker) parent(parts []string) (int, error) {
+	if len(parts) == 0 {
+		return u.root, nil
+	}
+	key := strings.Join(parts, "/")
+	if u.lastOK && u.lastDir == key {
+		return u.lastFd, nil
+	}
+	u.closeLast()
+	fd, err := u.openDir(parts)
+	if err != nil {
+		return -1, err
+	}
+	u.lastDir, u.lastFd, u.lastOK = key, fd, true
+	return fd, nil
+}
+
+func (u *unpacker) forget() { u.lastOK = false }
+
+func (u *unpacker) closeLast() {
+	if u.lastFd >= 0 {
+		unix.Close(u.lastFd)
+	}
+	u.lastDir, u.lastFd, u.lastOK = "", -1, false
 }
 
 // openDir opens the directory at parts (root when empty), creating missing
@@ -183,10 +219,29 @@ func (u *unpacker) closeDir(fd int) {
 // clear makes room for a new entry at name: later entries win, whatever
 // was there (a non-empty directory included) goes.
 func (u *unpacker) clear(parent int, name string) error {
+	st, ok, err := lstatAt(parent, name)
+	if err != nil || !ok {
+		return err
+	}
+	if t := st.Mode & unix.S_IFMT; t == unix.S_IFDIR || t == unix.S_IFLNK {
+		u.forget()
+	}
 	if err := removeAt(parent, name); err != nil {
 		return fmt.Errorf("replace existing: %w", err)
 	}
 	return nil
+}
+
+// create runs mk, and once more after clearing name if it was taken.
+func (u *unpacker) create(parent int, name string, mk func() error) error {
+	err := mk()
+	if errors.Is(err, unix.EEXIST) {
+		if err := u.clear(parent, name); err != nil {
+			return err
+		}
+		err = mk()
+	}
+	return err
 }
 
 // whiteout turns ".wh.NAME" into overlayfs' 0/0 character device NAME and
@@ -195,11 +250,10 @@ func (u *unpacker) whiteout(dir []string, base string, hdr *tar.Header) error {
 	if base != opaqueMarker && strings.HasPrefix(base, whiteoutMeta) {
 		return nil // AUFS bookkeeping, meaningless here
 	}
-	parent, err := u.openDir(dir)
+	parent, err := u.parent(dir)
 	if err != nil {
 		return err
 	}
-	defer u.closeDir(parent)
 	if base == opaqueMarker {
 		if err := unix.Fsetxattr(parent, opaqueXattr, []byte("y"), 0); err != nil {
 			return fmt.Errorf("mark opaque: %w", err)
@@ -210,10 +264,8 @@ func (u *unpacker) whiteout(dir []string, base string, hdr *tar.Header) error {
 	if name == "" || name == "." || name == ".." {
 		return fmt.Errorf("%w: whiteout of %q", ErrInvalid, name)
 	}
-	if err := u.clear(parent, name); err != nil {
-		return err
-	}
-	if err := unix.Mknodat(parent, name, unix.S_IFCHR, 0); err != nil {
+	err = u.create(parent, name, func() error { return unix.Mknodat(parent, name, unix.S_IFCHR, 0) })
+	if err != nil {
 		return fmt.Errorf("create whiteout: %w", err)
 	}
 	return setTimes(parent, name, hdr.AccessTime, hdr.ModTime)
@@ -227,10 +279,11 @@ func (u *unpacker) file(parent int, name string, hdr *tar.Header, r io.Reader) e
 		return fmt.Errorf("%w: %d bytes of files would pass the limit of %d", ErrLimit, u.stats.Bytes+hdr.Size, u.opts.MaxBytes)
 	}
 	u.stats.Bytes += hdr.Size
-	if err := u.clear(parent, name); err != nil {
+	var fd int
+	err := u.create(parent, name, func() (err error) {
+		fd, err = unix.Openat(parent, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		return err
-	}
-	fd, err := unix.Openat(parent, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	})
 	if err != nil {
 		return fmt.Errorf("create: %w", err)
 	}
@@ -255,7 +308,7 @@ func (u *unpacker) write(f *os.File, r io.Reader, size int64) error {
 	if u.buf == nil {
 		u.buf = make([]byte, copyChunk)
 	}
-	var off int64
+	var off, end int64 // end: just past the last data written
 	for off < size {
 		if err := u.ctx.Err(); err != nil {
 			return err
@@ -264,20 +317,26 @@ func (u *unpacker) write(f *os.File, r io.Reader, size int64) error {
 		if _, err := io.ReadFull(r, chunk); err != nil {
 			return fmt.Errorf("read content: %w", err)
 		}
-		if err := writeSparse(f, chunk, off); err != nil {
+		last, err := writeSparse(f, chunk, off)
+		if err != nil {
 			return err
+		}
+		if last > 0 {
+			end = off + int64(last)
 		}
 		off += int64(len(chunk))
 	}
-	// The size of a file ending in a hole comes from the truncate.
-	if err := f.Truncate(size); err != nil {
-		return fmt.Errorf("set size: %w", err)
+	if end < size { // the size of a file ending in a hole
+		if err := f.Truncate(size); err != nil {
+			return fmt.Errorf("set size: %w", err)
+		}
 	}
 	return nil
 }
 
-// writeSparse writes the non-zero block runs of chunk at off.
-func writeSparse(f *os.File, chunk []byte, off int64) error {
+// writeSparse writes the non-zero block runs of chunk at off and says
+// where in chunk the data written ends (0: all holes).
+func writeSparse(f *os.File, chunk []byte, off int64) (end int, err error) {
 	start := -1 // beginning of the pending data run
 	for i := 0; i < len(chunk); i += holeBlock {
 		blk := chunk[i:min(i+holeBlock, len(chunk))]
@@ -287,17 +346,18 @@ func writeSparse(f *os.File, chunk []byte, off int64) error {
 		}
 		if zero && start >= 0 {
 			if _, err := f.WriteAt(chunk[start:i], off+int64(start)); err != nil {
-				return fmt.Errorf("write: %w", err)
+				return 0, fmt.Errorf("write: %w", err)
 			}
-			start = -1
+			start, end = -1, i
 		}
 	}
 	if start >= 0 {
 		if _, err := f.WriteAt(chunk[start:], off+int64(start)); err != nil {
-			return fmt.Errorf("write: %w", err)
+			return 0, fmt.Errorf("write: %w", err)
 		}
+		end = len(chunk)
 	}
-	return nil
+	return end, nil
 }
 
 // setMeta applies owner, kept xattrs and then mode to an open file or
@@ -428,10 +488,7 @@ func (u *unpacker) symlink(parent int, name string, hdr *tar.Header) error {
 	if t == "" || len(t) >= maxPathLen || strings.IndexByte(t, 0) >= 0 {
 		return fmt.Errorf("%w: symlink target %q", ErrInvalid, t)
 	}
-	if err := u.clear(parent, name); err != nil {
-		return err
-	}
-	if err := unix.Symlinkat(t, parent, name); err != nil {
+	if err := u.create(parent, name, func() error { return unix.Symlinkat(t, parent, name) }); err != nil {
 		return fmt.Errorf("symlink: %w", err)
 	}
 	if err := unix.Fchownat(parent, name, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -470,10 +527,7 @@ func (u *unpacker) hardlink(parent int, name string, hdr *tar.Header) error {
 	if st, ok, _ := lstatAt(parent, name); ok && st.Dev == tst.Dev && st.Ino == tst.Ino {
 		return nil // already that file (a link to itself, or a repeat)
 	}
-	if err := u.clear(parent, name); err != nil {
-		return err
-	}
-	if err := unix.Linkat(tdir, tname, parent, name, 0); err != nil {
+	if err := u.create(parent, name, func() error { return unix.Linkat(tdir, tname, parent, name, 0) }); err != nil {
 		return fmt.Errorf("link: %w", err)
 	}
 	return nil

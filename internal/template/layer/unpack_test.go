@@ -87,7 +87,7 @@ func TestUnpackTree(t *testing.T) {
 	checkOutside(t, outside)
 }
 
-func TestUnpackRefuses(t *testing.T) {
+func TestSecurityUnpackRefuses(t *testing.T) {
 	requireRoot(t)
 	long := strings.Repeat("a", 256)
 	deep := strings.Repeat("d/", 2100) + "f"
@@ -154,7 +154,7 @@ func TestUnpackErrorNamesEntry(t *testing.T) {
 // Symlinks are created as they are and never followed out of dst: an
 // entry under one resolves inside dst, and an entry at a symlink's own name
 // replaces the symlink instead of writing through it.
-func TestUnpackSymlinksStayInside(t *testing.T) {
+func TestSecurityUnpackSymlinksStayInside(t *testing.T) {
 	requireRoot(t)
 	dst, outside := sandboxDirs(t)
 	ro := dir("d/")
@@ -197,7 +197,7 @@ func TestUnpackSymlinksStayInside(t *testing.T) {
 	}
 }
 
-func TestUnpackSpecialFilesSkipped(t *testing.T) {
+func TestSecurityUnpackSpecialFilesSkipped(t *testing.T) {
 	requireRoot(t)
 	dst, outside := sandboxDirs(t)
 	layer := mkTar(t,
@@ -218,7 +218,7 @@ func TestUnpackSpecialFilesSkipped(t *testing.T) {
 	checkOutside(t, outside)
 }
 
-func TestUnpackModes(t *testing.T) {
+func TestSecurityUnpackModes(t *testing.T) {
 	requireRoot(t)
 	dst, _ := sandboxDirs(t)
 	suid := reg("bin/su", "x")
@@ -334,19 +334,35 @@ func TestUnpackDuplicates(t *testing.T) {
 			}
 		}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			dst, outside := sandboxDirs(t)
-			if _, err := unpackBytes(t, mkTar(t, c.ents...), dst, Options{}); err != nil {
-				t.Fatal(err)
-			}
-			c.check(t, dst, snapshot(t, dst))
-			checkOutside(t, outside)
-		})
+	// Each case at the root and again deeper down (through the cached
+	// parent directory).
+	for _, prefix := range []string{"", "a/b/"} {
+		for _, c := range cases {
+			t.Run(prefix+c.name, func(t *testing.T) {
+				dst, outside := sandboxDirs(t)
+				ents := []ent{}
+				if prefix != "" {
+					ents = append(ents, dir("a/"), dir("a/b/"))
+				}
+				for _, e := range c.ents {
+					e.name = prefix + e.name
+					if e.typ == tar.TypeLink {
+						e.link = prefix + e.link
+					}
+					ents = append(ents, e)
+				}
+				if _, err := unpackBytes(t, mkTar(t, ents...), dst, Options{}); err != nil {
+					t.Fatal(err)
+				}
+				sub := filepath.Join(dst, prefix)
+				c.check(t, sub, snapshot(t, sub))
+				checkOutside(t, outside)
+			})
+		}
 	}
 }
 
-func TestUnpackLimits(t *testing.T) {
+func TestSecurityUnpackLimits(t *testing.T) {
 	requireRoot(t)
 	many := make([]ent, 101)
 	for i := range many {
@@ -382,7 +398,7 @@ func TestUnpackLimits(t *testing.T) {
 // A tar bomb: a small compressible stream that declares far more than it
 // may unpack (many entries of zeros). It stops at the limit, having
 // written no more than the limit.
-func TestUnpackTarBomb(t *testing.T) {
+func TestSecurityUnpackTarBomb(t *testing.T) {
 	requireRoot(t)
 	dst, _ := sandboxDirs(t)
 	pr, pw := io.Pipe()

@@ -371,8 +371,14 @@ func overlayOptions(lower, upper, work string) (string, error) {
 			return "", fmt.Errorf("overlay path %q contains an option separator", p)
 		}
 	}
-	return "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work, nil
+	return "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work + overlayFeaturesOff, nil
 }
+
+// overlayFeaturesOff keeps a sandbox's upper layer plain whatever the
+// distribution's overlayfs defaults: with redirect_dir or metacopy a rename
+// or chmod of a lower directory leaves xattr pointers instead of a full
+// copy, which a snapshot (layer.Diff) cannot turn into an image layer.
+const overlayFeaturesOff = ",redirect_dir=off,metacopy=off"
 
 // boot starts the sandbox's init (the agent) and waits until it serves.
 func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids idMap) error {

@@ -86,7 +86,7 @@ func mountLayers(target string, layers []string, upper, work, usernsPath string)
 			return err
 		}
 	}
-	opts := "lowerdir=" + strings.Join(lower, ":") + ",upperdir=" + rw[0] + ",workdir=" + rw[1]
+	opts := "lowerdir=" + strings.Join(lower, ":") + ",upperdir=" + rw[0] + ",workdir=" + rw[1] + overlayFeaturesOff
 	if len(opts) > maxOverlayOptions {
 		return fmt.Errorf("%d layers do not fit in one overlay mount", len(layers))
 	}

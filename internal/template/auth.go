@@ -2,6 +2,7 @@ package template
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -108,6 +109,9 @@ func (k staticKeychain) Resolve(r authn.Resource) (authn.Authenticator, error) {
 
 func dockerConfigKeychain(path string) (authn.Keychain, error) {
 	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return staticKeychain{}, nil // no file yet: anonymous, like docker
+	}
 	if err != nil {
 		return nil, fmt.Errorf("registry credentials: %w", err)
 	}

@@ -237,7 +237,12 @@ func (s *Store) unpackLayer(ctx context.Context, r io.Reader, want *v1.Hash) (v1
 	h := sha256.New()
 	tee := io.TeeReader(ctxReader{ctx, r}, h)
 	st, err := layer.Unpack(ctx, tee, root, s.layerOpts())
-	if err != nil {
+	switch {
+	case errors.Is(err, layer.ErrLimit):
+		return fail(sandbox.Wrap(sandbox.ClassTooLarge, err, err.Error()))
+	case errors.Is(err, layer.ErrInvalid):
+		return fail(sandbox.Wrap(sandbox.ClassInvalid, err, err.Error()))
+	case err != nil:
 		return fail(err)
 	}
 	n, err := io.Copy(io.Discard, io.LimitReader(tee, maxTrailing+1))

@@ -65,9 +65,11 @@ const (
 	archiveOCI
 )
 
-// imageArchiveEntry matches the top-level names of docker save and OCI
-// archives; any other name means a root filesystem tarball.
-var imageArchiveEntry = regexp.MustCompile(`^(manifest\.json|repositories|index\.json|oci-layout|blobs|[a-f0-9]{64}|[a-f0-9]{64}\.json)$`)
+// imageArchiveEntry matches the top-level names of docker save archives
+// (docker's "<id>/layer.tar", "<id>.json"; go-containerregistry's
+// "sha256:<id>", "<id>.tar.gz") and OCI archives; any other name means a
+// root filesystem tarball, found without reading it all.
+var imageArchiveEntry = regexp.MustCompile(`^(manifest\.json|repositories|index\.json|oci-layout|blobs|(sha256:)?[a-f0-9]{64}(\.[a-z.]{1,16})?)$`)
 
 // openTar opens a possibly compressed tarball.
 func openTar(p string) (io.ReadCloser, error) {

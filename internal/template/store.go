@@ -43,10 +43,15 @@ type Options struct {
 	MaxLayerBytes   int64
 	MaxLayerEntries int
 	// InUse reports how many live sandboxes use the template with this
-	// digest; templates in use cannot be deleted. Nil: none are.
+	// digest; templates in use cannot be deleted, and their layers outlive
+	// their name. Nil: none are. The store never calls it with its own
+	// lock held, so it may take the caller's locks.
 	InUse func(digest string) int
 	// Auth is the registry credentials source (docker config.json paths,
-	// AGENTBOX_REGISTRY_AUTH); Mirrors maps registry hosts to mirrors.
+	// AGENTBOX_REGISTRY_AUTH); Mirrors maps registry hosts ("docker.io",
+	// "ghcr.io", "host:port") to mirrors tried in order before the
+	// registry: "host[:port][/path-prefix]", "https://..." or "http://..."
+	// (plain HTTP).
 	Auth    RegistryAuth
 	Mirrors map[string][]string
 }
@@ -231,14 +236,30 @@ func (s *Store) Resolve(ctx context.Context, name string) (sandbox.Template, err
 		return sandbox.Template{}, sandbox.Errorf(sandbox.ClassNotFound, "template %q not found", r.String())
 	}
 	t := sandbox.Template{Ref: r.String(), Digest: rec.Digest, Kind: rec.Kind, Config: rec.Config}
-	for _, l := range rec.Layers {
+	for i, l := range rec.Layers {
 		root := s.layerRoot(hexOf(l.DiffID))
 		if !exists(root) {
 			return sandbox.Template{}, sandbox.Errorf(sandbox.ClassInternal, "template %q: layer %s is missing from the store; pull or import it again", r.String(), l.DiffID)
 		}
-		t.Layers = append(t.Layers, root)
+		if !repeatedAbove(rec.Layers, i) {
+			t.Layers = append(t.Layers, root)
+		}
 	}
 	return t, nil
+}
+
+// repeatedAbove reports whether layer i appears again higher up. Images
+// may repeat a layer (often the empty one) and overlayfs refuses a lower
+// directory twice; applying a layer again on top makes its lower copy
+// invisible (its files, whiteouts and opaque directories all act again),
+// so only the highest copy is kept.
+func repeatedAbove(layers []layerRecord, i int) bool {
+	for _, l := range layers[i+1:] {
+		if l.DiffID == layers[i].DiffID {
+			return true
+		}
+	}
+	return false
 }
 
 // List returns every template, sorted by name and tag.

@@ -389,3 +389,80 @@ func TestLayerLimits(t *testing.T) {
 	_, err = s.Commit(ctx, "tail", sandbox.Template{Kind: sandbox.TemplateImage}, io.MultiReader(bytes.NewReader(tb)), sandbox.ImageConfig{}, "build")
 	wantClass(t, err, sandbox.ClassInvalid)
 }
+
+// A layer an image repeats is given to overlayfs once, at its highest place.
+func TestResolveRepeatedLayer(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t, Options{})
+	scratch := sandbox.Template{Kind: sandbox.TemplateImage}
+	empty := tarBytes(t, map[string]string{})
+	if _, err := s.Commit(ctx, "e1", scratch, bytes.NewReader(empty), sandbox.ImageConfig{}, "build"); err != nil {
+		t.Fatal(err)
+	}
+	e1, _ := s.Resolve(ctx, "e1")
+	if _, err := s.Commit(ctx, "e2", e1, bytes.NewReader(tarBytes(t, map[string]string{"f": "1"})), sandbox.ImageConfig{}, "build"); err != nil {
+		t.Fatal(err)
+	}
+	e2, _ := s.Resolve(ctx, "e2")
+	info, err := s.Commit(ctx, "e3", e2, bytes.NewReader(empty), sandbox.ImageConfig{}, "build")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e3, _ := s.Resolve(ctx, "e3")
+	if len(info.Layers) != 3 || len(e3.Layers) != 2 || e3.Layers[0] != e2.Layers[1] || e3.Layers[1] != e1.Layers[0] {
+		t.Errorf("layers %v (record %d)", e3.Layers, len(info.Layers))
+	}
+}
+
+// GC running while pulls store layers never removes what they store.
+func TestGCConcurrentWithPulls(t *testing.T) {
+	ctx := context.Background()
+	tr := newRegistry(t, false)
+	const n = 4
+	for i := range n {
+		tr.push(t, fmt.Sprintf("p%d:1", i), testImage(t, hostArch(), tarLayer(t, map[string]string{"shared": "s"}), tarLayer(t, map[string]string{"own": fmt.Sprint(i)})))
+	}
+	s, _ := openStore(t, Options{})
+	done := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := s.Pull(ctx, fmt.Sprintf("%s/p%d:1", tr.host, i), fmt.Sprintf("p%d", i), PullOptions{}, nil)
+			done <- err
+		}()
+	}
+	gcErr := make(chan error, 1)
+	stop := make(chan struct{})
+	go func() {
+		defer close(gcErr)
+		for range 500 { // bounded; stops as soon as the pulls are done
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := s.GC(ctx); err != nil {
+				gcErr <- err
+				return
+			}
+		}
+	}()
+	for range n {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	if err := <-gcErr; err != nil {
+		t.Fatal(err)
+	}
+	s.GC(ctx)
+	for i := range n {
+		tmpl, err := s.Resolve(ctx, fmt.Sprintf("p%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if readLayered(t, tmpl, "own") != fmt.Sprint(i) || readLayered(t, tmpl, "shared") != "s" {
+			t.Errorf("p%d damaged", i)
+		}
+	}
+}

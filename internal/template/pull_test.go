@@ -276,3 +276,22 @@ func TestPullConcurrentUnpackOnce(t *testing.T) {
 		t.Errorf("%d unpacks for 2 layers", n)
 	}
 }
+
+// AGENTBOX_REGISTRY_AUTH's {"token"} is sent as the bearer token itself;
+// a malformed value fails Open clearly.
+func TestPullInlineToken(t *testing.T) {
+	ctx := context.Background()
+	tr := newRegistry(t, true)
+	tr.push(t, "tok:1", testImage(t, hostArch(), tarLayer(t, map[string]string{"f": "1"})))
+	s, _ := openStore(t, Options{Auth: RegistryAuth{Inline: fmt.Sprintf(`{"http://%s/": {"token": %q}}`, tr.host, testToken)}})
+	if _, err := s.Pull(ctx, tr.host+"/tok:1", "tok", PullOptions{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{`[1]`, `{"r": {"username": "u"}}`, `{"r": {"token": "t", "auth": "a"}}`} {
+		_, err := Open(ctx, t.TempDir(), Options{Auth: RegistryAuth{Inline: bad}})
+		wantClass(t, err, sandbox.ClassInvalid)
+		if !strings.Contains(err.Error(), "AGENTBOX_REGISTRY_AUTH") {
+			t.Errorf("%s: unclear error %v", bad, err)
+		}
+	}
+}

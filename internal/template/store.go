@@ -25,6 +25,7 @@ package template
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -104,6 +105,11 @@ type PullOptions struct {
 	Insecure bool
 }
 
+// ErrNotImplemented marked the skeleton's stubs. The store no longer
+// returns it; it stays because callers written against the skeleton test
+// for it.
+var ErrNotImplemented = errors.New("template store: not implemented")
+
 // Bounds on what an image may be. A hostile registry or archive gets a
 // clear error before the store reads or allocates much.
 const (
@@ -139,6 +145,10 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	// Malformed credentials settings fail at start, not at the first pull.
+	if _, err := newKeychain(opts.Auth); err != nil {
+		return nil, sandbox.Wrap(sandbox.ClassInvalid, err, "template store: "+err.Error())
 	}
 	s := &Store{
 		dir: dir, opts: opts, log: opts.Logger,

@@ -28,7 +28,6 @@ import (
 	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
-	"github.com/agentbox/agentbox/internal/template"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -119,23 +118,11 @@ func Run(ctx context.Context, opts Options) error {
 		return m.TemplateUsers(digest)
 	}
 	templates, err := openTemplateStore(ctx, cfg, dataDir, inUse, log)
-	var apiTemplates httpapi.TemplateStore
-	switch {
-	case errors.Is(err, template.ErrNotImplemented):
-		// The store is still the skeleton of tmpl-base.
-		log.Warn("template store not available in this build", "err", err)
-	case err != nil:
+	if err != nil {
 		return err
-	default:
-		apiTemplates = templates
 	}
 	templateGate := httpapi.NewTemplateGate(cfg.TemplateMaxPulls)
-	var resolver manager.TemplateResolver
-	var committer manager.TemplateCommitter
-	if apiTemplates != nil {
-		resolver = typeResolver{types: typeTemplates(cfg), next: newAutoPull(templates, cfg.TemplateAutoPull, templateGate, log)}
-		committer = templates
-	}
+	resolver := typeResolver{types: typeTemplates(cfg), next: newAutoPull(templates, cfg.TemplateAutoPull, templateGate, log)}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -148,7 +135,7 @@ func Run(ctx context.Context, opts Options) error {
 		MaxExecOutput: cfg.MaxExecOutputBytes, Logger: log, Metrics: manager.NewMetrics(reg),
 		MaxRequestsPerUser: cfg.MaxRequestsPerUser, RequestMemory: cfg.RequestMemory,
 		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: netMgr != nil,
-		ValidateNetwork: netpolicy.Validate, Resolver: resolver, Committer: committer,
+		ValidateNetwork: netpolicy.Validate, Resolver: resolver, Committer: templates,
 	}, b, st)
 	if cfg.DefaultNetworkMode == string(sandbox.NetworkEgress) && netMgr == nil && opts.Backend == nil {
 		return fmt.Errorf("setting DEFAULT_NETWORK_MODE=egress: sandbox networking is unavailable (see NETWORK)")
@@ -159,11 +146,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	api := httpapi.New(httpapi.Config{APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Logger: log, Registry: reg,
 		PreviewDomain: cfg.PreviewDomain, PreviewSecret: secret, MetricsToken: cfg.MetricsToken,
-		Templates: apiTemplates, TemplateAdmins: cfg.TemplateAdmins, MaxImportBytes: cfg.TemplateMaxImport,
+		Templates: templates, TemplateAdmins: cfg.TemplateAdmins, MaxImportBytes: cfg.TemplateMaxImport,
 		ImportDir: filepath.Join(dataDir, "templates", "tmp"), AcquireTemplateOp: templateGate}, m)
-	if apiTemplates != nil {
-		api.RegisterBootstrap(httpapi.BootstrapConfig{Store: templates, CacheDir: filepath.Join(dataDir, "bootstrap")})
-	}
+	api.RegisterBootstrap(httpapi.BootstrapConfig{Store: templates, CacheDir: filepath.Join(dataDir, "bootstrap")})
 	as := agentscope.New(agentscope.Config{APIKeys: cfg.APIKeys, Prefix: cfg.ContainerPrefix, DefaultTypes: cfg.DefaultTypes,
 		StorageFolder: cfg.StorageFolder, SandboxTimeout: cfg.MaxTimeout, MaxOutput: cfg.MaxExecOutputBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log}, m)

@@ -25,7 +25,6 @@ package template
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -104,11 +103,6 @@ type PullOptions struct {
 	// Insecure allows plain HTTP registries (tests, local mirrors).
 	Insecure bool
 }
-
-// ErrNotImplemented marked the skeleton's stubs. The store no longer
-// returns it; it stays because callers written against the skeleton test
-// for it.
-var ErrNotImplemented = errors.New("template store: not implemented")
 
 // Bounds on what an image may be. A hostile registry or archive gets a
 // clear error before the store reads or allocates much.

@@ -3,6 +3,7 @@
 #   make run     build and serve on 127.0.0.1:8000 with the embedded defaults
 #   make test    install what the tests need (Debian/Ubuntu, as root) and run them all
 #   make bench   benchmarks (see docs/benchmarks.md)
+#   make templates  build the built-in templates (templates/) on a running daemon
 
 GO       ?= go
 BIN      := bin
@@ -14,7 +15,7 @@ TEST_TIMEOUT ?= 40m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test deps vet bench clean agent daemon
+.PHONY: all build run test deps vet bench clean agent daemon templates
 
 all: build
 
@@ -43,6 +44,20 @@ test: deps build vet
 
 bench: build
 	./scripts/bench.sh
+
+# The built-in templates, built by the daemon (AGENTBOX_URL) from
+# debian:bookworm bootstrapped from the host's apt sources; those sources
+# (and optional apt options) reach RUN steps as build secrets, never a layer
+# (templates/README.md). Not part of `make test`.
+APT_SOURCES ?= /etc/apt/sources.list.d/debian.sources
+APT_CONF    ?=
+comma := ,
+TEMPLATE_SECRETS = --secret id=apt-sources$(comma)src=$(APT_SOURCES) $(if $(APT_CONF),--secret id=apt-conf$(comma)src=$(APT_CONF))
+
+templates: build
+	$(BIN)/agentbox template bootstrap debian:bookworm
+	$(BIN)/agentbox template build -t base $(TEMPLATE_SECRETS) templates/base
+	$(BIN)/agentbox template build -t code-interpreter $(TEMPLATE_SECRETS) templates/code-interpreter
 
 clean:
 	rm -rf $(BIN)

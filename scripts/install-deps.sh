@@ -4,10 +4,12 @@
 set -euo pipefail
 
 need=()
+# mmdebstrap (with apt and util-linux's unshare, always there) bootstraps
+# debian:SUITE templates from the host's own apt sources.
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in build-essential pkg-config libseccomp-dev e2fsprogs iproute2 nftables \
          git python3 python3-matplotlib python3-requests ca-certificates curl \
-         docker.io iptables; do
+         docker.io iptables mmdebstrap; do
   have_pkg "$p" || need+=("$p")
 done
 

@@ -45,6 +45,7 @@ type Server struct {
 	sessions  map[string][]string
 	killed    []string // commands killed because the client went away
 	resizes   [][2]int // PTY resize messages received
+	templates map[string]*template
 }
 
 // New starts a fake on a loopback port and stops it when the test ends.
@@ -128,6 +129,12 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/sandboxes/{id}/files/move", s.withSandbox(s.move))
 	mux.HandleFunc("POST /v1/sessions/{session_id}/connect", s.connectSession)
 	mux.HandleFunc("POST /v1/sessions/{session_id}/release", s.releaseSession)
+	mux.HandleFunc("GET /v1/templates", s.listTemplates)
+	mux.HandleFunc("GET /v1/templates/{name}", s.getTemplate)
+	mux.HandleFunc("DELETE /v1/templates/{name}", s.deleteTemplate)
+	mux.HandleFunc("GET /v1/templates/{name}/export", s.exportTemplate)
+	mux.HandleFunc("POST /v1/templates/pulls", s.pullTemplate)
+	mux.HandleFunc("POST /v1/templates/imports", s.importTemplate)
 	mux.HandleFunc("GET /v1/info", s.info)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {})
 	return s.middleware(mux)

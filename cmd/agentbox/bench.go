@@ -106,7 +106,7 @@ func runBench(ctx context.Context, out io.Writer, n int, docker string, tput tim
 		return err
 	}
 	id := sandbox.NewID()
-	info, err := b.Create(ctx, sandbox.Spec{ID: id, Template: "host"})
+	info, err := b.Create(ctx, sandbox.Spec{ID: id, Template: sandbox.HostTemplate()})
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func idleMemory(ctx context.Context, b *native.Backend, count int) (memResult, e
 	}()
 	for i := 0; i < count; i++ {
 		id := sandbox.NewID()
-		if _, err := b.Create(ctx, sandbox.Spec{ID: id, Template: "host"}); err != nil {
+		if _, err := b.Create(ctx, sandbox.Spec{ID: id, Template: sandbox.HostTemplate()}); err != nil {
 			return memResult{}, err
 		}
 		ids = append(ids, id)

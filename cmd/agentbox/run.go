@@ -17,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/internal/backend/native"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/daemon"
+	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -136,7 +137,11 @@ func exitCode(code int) error {
 }
 
 func (o runOptions) spec() (sandbox.Spec, error) {
-	spec := sandbox.Spec{ID: sandbox.NewID(), Template: o.template, Root: o.root,
+	tmpl, err := manager.ConfiguredTemplate(o.template, o.template)
+	if err != nil {
+		return sandbox.Spec{}, fmt.Errorf("--template: %w", err)
+	}
+	spec := sandbox.Spec{ID: sandbox.NewID(), Template: tmpl, Root: o.root,
 		Resources: sandbox.Resources{CPUs: o.cpus, PIDs: o.pids}, Env: map[string]string{}}
 	if o.memory != "" {
 		n, err := config.ParseSize(o.memory)

@@ -8,6 +8,7 @@ package backend
 
 import (
 	"context"
+	"io"
 	"net"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -130,4 +131,16 @@ type ExitWatcher interface {
 // sandbox's egress policy. Changing the network mode itself is a conflict.
 type NetworkUpdater interface {
 	UpdateNetwork(ctx context.Context, id sandbox.ID, n sandbox.Network) error
+}
+
+// Snapshotter is implemented by backends that can turn what a sandbox
+// changed in its root filesystem into a layer (snapshots: the layer on top
+// of the sandbox's template becomes a new template).
+type Snapshotter interface {
+	// SnapshotDiff writes to w the uncompressed OCI layer tar of the
+	// sandbox's root filesystem changes over its template, file owners in
+	// the image's ids. The sandbox is frozen while its files are read when
+	// the backend can. A template kind that has no such layer (host) is
+	// sandbox.ClassInvalid.
+	SnapshotDiff(ctx context.Context, id sandbox.ID, w io.Writer) error
 }

@@ -88,7 +88,7 @@ var PythonPrint = []string{"/usr/bin/python3", "-c", "print(1)"}
 // and destroys it.
 func ColdCreateExecDestroy(ctx context.Context, b backend.Backend, cmd []string) error {
 	id := sandbox.NewID()
-	info, err := b.Create(ctx, sandbox.Spec{ID: id, Template: "host"})
+	info, err := b.Create(ctx, sandbox.Spec{ID: id, Template: sandbox.HostTemplate()})
 	if err != nil {
 		return err
 	}

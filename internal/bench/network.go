@@ -18,7 +18,7 @@ import (
 func NetworkCreate(ctx context.Context, b backend.Backend, n sandbox.NetworkMode, count int) ([]time.Duration, error) {
 	return Measure(count, 2, func() error {
 		id := sandbox.NewID()
-		if _, err := b.Create(ctx, sandbox.Spec{ID: id, Template: "host", Network: sandbox.Network{Mode: n}}); err != nil {
+		if _, err := b.Create(ctx, sandbox.Spec{ID: id, Template: sandbox.HostTemplate(), Network: sandbox.Network{Mode: n}}); err != nil {
 			return err
 		}
 		return b.Destroy(ctx, id)

@@ -102,6 +102,24 @@ type Config struct {
 	// MetricsToken is the operator's bearer token for /metrics.
 	MetricsToken string
 
+	// TemplateAdmins are the users who may pull, import, export and
+	// delete templates.
+	TemplateAdmins []string
+	// TemplateMaxImport caps one imported tarball.
+	TemplateMaxImport int64
+	// TemplateMaxPulls bounds concurrent pulls, imports and exports.
+	TemplateMaxPulls int
+	// TemplateAutoPull pulls an image reference a create names when it is
+	// not a template yet.
+	TemplateAutoPull bool
+	// RegistryAuth is AGENTBOX_REGISTRY_AUTH (JSON); RegistryMirrors maps
+	// registry hosts to mirror URLs.
+	RegistryAuth    string
+	RegistryMirrors map[string][]string
+	// RuntimeRegistry, RuntimeNamespace and RuntimeTag name agentscope's
+	// sandbox images: [registry/][namespace/]runtime-sandbox-<type>:<tag>.
+	RuntimeRegistry, RuntimeNamespace, RuntimeTag string
+
 	// Settings that were given but have no effect on this deployment, for a
 	// warning at start.
 	Ignored []string
@@ -151,7 +169,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"AGENT_PATH", "", "path of the agentbox-agent binary (default: next to the agentbox binary)", func(c *Config, v string) error { c.AgentPath = v; return nil }},
-	{"SANDBOX_TEMPLATES", `{"base":"host","filesystem":"host"}`, `JSON map of template name (sandbox type) to template: "host" or "dir:/abs/rootfs"; API callers may ask only for these names and "host"`, func(c *Config, v string) error {
+	{"SANDBOX_TEMPLATES", `{"base":"host","filesystem":"host"}`, `JSON map of sandbox type to template: "host", "dir:/abs/rootfs" (the operator's directory, registered as a template of the type's name) or a template of the store (NAME[:TAG]); other types map to agentscope's image names (RUNTIME_SANDBOX_*)`, func(c *Config, v string) error {
 		m := map[string]string{}
 		if err := json.Unmarshal([]byte(v), &m); err != nil {
 			return fmt.Errorf("want a JSON object: %v", err)
@@ -160,8 +178,9 @@ var settings = []setting{
 			if k == "" || strings.HasPrefix(k, "dir:") {
 				return fmt.Errorf("template name %q: want a plain name such as \"base\"", k)
 			}
-			if t != "host" && (!strings.HasPrefix(t, "dir:") || !filepath.IsAbs(strings.TrimPrefix(t, "dir:"))) {
-				return fmt.Errorf("template %q: want \"host\" or \"dir:/absolute/path\", got %q", k, t)
+			if strings.HasPrefix(t, "dir:") && !filepath.IsAbs(strings.TrimPrefix(t, "dir:")) ||
+				t == "" || len(t) > 512 || strings.ContainsAny(t, " \t\n\\") {
+				return fmt.Errorf("template %q: want \"host\", \"dir:/absolute/path\" or a template name, got %q", k, t)
 			}
 			c.Templates[k] = t
 		}
@@ -381,6 +400,54 @@ var settings = []setting{
 		c.MetricsToken = v
 		return nil
 	}},
+	{"TEMPLATE_ADMIN_USERS", "default", "users who may pull, import, export and delete templates, comma-separated (\"default\" is the keyless operator and the BEARER_TOKEN user); everyone may list them and create sandboxes from them", func(c *Config, v string) error {
+		c.TemplateAdmins = splitList(v)
+		return nil
+	}},
+	{"TEMPLATE_MAX_IMPORT", "8G", "largest tarball a template import may upload", size(func(c *Config, n int64) { c.TemplateMaxImport = n })},
+	{"TEMPLATE_MAX_PULLS", "2", "template pulls, imports and exports running at once (automatic pulls included); more wait for a turn", intIn(1, 64, func(c *Config, n int) { c.TemplateMaxPulls = n })},
+	{"TEMPLATE_AUTO_PULL", "false", "pull an image reference a create names when it is not a template yet (the create waits)", boolSetting(func(c *Config, b bool) { c.TemplateAutoPull = b })},
+	{"AGENTBOX_REGISTRY_AUTH", "", `registry credentials as JSON {"host": {"username": "...", "password": "..."} | {"auth": "base64"} | {"token": "..."}}, besides docker's config.json ($DOCKER_CONFIG or ~/.docker)`, func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		var m map[string]map[string]string
+		if err := json.Unmarshal([]byte(v), &m); err != nil {
+			return fmt.Errorf("want a JSON object of registry hosts to credentials: %v", err)
+		}
+		c.RegistryAuth = v
+		return nil
+	}},
+	{"REGISTRY_MIRRORS", "", `registry mirrors as JSON {"docker.io": ["https://mirror.example"]}: pulls try the mirrors in order, then the registry itself`, func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		m := map[string][]string{}
+		if err := json.Unmarshal([]byte(v), &m); err != nil {
+			return fmt.Errorf("want a JSON object of registry hosts to lists of mirror URLs: %v", err)
+		}
+		for host, urls := range m {
+			if host == "" || strings.ContainsAny(host, "/ ") {
+				return fmt.Errorf("registry %q: want a host name such as docker.io", host)
+			}
+			for _, u := range urls {
+				if !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
+					return fmt.Errorf("mirror %q of %s: want an http(s) URL", u, host)
+				}
+			}
+		}
+		c.RegistryMirrors = m
+		return nil
+	}},
+	{"RUNTIME_SANDBOX_REGISTRY", "", "registry of agentscope's sandbox images, for sandbox types not in SANDBOX_TEMPLATES (empty: Docker Hub)", imageNamePart(func(c *Config, v string) { c.RuntimeRegistry = v })},
+	{"RUNTIME_SANDBOX_IMAGE_NAMESPACE", "agentscope", "namespace of agentscope's sandbox images: type T is [registry/][namespace/]runtime-sandbox-T:tag", imageNamePart(func(c *Config, v string) { c.RuntimeNamespace = v })},
+	{"RUNTIME_SANDBOX_IMAGE_TAG", "latest", "tag of agentscope's sandbox images", func(c *Config, v string) error {
+		if v == "" || strings.ContainsAny(v, "/:@ ") {
+			return fmt.Errorf("want an image tag such as latest")
+		}
+		c.RuntimeTag = v
+		return nil
+	}},
 	{"DEBUG", "false", "debug logging", boolSetting(func(c *Config, b bool) {
 		if b {
 			c.LogLevel = "debug"
@@ -480,8 +547,8 @@ func Load(envFile string, environ []string, overrides map[string]string) (*Confi
 
 func (c *Config) validate() error {
 	for _, t := range c.DefaultTypes {
-		if _, ok := c.Templates[t]; !ok {
-			return fmt.Errorf("setting DEFAULT_SANDBOX_TYPE: type %q has no template in SANDBOX_TEMPLATES", t)
+		if t == "" || len(t) > 64 || strings.Trim(strings.ToLower(t), "abcdefghijklmnopqrstuvwxyz0123456789_.-") != "" {
+			return fmt.Errorf("setting DEFAULT_SANDBOX_TYPE: type %q: want a name such as base or browser", t)
 		}
 	}
 	if c.DefaultTimeout > c.MaxTimeout {
@@ -525,6 +592,23 @@ func (c *Config) validate() error {
 		c.StorageFolder = abs
 	}
 	return nil
+}
+
+// TypeTemplate returns the template of sandbox type t: its SANDBOX_TEMPLATES
+// entry, else agentscope's image name for it,
+// [registry/][namespace/]runtime-sandbox-<t>:<tag>.
+func (c *Config) TypeTemplate(t string) string {
+	if tmpl, ok := c.Templates[t]; ok {
+		return tmpl
+	}
+	name := "runtime-sandbox-" + t + ":" + c.RuntimeTag
+	if c.RuntimeNamespace != "" {
+		name = c.RuntimeNamespace + "/" + name
+	}
+	if c.RuntimeRegistry != "" {
+		name = c.RuntimeRegistry + "/" + name
+	}
+	return name
 }
 
 // Loopback reports whether Host is a loopback address.
@@ -581,6 +665,18 @@ func seconds(set func(*Config, time.Duration)) func(*Config, string) error {
 			return fmt.Errorf("want a number of seconds >= 0")
 		}
 		set(c, time.Duration(f*float64(time.Second)))
+		return nil
+	}
+}
+
+// imageNamePart accepts "" or a registry host or namespace path.
+func imageNamePart(set func(*Config, string)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		v = strings.Trim(v, "/")
+		if strings.ContainsAny(v, " \t@\\") || strings.Contains(v, "//") || strings.Contains(v, "..") {
+			return fmt.Errorf("want a registry host or image namespace such as registry.example.com or agentscope")
+		}
+		set(c, v)
 		return nil
 	}
 }

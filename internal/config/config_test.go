@@ -43,7 +43,8 @@ func TestErrorsNameTheSetting(t *testing.T) {
 	for name, value := range map[string]string{
 		"PORT": "70000", "POOL_SIZE": "-2", "AUTO_CLEANUP": "maybe", "DEFAULT_MEMORY": "lots",
 		"HOST": "not an ip", "API_KEYS": "nouser", "READONLY_MOUNTS": "{not json", "NETWORK_SUBNET": "10.0.0.0/30",
-		"DEFAULT_SANDBOX_TYPE": "gpu", "WORKERS": "4", "CONTAINER_DEPLOYMENT": "k8s", "DEFAULT_TIMEOUT": "999999",
+		"DEFAULT_SANDBOX_TYPE": "g/pu", "REGISTRY_MIRRORS": `{"docker.io":["ftp://x"]}`, "AGENTBOX_REGISTRY_AUTH": "[1]",
+		"RUNTIME_SANDBOX_IMAGE_TAG": "a:b", "RUNTIME_SANDBOX_REGISTRY": "a b", "TEMPLATE_MAX_PULLS": "0", "SANDBOX_TEMPLATES": `{"x":"a b"}`, "WORKERS": "4", "CONTAINER_DEPLOYMENT": "k8s", "DEFAULT_TIMEOUT": "999999",
 	} {
 		_, err := Load("", nil, map[string]string{name: value})
 		if err == nil || !strings.Contains(err.Error(), name) {
@@ -74,5 +75,35 @@ func TestDocumented(t *testing.T) {
 		if !strings.Contains(string(doc), "`"+s[0]+"`") {
 			t.Errorf("setting %s is not in docs/configuration.md", s[0])
 		}
+	}
+}
+
+// A sandbox type maps to its SANDBOX_TEMPLATES entry, else to the image
+// agentscope names for it.
+func TestTypeTemplate(t *testing.T) {
+	c, err := Load("", nil, map[string]string{"SANDBOX_TEMPLATES": `{"base":"host","py":"python:3.12"}`, "DEFAULT_SANDBOX_TYPE": "base,browser"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for typ, want := range map[string]string{"base": "host", "py": "python:3.12", "browser": "agentscope/runtime-sandbox-browser:latest"} {
+		if got := c.TypeTemplate(typ); got != want {
+			t.Errorf("type %s: %q, want %q", typ, got, want)
+		}
+	}
+	c, err = Load("", nil, map[string]string{"RUNTIME_SANDBOX_REGISTRY": "registry.example.com:5000/", "RUNTIME_SANDBOX_IMAGE_NAMESPACE": "team/sandboxes", "RUNTIME_SANDBOX_IMAGE_TAG": "v2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.TypeTemplate("gui"); got != "registry.example.com:5000/team/sandboxes/runtime-sandbox-gui:v2" {
+		t.Errorf("gui: %q", got)
+	}
+	c, err = Load("", nil, map[string]string{"RUNTIME_SANDBOX_IMAGE_NAMESPACE": ""})
+	if err != nil || c.TypeTemplate("gui") != "runtime-sandbox-gui:latest" {
+		t.Errorf("no namespace: %q %v", c.TypeTemplate("gui"), err)
+	}
+	c, err = Load("", nil, map[string]string{"REGISTRY_MIRRORS": `{"docker.io":["https://m1.example","http://127.0.0.1:5000"]}`,
+		"TEMPLATE_ADMIN_USERS": "default, ops", "AGENTBOX_REGISTRY_AUTH": `{"r.example":{"token":"x"}}`})
+	if err != nil || len(c.RegistryMirrors["docker.io"]) != 2 || len(c.TemplateAdmins) != 2 || c.TemplateAdmins[1] != "ops" || c.RegistryAuth == "" {
+		t.Errorf("template settings: %+v %v", c, err)
 	}
 }

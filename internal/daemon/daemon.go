@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -107,10 +108,25 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer st.Close()
+	// The store counts a template's users from the manager's records; the
+	// manager is made after the store, so the count is bound late.
+	var m *manager.Manager
+	inUse := func(digest string) int {
+		if m == nil {
+			return 0
+		}
+		return m.TemplateUsers(digest)
+	}
+	templates, err := openTemplateStore(ctx, cfg, dataDir, inUse, log)
+	if err != nil {
+		return err
+	}
+	templateGate := httpapi.NewTemplateGate(cfg.TemplateMaxPulls)
+	resolver := typeResolver{types: typeTemplates(cfg), next: newAutoPull(templates, cfg.TemplateAutoPull, templateGate, log)}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := manager.New(manager.Config{
+	m = manager.New(manager.Config{
 		Templates: cfg.Templates, PoolTypes: cfg.DefaultTypes, PoolSize: cfg.PoolSize,
 		DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout, HeartbeatTimeout: cfg.HeartbeatTimeout,
 		MaxInstances: cfg.MaxInstances, MaxPerUser: cfg.MaxPerUser,
@@ -119,7 +135,7 @@ func Run(ctx context.Context, opts Options) error {
 		MaxExecOutput: cfg.MaxExecOutputBytes, Logger: log, Metrics: manager.NewMetrics(reg),
 		MaxRequestsPerUser: cfg.MaxRequestsPerUser, RequestMemory: cfg.RequestMemory,
 		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: netMgr != nil,
-		ValidateNetwork: netpolicy.Validate,
+		ValidateNetwork: netpolicy.Validate, Resolver: resolver, Committer: templates,
 	}, b, st)
 	if cfg.DefaultNetworkMode == string(sandbox.NetworkEgress) && netMgr == nil && opts.Backend == nil {
 		return fmt.Errorf("setting DEFAULT_NETWORK_MODE=egress: sandbox networking is unavailable (see NETWORK)")
@@ -129,7 +145,10 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	api := httpapi.New(httpapi.Config{APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Logger: log, Registry: reg,
-		PreviewDomain: cfg.PreviewDomain, PreviewSecret: secret, MetricsToken: cfg.MetricsToken}, m)
+		PreviewDomain: cfg.PreviewDomain, PreviewSecret: secret, MetricsToken: cfg.MetricsToken,
+		Templates: templates, TemplateAdmins: cfg.TemplateAdmins, MaxImportBytes: cfg.TemplateMaxImport,
+		ImportDir: filepath.Join(dataDir, "templates", "tmp"), AcquireTemplateOp: templateGate}, m)
+	api.RegisterBootstrap(httpapi.BootstrapConfig{Store: templates, CacheDir: filepath.Join(dataDir, "bootstrap")})
 	as := agentscope.New(agentscope.Config{APIKeys: cfg.APIKeys, Prefix: cfg.ContainerPrefix, DefaultTypes: cfg.DefaultTypes,
 		StorageFolder: cfg.StorageFolder, SandboxTimeout: cfg.MaxTimeout, MaxOutput: cfg.MaxExecOutputBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log}, m)
@@ -274,7 +293,15 @@ func checkTemplates(cfg *config.Config, nb *native.Backend) error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if err := nb.CheckTemplate(cfg.Templates[name]); err != nil {
+		target := cfg.Templates[name]
+		if target != sandbox.TemplateHost && !strings.HasPrefix(target, "dir:") {
+			continue // a template of the store, checked when resolved
+		}
+		t, err := manager.ConfiguredTemplate(name, target)
+		if err == nil {
+			err = nb.CheckTemplate(t)
+		}
+		if err != nil {
 			return fmt.Errorf("setting SANDBOX_TEMPLATES: template %q: %w", name, err)
 		}
 	}

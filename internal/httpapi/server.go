@@ -48,6 +48,22 @@ type Config struct {
 	// PreviewSecret signs preview tokens; keep it across restarts so issued
 	// tokens stay valid.
 	PreviewSecret []byte
+
+	// Templates is the template store (nil: the template routes answer
+	// unavailable).
+	Templates TemplateStore
+	// TemplateAdmins are the users who may pull, import, export and delete
+	// templates (default: DefaultUser, the keyless operator and the
+	// BEARER_TOKEN user).
+	TemplateAdmins []string
+	// MaxImportBytes caps an imported tarball (default MaxUploadBytes).
+	MaxImportBytes int64
+	// ImportDir receives uploaded tarballs while they are imported (the
+	// store's tmp dir; default the system's).
+	ImportDir string
+	// AcquireTemplateOp waits for a turn among the server's concurrent
+	// template operations (default: NewTemplateGate(2)).
+	AcquireTemplateOp func(ctx context.Context) (release func(), err error)
 }
 
 // Server is the HTTP API.
@@ -80,6 +96,15 @@ func New(cfg Config, m *manager.Manager) *Server {
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.TemplateAdmins == nil {
+		cfg.TemplateAdmins = []string{DefaultUser}
+	}
+	if cfg.MaxImportBytes == 0 {
+		cfg.MaxImportBytes = cfg.MaxUploadBytes
+	}
+	if cfg.AcquireTemplateOp == nil {
+		cfg.AcquireTemplateOp = NewTemplateGate(2)
 	}
 	s := &Server{cfg: cfg, m: m, log: cfg.Logger, mux: http.NewServeMux()}
 	s.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -143,6 +168,7 @@ func (s *Server) routes() {
 	}))
 	v1("POST /v1/sessions/{session_id}/connect", s.connectSession)
 	v1("POST /v1/sessions/{session_id}/release", s.releaseSession)
+	s.templatesRoutes(v1)
 	v1("GET /v1/info", s.info)
 	v1("GET /v1/openapi.yaml", func(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Content-Type", "application/yaml")

@@ -54,8 +54,8 @@ const (
 	maxEnvMetaBytes = 256 << 10
 )
 
-// resolveTemplate maps a request to a template and a type name.
-func (m *Manager) resolveTemplate(req CreateRequest) (template, typ string, err error) {
+// resolveTemplate maps a request to a resolved template and a type name.
+func (m *Manager) resolveTemplate(ctx context.Context, req CreateRequest) (sandbox.Template, string, error) {
 	name := req.Template
 	if name == "" {
 		name = req.Type
@@ -66,21 +66,28 @@ func (m *Manager) resolveTemplate(req CreateRequest) (template, typ string, err 
 			name = m.cfg.PoolTypes[0]
 		}
 	}
-	if t, ok := m.cfg.Templates[name]; ok {
-		return t, name, nil
-	}
-	if req.Template == "" {
-		return "", "", &sandbox.Error{Class: sandbox.ClassInvalid, Msg: fmt.Sprintf("unknown sandbox type %q", name), Err: fieldErr("type")}
-	}
-	if name == "host" {
-		return name, req.Type, nil
-	}
-	if strings.HasPrefix(name, "dir:") {
+	if req.Template != "" && strings.HasPrefix(name, "dir:") {
 		// A caller-chosen host directory as a root filesystem would let any
 		// tenant mount the host (another tenant's disk, /sys, /run).
-		return "", "", invalid("template", "template %q refused: a host directory becomes a template only by the operator's configuration (SANDBOX_TEMPLATES); ask for a registered template by name (%s)", name, m.templateNames())
+		return sandbox.Template{}, "", invalid("template", "template %q refused: a host directory becomes a template only by the operator's configuration (SANDBOX_TEMPLATES); ask for a registered template by name (%s)", name, m.templateNames())
 	}
-	return "", "", invalid("template", "unknown template %q (want one of %s)", name, m.templateNames())
+	t, err := m.cfg.Resolver.Resolve(ctx, name)
+	switch {
+	case sandbox.ClassOf(err) == sandbox.ClassNotFound && req.Template == "":
+		return sandbox.Template{}, "", &sandbox.Error{Class: sandbox.ClassInvalid, Msg: fmt.Sprintf("unknown sandbox type %q", name), Err: fieldErr("type")}
+	case sandbox.ClassOf(err) == sandbox.ClassNotFound:
+		return sandbox.Template{}, "", invalid("template", "unknown template %q (want one of %s)", name, m.templateNames())
+	case err != nil:
+		return sandbox.Template{}, "", fmt.Errorf("resolve template %q: %w", name, err)
+	}
+	if t.Ref == "" {
+		t.Ref = name
+	}
+	typ := req.Type
+	if _, ok := m.cfg.Templates[name]; ok {
+		typ = name
+	}
+	return t, typ, nil
 }
 
 // templateNames lists the template names a caller may ask for.
@@ -172,20 +179,20 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if err := m.validate(&req); err != nil {
 		return nil, err
 	}
-	template, typ, err := m.resolveTemplate(req)
+	template, typ, err := m.resolveTemplate(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	if m.poolEligible(req) {
-		if p := m.poolFor(template); p != nil {
-			if rec, ok, err := m.takeFromPool(ctx, p, owner, typ, req); ok || err != nil {
+		if p := m.poolFor(template.Ref); p != nil {
+			if rec, ok, err := m.takeFromPool(ctx, p, owner, typ, template, req); ok || err != nil {
 				if err == nil {
 					m.metrics.created("pool", time.Since(start))
 				}
 				return rec, err
 			}
 		}
-		m.metrics.poolMiss(template)
+		m.metrics.poolMiss(template.Ref)
 	}
 	rec, err := m.createCold(ctx, owner, template, typ, req, "")
 	if err != nil {
@@ -237,14 +244,14 @@ func (m *Manager) unreserve(id sandbox.ID) {
 }
 
 // createCold boots a new sandbox. poolKey is set for pool fills.
-func (m *Manager) createCold(ctx context.Context, owner, template, typ string, req CreateRequest, poolKey string) (*store.Record, error) {
+func (m *Manager) createCold(ctx context.Context, owner string, template sandbox.Template, typ string, req CreateRequest, poolKey string) (*store.Record, error) {
 	id := sandbox.NewID()
 	if err := m.reserve(id, owner); err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC()
 	rec := &store.Record{
-		ID: id, Owner: owner, Template: template, Type: typ, State: sandbox.StateRunning,
+		ID: id, Owner: owner, Template: template.Ref, TemplateDigest: template.Digest, Type: typ, State: sandbox.StateRunning,
 		CreatedAt: now, EndAt: now.Add(req.Timeout), LastActive: now,
 		Metadata: req.Metadata, Env: req.Env, Network: req.Network,
 		AccessToken: newToken(), SessionKey: req.SessionKey, Pool: poolKey, Extra: req.Extra,
@@ -257,6 +264,9 @@ func (m *Manager) createCold(ctx context.Context, owner, template, typ string, r
 		Resources: req.Resources.WithDefaults(m.cfg.DefaultResources),
 		Mounts:    m.cfg.ReadonlyMounts, WorkspaceDir: req.WorkspaceDir,
 		Labels: map[string]string{"owner": owner},
+		// An image's root is writable (on the sandbox's disk), so that
+		// package managers work as they do in a container.
+		WritableRoot: template.Kind == sandbox.TemplateImage,
 	}
 	if spec.WorkspaceDir == "" && m.cfg.DefaultMountDir != "" {
 		dir := filepath.Join(m.cfg.DefaultMountDir, string(id))
@@ -292,9 +302,9 @@ func (m *Manager) createCold(ctx context.Context, owner, template, typ string, r
 	e.rec, e.agent, e.creating, e.lastActive = rec, info.Agent, false, time.Now()
 	if poolKey == "" {
 		m.armTimerLocked(id, e)
-		e.logs.add("info", "created", map[string]any{"template": template})
+		e.logs.add("info", "created", map[string]any{"template": template.Ref})
 	} else {
-		e.logs.add("info", "created for the warm pool", map[string]any{"template": template})
+		e.logs.add("info", "created for the warm pool", map[string]any{"template": template.Ref})
 	}
 	m.mu.Unlock()
 	m.metrics.setLive(m.countLive())
@@ -303,13 +313,13 @@ func (m *Manager) createCold(ctx context.Context, owner, template, typ string, r
 
 // takeFromPool hands a pooled sandbox to owner and personalises it. ok is
 // false when the pool had nothing usable.
-func (m *Manager) takeFromPool(ctx context.Context, p *pool.Pool, owner, typ string, req CreateRequest) (*store.Record, bool, error) {
+func (m *Manager) takeFromPool(ctx context.Context, p *pool.Pool, owner, typ string, t sandbox.Template, req CreateRequest) (*store.Record, bool, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		id, ok := p.Take()
 		if !ok {
 			return nil, false, nil
 		}
-		rec, err := m.handOver(ctx, id, owner, typ, req)
+		rec, err := m.handOver(ctx, id, owner, typ, t, req)
 		if err == nil {
 			m.metrics.poolHit(p.Key())
 			return rec, true, nil
@@ -325,12 +335,18 @@ func (m *Manager) takeFromPool(ctx context.Context, p *pool.Pool, owner, typ str
 	return nil, false, nil
 }
 
-func (m *Manager) handOver(ctx context.Context, id sandbox.ID, owner, typ string, req CreateRequest) (*store.Record, error) {
+func (m *Manager) handOver(ctx context.Context, id sandbox.ID, owner, typ string, t sandbox.Template, req CreateRequest) (*store.Record, error) {
 	m.mu.Lock()
 	e, ok := m.entries[id]
 	if !ok || e.destroying {
 		m.mu.Unlock()
 		return nil, sandbox.ErrNotFound(id)
+	}
+	if e.rec.TemplateDigest != t.Digest {
+		// The name now stands for other content (a new pull or build):
+		// the pooled sandbox is stale, takeFromPool drops it.
+		m.mu.Unlock()
+		return nil, fmt.Errorf("template %s changed since the sandbox was pooled", t.Ref)
 	}
 	if owner != "" && m.cfg.MaxPerUser > 0 {
 		n := 0
@@ -342,7 +358,7 @@ func (m *Manager) handOver(ctx context.Context, id sandbox.ID, owner, typ string
 		if n >= m.cfg.MaxPerUser {
 			m.mu.Unlock()
 			// Back into the pool: it is still good.
-			if p := m.poolFor(e.rec.Template); p != nil {
+			if p := m.poolFor(e.rec.Pool); p != nil {
 				p.Add(id)
 			}
 			return nil, sandbox.Errorf(sandbox.ClassQuota, "you have %d sandboxes, the maximum per user", n)

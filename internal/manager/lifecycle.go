@@ -31,12 +31,12 @@ func (m *Manager) destroy(ctx context.Context, id sandbox.ID, reason string) err
 	if e.timer != nil {
 		e.timer.Stop()
 	}
-	poolKey, template := e.rec.Pool, e.rec.Template
+	poolKey := e.rec.Pool
 	client := e.client
 	e.client = nil
 	m.mu.Unlock()
 	if poolKey != "" {
-		if p := m.poolFor(template); p != nil {
+		if p := m.poolFor(poolKey); p != nil {
 			p.Remove(id)
 		}
 	}
@@ -192,22 +192,32 @@ func (m *Manager) heartbeatLoop(ctx context.Context) {
 // Pools.
 
 func (m *Manager) startPools(ctx context.Context) {
+	defer m.dropOrphanPooled(ctx)
 	if m.cfg.PoolSize <= 0 {
 		return
 	}
 	seen := map[string]bool{}
 	for _, typ := range m.cfg.PoolTypes {
-		template := m.cfg.Templates[typ]
-		if template == "" || seen[template] {
+		t, err := m.cfg.Resolver.Resolve(ctx, typ)
+		if err != nil {
+			m.log.Warn("no warm pool for a sandbox type whose template does not resolve", "type", typ, "err", err)
 			continue
 		}
-		seen[template] = true
-		p := pool.New(template, m.cfg.PoolSize, m.poolFill(template), m.log)
+		key := t.Ref
+		if key == "" {
+			key = typ
+		}
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		p := pool.New(key, m.cfg.PoolSize, m.poolFill(key), m.log)
 		m.mu.Lock()
-		m.pools[template] = p
-		// Pooled sandboxes recovered from a previous run go back in first.
+		m.pools[key] = p
+		// Pooled sandboxes recovered from a previous run go back in first
+		// (handOver drops them if the template changed meanwhile).
 		for id, e := range m.entries {
-			if e.rec.Pool == template {
+			if e.rec.Pool == key {
 				p.Add(id)
 			}
 		}
@@ -216,11 +226,37 @@ func (m *Manager) startPools(ctx context.Context) {
 	}
 }
 
-func (m *Manager) poolFill(template string) pool.FillFunc {
+// dropOrphanPooled destroys recovered pooled sandboxes no pool takes any
+// more (the pool's type was removed from the configuration, or pools are
+// keyed differently than when they were made): nobody could ever get them.
+func (m *Manager) dropOrphanPooled(ctx context.Context) {
+	m.mu.Lock()
+	var orphans []sandbox.ID
+	for id, e := range m.entries {
+		if e.rec.Pool != "" && !e.creating && m.pools[e.rec.Pool] == nil {
+			orphans = append(orphans, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, id := range orphans {
+		if err := m.destroy(ctx, id, "pool gone"); err != nil {
+			m.log.Warn("destroy orphan pooled sandbox", "sandbox", id, "err", err)
+		}
+	}
+}
+
+// poolFill creates pooled sandboxes of template name ref, resolved at
+// every fill so the pool follows the name to new content.
+func (m *Manager) poolFill(ref string) pool.FillFunc {
 	return func(ctx context.Context) (sandbox.ID, error) {
 		start := time.Now()
+		t, err := m.cfg.Resolver.Resolve(ctx, ref)
+		if err != nil {
+			return "", fmt.Errorf("resolve template %q: %w", ref, err)
+		}
+		t.Ref = ref // the pool's key, as rec.Pool and rec.Template
 		req := CreateRequest{Timeout: m.cfg.DefaultTimeout, Network: sandbox.Network{Mode: m.cfg.DefaultNetworkMode}}
-		rec, err := m.createCold(ctx, "", template, "", req, template)
+		rec, err := m.createCold(ctx, "", t, "", req, ref)
 		if err != nil {
 			return "", err
 		}

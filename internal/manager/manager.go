@@ -25,6 +25,10 @@ import (
 type Config struct {
 	// Templates maps sandbox type names to templates ("base" -> "host").
 	Templates map[string]string
+	// Resolver resolves template names; nil serves "host" and Templates.
+	Resolver TemplateResolver
+	// Committer stores snapshots as templates; nil: no snapshots.
+	Committer TemplateCommitter
 	// PoolTypes are the sandbox types that get a warm pool of PoolSize.
 	PoolTypes []string
 	PoolSize  int
@@ -79,7 +83,7 @@ type Manager struct {
 
 	mu      sync.Mutex
 	entries map[sandbox.ID]*entry
-	pools   map[string]*pool.Pool // by template
+	pools   map[string]*pool.Pool // by template name (Template.Ref)
 
 	sessionLocks keyedMutex
 	admission    *admission
@@ -128,6 +132,9 @@ func New(cfg Config, b backend.Backend, s store.Store) *Manager {
 	}
 	if cfg.Templates == nil {
 		cfg.Templates = map[string]string{"base": "host"}
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = builtinResolver{templates: cfg.Templates}
 	}
 	m := &Manager{
 		cfg: cfg, backend: b, store: s, log: cfg.Logger.With("component", "manager"), metrics: cfg.Metrics,

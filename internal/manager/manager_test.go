@@ -339,7 +339,7 @@ func TestRestartReconciles(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	orphan := sandbox.NewID()
-	if _, err := b.Create(ctx, sandbox.Spec{ID: orphan, Template: "host"}); err != nil {
+	if _, err := b.Create(ctx, sandbox.Spec{ID: orphan, Template: sandbox.HostTemplate()}); err != nil {
 		t.Fatal(err)
 	}
 

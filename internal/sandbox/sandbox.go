@@ -98,8 +98,9 @@ type Mount struct {
 
 // Spec is everything a backend needs to create a sandbox.
 type Spec struct {
-	ID       ID     `json:"id"`
-	Template string `json:"template"` // "host", "dir:/path/to/rootfs", ...
+	ID ID `json:"id"`
+	// Template is the resolved template the root filesystem is made of.
+	Template Template `json:"template"`
 
 	Resources Resources `json:"resources"`
 

@@ -12,9 +12,13 @@ import (
 // Record is everything the daemon knows about a sandbox beyond what the
 // backend knows.
 type Record struct {
-	ID       sandbox.ID `json:"id"`
-	Owner    string     `json:"owner"`
-	Template string     `json:"template"`
+	ID    sandbox.ID `json:"id"`
+	Owner string     `json:"owner"`
+	// Template is the name of the template it was created from.
+	Template string `json:"template"`
+	// TemplateDigest is that template's content digest at creation
+	// (empty for host): a pooled sandbox of an older digest is stale.
+	TemplateDigest string `json:"template_digest,omitempty"`
 	// Type is the sandbox type it was created as ("base", "filesystem"...),
 	// empty when created by template name.
 	Type        string            `json:"type,omitempty"`

@@ -27,7 +27,7 @@ type Harness struct {
 	// StateDir returns a fresh state directory.
 	StateDir func(t *testing.T) string
 	// Template is the template every sandbox of the suite uses.
-	Template string
+	Template sandbox.Template
 	// Abandon makes a backend forget its sandboxes without touching them, as
 	// if its process had died, so a second backend can recover them.
 	Abandon func(b backend.Backend)
@@ -144,7 +144,7 @@ func testInvalid(t *testing.T, h Harness) {
 	ctx := ctxT(t)
 	cases := map[string]sandbox.Spec{
 		"bad id":        {ID: "../escape", Template: h.Template},
-		"bad template":  {ID: sandbox.NewID(), Template: "no-such-template"},
+		"bad template":  {ID: sandbox.NewID(), Template: sandbox.Template{Ref: "no-such-template", Kind: "no-such-kind"}},
 		"tiny memory":   {ID: sandbox.NewID(), Template: h.Template, Resources: sandbox.Resources{MemoryBytes: 1024}},
 		"negative cpus": {ID: sandbox.NewID(), Template: h.Template, Resources: sandbox.Resources{CPUs: -1}},
 	}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,9 @@ type Backend struct {
 	CreateHook func(ctx context.Context, spec sandbox.Spec) error
 	// DestroyHook, when set, runs at the start of Destroy.
 	DestroyHook func(id sandbox.ID) error
+	// SnapshotHook, when set, writes SnapshotDiff's layer instead of the
+	// scripted one.
+	SnapshotHook func(ctx context.Context, id sandbox.ID, w io.Writer) error
 
 	mu     sync.Mutex
 	boxes  map[sandbox.ID]*box
@@ -77,7 +81,7 @@ func (b *Backend) count(method string) {
 func (b *Backend) Name() string { return "fake" }
 
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Templates: []string{"host"}}
+	return backend.Capabilities{Templates: []string{sandbox.TemplateHost, sandbox.TemplateDir, sandbox.TemplateImage}, Snapshot: true}
 }
 
 func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {
@@ -85,8 +89,10 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := spec.ID.Validate(); err != nil {
 		return sandbox.Info{}, err
 	}
-	if spec.Template != "host" && spec.Template != "" {
-		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "unknown template %q", spec.Template)
+	switch spec.Template.Kind {
+	case sandbox.TemplateHost, sandbox.TemplateDir, sandbox.TemplateImage:
+	default:
+		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "template %q has unknown kind %q", spec.Template.Ref, spec.Template.Kind)
 	}
 	if b.CreateHook != nil {
 		if err := b.CreateHook(ctx, spec); err != nil {

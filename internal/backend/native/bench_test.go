@@ -50,7 +50,7 @@ func BenchmarkExecRoundTrip(b *testing.B) {
 	be := newTestBackend(b, testutil.ShortTempDir(b))
 	ctx := context.Background()
 	id := sandbox.NewID()
-	info, err := be.Create(ctx, sandbox.Spec{ID: id, Template: "host"})
+	info, err := be.Create(ctx, sandbox.Spec{ID: id, Template: sandbox.HostTemplate()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func BenchmarkIdleSandboxMemory(b *testing.B) {
 	var ids []sandbox.ID
 	for i := 0; i < n; i++ {
 		id := sandbox.NewID()
-		if _, err := be.Create(ctx, sandbox.Spec{ID: id, Template: "host"}); err != nil {
+		if _, err := be.Create(ctx, sandbox.Spec{ID: id, Template: sandbox.HostTemplate()}); err != nil {
 			b.Fatal(err)
 		}
 		ids = append(ids, id)

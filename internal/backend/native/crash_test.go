@@ -36,7 +36,7 @@ func crashChild() {
 	var ids []sandbox.ID
 	for i := 0; i < 3; i++ {
 		id := sandbox.NewID()
-		if _, err := b.Create(ctx, sandbox.Spec{ID: id, Template: "host"}); err != nil {
+		if _, err := b.Create(ctx, sandbox.Spec{ID: id, Template: sandbox.HostTemplate()}); err != nil {
 			fmt.Println("ERROR", err)
 			os.Exit(1)
 		}

@@ -40,14 +40,11 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := spec.ID.Validate(); err != nil {
 		return sandbox.Info{}, err
 	}
-	tmpl, err := b.parseTemplate(spec.Template)
-	if err != nil {
+	if err := b.CheckTemplate(spec.Template); err != nil {
 		return sandbox.Info{}, err
 	}
+	tmpl := spec.Template
 	if b.rootless {
-		if tmpl.kind != "host" {
-			return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "template %q needs a root daemon (overlayfs); a rootless daemon has only \"host\"", spec.Template)
-		}
 		// The user namespace maps one id, the daemon's user, as root.
 		spec.Root = true
 	}
@@ -121,6 +118,11 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		}
 	}
 	ids := b.idMap(bx.rec)
+	release, err := b.userNamespace(&ids)
+	if err != nil {
+		return fail(err)
+	}
+	defer release()
 	if err := b.mountDisk(bx, tmpl, ids, true); err != nil {
 		return fail(err)
 	}
@@ -253,7 +255,7 @@ func (b *Backend) idMap(rec record) idMap {
 
 // mountDisk mounts the sandbox disk and, for dir: templates, the overlay root.
 // fresh is true on first creation, when ownership must be set up.
-func (b *Backend) mountDisk(bx *box, tmpl template, ids idMap, fresh bool) error {
+func (b *Backend) mountDisk(bx *box, tmpl sandbox.Template, ids idMap, fresh bool) error {
 	p := &bx.paths
 	if err := os.MkdirAll(p.disk, 0o711); err != nil {
 		return err
@@ -289,7 +291,7 @@ func (b *Backend) mountDisk(bx *box, tmpl template, ids idMap, fresh bool) error
 			}
 		}
 	}
-	if tmpl.kind == "host" {
+	if tmpl.Kind == sandbox.TemplateHost {
 		p.rootfs = filepath.Join(p.disk, "rootfs")
 		if !bx.rec.Spec.WritableRoot || isMountPoint(p.overlay) {
 			return nil
@@ -309,7 +311,30 @@ func (b *Backend) mountDisk(bx *box, tmpl template, ids idMap, fresh bool) error
 	if isMountPoint(p.overlay) {
 		return nil
 	}
-	return mountOverlayHidden(p.overlay, tmpl.dir, filepath.Join(p.disk, "upper"), filepath.Join(p.disk, "work"))
+	upper, work := filepath.Join(p.disk, "upper"), filepath.Join(p.disk, "work")
+	if tmpl.Kind == sandbox.TemplateImage {
+		if ids.nsPath == "" {
+			return errors.New("image template without a user namespace")
+		}
+		return mountLayers(p.overlay, tmpl.Layers, upper, work, ids.nsPath)
+	}
+	return mountOverlayHidden(p.overlay, tmpl.Dir, upper, work)
+}
+
+// userNamespace makes the sandbox's user namespace ahead of its mounts
+// (image layers are idmapped into it) and records it in ids for boot to
+// join; release it once the sandbox's init has joined it. Rootless, or
+// without a user namespace, there is nothing to make.
+func (b *Backend) userNamespace(ids *idMap) (release func(), err error) {
+	if !ids.userns || b.rootless {
+		return func() {}, nil
+	}
+	holder, err := newUserNamespace(b.cfg.AgentPath, *ids)
+	if err != nil {
+		return nil, err
+	}
+	ids.nsPath = holder.path()
+	return holder.release, nil
 }
 
 // mountOverlayHidden mounts an overlay at target naming its layers by
@@ -346,11 +371,17 @@ func overlayOptions(lower, upper, work string) (string, error) {
 			return "", fmt.Errorf("overlay path %q contains an option separator", p)
 		}
 	}
-	return "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work, nil
+	return "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work + overlayFeaturesOff, nil
 }
 
+// overlayFeaturesOff keeps a sandbox's upper layer plain whatever the
+// distribution's overlayfs defaults: with redirect_dir or metacopy a rename
+// or chmod of a lower directory leaves xattr pointers instead of a full
+// copy, which a snapshot (layer.Diff) cannot turn into an image layer.
+const overlayFeaturesOff = ",redirect_dir=off,metacopy=off"
+
 // boot starts the sandbox's init (the agent) and waits until it serves.
-func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) error {
+func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids idMap) error {
 	spec := bx.rec.Spec
 	spec.AccessToken = bx.rec.AccessToken
 	var netnsPath string
@@ -365,15 +396,25 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) e
 	if err := writeSandboxEtc(bx.paths.etc, string(spec.ID), nameservers); err != nil {
 		return fmt.Errorf("write /etc: %w", err)
 	}
-	if ids.userns && !b.rootless {
-		holder, err := newUserNamespace(b.cfg.AgentPath, ids)
+	if ids.userns && !b.rootless && ids.nsPath == "" {
+		release, err := b.userNamespace(&ids)
 		if err != nil {
 			return err
 		}
-		defer holder.release()
-		ids.nsPath = holder.path()
+		defer release()
 	}
-	oci, err := b.ociSpec(spec, tmpl, bx.paths, ids, netnsPath)
+	var user *imageUser
+	if tmpl.Kind == sandbox.TemplateImage {
+		u, err := resolveImageUser(bx.paths.rootfs, tmpl.Config, spec.Root)
+		if err != nil {
+			return err
+		}
+		if err := prepareImageRoot(bx.paths.rootfs, u, ids); err != nil {
+			return err
+		}
+		user = &u
+	}
+	oci, err := b.ociSpec(spec, tmpl, user, bx.paths, ids, netnsPath)
 	if err != nil {
 		return err
 	}
@@ -385,7 +426,13 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl template, ids idMap) e
 			}
 			useNetnsSysfs(oci, dir)
 		}
-		if err := prepareMountpoints(bx.paths.rootfs, oci.Mounts); err != nil {
+		prepare := func() error { return prepareMountpoints(bx.paths.rootfs, oci.Mounts) }
+		if tmpl.Kind == sandbox.TemplateImage {
+			// As the sandbox's root: see prepareImageRoot.
+			inner := prepare
+			prepare = func() error { return asHostUser(ids.base, ids.gidBase, inner) }
+		}
+		if err := prepare(); err != nil {
 			return err
 		}
 	}

@@ -177,11 +177,16 @@ func (b *Backend) Start(ctx context.Context, id sandbox.ID) (sandbox.Info, error
 	if !bx.rec.Stopped {
 		return b.infoLocked(bx), nil
 	}
-	tmpl, err := b.parseTemplate(bx.rec.Spec.Template)
-	if err != nil {
+	tmpl := bx.rec.Spec.Template
+	if err := b.CheckTemplate(tmpl); err != nil {
 		return sandbox.Info{}, sandbox.Wrap(sandbox.ClassConflict, err, "template of stopped sandbox is gone")
 	}
 	ids := b.idMap(bx.rec)
+	release, err := b.userNamespace(&ids)
+	if err != nil {
+		return sandbox.Info{}, err
+	}
+	defer release()
 	if err := b.mountDisk(bx, tmpl, ids, false); err != nil {
 		b.teardown(ctx, bx, false)
 		return sandbox.Info{}, err

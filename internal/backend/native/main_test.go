@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/backend/backendtest"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
@@ -49,7 +50,7 @@ func TestConformance(t *testing.T) {
 	backendtest.Run(t, backendtest.Harness{
 		New:      func(t *testing.T, dir string) backend.Backend { return newTestBackend(t, dir) },
 		StateDir: func(t *testing.T) string { return testutil.ShortTempDir(t) },
-		Template: "host",
+		Template: sandbox.HostTemplate(),
 		Abandon:  func(b backend.Backend) { b.(*Backend).abandoned.Store(true) },
 	})
 	t.Run("DirTemplate", func(t *testing.T) {
@@ -57,7 +58,7 @@ func TestConformance(t *testing.T) {
 		backendtest.Run(t, backendtest.Harness{
 			New:      func(t *testing.T, dir string) backend.Backend { return newTestBackend(t, dir) },
 			StateDir: func(t *testing.T) string { return testutil.ShortTempDir(t) },
-			Template: "dir:" + rootfs,
+			Template: dirTemplate(rootfs),
 			Abandon:  func(b backend.Backend) { b.(*Backend).abandoned.Store(true) },
 		})
 	})
@@ -128,4 +129,9 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// dirTemplate is the resolved dir template of rootfs.
+func dirTemplate(rootfs string) sandbox.Template {
+	return sandbox.Template{Ref: "test-dir", Kind: sandbox.TemplateDir, Dir: rootfs}
 }

@@ -129,6 +129,8 @@ type Backend struct {
 	disks       diskCache
 	// idRanges hands out each sandbox's host id range (root daemon only).
 	idRanges *idAllocator
+	// idmap caches whether image templates can be mounted (see image.go).
+	idmap idmapProbe
 	// fileMax is the host's fs.file-max, read at start (see nofileLimit).
 	fileMax uint64
 

@@ -107,7 +107,11 @@ func (m idMap) host(id int) int {
 // ociSpec builds the OCI runtime spec of a sandbox. Starting from a spec and
 // converting it with libcontainer's specconv keeps us on the well-trodden
 // path runc itself takes (device rules, mount flags, /proc masking).
-func (b *Backend) ociSpec(spec sandbox.Spec, tmpl template, p boxPaths, ids idMap, netnsPath string) (*specs.Spec, error) {
+//
+// iu, for image templates, is who the processes run as (resolveImageUser);
+// the image's environment goes under the request's, its WORKDIR becomes
+// the agent's default working directory.
+func (b *Backend) ociSpec(spec sandbox.Spec, tmpl sandbox.Template, iu *imageUser, p boxPaths, ids idMap, netnsPath string) (*specs.Spec, error) {
 	res := spec.Resources
 	uid, gid := sandboxUID, sandboxGID
 	caps := []string{}
@@ -116,11 +120,22 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl template, p boxPaths, ids idMa
 	if spec.Root {
 		uid, gid, caps, home, user = 0, 0, rootCapabilities, "/root", "root"
 	}
+	workdir := workspaceInSandbox
+	if iu != nil {
+		uid, gid, home, user = iu.uid, iu.gid, iu.home, iu.name
+		workdir = imageWorkdir(tmpl.Config)
+	}
 
 	env := map[string]string{
 		"PATH": defaultPath, "HOME": home, "USER": user, "LOGNAME": user,
 		"SHELL": "/bin/bash", "LANG": "C.UTF-8", "TERM": "xterm-256color",
 		"HOSTNAME": string(spec.ID),
+	}
+	if iu != nil {
+		env["SHELL"] = "/bin/sh" // images may lack bash
+		for k, v := range imageEnv(tmpl.Config) {
+			env[k] = v
+		}
 	}
 	for k, v := range spec.Env {
 		env[k] = v
@@ -157,7 +172,7 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl template, p boxPaths, ids idMa
 				"--listen", "fd://" + strconv.Itoa(agentListenFd),
 				"--ready-fd", strconv.Itoa(agentReadyFd),
 				"--seccomp-fd", strconv.Itoa(agentSeccompFd),
-				"--workdir", workspaceInSandbox,
+				"--workdir", workdir,
 				"--rlimits", rlimitsFlag(rlimits)},
 			Env:             envList,
 			Cwd:             "/",
@@ -203,7 +218,7 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl template, p boxPaths, ids idMa
 	return s, nil
 }
 
-func (b *Backend) mounts(spec sandbox.Spec, tmpl template, p boxPaths, ids idMap) []specs.Mount {
+func (b *Backend) mounts(spec sandbox.Spec, tmpl sandbox.Template, p boxPaths, ids idMap) []specs.Mount {
 	tmpSize := spec.Resources.TmpBytes
 	ms := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
@@ -231,7 +246,8 @@ func (b *Backend) mounts(spec sandbox.Spec, tmpl template, p boxPaths, ids idMap
 		ms = append(ms, specs.Mount{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}})
 	}
 	ro := []string{"bind", "ro", "nosuid", "nodev"}
-	if tmpl.kind == "host" {
+	switch tmpl.Kind {
+	case sandbox.TemplateHost:
 		for _, dir := range hostBindDirs() {
 			if spec.WritableRoot && dir == "/usr" && !b.rootless {
 				// The overlay mountDisk made on the host.
@@ -248,7 +264,7 @@ func (b *Backend) mounts(spec sandbox.Spec, tmpl template, p boxPaths, ids idMap
 			ms = append(ms, specs.Mount{Destination: dir, Type: "bind", Source: dir, Options: append([]string{"rbind"}, ro[1:]...)})
 		}
 		ms = append(ms, specs.Mount{Destination: "/etc", Type: "bind", Source: b.hostEtc, Options: ro})
-	} else {
+	case sandbox.TemplateDir:
 		for _, name := range []string{"passwd", "group", "nsswitch.conf"} {
 			ms = append(ms, specs.Mount{Destination: "/etc/" + name, Type: "bind", Source: filepath.Join(b.genEtc, name), Options: ro})
 		}
@@ -263,12 +279,24 @@ func (b *Backend) mounts(spec sandbox.Spec, tmpl template, p boxPaths, ids idMap
 	}
 	ms = append(ms,
 		specs.Mount{Destination: workspaceInSandbox, Type: "bind", Source: workspace, Options: rw},
-		specs.Mount{Destination: sandboxHome, Type: "bind", Source: filepath.Join(p.disk, "home"), Options: rw},
 		specs.Mount{Destination: agentPathInSandbox, Type: "bind", Source: b.cfg.AgentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 	)
+	if tmpl.Kind == sandbox.TemplateImage {
+		// An image has its own /etc (accounts included) and homes: they
+		// live in its writable root, on the sandbox's disk through the
+		// overlay's upper layer.
+		return append(ms, extraMounts(spec, ro, rw)...)
+	}
+	ms = append(ms, specs.Mount{Destination: sandboxHome, Type: "bind", Source: filepath.Join(p.disk, "home"), Options: rw})
 	if spec.Root {
 		ms = append(ms, specs.Mount{Destination: "/root", Type: "bind", Source: filepath.Join(p.disk, "roothome"), Options: rw})
 	}
+	return append(ms, extraMounts(spec, ro, rw)...)
+}
+
+// extraMounts are the operator's extra host directories (READONLY_MOUNTS).
+func extraMounts(spec sandbox.Spec, ro, rw []string) []specs.Mount {
+	var ms []specs.Mount
 	for _, m := range spec.Mounts {
 		opts := rw
 		if m.ReadOnly {

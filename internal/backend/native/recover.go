@@ -84,13 +84,12 @@ func (b *Backend) recoverOne(ctx context.Context, id sandbox.ID) (sandbox.Info, 
 	if bx.rec.HostIDBase != 0 {
 		b.idRanges.reserve(bx.rec.HostIDBase, id)
 	}
-	tmpl, err := b.parseTemplate(bx.rec.Spec.Template)
-	if err != nil {
+	if err := b.CheckTemplate(bx.rec.Spec.Template); err != nil {
 		log.Warn("removing sandbox whose template is gone", "err", err)
 		b.teardown(ctx, bx, true)
 		return sandbox.Info{}, false
 	}
-	if tmpl.kind == "host" {
+	if bx.rec.Spec.Template.Kind == sandbox.TemplateHost {
 		bx.paths.rootfs = filepath.Join(bx.paths.disk, "rootfs")
 	} else {
 		bx.paths.rootfs = bx.paths.overlay

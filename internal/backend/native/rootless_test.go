@@ -47,7 +47,7 @@ func rootlessChild() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	id := sandbox.NewID()
-	info, err := b.Create(ctx, sandbox.Spec{ID: id, Template: "host", Resources: sandbox.Resources{MemoryBytes: 256 << 20}})
+	info, err := b.Create(ctx, sandbox.Spec{ID: id, Template: sandbox.HostTemplate(), Resources: sandbox.Resources{MemoryBytes: 256 << 20}})
 	if err != nil {
 		res.Err = "create: " + err.Error()
 		return

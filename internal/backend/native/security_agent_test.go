@@ -30,7 +30,7 @@ func TestSecurityAgentSurvivesSignalsFromSandbox(t *testing.T) {
 		root bool
 	}{{"user", false}, {"root", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			box := backendtest.Create(t, b, sandbox.Spec{Template: "host", Root: tc.root})
+			box := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate(), Root: tc.root})
 			c := backendtest.Client(t, box, "")
 			// Every signal twice, one kill per signal so that one refusal
 			// does not stop the others; the sleep gives

@@ -22,7 +22,7 @@ func TestSecurityNofileLimit(t *testing.T) {
 	}
 	b := newTestBackend(t, testutil.ShortTempDir(t))
 	const pids = 64
-	box := backendtest.Create(t, b, sandbox.Spec{Template: "host", Resources: sandbox.Resources{PIDs: pids}})
+	box := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate(), Resources: sandbox.Resources{PIDs: pids}})
 	c := backendtest.Client(t, box, "")
 	r := backendtest.Exec(t, c, `ulimit -Sn; ulimit -Hn; h=$(ulimit -Hn); ulimit -Hn $((h+1)) 2>/dev/null && echo raised || echo refused; ulimit -Sn $((h+1)) 2>/dev/null && echo raised || echo refused`)
 	f := strings.Fields(r.Stdout)

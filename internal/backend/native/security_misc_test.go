@@ -20,10 +20,10 @@ func TestSecurityHostInfoHidden(t *testing.T) {
 	testutil.RequireRoot(t)
 	dir := testutil.ShortTempDir(t)
 	b := newTestBackend(t, dir)
-	box := backendtest.Create(t, b, sandbox.Spec{Template: "host"})
+	box := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate()})
 	c := backendtest.Client(t, box, "")
 	rootfs := hostLikeRootfs(t)
-	dirBox := backendtest.Create(t, b, sandbox.Spec{Template: "dir:" + rootfs})
+	dirBox := backendtest.Create(t, b, sandbox.Spec{Template: dirTemplate(rootfs)})
 	dirC := backendtest.Client(t, dirBox, "")
 
 	for _, p := range []string{"/proc/config.gz", "/proc/cmdline"} {
@@ -41,7 +41,7 @@ func TestSecurityHostInfoHidden(t *testing.T) {
 	}
 	// The host template, a dir: template (an overlay whose layers are
 	// host directories) and a writable host root (an overlay on /usr).
-	wrBox := backendtest.Create(t, b, sandbox.Spec{Template: "host", WritableRoot: true, Root: true})
+	wrBox := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate(), WritableRoot: true, Root: true})
 	wrC := backendtest.Client(t, wrBox, "")
 	if r := backendtest.Exec(t, wrC, "touch /usr/agentbox-writable && echo ok"); r.Stdout != "ok\n" {
 		t.Fatalf("writable root: %+v", r)
@@ -89,7 +89,7 @@ func TestSecurityHostEtcCredentials(t *testing.T) {
 	t.Cleanup(func() { hostEtcSource = old })
 
 	b := newTestBackend(t, testutil.ShortTempDir(t))
-	box := backendtest.Create(t, b, sandbox.Spec{Template: "host"})
+	box := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate()})
 	c := backendtest.Client(t, box, "")
 	r := backendtest.Exec(t, c, "cat /etc/npmrc /etc/pip.conf /etc/environment /etc/gitconfig 2>&1; cat /etc/os-release | head -1")
 	if strings.Contains(r.Stdout, token) {

@@ -63,7 +63,7 @@ func TestSecurityEscapes(t *testing.T) {
 	b := newTestBackend(t, testutil.ShortTempDir(t))
 	ctx := ctxT(t)
 
-	neighbour := backendtest.Create(t, b, sandbox.Spec{Template: "host"})
+	neighbour := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate()})
 	nc := backendtest.Client(t, neighbour, "")
 	neighbourOK := func(t *testing.T) {
 		t.Helper()
@@ -72,7 +72,7 @@ func TestSecurityEscapes(t *testing.T) {
 		}
 	}
 
-	box := backendtest.Create(t, b, sandbox.Spec{Template: "host", Resources: sandbox.Resources{
+	box := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate(), Resources: sandbox.Resources{
 		MemoryBytes: 96 << 20, PIDs: 64, DiskBytes: 64 << 20, TmpBytes: 8 << 20}})
 	c := backendtest.Client(t, box, "")
 
@@ -271,7 +271,7 @@ func hostIP() string {
 func TestRootSandboxIsUserNamespaced(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := newTestBackend(t, testutil.ShortTempDir(t))
-	box := backendtest.Create(t, b, sandbox.Spec{Template: "host", Root: true})
+	box := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate(), Root: true})
 	c := backendtest.Client(t, box, "")
 	r := backendtest.Exec(t, c, "id -u; cat /proc/self/uid_map; touch /workspace/f /root/f && echo writable; touch /usr/x 2>&1; grep -E '^(CapEff|Seccomp|NoNewPrivs):' /proc/self/status")
 	lines := strings.Split(r.Stdout, "\n")

@@ -88,9 +88,9 @@ func TestSecuritySandboxesHaveOwnHostIDs(t *testing.T) {
 	b := newTestBackend(t, dir)
 	accounts := passwdIDs(t)
 
-	a := backendtest.Create(t, b, sandbox.Spec{Template: "host"})
-	other := backendtest.Create(t, b, sandbox.Spec{Template: "host"})
-	root := backendtest.Create(t, b, sandbox.Spec{Template: "host", Root: true})
+	a := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate()})
+	other := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate()})
+	root := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate(), Root: true})
 	seen := map[int]sandbox.ID{}
 	for _, box := range []sandbox.Info{a, other, root} {
 		uid, gid := hostUIDs(t, box.Pid)
@@ -137,7 +137,7 @@ func TestSecuritySandboxesHaveOwnHostIDs(t *testing.T) {
 	if _, err := b2.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	fresh := backendtest.Create(t, b2, sandbox.Spec{Template: "host"})
+	fresh := backendtest.Create(t, b2, sandbox.Spec{Template: sandbox.HostTemplate()})
 	if uid, _ := hostUIDs(t, fresh.Pid); seen[uid] != "" {
 		t.Fatalf("new sandbox after restart got host uid %d of sandbox %s", uid, seen[uid])
 	}
@@ -190,7 +190,7 @@ func startInotifyHog(t *testing.T, info sandbox.Info) int {
 func TestSecurityInotifyPerSandbox(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := newTestBackend(t, testutil.ShortTempDir(t))
-	victim := backendtest.Create(t, b, sandbox.Spec{Template: "host"})
+	victim := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate()})
 	vc := backendtest.Client(t, victim, "")
 	hostCanInotify := func(t *testing.T) {
 		t.Helper()
@@ -200,7 +200,7 @@ func TestSecurityInotifyPerSandbox(t *testing.T) {
 		}
 		unix.Close(fd)
 	}
-	for _, spec := range []sandbox.Spec{{Template: "host"}, {Template: "host", Root: true}} {
+	for _, spec := range []sandbox.Spec{{Template: sandbox.HostTemplate()}, {Template: sandbox.HostTemplate(), Root: true}} {
 		t.Run(fmt.Sprintf("root=%v", spec.Root), func(t *testing.T) {
 			hog := backendtest.Create(t, b, spec)
 			defer b.Destroy(context.Background(), hog.ID)
@@ -347,7 +347,7 @@ func TestSecurityWorkspaceDirReowned(t *testing.T) {
 	if err := os.Lchown(filepath.Join(ws, "link"), 1000, 1000); err != nil {
 		t.Fatal(err)
 	}
-	box := backendtest.Create(t, b, sandbox.Spec{Template: "host", WorkspaceDir: ws})
+	box := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate(), WorkspaceDir: ws})
 	c := backendtest.Client(t, box, "")
 	r := backendtest.Exec(t, c, "echo y >> /workspace/legacy && echo y >> /workspace/sub/g && touch /workspace/new && echo ok; echo y >> /workspace/hostfile 2>/dev/null || echo refused")
 	if r.Stdout != "ok\nrefused\n" {

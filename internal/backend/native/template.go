@@ -14,43 +14,75 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// A template is what a sandbox's root filesystem is made of.
-type template struct {
-	kind string // "host" or "dir"
-	dir  string // for "dir": the unpacked root filesystem
-}
+// maxImageLayers bounds the lower layers of an image template: overlayfs
+// stacks at most 500, and every layer costs a descriptor and a few bytes
+// of the one-page mount option string (see mountLayers).
+const maxImageLayers = 128
 
-// parseTemplate resolves a template name. private lists host directories
-// no template may come from or contain (the daemon's data dir, tenants'
+// checkTemplate validates the resolved template of a sandbox before
+// anything is built from it. private lists host directories no dir
+// template may come from or contain (the daemon's data dir, tenants'
 // workspaces).
-func parseTemplate(name string, private []string) (template, error) {
-	switch {
-	case name == "" || name == "host":
-		return template{kind: "host"}, nil
-	case strings.HasPrefix(name, "dir:"):
-		dir, err := checkTemplateDir(strings.TrimPrefix(name, "dir:"), private)
-		if err != nil {
-			return template{}, sandbox.Wrap(sandbox.ClassInvalid, err, fmt.Sprintf("template %q: %v", name, err))
+func checkTemplate(t sandbox.Template, private []string, rootless bool) error {
+	name := t.Ref
+	if name == "" {
+		name = t.Kind
+	}
+	if rootless && t.Kind != sandbox.TemplateHost {
+		return sandbox.Errorf(sandbox.ClassInvalid, "template %q needs a root daemon (overlayfs); a rootless daemon has only \"host\"", name)
+	}
+	switch t.Kind {
+	case sandbox.TemplateHost:
+		return nil
+	case sandbox.TemplateDir:
+		if _, err := checkTemplateDir(t.Dir, private); err != nil {
+			return sandbox.Wrap(sandbox.ClassInvalid, err, fmt.Sprintf("template %q: %v", name, err))
 		}
-		return template{kind: "dir", dir: dir}, nil
+		return nil
+	case sandbox.TemplateImage:
+		if err := checkImageLayers(t.Layers); err != nil {
+			return sandbox.Wrap(sandbox.ClassInvalid, err, fmt.Sprintf("template %q: %v", name, err))
+		}
+		return nil
 	}
-	return template{}, sandbox.Errorf(sandbox.ClassInvalid, "unknown template %q (want \"host\" or \"dir:/path\")", name)
+	return sandbox.Errorf(sandbox.ClassInvalid, "template %q has unknown kind %q (want host, dir or image)", name, t.Kind)
 }
 
-// parseTemplate resolves a template name against this backend's private
-// directories.
-func (b *Backend) parseTemplate(name string) (template, error) {
-	return parseTemplate(name, b.privateDirs)
+// CheckTemplate reports whether t is a template this backend can boot (the
+// daemon checks its configured templates at start with it).
+func (b *Backend) CheckTemplate(t sandbox.Template) error {
+	if err := checkTemplate(t, b.privateDirs, b.rootless); err != nil {
+		return err
+	}
+	if t.Kind == sandbox.TemplateImage {
+		if err := b.idmappedOverlaySupported(); err != nil {
+			return sandbox.Wrap(sandbox.ClassUnavailable, err, fmt.Sprintf("template %q: %v", t.Ref, err))
+		}
+	}
+	return nil
 }
 
-// CheckTemplate reports whether name is a template this backend can boot
-// (the daemon checks its configured templates at start with it).
-func (b *Backend) CheckTemplate(name string) error {
-	tmpl, err := b.parseTemplate(name)
-	if err == nil && b.rootless && tmpl.kind != "host" {
-		return fmt.Errorf("template %q needs a root daemon (overlayfs); a rootless daemon has only \"host\"", name)
+// checkImageLayers validates the layer directories of an image template.
+// They come from the template store, in the data dir, so unlike a dir
+// template they may lie under a private directory; they must still be
+// exactly what the store named: absolute clean paths through no symlink,
+// real directories on a real filesystem.
+func checkImageLayers(layers []string) error {
+	if len(layers) == 0 {
+		return errors.New("an image template needs at least one layer")
 	}
-	return err
+	if len(layers) > maxImageLayers {
+		return fmt.Errorf("%d layers, at most %d supported", len(layers), maxImageLayers)
+	}
+	for _, dir := range layers {
+		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || dir == "/" {
+			return fmt.Errorf("layer directory %q is not an absolute clean path", dir)
+		}
+		if err := checkRealDir(dir); err != nil {
+			return fmt.Errorf("layer: %w", err)
+		}
+	}
+	return nil
 }
 
 // Host directories whose contents belong to the kernel or to running
@@ -111,27 +143,36 @@ func checkTemplateDir(dir string, private []string) (string, error) {
 			return "", fmt.Errorf("the directory overlaps %s, which holds the server's or its users' data", p)
 		}
 	}
+	if err := checkRealDir(dir); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// checkRealDir checks that dir is a directory reached through no symbolic
+// link, on a filesystem that holds files rather than kernel state.
+func checkRealDir(dir string) error {
 	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	switch {
 	case errors.Is(err, unix.ELOOP):
-		return "", errors.New("the path goes through a symbolic link; name the real directory")
+		return errors.New("the path goes through a symbolic link; name the real directory")
 	case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ENOENT):
-		return "", fmt.Errorf("%s is not a directory", dir)
+		return fmt.Errorf("%s is not a directory", dir)
 	case err != nil:
-		return "", fmt.Errorf("open %s: %w", dir, err)
+		return fmt.Errorf("open %s: %w", dir, err)
 	}
 	defer unix.Close(fd)
 	var fs unix.Statfs_t
 	if err := unix.Fstatfs(fd, &fs); err != nil {
-		return "", fmt.Errorf("statfs %s: %w", dir, err)
+		return fmt.Errorf("statfs %s: %w", dir, err)
 	}
 	if name, ok := pseudoFilesystems[int64(fs.Type)]; ok {
-		return "", fmt.Errorf("%s is on a %s filesystem, not a root filesystem", dir, name)
+		return fmt.Errorf("%s is on a %s filesystem, not a root filesystem", dir, name)
 	}
-	return dir, nil
+	return nil
 }
 
 // hostTopLevel lists the top-level entries of a merged-/usr host that the

@@ -76,7 +76,7 @@ func TestSecurityTemplateDirValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range cases {
-		_, err := parseTemplate("dir:"+c.dir, private)
+		err := checkTemplate(dirTemplate(c.dir), private, false)
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("dir:%s: unexpected error %v", c.dir, err)
@@ -98,7 +98,7 @@ func TestSecurityTemplateDirValidation(t *testing.T) {
 			t.Fatalf("bind /proc: %v", err)
 		}
 		defer unix.Unmount(mnt, unix.MNT_DETACH)
-		if _, err := parseTemplate("dir:"+mnt, private); err == nil || !strings.Contains(err.Error(), "filesystem") {
+		if err := checkTemplate(dirTemplate(mnt), private, false); err == nil || !strings.Contains(err.Error(), "filesystem") {
 			t.Errorf("a bind mount of /proc: %v, want refused for its filesystem type", err)
 		}
 	}
@@ -128,7 +128,7 @@ func TestSecurityDestroyRevokesHeldDisk(t *testing.T) {
 	testutil.RequireRoot(t)
 	b := newTestBackend(t, testutil.ShortTempDir(t))
 	ctx := ctxT(t)
-	info := backendtest.Create(t, b, sandbox.Spec{Template: "host"})
+	info := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate()})
 	c := backendtest.Client(t, info, "")
 	if r := backendtest.Exec(t, c, "echo secret > /workspace/secret.txt && chmod 600 /workspace/secret.txt && sync && echo ok"); r.Stdout != "ok\n" {
 		t.Fatalf("write secret: %+v", r)

@@ -1,0 +1,136 @@
+package template
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// Commit stores a new template name made of base's layers plus the layer
+// tar read from diff (nil: no new layer), with cfg as its image config.
+// Snapshots and builds use it. base is an image template (resolved from
+// this store), or an image template with no digest and no layers for
+// "scratch". The host template is the host's /usr, not layers, and a
+// directory template is not in the store: both are refused with a hint.
+func (s *Store) Commit(ctx context.Context, tmplName string, base sandbox.Template, diff io.Reader, cfg sandbox.ImageConfig, source string) (Info, error) {
+	r, err := parseRef(tmplName)
+	if err != nil {
+		return Info{}, err
+	}
+	switch base.Kind {
+	case sandbox.TemplateHost:
+		return Info{}, sandbox.Errorf(sandbox.ClassInvalid, "commit %s: the host template is the host's own /usr, not layers, so nothing can be stacked on it; start from an image template (pull, import or bootstrap one)", r)
+	case sandbox.TemplateDir:
+		return Info{}, sandbox.Errorf(sandbox.ClassInvalid, "commit %s: template %q is an operator's directory, not in the store; import it first (agentbox template import DIR -t NAME) and start from that", r, base.Ref)
+	case sandbox.TemplateImage:
+	default:
+		return Info{}, sandbox.Errorf(sandbox.ClassInvalid, "commit %s: unknown base kind %q", r, base.Kind)
+	}
+	var b *record
+	if base.Digest != "" || len(base.Layers) > 0 {
+		s.mu.Lock()
+		if found := s.recordByDigestLocked(base.Digest); found != nil {
+			c := *found
+			b = &c
+		}
+		s.mu.Unlock()
+		if b == nil {
+			return Info{}, sandbox.Errorf(sandbox.ClassNotFound, "commit %s: base template %q (%s) is no longer in the store", r, base.Ref, base.Digest)
+		}
+	}
+	return s.commitLayer(ctx, r, b, diff, cfg, source, nil)
+}
+
+// commitLayer stores template r: base's layers (nil: none) plus the layer
+// tar diff (nil: none), with config cfg.
+func (s *Store) commitLayer(ctx context.Context, r ref, base *record, diff io.Reader, cfg sandbox.ImageConfig, source string, progress func(Progress)) (Info, error) {
+	if err := s.checkStorable(r); err != nil {
+		return Info{}, err
+	}
+	o := s.newOp()
+	defer o.done()
+	rec := &record{Name: r.name, Tag: r.tag, Kind: sandbox.TemplateImage, Source: source, Created: time.Now().UTC()}
+	cf := &v1.ConfigFile{}
+	if base != nil {
+		// Pin the base first: its name may be deleted meanwhile.
+		s.mu.Lock()
+		o.pinLocked(blobKey(hexOf(base.Digest)))
+		for _, l := range base.Layers {
+			o.pinLocked(layerKey(hexOf(l.DiffID)), blobKey(hexOf(l.Blob)))
+		}
+		missing := !exists(s.blobPath(hexOf(base.Digest)))
+		s.mu.Unlock()
+		if missing {
+			return Info{}, sandbox.Errorf(sandbox.ClassNotFound, "base image %s is no longer in the store", base.Digest)
+		}
+		raw, err := s.readBlob(base.Digest, maxConfigBytes)
+		if err != nil {
+			return Info{}, err
+		}
+		if cf, err = parseConfig(raw, len(base.Layers)); err != nil {
+			return Info{}, fmt.Errorf("base image config: %w", err)
+		}
+		rec.Layers = slices.Clone(base.Layers)
+	}
+	if diff != nil {
+		if len(rec.Layers) >= maxImageLayers {
+			return Info{}, sandbox.Errorf(sandbox.ClassTooLarge, "commit %s: an image has at most %d layers", r, maxImageLayers)
+		}
+		lr, err := s.ingestTar(ctx, o, diff, serialized(progress))
+		if err != nil {
+			return Info{}, fmt.Errorf("commit %s: %w", r, err)
+		}
+		rec.Layers = append(rec.Layers, lr)
+	}
+	raw, err := newConfig(cf, rec, cfg, source, diff != nil)
+	if err != nil {
+		return Info{}, err
+	}
+	cd := sha256Hash(raw)
+	o.pin(blobKey(cd.Hex))
+	if _, err := s.writeBlobBytes(ctx, raw); err != nil {
+		return Info{}, err
+	}
+	rec.Digest = cd.String()
+	rec.Config = cfg
+	for _, l := range rec.Layers {
+		rec.Size += l.Size
+	}
+	return s.saveRecord(r, rec)
+}
+
+// newConfig derives the new image's config from its base's: the layers'
+// diff ids, the run configuration and one more history entry.
+func newConfig(base *v1.ConfigFile, rec *record, cfg sandbox.ImageConfig, source string, newLayer bool) ([]byte, error) {
+	cf := *base
+	cf.OS = "linux"
+	if cf.Architecture == "" {
+		cf.Architecture = runtime.GOARCH
+	}
+	cf.Created = v1.Time{Time: rec.Created}
+	cf.RootFS = v1.RootFS{Type: "layers", DiffIDs: []v1.Hash{}}
+	for _, l := range rec.Layers {
+		h, err := v1.NewHash(l.DiffID)
+		if err != nil {
+			return nil, fmt.Errorf("template store: %w", err)
+		}
+		cf.RootFS.DiffIDs = append(cf.RootFS.DiffIDs, h)
+	}
+	cf.Config = ociConfig(base.Config, cfg)
+	cf.History = append(slices.Clone(base.History), v1.History{
+		Created: cf.Created, CreatedBy: "agentbox: " + source, EmptyLayer: !newLayer,
+	})
+	b, err := json.Marshal(cf)
+	if err != nil {
+		return nil, fmt.Errorf("template store: encode config: %w", err)
+	}
+	return b, nil
+}

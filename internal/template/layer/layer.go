@@ -6,8 +6,17 @@ package layer
 
 import (
 	"context"
-	"errors"
 	"io"
+)
+
+// Defaults for Options' zero values. 64 GiB is far above any real image
+// layer (the largest common ones, CUDA and ML stacks, are a few GiB) while
+// still bounding a tar bomb; 2,000,000 entries is several times a full
+// distribution with toolchains and keeps the per-directory bookkeeping of
+// an unpack (about 100 bytes a directory) well under a few hundred MiB.
+const (
+	DefaultMaxBytes   int64 = 64 << 30
+	DefaultMaxEntries       = 2_000_000
 )
 
 // Options bound what one layer may unpack. Zero values mean the defaults.
@@ -35,8 +44,20 @@ type Stats struct {
 // outside dst ("..", absolute paths, through an earlier symlink). It fails
 // past opts' limits or when ctx ends; on failure dst may hold a partial
 // layer that the caller removes.
+//
+// Details (see unpack.go): errors wrap ErrInvalid or ErrLimit when the
+// layer is at fault. Names are refused, not cleaned, when absolute or
+// holding "..". An entry whose parent goes through a symlink of this layer
+// is resolved inside dst as if dst were the root (openat2
+// RESOLVE_IN_ROOT), the way the image's own root would see it. Only user.*
+// extended attributes from PAX records are kept (see keepXattr). Sticky is
+// kept on directories. Zero-filled blocks are written as holes. The layer
+// root entry ("./") is accepted but its metadata is not applied: dst's own
+// mode and owner are the caller's. Unpack needs root (mknod for whiteouts,
+// chown). It stops at the tar end-of-archive marker: a caller hashing the
+// whole stream drains the rest itself.
 func Unpack(ctx context.Context, r io.Reader, dst string, opts Options) (Stats, error) {
-	return Stats{}, errors.New("layer.Unpack: not implemented")
+	return unpack(ctx, r, dst, opts)
 }
 
 // DiffOptions say how to read an overlayfs upper directory.
@@ -53,6 +74,20 @@ type DiffOptions struct {
 // whiteouts become ".wh.NAME" entries and opaque directories get a
 // ".wh..wh..opq" entry, so that the tar applied on top of the lower layers
 // gives the merged view the sandbox saw.
+//
+// Details (see diff.go): the walk is fd-relative and never follows a
+// symlink, so a sandbox still running cannot make Diff read a host file.
+// Entries come in a deterministic order (each directory's names sorted
+// bytewise, parents first) with no atime, ctime or user/group names, so
+// identical uppers give identical tars. Hard links inside the upper become
+// tar links to the first path in that order. Owners outside
+// [base, base+65536) are an error naming the file (Diff cannot guess the
+// sandbox's id for them); whiteouts are written 0/0. Only user.* extended
+// attributes are kept; setuid/setgid bits are dropped, as Unpack would.
+// Fifos, sockets and devices other than whiteouts are left out. Our mounts
+// use neither redirect_dir nor metacopy; an upper carrying
+// trusted.overlay.redirect or trusted.overlay.metacopy is refused, since
+// its tar would not give the merged view.
 func Diff(ctx context.Context, upper string, w io.Writer, opts DiffOptions) error {
-	return errors.New("layer.Diff: not implemented")
+	return diff(ctx, upper, w, opts)
 }

@@ -48,6 +48,10 @@ func (b *Backend) SnapshotDiff(ctx context.Context, id sandbox.ID, w io.Writer) 
 	}()
 	ids := b.idMap(bx.rec)
 	opts := layer.DiffOptions{Exclude: snapshotExclude}
+	if bx.rec.Spec.Template.Kind == sandbox.TemplateDir {
+		// Mount points of the generated accounts, not the template's.
+		opts.Exclude = append(append([]string(nil), snapshotExclude...), "etc/passwd", "etc/group", "etc/nsswitch.conf")
+	}
 	if ids.userns {
 		opts.UIDBase, opts.GIDBase = ids.base, ids.gidBase
 	}

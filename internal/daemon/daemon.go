@@ -127,7 +127,7 @@ func Run(ctx context.Context, opts Options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m = manager.New(manager.Config{
-		Templates: cfg.Templates, PoolTypes: cfg.DefaultTypes, PoolSize: cfg.PoolSize,
+		Templates: cfg.Templates, TemplateAdmins: cfg.TemplateAdmins, PoolTypes: cfg.DefaultTypes, PoolSize: cfg.PoolSize,
 		DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout, HeartbeatTimeout: cfg.HeartbeatTimeout,
 		MaxInstances: cfg.MaxInstances, MaxPerUser: cfg.MaxPerUser,
 		DefaultResources: cfg.Resources, MaxResources: cfg.MaxResources,

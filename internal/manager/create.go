@@ -55,7 +55,7 @@ const (
 )
 
 // resolveTemplate maps a request to a resolved template and a type name.
-func (m *Manager) resolveTemplate(ctx context.Context, req CreateRequest) (sandbox.Template, string, error) {
+func (m *Manager) resolveTemplate(ctx context.Context, owner string, req CreateRequest) (sandbox.Template, string, error) {
 	name := req.Template
 	if name == "" {
 		name = req.Type
@@ -72,6 +72,10 @@ func (m *Manager) resolveTemplate(ctx context.Context, req CreateRequest) (sandb
 		return sandbox.Template{}, "", invalid("template", "template %q refused: a host directory becomes a template only by the operator's configuration (SANDBOX_TEMPLATES); ask for a registered template by name (%s)", name, m.templateNames())
 	}
 	t, err := m.cfg.Resolver.Resolve(ctx, name)
+	if err == nil && !m.templateVisible(name, owner) {
+		// Another user's snapshot: as unknown as a name never stored.
+		err = sandbox.Errorf(sandbox.ClassNotFound, "unknown template %q", name)
+	}
 	switch {
 	case sandbox.ClassOf(err) == sandbox.ClassNotFound && req.Template == "":
 		return sandbox.Template{}, "", &sandbox.Error{Class: sandbox.ClassInvalid, Msg: fmt.Sprintf("unknown sandbox type %q", name), Err: fieldErr("type")}
@@ -179,7 +183,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if err := m.validate(&req); err != nil {
 		return nil, err
 	}
-	template, typ, err := m.resolveTemplate(ctx, req)
+	template, typ, err := m.resolveTemplate(ctx, owner, req)
 	if err != nil {
 		return nil, err
 	}

@@ -27,6 +27,10 @@ type Config struct {
 	Templates map[string]string
 	// Resolver resolves template names; nil serves "host" and Templates.
 	Resolver TemplateResolver
+	// TemplateAdmins may snapshot into shared template names and use every
+	// user's private templates; other users' snapshots go to their own
+	// private namespace (template.PrivateName).
+	TemplateAdmins []string
 	// Committer stores snapshots as templates; nil: no snapshots.
 	Committer TemplateCommitter
 	// PoolTypes are the sandbox types that get a warm pool of PoolSize.

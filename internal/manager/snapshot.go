@@ -32,6 +32,14 @@ func (m *Manager) Snapshot(ctx context.Context, owner string, id sandbox.ID, nam
 	if err := checkTemplateRef(name); err != nil {
 		return template.Info{}, err
 	}
+	if !m.isTemplateAdmin(owner) {
+		// A tenant's snapshot holds its files and must not replace a
+		// template others start from: it goes to the tenant's own namespace.
+		if template.IsPrivate(name) && !template.VisibleTo(name, owner) {
+			return template.Info{}, invalid("name", "template %q is in another user's private namespace", name)
+		}
+		name = template.PrivateName(owner, name)
+	}
 	sn, ok := m.backend.(backend.Snapshotter)
 	if !ok || m.cfg.Committer == nil {
 		return template.Info{}, sandbox.Errorf(sandbox.ClassUnavailable, "this server cannot snapshot sandboxes (the %s backend or the template store lacks it)", m.backend.Name())

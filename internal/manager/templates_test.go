@@ -117,9 +117,24 @@ func TestResolverAndSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != "snap" || com.name != "snap:v1" || com.base.Ref != "py:3" || com.cfg.User != "app" ||
+	// A tenant's snapshot goes to its own private namespace: it can
+	// neither replace a shared template nor be used by other tenants.
+	private := template.PrivateName("alice", "snap:v1")
+	if info.Name != "snap" || com.name != private || com.base.Ref != "py:3" || com.cfg.User != "app" ||
 		com.source != "snapshot of "+string(rec.ID) || com.files["snapshot"] != string(rec.ID) {
 		t.Fatalf("commit = %+v, info %+v", com, info)
+	}
+	if _, err := e.m.Snapshot(ctx, "alice", rec.ID, template.PrivateName("bob", "x")); sandbox.ClassOf(err) != sandbox.ClassInvalid {
+		t.Errorf("snapshot into bob's namespace: %v, want invalid", err)
+	}
+	res.set(private, pyTemplate("sha256:snap"))
+	if _, err := e.m.Create(ctx, "bob", CreateRequest{Template: private}); sandbox.ClassOf(err) != sandbox.ClassInvalid {
+		t.Errorf("bob created a sandbox from alice's snapshot: %v", err)
+	}
+	if own, err := e.m.Create(ctx, "alice", CreateRequest{Template: private}); err != nil {
+		t.Errorf("alice from her own snapshot: %v", err)
+	} else {
+		_ = e.m.Delete(ctx, "alice", own.ID)
 	}
 
 	// A layer the backend fails to write fails the snapshot.

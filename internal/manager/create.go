@@ -40,6 +40,9 @@ type CreateRequest struct {
 	Extra map[string]string
 	// NoPool forces a cold create.
 	NoPool bool
+	// NoService creates the sandbox without running its template's
+	// service (CMD, start_cmd, warm code context); implies NoPool.
+	NoService bool
 }
 
 const (
@@ -211,7 +214,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 // sandboxes boot with the default resources, network mode and workspace;
 // env, metadata, timeout and the egress policy are applied at hand-over.
 func (m *Manager) poolEligible(req CreateRequest) bool {
-	return !req.NoPool && req.Resources == (sandbox.Resources{}) &&
+	return !req.NoPool && !req.NoService && req.Resources == (sandbox.Resources{}) &&
 		req.Network.Mode == m.cfg.DefaultNetworkMode &&
 		req.WorkspaceDir == "" && m.cfg.DefaultMountDir == ""
 }
@@ -285,6 +288,12 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 	}
 	rec.WorkspaceDir = spec.WorkspaceDir
 	rec.Resources = spec.Resources
+	svc, err := serviceFor(template, req)
+	if err != nil {
+		m.unreserve(id)
+		return nil, err
+	}
+	spec.Service = svc
 
 	bootStart := time.Now()
 	info, err := m.backend.Create(ctx, spec)
@@ -292,6 +301,14 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 	if err != nil {
 		m.unreserve(id)
 		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	if spec.Service != nil {
+		if err := m.waitService(ctx, id, info, rec.AccessToken); err != nil {
+			// Nothing stays behind a create that failed.
+			_ = m.backend.Destroy(context.WithoutCancel(ctx), id)
+			m.unreserve(id)
+			return nil, err
+		}
 	}
 	if d := info.Spec.Resources.DiskBytes; d > 0 {
 		rec.Resources.DiskBytes = d // the backend may round the size up

@@ -41,6 +41,9 @@ type Config struct {
 	MaxTimeout     time.Duration
 	// HeartbeatTimeout destroys session sandboxes idle for longer; 0 = never.
 	HeartbeatTimeout time.Duration
+	// ServiceStartTimeout bounds the wait for a template's service to be
+	// ready at create (0: 120s).
+	ServiceStartTimeout time.Duration
 
 	// MaxInstances caps live sandboxes (pooled ones included); 0 = no cap.
 	MaxInstances int

@@ -242,6 +242,51 @@ func runnableImage(t testing.TB, marker string) v1.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return withTestConfig(t, img, marker)
+}
+
+// uniqueImage is the test image as one layer of its own (the root
+// filesystem plus a file naming marker): no layer shared with any other.
+func uniqueImage(t testing.TB, marker string) v1.Image {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tr := tar.NewReader(bytes.NewReader(imageRootfsTar(t)))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "etc/image-name", Mode: 0o644, Size: int64(len(marker) + 1), ModTime: time.Unix(1700000000, 0)})
+	io.WriteString(tw, marker+"\n")
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data := buf.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return withTestConfig(t, img, marker)
+}
+
+// withTestConfig gives img the test image's platform and run configuration.
+func withTestConfig(t testing.TB, img v1.Image, marker string) v1.Image {
+	t.Helper()
 	cf, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)

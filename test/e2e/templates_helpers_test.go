@@ -385,6 +385,13 @@ func (tr *tokenRegistry) push(t testing.TB, repo string, img v1.Image) v1.Hash {
 	return d
 }
 
+// tokensIssued is how many tokens /token handed out.
+func (tr *tokenRegistry) tokensIssued() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.tokens
+}
+
 // takeBlobGets returns the blob downloads since the last call.
 func (tr *tokenRegistry) takeBlobGets() int {
 	tr.mu.Lock()

@@ -153,7 +153,7 @@ func TestTemplatePullRegistry(t *testing.T) {
 	if rec["kind"] != "image" || rec["source"] != tr.host+"/team/app@"+md.String() || len(rec["layers"].([]any)) != 2 {
 		t.Fatalf("pulled template: %v, want an image pinned at %s with 2 layers", rec, md)
 	}
-	if tr.tokens == 0 {
+	if tr.tokensIssued() == 0 {
 		t.Error("the registry issued no token: token auth was not exercised")
 	}
 	tr.takeBlobGets()

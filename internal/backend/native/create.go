@@ -412,6 +412,9 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 		if err := prepareImageRoot(bx.paths.rootfs, u, ids); err != nil {
 			return err
 		}
+		if err := giveWorkspace(filepath.Join(bx.paths.disk, "workspace"), u, ids); err != nil {
+			return err
+		}
 		user = &u
 	}
 	oci, err := b.ociSpec(spec, tmpl, user, bx.paths, ids, netnsPath)

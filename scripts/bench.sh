@@ -7,5 +7,7 @@ cd "$(dirname "$0")/.."
 ./scripts/start-docker.sh
 echo "== go test -bench (internal/backend/native)"
 go test -run '^$' -bench . -benchtime "${BENCHTIME:-100x}" ./internal/backend/native/
+echo "== go test -bench Templates (test/e2e: image templates against host, through a daemon)"
+go test -run '^$' -bench Templates -benchtime "${BENCHTIME_TEMPLATES:-50x}" ./test/e2e/
 echo "== agentbox bench"
 bin/agentbox bench -n "${BENCH_N:-100}"

@@ -9,6 +9,12 @@
 // reads from that descriptor (the backend compiles the sandbox profile once,
 // so every sandbox skips that work), and refuses to start if it cannot.
 //
+// AGENTBOX_SERVICE, when set, is the JSON of the sandbox.Service the agent
+// starts once it listens and supervises (GET /service reports its state).
+// An environment variable of PID 1 because the sandbox cannot touch it:
+// nothing of the sandbox runs before the agent reads it, and the agent is
+// not dumpable (/proc/1/environ is unreadable to the sandbox).
+//
 // AGENTBOX_ACCESS_TOKEN, when set, is required as X-Access-Token on every
 // request but GET /health. All AGENTBOX_* variables are removed from the
 // environment before anything is started.
@@ -16,6 +22,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -28,6 +35,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/agent"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/seccompload"
 )
 
@@ -78,6 +86,10 @@ func run() error {
 	slog.SetDefault(log)
 
 	token := os.Getenv("AGENTBOX_ACCESS_TOKEN")
+	service, err := serviceFromEnv()
+	if err != nil {
+		return err
+	}
 	scrubEnv()
 
 	// Before anything is started: no signal from a sandbox process may end
@@ -109,6 +121,7 @@ func run() error {
 		AccessToken: token,
 		Env:         os.Environ(),
 		Logger:      log,
+		Service:     service,
 	})
 	ln, err := agent.Listen(*listen)
 	if err != nil {
@@ -123,6 +136,7 @@ func run() error {
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ctx, ln) }()
+	srv.StartService(ctx)
 	select {
 	case err = <-serveErr:
 	case <-ctx.Done():
@@ -146,4 +160,17 @@ func scrubEnv() {
 			os.Unsetenv(k)
 		}
 	}
+}
+
+// serviceFromEnv reads the service definition the backend passed.
+func serviceFromEnv() (*sandbox.Service, error) {
+	raw := os.Getenv("AGENTBOX_SERVICE")
+	if raw == "" {
+		return nil, nil
+	}
+	var svc sandbox.Service
+	if err := json.Unmarshal([]byte(raw), &svc); err != nil {
+		return nil, fmt.Errorf("AGENTBOX_SERVICE: %w", err)
+	}
+	return &svc, nil
 }

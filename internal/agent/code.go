@@ -41,6 +41,7 @@ type codeService struct {
 // mountCode adds the code-interpreter routes to the server's mux.
 func (s *Server) mountCode() {
 	c := &codeService{s: s, reg: codeinterp.NewRegistry(codeinterp.Config{Host: newCodeHost(s), Logger: s.log})}
+	s.code = c
 	s.mux.HandleFunc("POST /execute", c.execute)
 	s.mux.HandleFunc("POST /contexts", c.create)
 	s.mux.HandleFunc("GET /contexts", c.list)

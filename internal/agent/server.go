@@ -9,12 +9,14 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/agentbox/agentbox/api/proto/filesystem/filesystemconnect"
 	"github.com/agentbox/agentbox/api/proto/process/processconnect"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // maxRPCMessage bounds one received RPC message.
@@ -44,6 +46,8 @@ type Config struct {
 	// Empty starts processes directly: then only their process group is
 	// signalled.
 	Shim string
+	// Service is what StartService runs and supervises; nil runs nothing.
+	Service *sandbox.Service
 }
 
 // Server is the agent's HTTP server: the envd services plus REST routes.
@@ -62,6 +66,9 @@ type Server struct {
 	defaultEnv map[string]string
 	mux        *http.ServeMux
 	handler    http.Handler
+	code       *codeService
+	svc        *supervisor
+	closing    atomic.Bool // Shutdown began: the service is not restarted
 }
 
 // NewServer builds a server. It starts the process-wide reaper, so the
@@ -104,6 +111,8 @@ func NewServer(cfg Config) *Server {
 	s.mux.HandleFunc("GET /files", s.handleDownload)
 	s.mux.HandleFunc("POST /files", s.handleUpload)
 	s.mountCode() // code contexts: /execute, /contexts (code.go)
+	s.svc = newSupervisor(s, cfg.Service)
+	s.mux.HandleFunc("GET /service", s.handleService)
 	s.handler = s.authorize(s.mux)
 	return s
 }
@@ -143,6 +152,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // once all of them have been reaped or ctx is done, and also stops the
 // polling watchers.
 func (s *Server) Shutdown(ctx context.Context) {
+	s.closing.Store(true)
 	s.pollWatchers.closeAll()
 	if s.shims != nil {
 		s.shims.close()

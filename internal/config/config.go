@@ -47,10 +47,13 @@ type Config struct {
 	MaxInstances     int
 	MaxPerUser       int
 	HeartbeatTimeout time.Duration
-	DefaultTimeout   time.Duration
-	MaxTimeout       time.Duration
-	Resources        sandbox.Resources
-	MaxResources     sandbox.Resources
+	// ServiceStartTimeout bounds how long a create waits for a template's
+	// service to be ready.
+	ServiceStartTimeout time.Duration
+	DefaultTimeout      time.Duration
+	MaxTimeout          time.Duration
+	Resources           sandbox.Resources
+	MaxResources        sandbox.Resources
 	// NofileSoft and NofileHard are sandbox processes' RLIMIT_NOFILE (the
 	// backend lowers them further for a sandbox with many pids).
 	NofileSoft, NofileHard uint64
@@ -225,6 +228,7 @@ var settings = []setting{
 	{"MAX_SANDBOX_INSTANCES", "100", "maximum live sandboxes on this server (warm pool included), 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxInstances = n })},
 	{"MAX_SANDBOXES_PER_USER", "20", "maximum live sandboxes per user (at most MAX_SANDBOX_INSTANCES when not set), 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxPerUser = n })},
 	{"HEARTBEAT_TIMEOUT", "300", "seconds a session's sandboxes may stay idle before they are recycled, 0 = never", seconds(func(c *Config, d time.Duration) { c.HeartbeatTimeout = d })},
+	{"SERVICE_START_TIMEOUT", "120", "seconds a create waits for the template's service (CMD, start_cmd, warm code context) to be ready before it fails", seconds(func(c *Config, d time.Duration) { c.ServiceStartTimeout = d })},
 	{"DEFAULT_TIMEOUT", "300", "seconds a sandbox lives when the caller gives no timeout", seconds(func(c *Config, d time.Duration) { c.DefaultTimeout = d })},
 	{"MAX_TIMEOUT", "86400", "largest timeout a caller may ask for, in seconds", seconds(func(c *Config, d time.Duration) { c.MaxTimeout = d })},
 	{"DEFAULT_MEMORY", "512M", "memory limit of a sandbox (swap is not allowed)", size(func(c *Config, n int64) { c.Resources.MemoryBytes = n })},

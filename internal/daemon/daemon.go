@@ -127,9 +127,10 @@ func Run(ctx context.Context, opts Options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m = manager.New(manager.Config{
-		Templates: cfg.Templates, PoolTypes: cfg.DefaultTypes, PoolSize: cfg.PoolSize,
+		Templates: cfg.Templates, TemplateAdmins: cfg.TemplateAdmins, PoolTypes: cfg.DefaultTypes, PoolSize: cfg.PoolSize,
 		DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout, HeartbeatTimeout: cfg.HeartbeatTimeout,
-		MaxInstances: cfg.MaxInstances, MaxPerUser: cfg.MaxPerUser,
+		ServiceStartTimeout: cfg.ServiceStartTimeout,
+		MaxInstances:        cfg.MaxInstances, MaxPerUser: cfg.MaxPerUser,
 		DefaultResources: cfg.Resources, MaxResources: cfg.MaxResources,
 		ReadonlyMounts: cfg.ReadonlyMounts, DefaultMountDir: cfg.DefaultMountDir,
 		MaxExecOutput: cfg.MaxExecOutputBytes, Logger: log, Metrics: manager.NewMetrics(reg),

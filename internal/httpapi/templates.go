@@ -119,6 +119,16 @@ func checkPlatform(p string) error {
 	return nil
 }
 
+// templateVisible reports whether the caller may see a template: shared
+// ones, its own private ones (snapshots), and everything for an admin.
+func (s *Server) templateVisible(r *http.Request, info template.Info) bool {
+	name := info.Name
+	if info.Tag != "" {
+		name += ":" + info.Tag
+	}
+	return template.VisibleTo(name, userOf(r)) || s.isTemplateAdmin(r)
+}
+
 // templateJSON is what a caller sees of a template: a non-admin caller
 // never learns where an operator's directory or an imported file is on
 // the host.
@@ -151,7 +161,9 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := make([]templateOut, 0, len(list))
 	for _, info := range list {
-		out = append(out, s.templateJSON(r, info))
+		if s.templateVisible(r, info) {
+			out = append(out, s.templateJSON(r, info))
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"templates": out})
 	return nil
@@ -170,6 +182,9 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if !s.templateVisible(r, info) {
+		return sandbox.Errorf(sandbox.ClassNotFound, "template %q not found", ref)
+	}
 	writeJSON(w, http.StatusOK, s.templateJSON(r, info))
 	return nil
 }
@@ -179,12 +194,20 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.templateAdmin(r); err != nil {
-		return err
-	}
 	ref, err := templateRef(r)
 	if err != nil {
 		return err
+	}
+	// A user's own snapshots are theirs to delete; everything else is
+	// shared and the operator's, and other users' snapshots are unknown.
+	switch user := userOf(r); {
+	case template.IsPrivate(ref) && template.VisibleTo(ref, user):
+	case !template.VisibleTo(ref, user) && !s.isTemplateAdmin(r):
+		return sandbox.Errorf(sandbox.ClassNotFound, "template %q not found", ref)
+	default:
+		if err := s.templateAdmin(r); err != nil {
+			return err
+		}
 	}
 	if err := st.Delete(r.Context(), ref); err != nil {
 		return err

@@ -429,3 +429,38 @@ func TestTemplateGate(t *testing.T) {
 	}
 	r2()
 }
+
+// TestSecurityPrivateTemplates: a tenant's snapshots (its private
+// namespace) are listed, read and deletable by that tenant only; other
+// tenants see nothing of them, not even their names.
+func TestSecurityPrivateTemplates(t *testing.T) {
+	fs := newFakeTemplates()
+	aliceSnap := template.PrivateName("alice", "snap:v1")
+	bobSnap := template.PrivateName("bob", "snap:v1")
+	for _, n := range []string{aliceSnap, bobSnap} {
+		name, tag, _ := strings.Cut(n, ":")
+		fs.infos[n] = template.Info{Name: name, Tag: tag, Kind: sandbox.TemplateImage, Digest: "sha256:" + tag}
+	}
+	srv, _ := templateServer(t, fs)
+	resp, data := call(t, "GET", srv.URL+"/v1/templates", "t", "", "", nil)
+	if resp.StatusCode != 200 || !strings.Contains(string(data), aliceSnap[:strings.Index(aliceSnap, ":")]) ||
+		strings.Contains(string(data), bobSnap[:strings.Index(bobSnap, ":")]) {
+		t.Fatalf("alice's list: %d %s", resp.StatusCode, data)
+	}
+	if resp, data := call(t, "GET", srv.URL+"/v1/templates/"+url.PathEscape(bobSnap), "t", "", "", nil); resp.StatusCode != 404 {
+		t.Errorf("alice reads bob's snapshot: %d %s", resp.StatusCode, data)
+	}
+	if resp, data := call(t, "DELETE", srv.URL+"/v1/templates/"+url.PathEscape(bobSnap), "t", "", "", nil); resp.StatusCode != 404 {
+		t.Errorf("alice deletes bob's snapshot: %d %s", resp.StatusCode, data)
+	}
+	if resp, data := call(t, "DELETE", srv.URL+"/v1/templates/"+url.PathEscape(aliceSnap), "t", "", "", nil); resp.StatusCode != 204 {
+		t.Errorf("alice deletes her own snapshot: %d %s", resp.StatusCode, data)
+	}
+	if _, ok := fs.infos[bobSnap]; !ok {
+		t.Fatal("bob's snapshot is gone")
+	}
+	// The operator sees and manages everything.
+	if resp, data := call(t, "GET", srv.URL+"/v1/templates/"+url.PathEscape(bobSnap), "op", "", "", nil); resp.StatusCode != 200 {
+		t.Errorf("operator reads bob's snapshot: %d %s", resp.StatusCode, data)
+	}
+}

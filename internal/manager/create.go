@@ -40,6 +40,9 @@ type CreateRequest struct {
 	Extra map[string]string
 	// NoPool forces a cold create.
 	NoPool bool
+	// NoService creates the sandbox without running its template's
+	// service (CMD, start_cmd, warm code context); implies NoPool.
+	NoService bool
 }
 
 const (
@@ -55,7 +58,7 @@ const (
 )
 
 // resolveTemplate maps a request to a resolved template and a type name.
-func (m *Manager) resolveTemplate(ctx context.Context, req CreateRequest) (sandbox.Template, string, error) {
+func (m *Manager) resolveTemplate(ctx context.Context, owner string, req CreateRequest) (sandbox.Template, string, error) {
 	name := req.Template
 	if name == "" {
 		name = req.Type
@@ -72,6 +75,10 @@ func (m *Manager) resolveTemplate(ctx context.Context, req CreateRequest) (sandb
 		return sandbox.Template{}, "", invalid("template", "template %q refused: a host directory becomes a template only by the operator's configuration (SANDBOX_TEMPLATES); ask for a registered template by name (%s)", name, m.templateNames())
 	}
 	t, err := m.cfg.Resolver.Resolve(ctx, name)
+	if err == nil && !m.templateVisible(name, owner) {
+		// Another user's snapshot: as unknown as a name never stored.
+		err = sandbox.Errorf(sandbox.ClassNotFound, "unknown template %q", name)
+	}
 	switch {
 	case sandbox.ClassOf(err) == sandbox.ClassNotFound && req.Template == "":
 		return sandbox.Template{}, "", &sandbox.Error{Class: sandbox.ClassInvalid, Msg: fmt.Sprintf("unknown sandbox type %q", name), Err: fieldErr("type")}
@@ -179,7 +186,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if err := m.validate(&req); err != nil {
 		return nil, err
 	}
-	template, typ, err := m.resolveTemplate(ctx, req)
+	template, typ, err := m.resolveTemplate(ctx, owner, req)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +214,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 // sandboxes boot with the default resources, network mode and workspace;
 // env, metadata, timeout and the egress policy are applied at hand-over.
 func (m *Manager) poolEligible(req CreateRequest) bool {
-	return !req.NoPool && req.Resources == (sandbox.Resources{}) &&
+	return !req.NoPool && !req.NoService && req.Resources == (sandbox.Resources{}) &&
 		req.Network.Mode == m.cfg.DefaultNetworkMode &&
 		req.WorkspaceDir == "" && m.cfg.DefaultMountDir == ""
 }
@@ -281,6 +288,12 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 	}
 	rec.WorkspaceDir = spec.WorkspaceDir
 	rec.Resources = spec.Resources
+	svc, err := serviceFor(template, req)
+	if err != nil {
+		m.unreserve(id)
+		return nil, err
+	}
+	spec.Service = svc
 
 	bootStart := time.Now()
 	info, err := m.backend.Create(ctx, spec)
@@ -288,6 +301,14 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 	if err != nil {
 		m.unreserve(id)
 		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	if spec.Service != nil {
+		if err := m.waitService(ctx, id, info, rec.AccessToken); err != nil {
+			// Nothing stays behind a create that failed.
+			_ = m.backend.Destroy(context.WithoutCancel(ctx), id)
+			m.unreserve(id)
+			return nil, err
+		}
 	}
 	if d := info.Spec.Resources.DiskBytes; d > 0 {
 		rec.Resources.DiskBytes = d // the backend may round the size up

@@ -27,6 +27,10 @@ type Config struct {
 	Templates map[string]string
 	// Resolver resolves template names; nil serves "host" and Templates.
 	Resolver TemplateResolver
+	// TemplateAdmins may snapshot into shared template names and use every
+	// user's private templates; other users' snapshots go to their own
+	// private namespace (template.PrivateName).
+	TemplateAdmins []string
 	// Committer stores snapshots as templates; nil: no snapshots.
 	Committer TemplateCommitter
 	// PoolTypes are the sandbox types that get a warm pool of PoolSize.
@@ -37,6 +41,9 @@ type Config struct {
 	MaxTimeout     time.Duration
 	// HeartbeatTimeout destroys session sandboxes idle for longer; 0 = never.
 	HeartbeatTimeout time.Duration
+	// ServiceStartTimeout bounds the wait for a template's service to be
+	// ready at create (0: 120s).
+	ServiceStartTimeout time.Duration
 
 	// MaxInstances caps live sandboxes (pooled ones included); 0 = no cap.
 	MaxInstances int

@@ -176,8 +176,22 @@ func (m *Manager) Logs(ctx context.Context, owner string, id sandbox.ID, limit i
 		return nil, err
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	return e.logs.list(limit), nil
+	entries := e.logs.list(limit)
+	var c *agentclient.Client
+	if e.agent.Address != "" && !e.creating && e.rec.State == sandbox.StateRunning {
+		c = m.clientLocked(e)
+	}
+	m.mu.Unlock()
+	if c == nil {
+		return entries, nil
+	}
+	// The service's starts, exits and restarts, as the agent saw them.
+	entries = append(entries, serviceEvents(ctx, c)...)
+	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Time.Before(entries[j].Time) })
+	if limit > 0 && len(entries) > limit {
+		entries = entries[len(entries)-limit:]
+	}
+	return entries, nil
 }
 
 // Log adds a line to a sandbox's log (front-ends record notable events).

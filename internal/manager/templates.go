@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -50,4 +51,15 @@ func ConfiguredTemplate(name, target string) (sandbox.Template, error) {
 		return sandbox.Template{Ref: name, Kind: sandbox.TemplateDir, Dir: strings.TrimPrefix(target, "dir:")}, nil
 	}
 	return sandbox.Template{}, fmt.Errorf("template %q: unknown template %q (want \"host\" or \"dir:/path\")", name, target)
+}
+
+// isTemplateAdmin reports whether owner may change shared templates.
+func (m *Manager) isTemplateAdmin(owner string) bool {
+	return slices.Contains(m.cfg.TemplateAdmins, owner)
+}
+
+// templateVisible reports whether owner may create sandboxes from the
+// template named ref: shared ones, and private ones of its own.
+func (m *Manager) templateVisible(ref, owner string) bool {
+	return template.VisibleTo(ref, owner) || m.isTemplateAdmin(owner)
 }

@@ -123,6 +123,10 @@ type Spec struct {
 	// Mounts are extra host directories (agentscope's READONLY_MOUNTS).
 	Mounts []Mount `json:"mounts,omitempty"`
 
+	// Service is what the agent runs and supervises after boot (see
+	// ServiceOf); nil runs nothing.
+	Service *Service `json:"service,omitempty"`
+
 	// AccessToken, when set, is required by the in-sandbox agent on every request.
 	AccessToken string `json:"-"`
 

@@ -49,6 +49,12 @@ type ImageConfig struct {
 	StopSignal string            `json:"stop_signal,omitempty"`
 	// Healthcheck is the readiness check of a template that runs a service.
 	Healthcheck *Healthcheck `json:"healthcheck,omitempty"`
+	// StartCmd, ReadyCmd and ReadyPort are our own additions: an explicit
+	// service and readiness check (see ServiceOf; the agentbox.start_cmd,
+	// agentbox.ready_cmd and agentbox.ready_port labels say the same).
+	StartCmd  []string `json:"start_cmd,omitempty"`
+	ReadyCmd  []string `json:"ready_cmd,omitempty"`
+	ReadyPort int      `json:"ready_port,omitempty"`
 }
 
 // Healthcheck is a Dockerfile HEALTHCHECK, used as a readiness check.

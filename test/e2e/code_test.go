@@ -307,9 +307,9 @@ func BenchmarkCodeColdStart(b *testing.B) {
 	b.ReportMetric(at(0.99), "p99-ms")
 }
 
-// startBenchDaemon starts `agentbox serve` for a benchmark (the harness's
-// helpers take a *testing.T).
-func startBenchDaemon(b *testing.B) string {
+// startBenchDaemon starts `agentbox serve` with settings (NAME=VALUE) for
+// a benchmark (the harness's helpers take a *testing.T).
+func startBenchDaemon(b *testing.B, settings ...string) string {
 	bin := os.Getenv("AGENTBOX_BIN")
 	if bin == "" {
 		b.Skip("set AGENTBOX_BIN (make build) to benchmark through a daemon")
@@ -326,6 +326,7 @@ func startBenchDaemon(b *testing.B) string {
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = append(cleanEnv(), "AGENT_PATH="+agentBin, fmt.Sprintf("PORT=%d", ln), "HOST=127.0.0.1",
 		"AGENTBOX_DATA_DIR="+dir, "LOG_LEVEL=warn")
+	cmd.Env = append(cmd.Env, settings...)
 	var logs testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {

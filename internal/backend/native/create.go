@@ -412,6 +412,9 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 		if err := prepareImageRoot(bx.paths.rootfs, u, ids); err != nil {
 			return err
 		}
+		if err := giveWorkspace(filepath.Join(bx.paths.disk, "workspace"), u, ids); err != nil {
+			return err
+		}
 		user = &u
 	}
 	oci, err := b.ociSpec(spec, tmpl, user, bx.paths, ids, netnsPath)
@@ -427,8 +430,9 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 			useNetnsSysfs(oci, dir)
 		}
 		prepare := func() error { return prepareMountpoints(bx.paths.rootfs, oci.Mounts) }
-		if tmpl.Kind == sandbox.TemplateImage {
-			// As the sandbox's root: see prepareImageRoot.
+		if tmpl.Kind != sandbox.TemplateHost {
+			// Into an overlay upper, as the sandbox's root: see
+			// prepareImageRoot (a snapshot refuses host-owned files).
 			inner := prepare
 			prepare = func() error { return asHostUser(ids.base, ids.gidBase, inner) }
 		}

@@ -388,3 +388,26 @@ func prepareImageRoot(rootfs string, u imageUser, ids idMap) error {
 		return root.Lchown(home, ids.host(u.uid), int(ids.gidBase)+u.gid)
 	})
 }
+
+// giveWorkspace hands the sandbox disk's /workspace to the user an image
+// sandbox's processes run as, when the image's USER is not the default
+// sandbox user: /workspace is where callers (agentscope, E2B) write, so
+// it must be writable by who runs there. Only the default owner is
+// changed, so a workspace already handed over (a restarted sandbox) or
+// chosen otherwise is left alone.
+func giveWorkspace(dir string, u imageUser, ids idMap) error {
+	if !ids.userns || u.uid == 0 || u.uid == sandboxUID {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("stat workspace: %w", err)
+	}
+	if int(st.Uid) != ids.host(sandboxUID) || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil
+	}
+	if err := unix.Lchown(dir, ids.host(u.uid), int(ids.gidBase)+u.gid); err != nil {
+		return fmt.Errorf("give workspace to the image's user: %w", err)
+	}
+	return nil
+}

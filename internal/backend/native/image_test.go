@@ -21,7 +21,7 @@ import (
 func imageLayers(t *testing.T) []string {
 	t.Helper()
 	lower := hostLikeRootfs(t)
-	for _, bin := range []string{"env", "grep", "rm", "mkdir"} {
+	for _, bin := range []string{"env", "grep", "rm", "mkdir", "chown"} {
 		copyWithLibs(t, mustLookPath(t, bin), lower)
 	}
 	files := map[string]string{
@@ -178,9 +178,14 @@ func TestImageTemplateUser(t *testing.T) {
 	for _, c := range cases {
 		tmpl := imageTemplate(layers, sandbox.ImageConfig{User: c.user})
 		info := backendtest.Create(t, b, sandbox.Spec{Template: tmpl, WritableRoot: true, Root: c.root})
-		r := backendtest.Exec(t, backendtest.Client(t, info, ""), `echo "$(id -u) $(id -g) $HOME $(cat $HOME/.profile 2>/dev/null)"`)
+		ca := backendtest.Client(t, info, "")
+		r := backendtest.Exec(t, ca, `echo "$(id -u) $(id -g) $HOME $(cat $HOME/.profile 2>/dev/null)"`)
 		if r.Stdout != c.want {
 			t.Errorf("user %q root %v: %q (%s), want %q", c.user, c.root, r.Stdout, r.Stderr, c.want)
+		}
+		// /workspace belongs to whoever runs there.
+		if r := backendtest.Exec(t, ca, `echo w > /workspace/w && echo ok`); r.Stdout != "ok\n" {
+			t.Errorf("user %q root %v: /workspace not writable: %q %q", c.user, c.root, r.Stdout, r.Stderr)
 		}
 	}
 	_, err := b.Create(ctxT(t), sandbox.Spec{ID: sandbox.NewID(), Template: imageTemplate(layers, sandbox.ImageConfig{User: "nobody-here"})})

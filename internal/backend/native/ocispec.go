@@ -1,6 +1,7 @@
 package native
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -142,6 +143,17 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl sandbox.Template, iu *imageUse
 	}
 	if spec.AccessToken != "" {
 		env["AGENTBOX_ACCESS_TOKEN"] = spec.AccessToken
+	}
+	if spec.Service != nil {
+		// Read by the agent before anything of the sandbox runs, then
+		// removed from the environment (see cmd/agentbox-agent). Built
+		// from the record at every boot: a start after a stop runs the
+		// same service.
+		data, err := json.Marshal(spec.Service)
+		if err != nil {
+			return nil, fmt.Errorf("encode service: %w", err)
+		}
+		env["AGENTBOX_SERVICE"] = string(data)
 	}
 	envList := make([]string, 0, len(env))
 	for k, v := range env {

@@ -18,8 +18,11 @@ const gitTimeout = 2 * time.Minute
 
 // gitInitScript makes /workspace a repository with a local identity and a
 // first (empty) commit, so there is always a HEAD to diff against. It is
-// idempotent: a restored workspace keeps its history.
+// idempotent: a restored workspace keeps its history. A template without
+// git (an image that does not ship it) gets no repository rather than no
+// sandbox; the watcher routes then say git is missing.
 const gitInitScript = `set -e
+command -v git >/dev/null || exit 0
 git -c init.defaultBranch=main init -q
 git config --local user.name >/dev/null || git config --local user.name agentbox
 git config --local user.email >/dev/null || git config --local user.email agentbox@localhost
@@ -34,6 +37,9 @@ func (s *Server) git(ctx context.Context, r *record, script string, args ...stri
 	})
 	if err != nil {
 		return "", err
+	}
+	if res.ExitCode == 127 {
+		return "", fmt.Errorf("git: not installed in this sandbox's template: %s", strings.TrimSpace(string(res.Stderr)))
 	}
 	if res.ExitCode != 0 {
 		return "", fmt.Errorf("git: %s: %s", res.Status, strings.TrimSpace(string(res.Stderr)))

@@ -356,3 +356,18 @@ func (s *Server) releaseSession(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]any{"released": out})
 	return nil
 }
+
+func (s *Server) snapshotSandbox(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Name string `json:"name"`
+	}
+	if err := decodeJSON(w, r, maxJSONBody, &body, false); err != nil {
+		return err
+	}
+	info, err := s.m.Snapshot(r.Context(), userOf(r), sandboxID(r), body.Name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, info)
+	return nil
+}

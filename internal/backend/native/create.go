@@ -427,8 +427,9 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 			useNetnsSysfs(oci, dir)
 		}
 		prepare := func() error { return prepareMountpoints(bx.paths.rootfs, oci.Mounts) }
-		if tmpl.Kind == sandbox.TemplateImage {
-			// As the sandbox's root: see prepareImageRoot.
+		if tmpl.Kind != sandbox.TemplateHost {
+			// Into an overlay upper, as the sandbox's root: see
+			// prepareImageRoot (a snapshot refuses host-owned files).
 			inner := prepare
 			prepare = func() error { return asHostUser(ids.base, ids.gidBase, inner) }
 		}

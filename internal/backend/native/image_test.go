@@ -21,7 +21,7 @@ import (
 func imageLayers(t *testing.T) []string {
 	t.Helper()
 	lower := hostLikeRootfs(t)
-	for _, bin := range []string{"env", "grep", "rm", "mkdir"} {
+	for _, bin := range []string{"env", "grep", "rm", "mkdir", "chown"} {
 		copyWithLibs(t, mustLookPath(t, bin), lower)
 	}
 	files := map[string]string{

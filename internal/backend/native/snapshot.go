@@ -1,0 +1,62 @@
+package native
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/template/layer"
+)
+
+var _ backend.Snapshotter = (*Backend)(nil)
+
+// snapshotExclude are upper-layer paths a snapshot leaves out: mount
+// points and files that belong to one sandbox, not to its template (the
+// agent's mount point, the per-sandbox /etc files, /workspace, which is
+// the sandbox's disk rather than its root filesystem).
+var snapshotExclude = []string{".agentbox", "etc/hosts", "etc/hostname", "etc/resolv.conf", "workspace", "tmp", "run"}
+
+// SnapshotDiff implements backend.Snapshotter: the layer is the overlay
+// upper directory of the sandbox's root (image and dir templates), owners
+// shifted back from the sandbox's host range to the image's ids. The
+// sandbox is frozen (cgroup freezer) while its upper directory is read,
+// so the layer is one consistent state of its files; a sandbox whose
+// cgroup cannot be frozen is refused rather than read while it writes.
+func (b *Backend) SnapshotDiff(ctx context.Context, id sandbox.ID, w io.Writer) error {
+	bx, err := b.lookup(id)
+	if err != nil {
+		return err
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if kind := bx.rec.Spec.Template.Kind; kind == sandbox.TemplateHost {
+		return sandbox.Errorf(sandbox.ClassInvalid, "sandbox %s runs the host template, whose root filesystem is the host's /usr: only sandboxes of image and dir templates can be snapshotted", id)
+	}
+	if bx.rec.Stopped || bx.container == nil {
+		return sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is stopped; start it to snapshot it", id)
+	}
+	if err := bx.container.Pause(); err != nil {
+		return fmt.Errorf("freeze sandbox for its snapshot: %w", err)
+	}
+	defer func() {
+		if err := bx.container.Resume(); err != nil {
+			b.log.Error("thaw sandbox after its snapshot", "sandbox", id, "err", err)
+		}
+	}()
+	ids := b.idMap(bx.rec)
+	opts := layer.DiffOptions{Exclude: snapshotExclude}
+	if bx.rec.Spec.Template.Kind == sandbox.TemplateDir {
+		// Mount points of the generated accounts, not the template's.
+		opts.Exclude = append(append([]string(nil), snapshotExclude...), "etc/passwd", "etc/group", "etc/nsswitch.conf")
+	}
+	if ids.userns {
+		opts.UIDBase, opts.GIDBase = ids.base, ids.gidBase
+	}
+	if err := layer.Diff(ctx, filepath.Join(bx.paths.disk, "upper"), w, opts); err != nil {
+		return fmt.Errorf("snapshot sandbox %s: %w", id, err)
+	}
+	return nil
+}

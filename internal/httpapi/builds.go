@@ -134,6 +134,10 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request, cfg Build
 		if json.Unmarshal(rec.body, &body) != nil {
 			body = errorBody{Code: string(sandbox.ClassInternal), Message: "internal error", RequestID: requestID(r)}
 		}
+		if sandbox.ClassOf(err) == sandbox.ClassInvalid {
+			// The Dockerfile's fault: the caller needs the line and why.
+			body.Message = err.Error()
+		}
 		e := builder.Event{Type: builder.EventError, Message: body.Message}
 		var le *builder.LineError
 		if errors.As(err, &le) {

@@ -40,7 +40,7 @@ func (m idMap) shift(uid, gid uint32, in bool) (uint32, uint32, bool) {
 // as host processes) ids are taken as the host's.
 func readIDMap(pid int) (idMap, error) {
 	if pid <= 0 {
-		return idMap{size: 1 << 32 - 1}, nil
+		return idMap{size: 1<<32 - 1}, nil
 	}
 	u, size, err := firstMapping(fmt.Sprintf("/proc/%d/uid_map", pid))
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
@@ -262,7 +263,7 @@ func shiftTree(dir string, ids idMap, in bool) error {
 		if err != nil {
 			return err
 		}
-		st, ok := fi.Sys().(*unix.Stat_t)
+		st, ok := fi.Sys().(*syscall.Stat_t)
 		if !ok {
 			return nil
 		}

@@ -74,6 +74,9 @@ func (c *Client) BootstrapTemplate(ctx context.Context, req BootstrapRequest, pr
 		}
 		switch ev.Status {
 		case "done":
+			if ev.Template == nil {
+				continue // a layer's progress from an older server
+			}
 			return ev.Template, nil
 		case "error":
 			return nil, fmt.Errorf("%s: %s", op, ev.Error)

@@ -27,7 +27,7 @@ func newTemplateCmd() *cobra.Command {
 		Aliases: []string{"templates"},
 		Short:   "Manage the server's templates (ls, pull, import, export, rm)",
 	}
-	cmd.AddCommand(newTemplateLsCmd(), newTemplatePullCmd(), newTemplateImportCmd(), newTemplateExportCmd(), newTemplateRmCmd(), newTemplateBootstrapCmd())
+	cmd.AddCommand(newTemplateLsCmd(), newTemplatePullCmd(), newTemplateImportCmd(), newTemplateExportCmd(), newTemplateRmCmd(), newTemplateBootstrapCmd(), newTemplateBuildCmd())
 	return cmd
 }
 

@@ -150,6 +150,11 @@ func Run(ctx context.Context, opts Options) error {
 		Templates: templates, TemplateAdmins: cfg.TemplateAdmins, MaxImportBytes: cfg.TemplateMaxImport,
 		ImportDir: filepath.Join(dataDir, "templates", "tmp"), AcquireTemplateOp: templateGate}, m)
 	api.RegisterBootstrap(httpapi.BootstrapConfig{Store: templates, CacheDir: filepath.Join(dataDir, "bootstrap")})
+	bld, err := newBuilder(cfg, dataDir, templates, m, log)
+	if err != nil {
+		return err
+	}
+	api.RegisterBuilds(httpapi.BuildConfig{Builder: bld, Store: templates})
 	as := agentscope.New(agentscope.Config{APIKeys: cfg.APIKeys, Prefix: cfg.ContainerPrefix, DefaultTypes: cfg.DefaultTypes,
 		StorageFolder: cfg.StorageFolder, SandboxTimeout: cfg.MaxTimeout, MaxOutput: cfg.MaxExecOutputBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log}, m)

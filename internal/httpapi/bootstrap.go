@@ -99,6 +99,11 @@ func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request, cfg B
 	if err == nil {
 		var info template.Info
 		info, err = cfg.Store.Import(r.Context(), path, body.Name, func(p template.Progress) {
+			if p.Status == "done" {
+				// A layer's "done" would read as the bootstrap's own end
+				// (the last event, with the template).
+				return
+			}
 			ev.send(BootstrapEvent{Status: p.Status, Layer: p.Layer, Current: p.Current, Total: p.Total})
 		})
 		if err == nil {

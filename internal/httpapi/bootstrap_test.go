@@ -33,6 +33,8 @@ func (f *fakeImporter) Import(ctx context.Context, path, name string, progress f
 		return template.Info{}, f.err
 	}
 	progress(template.Progress{Layer: "sha256:abc", Status: "unpacking", Current: 1, Total: 2})
+	// A layer's "done" must not read as the end of the bootstrap.
+	progress(template.Progress{Layer: "sha256:abc", Status: "done", Current: 2, Total: 2})
 	n, tag, _ := strings.Cut(name, ":")
 	return template.Info{Name: n, Tag: tag, Kind: "image"}, nil
 }

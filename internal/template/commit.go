@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
 	"runtime"
 	"slices"
 	"time"
@@ -46,7 +47,32 @@ func (s *Store) Commit(ctx context.Context, tmplName string, base sandbox.Templa
 			return Info{}, sandbox.Errorf(sandbox.ClassNotFound, "commit %s: base template %q (%s) is no longer in the store", r, base.Ref, base.Digest)
 		}
 	}
+	if diff == nil && b != nil {
+		if info, ok := s.sameAsCurrent(r, b, cfg); ok {
+			return info, nil
+		}
+	}
 	return s.commitLayer(ctx, r, b, diff, cfg, source, nil)
+}
+
+// sameAsCurrent returns the record name r has when it already is base's
+// layers with run configuration cfg: naming it again (an unchanged
+// rebuild) keeps its digest, so warm pools and sandboxes of the name do
+// not see a "new" template that is the same one.
+func (s *Store) sameAsCurrent(r ref, base *record, cfg sandbox.ImageConfig) (Info, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := s.records[r.key()]
+	if cur == nil || cur.Kind != sandbox.TemplateImage || len(cur.Layers) != len(base.Layers) ||
+		!reflect.DeepEqual(cur.Config, cfg) {
+		return Info{}, false
+	}
+	for i := range cur.Layers {
+		if cur.Layers[i].DiffID != base.Layers[i].DiffID {
+			return Info{}, false
+		}
+	}
+	return cur.info(), true
 }
 
 // commitLayer stores template r: base's layers (nil: none) plus the layer

@@ -24,9 +24,17 @@ func PrivateName(owner, name string) string {
 	return prefix + name
 }
 
+// buildCacheRoot holds the intermediate templates of the operator's
+// Dockerfile builds (the builder's step cache): the operator's alone.
+const buildCacheRoot = "build-cache/"
+
 // VisibleTo reports whether owner may see and use the template named name:
 // every shared template, and the private ones of owner's own namespace.
+// Template admins see everything (callers check that themselves).
 func VisibleTo(name, owner string) bool {
+	if strings.HasPrefix(name, buildCacheRoot) {
+		return false
+	}
 	return !IsPrivate(name) || strings.HasPrefix(name, privatePrefix(owner))
 }
 

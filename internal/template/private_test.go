@@ -22,6 +22,9 @@ func TestSecurityPrivateNames(t *testing.T) {
 	if !VisibleTo("base", "bob") || !VisibleTo("python:3.12", "") {
 		t.Errorf("shared templates must be visible to everyone")
 	}
+	if VisibleTo("build-cache/0123456789abcdef0123456789abcdef", "bob") {
+		t.Errorf("the build cache is visible to a tenant")
+	}
 	if PrivateName("bob", "snap:v1") == a {
 		t.Errorf("two owners share a namespace")
 	}

@@ -297,6 +297,16 @@ func TestCommit(t *testing.T) {
 	if len(s2.Layers) != 3 || s2.Config.User != "nobody" || s2.Digest == snap.Digest {
 		t.Errorf("config-only commit %+v", s2)
 	}
+	// Naming the same layers and config again (an unchanged rebuild)
+	// keeps the digest; another config makes a new one.
+	again, err := s.Commit(ctx, "snap:2", snap, nil, sandbox.ImageConfig{User: "nobody"}, "build")
+	if err != nil || again.Digest != s2.Digest {
+		t.Errorf("unchanged re-commit: digest %s, was %s (%v)", again.Digest, s2.Digest, err)
+	}
+	other, err := s.Commit(ctx, "snap:2", snap, nil, sandbox.ImageConfig{User: "root"}, "build")
+	if err != nil || other.Digest == s2.Digest {
+		t.Errorf("changed config kept the digest: %s (%v)", other.Digest, err)
+	}
 	_, err = s.Commit(ctx, "x", sandbox.HostTemplate(), nil, cfg, "build")
 	wantClass(t, err, sandbox.ClassInvalid)
 	_, err = s.Commit(ctx, "x", sandbox.Template{Kind: sandbox.TemplateDir, Ref: "py", Dir: "/srv"}, nil, cfg, "build")

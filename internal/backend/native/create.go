@@ -225,13 +225,28 @@ func validateMounts(spec sandbox.Spec) error {
 			return sandbox.Errorf(sandbox.ClassInvalid, "mount source %q does not exist", m.Source)
 		}
 		clean := filepath.Clean(m.Target)
-		for _, reserved := range []string{"/", "/proc", "/sys", "/dev", "/etc", "/usr", agentRunDir, "/.agentbox"} {
+		for _, reserved := range reservedTargets(spec.Template.Kind) {
 			if clean == reserved || (reserved != "/" && hasPathPrefix(clean, reserved)) {
 				return sandbox.Errorf(sandbox.ClassInvalid, "mount target %q is reserved", m.Target)
 			}
 		}
 	}
 	return nil
+}
+
+// reservedTargets are where extra mounts may not go. An image's /etc and
+// /usr are its own files in its writable root (a build step's secret may
+// go to /etc/apt/...), except the per-sandbox /etc files; elsewhere they
+// are the host's or generated.
+func reservedTargets(kind string) []string {
+	r := []string{"/", "/proc", "/sys", "/dev", agentRunDir, "/.agentbox"}
+	if kind != sandbox.TemplateImage {
+		return append(r, "/etc", "/usr")
+	}
+	for _, name := range perSandboxEtcFiles {
+		r = append(r, "/etc/"+name)
+	}
+	return r
 }
 
 func hasPathPrefix(p, prefix string) bool {

@@ -18,7 +18,7 @@ import (
 // CachePrefix is the reserved template name prefix of intermediate build
 // steps. The store lists them apart and may garbage-collect them; a
 // collected one is simply a cache miss.
-const CachePrefix = "build-cache/"
+const CachePrefix = "build-cache/" // template.VisibleTo hides it from tenants
 
 // CacheName is the intermediate template name of a step's cache key.
 func CacheName(key string) string { return CachePrefix + key[:32] }

@@ -1,0 +1,31 @@
+package daemon
+
+import (
+	"log/slog"
+	"path/filepath"
+
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/template"
+	"github.com/agentbox/agentbox/internal/template/builder"
+	"github.com/agentbox/agentbox/internal/template/builder/sandboxrunner"
+)
+
+// newBuilder makes the Dockerfile builder: RUN steps in build sandboxes of
+// the manager (the operator's, never a tenant's), its step cache index
+// and cache mounts under the data dir.
+func newBuilder(cfg *config.Config, dataDir string, st *template.Store, m *manager.Manager, log *slog.Logger) (*builder.Builder, error) {
+	dir := filepath.Join(dataDir, "build")
+	// Build steps get the server's largest sandbox: installing packages
+	// needs more than a tenant's default.
+	res := cfg.MaxResources
+	runner, err := sandboxrunner.New(sandboxrunner.Config{
+		Sandboxes: m, Dir: filepath.Join(dir, "run"), Logger: log,
+		Resources: sandbox.Resources{MemoryBytes: res.MemoryBytes, CPUs: res.CPUs, PIDs: res.PIDs, DiskBytes: res.DiskBytes},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return builder.New(st, runner, filepath.Join(dir, "cache"), log)
+}

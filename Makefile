@@ -48,11 +48,14 @@ bench: build
 # The built-in templates, built by the daemon (AGENTBOX_URL) from
 # debian:bookworm bootstrapped from the host's apt sources; those sources
 # (and optional apt options) reach RUN steps as build secrets, never a layer
-# (templates/README.md). Not part of `make test`.
-APT_SOURCES ?= /etc/apt/sources.list.d/debian.sources
+# (templates/README.md). `make test` builds them too, in a template store of
+# its own cache (test/e2e TestBuiltinTemplates).
+APT_SOURCES ?= $(wildcard /etc/apt/sources.list.d/debian.sources)
 APT_CONF    ?=
 comma := ,
-TEMPLATE_SECRETS = --secret id=apt-sources$(comma)src=$(APT_SOURCES) $(if $(APT_CONF),--secret id=apt-conf$(comma)src=$(APT_CONF))
+# A host without a deb822 debian.sources gives none by default: a
+# bootstrapped image already lists the host's Debian sources.
+TEMPLATE_SECRETS = $(if $(APT_SOURCES),--secret id=apt-sources$(comma)src=$(APT_SOURCES)) $(if $(APT_CONF),--secret id=apt-conf$(comma)src=$(APT_CONF))
 
 templates: build
 	$(BIN)/agentbox template bootstrap debian:bookworm

@@ -10,8 +10,11 @@ cd "$(dirname "$0")/.."
 ./scripts/start-docker.sh
 # The unmodified @e2b/code-interpreter SDK, from npm, for the test that drives
 # the code-interpreter routes with it (skipped when npm cannot fetch it).
-# Downloads the tests reuse live in a cache outside the checkout, so a second
-# run (or another clone) does not fetch them again.
+# Downloads and builds the tests reuse live in a cache outside the checkout,
+# so a second run (or another clone) does not fetch or build them again: the
+# SDK, the debian:bookworm bootstrap, and the template store in which
+# TestBuiltinTemplates builds templates/ (first run a few minutes, then
+# seconds).
 : "${AGENTBOX_TEST_CACHE:=${XDG_CACHE_HOME:-$HOME/.cache}/agentbox-test}"
 export AGENTBOX_TEST_CACHE
 sdk="$AGENTBOX_TEST_CACHE/e2b-sdk"

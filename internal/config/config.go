@@ -105,6 +105,9 @@ type Config struct {
 	// MetricsToken is the operator's bearer token for /metrics.
 	MetricsToken string
 
+	// TemplateDir holds the template store, the build step cache and the
+	// bootstrap cache ("" = <DataDir>/templates).
+	TemplateDir string
 	// TemplateAdmins are the users who may pull, import, export and
 	// delete templates.
 	TemplateAdmins []string
@@ -402,6 +405,17 @@ var settings = []setting{
 	}},
 	{"METRICS_TOKEN", "", "bearer token the operator reads /metrics with; without it /metrics is refused when API keys are set", func(c *Config, v string) error {
 		c.MetricsToken = v
+		return nil
+	}},
+	{"TEMPLATE_DIR", "", "directory of the template store, its build cache and bootstrap cache (default: <AGENTBOX_DATA_DIR>/templates); one daemon at a time", func(c *Config, v string) error {
+		if v == "" {
+			c.TemplateDir = ""
+			return nil
+		}
+		if !filepath.IsAbs(v) {
+			return fmt.Errorf("want an absolute path")
+		}
+		c.TemplateDir = filepath.Clean(v)
 		return nil
 	}},
 	{"TEMPLATE_ADMIN_USERS", "default", "users who may pull, import, export and delete templates, comma-separated (\"default\" is the keyless operator and the BEARER_TOKEN user); everyone may list them and create sandboxes from them", func(c *Config, v string) error {

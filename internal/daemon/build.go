@@ -13,9 +13,10 @@ import (
 )
 
 // newBuilder makes the Dockerfile builder: RUN steps in build sandboxes of
-// the manager (the operator's, never a tenant's), its step cache index
-// and cache mounts under the data dir.
-func newBuilder(cfg *config.Config, dataDir string, st *template.Store, m *manager.Manager, log *slog.Logger) (*builder.Builder, error) {
+// the manager (the operator's, never a tenant's), their secrets and cache
+// mounts under the data dir, the step cache index next to the store whose
+// templates it names (tmplDir).
+func newBuilder(cfg *config.Config, dataDir, tmplDir string, st *template.Store, m *manager.Manager, log *slog.Logger) (*builder.Builder, error) {
 	dir := filepath.Join(dataDir, "build")
 	// Build steps get the server's largest sandbox: installing packages
 	// needs more than a tenant's default.
@@ -27,5 +28,5 @@ func newBuilder(cfg *config.Config, dataDir string, st *template.Store, m *manag
 	if err != nil {
 		return nil, err
 	}
-	return builder.New(st, runner, filepath.Join(dir, "cache"), log)
+	return builder.New(st, runner, filepath.Join(tmplDir, "build-cache"), log)
 }

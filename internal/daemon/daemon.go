@@ -117,10 +117,12 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		return m.TemplateUsers(digest)
 	}
-	templates, err := openTemplateStore(ctx, cfg, dataDir, inUse, log)
+	tmplDir := templateDir(cfg, dataDir)
+	templates, err := openTemplateStore(ctx, cfg, tmplDir, inUse, log)
 	if err != nil {
 		return err
 	}
+	defer templates.Close()
 	templateGate := httpapi.NewTemplateGate(cfg.TemplateMaxPulls)
 	resolver := typeResolver{types: typeTemplates(cfg), next: newAutoPull(templates, cfg.TemplateAutoPull, templateGate, log)}
 
@@ -148,9 +150,9 @@ func Run(ctx context.Context, opts Options) error {
 	api := httpapi.New(httpapi.Config{APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Logger: log, Registry: reg,
 		PreviewDomain: cfg.PreviewDomain, PreviewSecret: secret, MetricsToken: cfg.MetricsToken,
 		Templates: templates, TemplateAdmins: cfg.TemplateAdmins, MaxImportBytes: cfg.TemplateMaxImport,
-		ImportDir: filepath.Join(dataDir, "templates", "tmp"), AcquireTemplateOp: templateGate}, m)
-	api.RegisterBootstrap(httpapi.BootstrapConfig{Store: templates, CacheDir: filepath.Join(dataDir, "bootstrap")})
-	bld, err := newBuilder(cfg, dataDir, templates, m, log)
+		ImportDir: filepath.Join(tmplDir, "tmp"), AcquireTemplateOp: templateGate}, m)
+	api.RegisterBootstrap(httpapi.BootstrapConfig{Store: templates, CacheDir: filepath.Join(tmplDir, "bootstrap")})
+	bld, err := newBuilder(cfg, dataDir, tmplDir, templates, m, log)
 	if err != nil {
 		return err
 	}

@@ -14,12 +14,23 @@ import (
 	"github.com/agentbox/agentbox/internal/template"
 )
 
-// openTemplateStore opens the template store at <data dir>/templates and
-// registers the operator's SANDBOX_TEMPLATES directories, each as a
-// template named after its type. inUse counts the live sandboxes of a
-// template digest.
-func openTemplateStore(ctx context.Context, cfg *config.Config, dataDir string, inUse func(string) int, log *slog.Logger) (*template.Store, error) {
-	st, err := template.Open(ctx, filepath.Join(dataDir, "templates"), template.Options{
+// templateDir is where the template store lives with the build step cache
+// and the bootstrap cache: TEMPLATE_DIR, by default <data dir>/templates.
+// They go together: the step cache names templates of the store, and a
+// directory kept across data dirs (a CI cache, a test cache) keeps
+// everything an unchanged rebuild needs.
+func templateDir(cfg *config.Config, dataDir string) string {
+	if cfg.TemplateDir != "" {
+		return cfg.TemplateDir
+	}
+	return filepath.Join(dataDir, "templates")
+}
+
+// openTemplateStore opens the template store at dir and registers the
+// operator's SANDBOX_TEMPLATES directories, each as a template named
+// after its type. inUse counts the live sandboxes of a template digest.
+func openTemplateStore(ctx context.Context, cfg *config.Config, dir string, inUse func(string) int, log *slog.Logger) (*template.Store, error) {
+	st, err := template.Open(ctx, dir, template.Options{
 		Logger: log, InUse: inUse,
 		Auth:    template.RegistryAuth{Inline: cfg.RegistryAuth},
 		Mirrors: cfg.RegistryMirrors,
@@ -30,6 +41,7 @@ func openTemplateStore(ctx context.Context, cfg *config.Config, dataDir string, 
 	for _, typ := range sortedKeys(cfg.Templates) {
 		if dir, ok := strings.CutPrefix(cfg.Templates[typ], "dir:"); ok {
 			if err := st.RegisterDir(typ, dir); err != nil {
+				st.Close()
 				return nil, fmt.Errorf("setting SANDBOX_TEMPLATES: template %q: %w", typ, err)
 			}
 		}

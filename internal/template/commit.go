@@ -48,27 +48,28 @@ func (s *Store) Commit(ctx context.Context, tmplName string, base sandbox.Templa
 		}
 	}
 	if diff == nil && b != nil {
-		if info, ok := s.sameAsCurrent(r, b, cfg); ok {
+		if info, ok := s.sameAsCurrent(r, b.Layers, cfg); ok {
 			return info, nil
 		}
 	}
 	return s.commitLayer(ctx, r, b, diff, cfg, source, nil)
 }
 
-// sameAsCurrent returns the record name r has when it already is base's
+// sameAsCurrent returns the record name r has when it already is the
 // layers with run configuration cfg: naming it again (an unchanged
-// rebuild) keeps its digest, so warm pools and sandboxes of the name do
-// not see a "new" template that is the same one.
-func (s *Store) sameAsCurrent(r ref, base *record, cfg sandbox.ImageConfig) (Info, bool) {
+// rebuild, a bootstrap or rootfs tarball imported again) keeps its digest,
+// so warm pools and sandboxes of the name do not see a "new" template that
+// is the same one, and build steps FROM it keep their cache keys.
+func (s *Store) sameAsCurrent(r ref, layers []layerRecord, cfg sandbox.ImageConfig) (Info, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := s.records[r.key()]
-	if cur == nil || cur.Kind != sandbox.TemplateImage || len(cur.Layers) != len(base.Layers) ||
+	if cur == nil || cur.Kind != sandbox.TemplateImage || len(cur.Layers) != len(layers) ||
 		!reflect.DeepEqual(cur.Config, cfg) {
 		return Info{}, false
 	}
 	for i := range cur.Layers {
-		if cur.Layers[i].DiffID != base.Layers[i].DiffID {
+		if cur.Layers[i].DiffID != layers[i].DiffID {
 			return Info{}, false
 		}
 	}
@@ -115,6 +116,9 @@ func (s *Store) commitLayer(ctx context.Context, r ref, base *record, diff io.Re
 			return Info{}, fmt.Errorf("commit %s: %w", r, err)
 		}
 		rec.Layers = append(rec.Layers, lr)
+		if info, ok := s.sameAsCurrent(r, rec.Layers, cfg); ok {
+			return info, nil
+		}
 	}
 	raw, err := newConfig(cf, rec, cfg, source, diff != nil)
 	if err != nil {

@@ -234,6 +234,7 @@ func openStore(t *testing.T, opts Options) (*Store, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
 	return s, dir
 }
 

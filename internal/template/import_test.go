@@ -204,9 +204,22 @@ func TestImportRootfsTarball(t *testing.T) {
 	if n := len(entries(t, filepath.Join(s.dir, "layers"))); n != 1 {
 		t.Errorf("%d layer dirs for one content", n)
 	}
+	// Importing the same content under the same name again (make
+	// templates bootstraps every time) keeps the digest, so builds FROM it
+	// keep their cache keys; other content under the name changes it.
+	p := filepath.Join(dir, "plain.tar")
+	first, _ := s.Get(ctx, "tar-plain-tar")
+	again, err := s.Import(ctx, p, "tar-plain-tar", nil)
+	if err != nil || again.Digest != first.Digest || !again.Created.Equal(first.Created) {
+		t.Errorf("re-import of the same tarball: %s at %s, was %s at %s (%v)", again.Digest, again.Created, first.Digest, first.Created, err)
+	}
+	os.WriteFile(p, tarBytes(t, map[string]string{"etc/": "", "etc/hostname": "other"}), 0o644)
+	if changed, err := s.Import(ctx, p, "tar-plain-tar", nil); err != nil || changed.Digest == first.Digest {
+		t.Errorf("re-import of other content kept the digest %s (%v)", changed.Digest, err)
+	}
 	junk := filepath.Join(dir, "junk")
 	os.WriteFile(junk, []byte("not a tar at all, clearly"), 0o644)
-	_, err := s.Import(ctx, junk, "junk", nil)
+	_, err = s.Import(ctx, junk, "junk", nil)
 	wantClass(t, err, sandbox.ClassInvalid)
 	_, err = s.Import(ctx, filepath.Join(dir, "missing"), "m", nil)
 	wantClass(t, err, sandbox.ClassNotFound)

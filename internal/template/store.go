@@ -14,6 +14,12 @@
 //	layers/<diffid hex>/     one layer: root/ (unpacked, overlayfs form) + layer.json
 //	templates.json           name:tag -> template record
 //	tmp/                     work in progress, removed at open
+//	lock                     flock held while a Store is open: one process at a time
+//
+// The daemon keeps the builder's step cache index (build-cache/) and the
+// bootstrap cache (bootstrap/) in the same directory, so that a directory
+// kept across machines' data dirs (TEMPLATE_DIR) keeps everything a rebuild
+// needs; the store leaves other entries alone.
 //
 // Names: one namespace for "host" (built in, always there), the operator's
 // registered directories and stored templates. A stored name never shadows
@@ -25,12 +31,14 @@ package template
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -122,6 +130,8 @@ type Store struct {
 	opts Options
 	log  *slog.Logger
 
+	lock *os.File // flock of <dir>/lock, released by Close
+
 	mu      sync.Mutex
 	records map[string]*record // "name:tag"
 	retired []record           // untagged images live sandboxes may still use
@@ -152,6 +162,17 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("template store: %w", err)
 	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	s.lock = lock
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
 	if err := os.RemoveAll(s.tmpDir()); err != nil {
 		return nil, fmt.Errorf("template store: clear tmp: %w", err)
 	}
@@ -168,7 +189,37 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	} else if freed > 0 {
 		s.log.Info("template store: removed unused layers and blobs", "bytes", freed)
 	}
+	ok = true
 	return s, nil
+}
+
+// lockDir takes the store's exclusive lock: Open clears tmp/ and collects
+// what its own records do not reference, so a second process on the same
+// directory would destroy the first one's work.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("template store: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("template store %s is in use by another process (one agentbox daemon per TEMPLATE_DIR)", dir)
+		}
+		return nil, fmt.Errorf("template store: lock %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// Close releases the store's directory for another process. The store
+// must not be used afterwards.
+func (s *Store) Close() error {
+	if s.lock == nil {
+		return nil
+	}
+	err := s.lock.Close() // closing the descriptor drops the flock
+	s.lock = nil
+	return err
 }
 
 // RegisterDir makes an operator's root filesystem directory available as

@@ -147,6 +147,7 @@ func TestRetiredImageKeptWhileInUse(t *testing.T) {
 		t.Fatal("GC removed the layer of an image a sandbox uses")
 	}
 	// The retired record survives a restart too.
+	s.Close()
 	s2, err := Open(ctx, s.dir, s.opts)
 	if err != nil {
 		t.Fatal(err)
@@ -176,6 +177,14 @@ func TestOpenCleansLeftovers(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "tmp", "half"), []byte("x"), 0o600)
 	stray := filepath.Join(dir, "layers", strings.Repeat("d", 64))
 	os.MkdirAll(filepath.Join(stray, "root"), 0o755)
+	// One process at a time: a second Open waits for the first's Close.
+	if _, err := Open(ctx, dir, s.opts); err == nil || !strings.Contains(err.Error(), "in use by another process") {
+		t.Fatalf("second Open of an open store: %v", err)
+	}
+	if !exists(stray) {
+		t.Fatal("a refused Open cleaned the store")
+	}
+	s.Close()
 	s2, err := Open(ctx, dir, s.opts)
 	if err != nil {
 		t.Fatal(err)
@@ -188,6 +197,7 @@ func TestOpenCleansLeftovers(t *testing.T) {
 		t.Fatalf("reloaded %+v: %v", a2, err)
 	}
 	// A corrupt records file fails Open loudly and is left for the operator.
+	s2.Close()
 	os.WriteFile(filepath.Join(dir, "templates.json"), []byte("{"), 0o600)
 	if _, err := Open(ctx, dir, s.opts); err == nil || !strings.Contains(err.Error(), "corrupt") {
 		t.Fatalf("corrupt records: %v", err)

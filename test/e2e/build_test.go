@@ -28,11 +28,7 @@ func debianTemplate(t *testing.T, ctx context.Context, c *client.Client) {
 	if _, err := exec.LookPath("mmdebstrap"); err != nil {
 		t.Skip("needs mmdebstrap (apt-get install mmdebstrap) to bootstrap debian:bookworm")
 	}
-	cache := os.Getenv("AGENTBOX_TEST_CACHE")
-	if cache == "" {
-		home, _ := os.UserCacheDir()
-		cache = filepath.Join(home, "agentbox-test")
-	}
+	cache := testCache(t)
 	var log bytes.Buffer
 	start := time.Now()
 	tarball, err := bootstrap.Bootstrap(ctx, bootstrap.Options{Image: "debian:bookworm", CacheDir: filepath.Join(cache, "bootstrap")}, &log)

@@ -25,6 +25,10 @@ type CreateRequest struct {
 	Metadata  map[string]string
 	Resources *Resources
 	Network   *Network
+	// NoService creates the sandbox without running its template's
+	// service (start_cmd, a service CMD, a warm code context), never from
+	// a warm pool.
+	NoService bool
 }
 
 // createBody is CreateRequest on the wire.
@@ -35,6 +39,7 @@ type createBody struct {
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	Resources *Resources        `json:"resources,omitempty"`
 	Network   *Network          `json:"network,omitempty"`
+	Service   *bool             `json:"service,omitempty"`
 }
 
 // Create creates a sandbox and returns it running. It fails with
@@ -42,6 +47,10 @@ type createBody struct {
 func (c *Client) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
 	body := createBody{Template: req.Template, Timeout: seconds(req.Timeout), Env: req.Env,
 		Metadata: req.Metadata, Resources: req.Resources, Network: req.Network}
+	if req.NoService {
+		off := false
+		body.Service = &off
+	}
 	var sb Sandbox
 	if err := c.doJSON(ctx, "create sandbox", http.MethodPost, "/v1/sandboxes", nil, body, &sb); err != nil {
 		return nil, err

@@ -216,3 +216,32 @@ func TestSessions(t *testing.T) {
 		t.Errorf("sandbox survived release: %v", err)
 	}
 }
+
+// TestCreateNoService: NoService sends "service": false; by default the
+// field is left out (the template's service runs).
+func TestCreateNoService(t *testing.T) {
+	var bodies []map[string]any
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+			t.Errorf("body: %v", err)
+		}
+		bodies = append(bodies, b)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(`{"id":"sb1","template":"web","state":"running"}`))
+	}))
+	defer ts.Close()
+	c, _ := client.New(ts.URL)
+	for _, req := range []client.CreateRequest{{Template: "web", NoService: true}, {Template: "web"}} {
+		if _, err := c.Create(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, ok := bodies[0]["service"]; !ok || v != false {
+		t.Errorf("NoService body = %v, want service false", bodies[0])
+	}
+	if _, ok := bodies[1]["service"]; ok {
+		t.Errorf("default body = %v, want no service field", bodies[1])
+	}
+}

@@ -277,3 +277,15 @@ func TestShell(t *testing.T) {
 		t.Errorf("shell missing: exit %d msg %q", r.code, r.msg)
 	}
 }
+
+func TestCreateNoServiceFlag(t *testing.T) {
+	cmd := newCreateCmd()
+	if err := cmd.Flags().Parse([]string{"--no-service"}); err != nil {
+		t.Fatal(err)
+	}
+	on, _ := cmd.Flags().GetBool("no-service")
+	req, err := createOptions{noService: on}.request()
+	if err != nil || !req.NoService {
+		t.Fatalf("--no-service: %+v %v", req, err)
+	}
+}

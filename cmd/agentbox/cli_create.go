@@ -16,6 +16,7 @@ type createOptions struct {
 	memory, disk string
 	cpus         float64
 	pids         int64
+	noService    bool
 }
 
 func newCreateCmd() *cobra.Command {
@@ -53,6 +54,7 @@ with --json). Zero-valued flags leave the server's defaults.`,
 	f.Float64Var(&o.cpus, "cpus", 0, "CPU quota in cores, e.g. 0.5")
 	f.Int64Var(&o.pids, "pids", 0, "maximum processes and threads")
 	f.StringVar(&o.disk, "disk", "", "disk size, e.g. 1G")
+	f.BoolVar(&o.noService, "no-service", false, "do not run the template's service (start_cmd, a service CMD); never from a warm pool")
 	return cmd
 }
 
@@ -88,6 +90,6 @@ func (o createOptions) request() (client.CreateRequest, error) {
 	if res != (client.Resources{}) {
 		req.Resources = &res
 	}
-	req.Template, req.Timeout = o.template, o.timeout
+	req.Template, req.Timeout, req.NoService = o.template, o.timeout, o.noService
 	return req, nil
 }

@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -16,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/template"
 	"github.com/agentbox/agentbox/internal/template/builder"
@@ -128,5 +131,69 @@ func TestBuildRoute(t *testing.T) {
 		if status, _, msg := postBuild(t, hs, "opkey", body, ct); status != http.StatusBadRequest || !strings.Contains(msg, "invalid") {
 			t.Errorf("%s: %d %s", name, status, msg)
 		}
+	}
+}
+
+// errRunner fails every RUN step with err.
+type errRunner struct{ err error }
+
+func (r errRunner) Run(ctx context.Context, base sandbox.Template, step builder.RunStep, out io.Writer) (io.ReadCloser, error) {
+	return nil, r.err
+}
+
+// noStore is a store the builds below never reach.
+type noStore struct{}
+
+func (noStore) Resolve(ctx context.Context, ref string) (sandbox.Template, error) {
+	return sandbox.Template{}, sandbox.Errorf(sandbox.ClassNotFound, "no templates here")
+}
+
+func (noStore) Pull(ctx context.Context, ref, name string, opts template.PullOptions, progress func(template.Progress)) (template.Info, error) {
+	return template.Info{}, sandbox.Errorf(sandbox.ClassNotFound, "no registry here")
+}
+
+func (noStore) Commit(ctx context.Context, name string, base sandbox.Template, diff io.Reader, cfg sandbox.ImageConfig, source string) (template.Info, error) {
+	return template.Info{}, errors.New("no commits here")
+}
+
+// TestBuildRouteErrorClasses: the stream's error keeps the class of why
+// the build failed, with the Dockerfile's line: a failing RUN command is
+// the Dockerfile's (invalid_argument, its message), a build sandbox over
+// quota or the server failing is not.
+func TestBuildRouteErrorClasses(t *testing.T) {
+	cases := []struct {
+		name      string
+		err       error
+		code, msg string
+	}{
+		{"command fails", &builder.ExitError{Code: 2, Status: "exit status 2"}, "invalid_argument", "invalid Dockerfile: Dockerfile:2: RUN: the command /bin/sh -c make failed: returned a non-zero code: 2"},
+		{"quota", fmt.Errorf("create build sandbox: %w", sandbox.Errorf(sandbox.ClassQuota, "not enough disk space on the server")), "quota_exceeded", "Dockerfile:2: not enough disk space on the server"},
+		{"unavailable", sandbox.Errorf(sandbox.ClassUnavailable, "agent not reachable"), "unavailable", "Dockerfile:2: agent not reachable"},
+		{"backend", fmt.Errorf("create build sandbox: %w", errors.New("loop device: no such device")), "internal", "internal error"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := builder.New(noStore{}, errRunner{c.err}, t.TempDir(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := New(Config{APIKeys: map[string]string{"opkey": "ops"}, TemplateAdmins: []string{"ops"}, MaxImportBytes: 1 << 20},
+				manager.New(manager.Config{}, nil, store.NewMemory()))
+			s.RegisterBuilds(BuildConfig{Builder: b})
+			hs := httptest.NewServer(s.Handler())
+			t.Cleanup(hs.Close)
+			body, ct := buildBody(t, `{"tags":["app:1"]}`, map[string]string{"Dockerfile": "FROM scratch\nRUN make\n"})
+			status, evs, msg := postBuild(t, hs, "opkey", body, ct)
+			if status != 200 || len(evs) == 0 {
+				t.Fatalf("build: %d %s", status, msg)
+			}
+			last := evs[len(evs)-1]
+			if last.Type != builder.EventError || last.Error == nil || last.Error.Code != c.code || !strings.HasPrefix(last.Error.Message, c.msg) || last.Line != 2 {
+				t.Fatalf("last event %+v (error %+v), want code %s, message starting %q, line 2", last, last.Error, c.code, c.msg)
+			}
+			if c.code == "internal" && strings.Contains(last.Message, "loop device") {
+				t.Errorf("an internal error's details reached the caller: %q", last.Message)
+			}
+		})
 	}
 }

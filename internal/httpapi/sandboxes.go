@@ -59,6 +59,8 @@ type createBody struct {
 	Metadata  map[string]string `json:"metadata"`
 	Resources *resourcesIn      `json:"resources"`
 	Network   *networkJSON      `json:"network"`
+	// Service false creates the sandbox without its template's service.
+	Service *bool `json:"service"`
 }
 
 // seconds converts a JSON seconds value to a duration, refusing nonsense.
@@ -78,7 +80,8 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req := manager.CreateRequest{Template: body.Template, Timeout: timeout, Env: body.Env, Metadata: body.Metadata}
+	req := manager.CreateRequest{Template: body.Template, Timeout: timeout, Env: body.Env, Metadata: body.Metadata,
+		NoService: body.Service != nil && !*body.Service}
 	if body.Resources != nil {
 		req.Resources = sandbox.Resources{MemoryBytes: int64(body.Resources.Memory), CPUs: body.Resources.CPUs,
 			PIDs: body.Resources.PIDs, DiskBytes: int64(body.Resources.Disk)}

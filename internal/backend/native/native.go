@@ -300,6 +300,11 @@ func New(cfg Config) (*Backend, error) {
 		}
 	}
 	if !rootless {
+		// Rootless, the one id mapped is the daemon's own: it can search
+		// whatever the daemon reached root through.
+		if err := checkSandboxesCanTraverse(root); err != nil {
+			return nil, err
+		}
 		if err := mountStateTmpfs(b.runRoot); err != nil {
 			return nil, err
 		}

@@ -54,8 +54,10 @@ type stageState struct {
 
 var defaultShell = []string{"/bin/sh", "-c"}
 
-// Build runs a build. Invalid input is sandbox.ClassInvalid with the
-// Dockerfile's line.
+// Build runs a build. Invalid input, a failing RUN command included, is
+// sandbox.ClassInvalid ("invalid Dockerfile") with the Dockerfile's line;
+// a step that failed for the server's reasons (a build sandbox over
+// quota, the store, the backend) keeps its class, the line in its message.
 func (b *Builder) Build(ctx context.Context, opts Options) (Result, error) {
 	rep := &reporter{out: opts.Output, emit: opts.Events}
 	res, err := b.build(ctx, opts, rep)
@@ -64,11 +66,43 @@ func (b *Builder) Build(ctx context.Context, opts Options) (Result, error) {
 		var le *LineError
 		if errors.As(err, &le) {
 			ev.Line = le.Line
-			err = &sandbox.Error{Class: sandbox.ClassInvalid, Msg: "invalid Dockerfile", Err: err}
 		}
+		err = classify(err, le)
 		rep.event(ev)
 	}
 	return res, err
+}
+
+// classify gives a failed build's error its class. A *sandbox.Error in
+// the chain decides it (the server's failures are classed at their source,
+// see serverFault); otherwise an error at a line is the Dockerfile's.
+func classify(err error, le *LineError) error {
+	var se *sandbox.Error
+	if errors.As(err, &se) && se.Class != sandbox.ClassInvalid {
+		if le == nil {
+			return err
+		}
+		return &sandbox.Error{Class: se.Class, Msg: le.where() + ": " + se.Msg, Err: err}
+	}
+	if le != nil {
+		return &sandbox.Error{Class: sandbox.ClassInvalid, Msg: "invalid Dockerfile", Err: err}
+	}
+	return err
+}
+
+// serverFault classes an error of the runner or the store: a failed
+// command (*ExitError) and classed errors stay as they are; anything else
+// is the server's (internal, or deadline_exceeded), not the Dockerfile's.
+func serverFault(err error) error {
+	var se *sandbox.Error
+	var ee *ExitError
+	switch {
+	case errors.As(err, &se), errors.As(err, &ee):
+		return err
+	case errors.Is(err, context.DeadlineExceeded):
+		return &sandbox.Error{Class: sandbox.ClassTimeout, Msg: "the build ran out of time", Err: err}
+	}
+	return &sandbox.Error{Class: sandbox.ClassInternal, Msg: "server error", Err: err}
 }
 
 func (b *Builder) build(ctx context.Context, opts Options, rep *reporter) (Result, error) {
@@ -403,11 +437,11 @@ func (bd *build) layer(ctx context.Context, st *stageState, key string, produce 
 	name := CacheName(key)
 	info, err := bd.b.store.Commit(ctx, name, st.tmpl, diff, st.cfg, "build")
 	if err != nil {
-		return fmt.Errorf("committing the step's layer: %w", err)
+		return fmt.Errorf("committing the step's layer: %w", serverFault(err))
 	}
 	t, err := bd.b.store.Resolve(ctx, name)
 	if err != nil {
-		return fmt.Errorf("resolving the step's layer: %w", err)
+		return fmt.Errorf("resolving the step's layer: %w", serverFault(err))
 	}
 	if err := bd.b.cache.put(key, cacheEntry{Name: name, Digest: info.Digest, Used: time.Now()}); err != nil {
 		bd.b.log.Warn("build cache index", "err", err)

@@ -53,7 +53,24 @@ type Runner interface {
 	// the layer tar of what the step changed (an overlayfs diff of its
 	// upper directory, without the mount targets it created), which the
 	// caller closes.
+	//
+	// A command that ran and failed is an *ExitError; a step the
+	// Dockerfile got wrong (a bad mount, an unknown USER) is
+	// sandbox.ClassInvalid. Any other error is the server's (a sandbox
+	// that could not start: quota, disk, backend) and keeps its class,
+	// internal when it has none: the build does not blame the Dockerfile.
 	Run(ctx context.Context, base sandbox.Template, step RunStep, out io.Writer) (io.ReadCloser, error)
+}
+
+// ExitError is a RUN command that exited non-zero or was killed: the
+// Dockerfile's fault.
+type ExitError struct {
+	Code   int
+	Status string // how it ended, e.g. "exit status 2", "signal: killed"
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("returned a non-zero code: %d (%s)", e.Code, e.Status)
 }
 
 // RunStep is one RUN instruction, fully expanded.

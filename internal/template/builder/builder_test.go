@@ -1,7 +1,9 @@
 package builder
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -254,6 +256,51 @@ func TestRunOutputAndFailure(t *testing.T) {
 	var le *LineError
 	if !errors.As(err, &le) || le.Line != 3 || !strings.Contains(err.Error(), "exit status 1") {
 		t.Fatalf("error %v", err)
+	}
+	// A command that fails is the Dockerfile's fault.
+	if c := sandbox.ClassOf(err); c != sandbox.ClassInvalid || !strings.Contains(err.Error(), "invalid Dockerfile: Dockerfile:3: RUN") {
+		t.Fatalf("failed command: class %s, error %q", c, err)
+	}
+}
+
+// TestServerFailuresKeepTheirClass: a RUN step the server fails (its
+// sandbox over quota or not startable, the store failing to commit) is
+// not reported as the Dockerfile's fault: the error keeps its class, its
+// message and event keep the line.
+func TestServerFailuresKeepTheirClass(t *testing.T) {
+	cases := []struct {
+		name      string
+		runErr    error
+		commitErr error
+		class     sandbox.Class
+		line      int
+		msg       string
+	}{
+		{"quota", sandbox.Errorf(sandbox.ClassQuota, "sandbox limit of 4 reached"), nil, sandbox.ClassQuota, 3, "Dockerfile:3: sandbox limit of 4 reached"},
+		{"disk", fmt.Errorf("create build sandbox: %w", sandbox.Errorf(sandbox.ClassQuota, "not enough disk space on the server")), nil, sandbox.ClassQuota, 3, "Dockerfile:3: not enough disk space"},
+		{"unavailable", sandbox.Errorf(sandbox.ClassUnavailable, "sandbox networking is not available"), nil, sandbox.ClassUnavailable, 3, "Dockerfile:3: sandbox networking"},
+		{"backend", fmt.Errorf("create build sandbox: %w", errors.New("mount: no such device")), nil, sandbox.ClassInternal, 3, "Dockerfile:3: server error"},
+		{"timeout", context.DeadlineExceeded, nil, sandbox.ClassTimeout, 3, "Dockerfile:3: the build ran out of time"},
+		{"commit", nil, errors.New("disk I/O error"), sandbox.ClassInternal, 2, "Dockerfile:2: server error"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.runner.fail, h.runner.err = "make", c.runErr
+			h.store.failCommit = c.commitErr
+			_, _, events, err := h.build("FROM debian:bookworm\nRUN true\nRUN make\n", nil)
+			var se *sandbox.Error
+			if !errors.As(err, &se) || se.Class != c.class || !strings.HasPrefix(se.Msg, c.msg) {
+				t.Fatalf("error %v (%+v), want class %s, message starting %q", err, se, c.class, c.msg)
+			}
+			var le *LineError
+			if !errors.As(err, &le) || le.Line != c.line {
+				t.Errorf("line %+v", le)
+			}
+			if last := events[len(events)-1]; last.Type != EventError || last.Line != le.Line {
+				t.Errorf("last event %+v", last)
+			}
+		})
 	}
 }
 

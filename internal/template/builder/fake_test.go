@@ -24,14 +24,15 @@ import (
 // fakeStore keeps templates in memory; each committed layer is unpacked
 // (trusted test input) into a directory so the builder's views work.
 type fakeStore struct {
-	t       *testing.T
-	mu      sync.Mutex
-	dir     string
-	tmpls   map[string]sandbox.Template
-	layers  map[string][]tarEntry // layer dir -> its tar entries
-	remote  map[string]sandbox.Template
-	commits []string
-	pulls   []string
+	t          *testing.T
+	mu         sync.Mutex
+	dir        string
+	tmpls      map[string]sandbox.Template
+	layers     map[string][]tarEntry // layer dir -> its tar entries
+	remote     map[string]sandbox.Template
+	commits    []string
+	pulls      []string
+	failCommit error // every Commit fails with it
 }
 
 type tarEntry struct {
@@ -82,6 +83,9 @@ func (s *fakeStore) Pull(ctx context.Context, ref, name string, opts template.Pu
 func (s *fakeStore) Commit(ctx context.Context, name string, base sandbox.Template, diff io.Reader, cfg sandbox.ImageConfig, source string) (template.Info, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.failCommit != nil {
+		return template.Info{}, s.failCommit
+	}
 	t := sandbox.Template{Ref: name, Kind: sandbox.TemplateImage, Layers: append([]string(nil), base.Layers...), Config: cfg}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\n", base.Digest)
@@ -225,7 +229,8 @@ func sortStrings(s []string) {
 type fakeRunner struct {
 	mu    sync.Mutex
 	steps []RunStep
-	fail  string // a command line containing this fails
+	fail  string // a command line containing this exits 1
+	err   error  // a command line containing fail gets this error instead (the server failing it)
 	files map[string]string
 }
 
@@ -242,7 +247,10 @@ func (r *fakeRunner) Run(ctx context.Context, base sandbox.Template, step RunSte
 	cmd := strings.Join(step.Args, " ")
 	fmt.Fprintf(out, "out: %s\n", cmd)
 	if r.fail != "" && strings.Contains(cmd, r.fail) {
-		return nil, errors.New("exit status 1")
+		if r.err != nil {
+			return nil, r.err
+		}
+		return nil, &ExitError{Code: 1, Status: "exit status 1"}
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

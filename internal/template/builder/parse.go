@@ -31,14 +31,17 @@ type LineError struct {
 	Err  error
 }
 
-func (e *LineError) Error() string {
-	if e.Line > 0 {
-		return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
-	}
-	return fmt.Sprintf("%s: %v", e.File, e.Err)
-}
+func (e *LineError) Error() string { return e.where() + ": " + e.Err.Error() }
 
 func (e *LineError) Unwrap() error { return e.Err }
+
+// where is the file and line, as the message starts.
+func (e *LineError) where() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d", e.File, e.Line)
+	}
+	return e.File
+}
 
 // parseDockerfile parses and checks src: anything the builder does not
 // support fails here, before any step runs, with its line number.

@@ -169,7 +169,7 @@ func (bd *build) run(ctx context.Context, st *stageState, c *instructions.RunCom
 		}
 		diff, err := bd.b.runner.Run(ctx, st.tmpl, step, outputWriter{bd.rep})
 		if err != nil {
-			return nil, fmt.Errorf("the command %s failed: %w", strings.Join(args, " "), err)
+			return nil, fmt.Errorf("the command %s failed: %w", strings.Join(args, " "), serverFault(err))
 		}
 		return diff, nil
 	})

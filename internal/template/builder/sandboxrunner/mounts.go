@@ -45,10 +45,10 @@ func (r *Runner) prepare(m *mounts, step builder.RunStep) error {
 	target := func(t string) (string, error) {
 		t = path.Clean("/" + t)
 		if t == "/" {
-			return "", errors.New("a mount target may not be /")
+			return "", sandbox.Errorf(sandbox.ClassInvalid, "a mount target may not be /")
 		}
 		if seen[t] {
-			return "", fmt.Errorf("two mounts at %s", t)
+			return "", sandbox.Errorf(sandbox.ClassInvalid, "two mounts at %s", t)
 		}
 		seen[t] = true
 		m.targets = append(m.targets, t)
@@ -106,7 +106,7 @@ func (r *Runner) prepare(m *mounts, step builder.RunStep) error {
 			return err
 		}
 		if b.ReadWrite {
-			return fmt.Errorf("--mount=type=bind,rw at %s: writable bind mounts are not supported; bind read-only (the default) or COPY --from", t)
+			return sandbox.Errorf(sandbox.ClassInvalid, "--mount=type=bind,rw at %s: writable bind mounts are not supported; bind read-only (the default) or COPY --from", t)
 		}
 		src, err := m.bindView(i, b)
 		if err != nil {
@@ -143,9 +143,9 @@ func (m *mounts) bindView(i int, b builder.BindMount) (string, error) {
 	case b.From.Kind == sandbox.TemplateDir:
 		err = bindReadOnly(b.From.Dir, dir)
 	case b.From.Kind != sandbox.TemplateImage:
-		return "", fmt.Errorf("cannot bind from a %s template", b.From.Kind)
+		return "", sandbox.Errorf(sandbox.ClassInvalid, "cannot bind from a %s template", b.From.Kind)
 	case len(b.From.Layers) == 0:
-		return "", errors.New("the stage has no files (FROM scratch)")
+		return "", sandbox.Errorf(sandbox.ClassInvalid, "the stage has no files (FROM scratch)")
 	case len(b.From.Layers) == 1:
 		err = bindReadOnly(b.From.Layers[0], dir)
 	default:
@@ -160,7 +160,7 @@ func (m *mounts) bindView(i int, b builder.BindMount) (string, error) {
 		return "", err
 	}
 	if _, err := os.Stat(src); err != nil {
-		return "", fmt.Errorf("%s: not found", b.Source)
+		return "", sandbox.Errorf(sandbox.ClassInvalid, "%s: not found", b.Source)
 	}
 	return src, nil
 }
@@ -187,7 +187,7 @@ func overlayReadOnly(layers []string, dst string) error {
 	}
 	opts := "lowerdir=" + strings.Join(lower, ":") + ",redirect_dir=off,metacopy=off"
 	if len(opts) >= unix.Getpagesize() {
-		return fmt.Errorf("the stage has too many layers (%d) for one overlay mount", len(layers))
+		return sandbox.Errorf(sandbox.ClassInvalid, "the stage has too many layers (%d) for one overlay mount", len(layers))
 	}
 	if err := unix.Mount("overlay", dst, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount stage view: %w", err)

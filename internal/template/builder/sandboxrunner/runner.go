@@ -85,13 +85,13 @@ func New(cfg Config) (*Runner, error) {
 // Run implements builder.Runner.
 func (r *Runner) Run(ctx context.Context, base sandbox.Template, step builder.RunStep, out io.Writer) (io.ReadCloser, error) {
 	if len(step.Args) == 0 {
-		return nil, errors.New("empty command")
+		return nil, sandbox.Errorf(sandbox.ClassInvalid, "empty command")
 	}
 	if base.Kind != sandbox.TemplateImage {
-		return nil, fmt.Errorf("RUN needs an image base (FROM a template of the store), not a %s template", base.Kind)
+		return nil, sandbox.Errorf(sandbox.ClassInvalid, "RUN needs an image base (FROM a template of the store), not a %s template", base.Kind)
 	}
 	if base.Ref == "scratch" && len(base.Layers) == 0 {
-		return nil, errors.New("RUN in a stage FROM scratch: there is no program to run")
+		return nil, sandbox.Errorf(sandbox.ClassInvalid, "RUN in a stage FROM scratch: there is no program to run")
 	}
 	tmp, err := os.MkdirTemp(filepath.Join(r.cfg.Dir, "tmp"), "step-")
 	if err != nil {
@@ -203,7 +203,7 @@ func (r *Runner) exec(ctx context.Context, c *agentclient.Client, step builder.R
 				if status == "" {
 					status = fmt.Sprintf("exit code %d", ev.End.ExitCode)
 				}
-				return fmt.Errorf("returned a non-zero code: %d (%s)", ev.End.ExitCode, status)
+				return &builder.ExitError{Code: ev.End.ExitCode, Status: status}
 			}
 			return nil
 		}

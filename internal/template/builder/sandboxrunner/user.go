@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // maxPasswd bounds the /etc/passwd read to resolve a numeric USER.
@@ -39,5 +40,5 @@ func stepUser(ctx context.Context, c *agentclient.Client, user string) (string, 
 			return f[0], nil
 		}
 	}
-	return "", fmt.Errorf("USER %s: no account with uid %d in the image's /etc/passwd (RUN steps run as an account of the image)", user, uid)
+	return "", sandbox.Errorf(sandbox.ClassInvalid, "USER %s: no account with uid %d in the image's /etc/passwd (RUN steps run as an account of the image)", user, uid)
 }

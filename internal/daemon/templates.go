@@ -86,10 +86,19 @@ type typeResolver struct {
 }
 
 func (r typeResolver) Resolve(ctx context.Context, ref string) (sandbox.Template, error) {
-	if target, ok := r.types[ref]; ok {
-		ref = target
+	target, ok := r.types[ref]
+	if !ok {
+		return r.next.Resolve(ctx, ref)
 	}
-	return r.next.Resolve(ctx, ref)
+	if target == sandbox.TemplateHost && ref != sandbox.TemplateHost {
+		// "host" is the zero-set-up default of a type (base, filesystem):
+		// once the operator built or pulled a template of the type's own
+		// name (make templates builds "base"), the type starts from it.
+		if t, err := r.next.Resolve(ctx, ref); err == nil || !sandbox.IsNotFound(err) {
+			return t, err
+		}
+	}
+	return r.next.Resolve(ctx, target)
 }
 
 // resolver is what the manager resolves template names with.

@@ -140,4 +140,19 @@ func TestTypeResolver(t *testing.T) {
 	if _, err := r.Resolve(context.Background(), "gui"); !sandbox.IsNotFound(err) {
 		t.Errorf("unknown type: %v", err)
 	}
+
+	// A type whose default is the host template starts from a stored
+	// template of its own name once there is one.
+	fp.have["host"] = true
+	r.types = map[string]string{"base": "host", "filesystem": "host"}
+	if tpl, err := r.Resolve(context.Background(), "base"); err != nil || tpl.Ref != "host" {
+		t.Errorf("base before a base template exists: %+v %v", tpl, err)
+	}
+	fp.have["base"] = true
+	if tpl, err := r.Resolve(context.Background(), "base"); err != nil || tpl.Ref != "base" {
+		t.Errorf("base once built: %+v %v", tpl, err)
+	}
+	if tpl, err := r.Resolve(context.Background(), "filesystem"); err != nil || tpl.Ref != "host" {
+		t.Errorf("filesystem: %+v %v", tpl, err)
+	}
 }

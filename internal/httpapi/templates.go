@@ -77,6 +77,17 @@ func (s *Server) isTemplateAdmin(r *http.Request) bool {
 }
 
 // templateRef is the {name} of a template route, checked.
+// namedTemplate returns the store and the template name of a
+// /v1/templates/{name} request.
+func (s *Server) namedTemplate(r *http.Request) (TemplateStore, string, error) {
+	st, err := s.templates()
+	if err != nil {
+		return nil, "", err
+	}
+	ref, err := templateRef(r)
+	return st, ref, err
+}
+
 func templateRef(r *http.Request) (string, error) {
 	ref := r.PathValue("name")
 	if err := checkRef("name", ref); err != nil {
@@ -170,11 +181,7 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) error {
-	st, err := s.templates()
-	if err != nil {
-		return err
-	}
-	ref, err := templateRef(r)
+	st, ref, err := s.namedTemplate(r)
 	if err != nil {
 		return err
 	}
@@ -190,11 +197,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
-	st, err := s.templates()
-	if err != nil {
-		return err
-	}
-	ref, err := templateRef(r)
+	st, ref, err := s.namedTemplate(r)
 	if err != nil {
 		return err
 	}

@@ -29,8 +29,11 @@ agent:
 daemon:
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox ./cmd/agentbox
 
+# State goes to /var/lib/agentbox unless AGENTBOX_DATA_DIR says otherwise:
+# sandboxes run as unprivileged host ids that must pass through the data
+# dir's parents, which a checkout under /root (mode 0700) does not allow.
 run: build
-	$(BIN)/agentbox serve
+	AGENTBOX_DATA_DIR="$${AGENTBOX_DATA_DIR:-/var/lib/agentbox}" $(BIN)/agentbox serve
 
 deps:
 	./scripts/install-deps.sh

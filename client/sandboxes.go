@@ -190,7 +190,8 @@ func (c *Client) Refresh(ctx context.Context, id string, d time.Duration) (*Sand
 // (IsConflict) until Resume. Pausing a paused sandbox is not an error.
 func (c *Client) Pause(ctx context.Context, id string) (*Sandbox, error) {
 	var sb Sandbox
-	if err := c.doJSON(ctx, "pause sandbox "+id, http.MethodPost, sandboxPath(id, "/pause"), nil, nil, &sb); err != nil {
+	// Every POST carries a JSON body: the server's browser guard wants one.
+	if err := c.doJSON(ctx, "pause sandbox "+id, http.MethodPost, sandboxPath(id, "/pause"), nil, struct{}{}, &sb); err != nil {
 		return nil, err
 	}
 	return &sb, nil

@@ -84,7 +84,7 @@ func (m *Manager) DialPort(ctx context.Context, id sandbox.ID, port int) (net.Co
 	}
 	if rec.State == sandbox.StatePaused {
 		// A frozen server would accept and never answer.
-		return nil, errPaused(id)
+		return nil, ErrPaused(id)
 	}
 	pd, ok := m.backend.(backend.PortDialer)
 	if !ok {

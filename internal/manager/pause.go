@@ -158,10 +158,10 @@ func (m *Manager) snapshot(e *entry) *store.Record {
 	return e.rec.Clone()
 }
 
-// errPaused is what the data plane (exec, files, code, ports) answers for
+// ErrPaused is what the data plane (exec, files, code, ports) answers for
 // a paused sandbox: E2B too refuses those until the sandbox is resumed
 // (its SDKs resume through connect).
-func errPaused(id sandbox.ID) error {
+func ErrPaused(id sandbox.ID) error {
 	return sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is paused; resume it first", id)
 }
 

@@ -146,7 +146,7 @@ func (m *Manager) Agent(ctx context.Context, owner string, id sandbox.ID) (*agen
 	case sandbox.StateStopped:
 		return nil, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is stopped; start it first", id)
 	case sandbox.StatePaused:
-		return nil, errPaused(id)
+		return nil, ErrPaused(id)
 	}
 	e.lastActive = time.Now()
 	return m.clientLocked(e), nil

@@ -100,9 +100,25 @@ func (b *Backend) thawForKill(bx *box) {
 		return
 	}
 	_ = c.Signal(killSignal)
-	if err := c.Resume(); err != nil {
+	// Thaw through the cgroup itself: once the init is dead libcontainer
+	// calls the container stopped and will not resume it, while the rest
+	// of its processes may still be frozen (depending on the kernel).
+	if err := b.thawCgroup(bx); err != nil {
 		b.log.Error("thaw paused sandbox to kill it", "sandbox", bx.id, "err", err)
 	}
+}
+
+// thawCgroup writes the thawed state to the sandbox's freezer directly.
+func (b *Backend) thawCgroup(bx *box) error {
+	p := b.cgroupPaths(bx)
+	file, val := filepath.Join(p["freezer"], "freezer.state"), "THAWED"
+	if isCgroup2() {
+		file, val = filepath.Join(p[""], "cgroup.freeze"), "0"
+	}
+	if err := os.WriteFile(file, []byte(val), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("thaw cgroup: %w", err)
+	}
+	return nil
 }
 
 // Memory of a paused sandbox.

@@ -1,6 +1,7 @@
 package native
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -299,4 +300,34 @@ func TestPauseMemory(t *testing.T) {
 	if n := b.oomKills(bx); n != 0 {
 		t.Fatalf("%d OOM kills in the paused sandbox", n)
 	}
+}
+
+// TestSnapshotPaused: a paused sandbox is snapshotted as it is and stays
+// frozen (the snapshot's own short freeze must not thaw it).
+func TestSnapshotPaused(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := newTestBackend(t, testutil.ShortTempDir(t))
+	ctx := ctxT(t)
+	info := backendtest.Create(t, b, sandbox.Spec{Template: imageTemplate(imageLayers(t), sandbox.ImageConfig{}), WritableRoot: true, Root: true})
+	if r := backendtest.Exec(t, backendtest.Client(t, info, ""), "echo paused > /etc/paused-file"); r.Exit.ExitCode != 0 {
+		t.Fatalf("write: %+v", r)
+	}
+	if err := b.Pause(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	var tarball bytes.Buffer
+	if err := b.SnapshotDiff(ctx, info.ID, &tarball); err != nil {
+		t.Fatalf("snapshot of a paused sandbox: %v", err)
+	}
+	if !bytes.Contains(tarball.Bytes(), []byte("paused-file")) {
+		t.Fatal("the snapshot layer lacks the paused sandbox's file")
+	}
+	wantFreezer(t, b, info.ID, true)
+	if in, _ := b.Inspect(ctx, info.ID); in.State != sandbox.StatePaused {
+		t.Fatalf("state after snapshot = %q", in.State)
+	}
+	if err := b.Resume(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantFreezer(t, b, info.ID, false)
 }

@@ -156,11 +156,15 @@ func (b *Backend) reattach(bx *box) bool {
 	if err != nil {
 		return false
 	}
-	conn, err := net.DialTimeout("unix", bx.paths.socket(), 2*time.Second)
-	if err != nil {
-		return false
+	if !bx.rec.Paused {
+		// A frozen agent cannot answer; its init is alive (the pidfd
+		// below), which is all a paused sandbox needs to be resumable.
+		conn, err := net.DialTimeout("unix", bx.paths.socket(), 2*time.Second)
+		if err != nil {
+			return false
+		}
+		conn.Close()
 	}
-	conn.Close()
 	pidfd, err := unix.PidfdOpen(state.InitProcessPid, 0)
 	if err != nil {
 		return false

@@ -242,3 +242,23 @@ func TestPauseResume(t *testing.T) {
 		t.Fatalf("cgroup of the deleted paused sandbox is still there (%s)", st)
 	}
 }
+
+// TestPausedDeletedAtShutdown: with AUTO_CLEANUP (the default) a clean
+// shutdown deletes paused sandboxes too, leaving no process, cgroup, mount
+// or disk (startDaemon's cleanup checks the data dir and cgroups).
+func TestPausedDeletedAtShutdown(t *testing.T) {
+	d := startDaemon(t)
+	c := d.sdk(t, "")
+	ctx := context.Background()
+	sb, err := c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	d.stop()
+	if left := sandboxProcessList(sb.ID); len(left) > 0 {
+		t.Fatalf("processes of a paused sandbox after shutdown: %v", left)
+	}
+}

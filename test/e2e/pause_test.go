@@ -262,3 +262,46 @@ func TestPausedDeletedAtShutdown(t *testing.T) {
 		t.Fatalf("processes of a paused sandbox after shutdown: %v", left)
 	}
 }
+
+// BenchmarkPauseResumeAPI: pause and resume of a running sandbox through
+// the daemon (Go SDK → HTTP → manager → freezer, record written to the
+// store), each timed on its own; the reference in the same run is a GET
+// of the sandbox (the API round trip without the freezer and the store).
+//
+//	go test -run '^$' -bench PauseResumeAPI -benchtime 100x ./test/e2e/
+func BenchmarkPauseResumeAPI(b *testing.B) {
+	base := startBenchDaemon(b)
+	c, err := client.New(base)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	sb, err := c.Create(ctx, client.CreateRequest{Timeout: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Delete(ctx, sb.ID)
+	var pauses, resumes, gets []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if _, err := c.Get(ctx, sb.ID); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := c.Pause(ctx, sb.ID); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		if _, err := c.Resume(ctx, sb.ID, 0); err != nil {
+			b.Fatal(err)
+		}
+		gets, pauses, resumes = append(gets, t1.Sub(t0)), append(pauses, t2.Sub(t1)), append(resumes, time.Since(t2))
+	}
+	b.StopTimer()
+	b.ReportMetric(quantileMs(pauses, 0.5), "pause-p50-ms")
+	b.ReportMetric(quantileMs(pauses, 0.99), "pause-p99-ms")
+	b.ReportMetric(quantileMs(resumes, 0.5), "resume-p50-ms")
+	b.ReportMetric(quantileMs(resumes, 0.99), "resume-p99-ms")
+	b.ReportMetric(quantileMs(gets, 0.5), "get-p50-ms")
+}

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,5 +218,50 @@ func TestPauseAcrossRestart(t *testing.T) {
 	}
 	if out := execOut(t, m2, "u", rec.ID, "echo", "back"); out != "back\n" {
 		t.Fatalf("exec after restart and resume = %q", out)
+	}
+}
+
+// TestPauseConcurrent: pauses, resumes, gets and a delete racing each
+// other leave a consistent end: the sandbox gone from the manager, the
+// backend and the store.
+func TestPauseConcurrent(t *testing.T) {
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	rec, err := e.m.Create(ctx, "u", CreateRequest{Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				switch (g + i) % 3 {
+				case 0:
+					_, _ = e.m.Pause(ctx, "u", rec.ID)
+				case 1:
+					_, _ = e.m.Resume(ctx, "u", rec.ID, 0)
+				default:
+					if r, err := e.m.Get(ctx, "u", rec.ID); err == nil && r.State == sandbox.StatePaused && r.Remaining <= 0 {
+						t.Errorf("paused record without its remaining time: %+v", r)
+					}
+				}
+			}
+		}(g)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := e.m.Delete(ctx, "u", rec.ID); err != nil {
+		t.Errorf("delete during pauses: %v", err)
+	}
+	wg.Wait()
+	if _, err := e.m.Get(ctx, "u", rec.ID); !sandbox.IsNotFound(err) {
+		t.Fatalf("get after delete: %v", err)
+	}
+	if _, err := e.b.Inspect(ctx, rec.ID); !sandbox.IsNotFound(err) {
+		t.Fatalf("backend after delete: %v", err)
+	}
+	if _, err := e.st.Get(ctx, rec.ID); !sandbox.IsNotFound(err) {
+		t.Fatalf("a record outlived the delete: %v", err)
 	}
 }

@@ -77,6 +77,9 @@ func TestPauseResume(t *testing.T) {
 		}
 	})
 
+	if info, err := alice.Info(ctx); err != nil || info.Capabilities["pause"] != true {
+		t.Fatalf("info capabilities = %+v, %v: want pause true", info, err)
+	}
 	sb, err := alice.Create(ctx, client.CreateRequest{Timeout: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/agentbox/agentbox/internal/console"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
@@ -41,7 +40,6 @@ type ptyTickets struct {
 	mu sync.Mutex
 	m  map[string]ptyTicket
 }
-
 
 func (t *ptyTickets) issue(user string, id sandbox.ID) (string, time.Time, error) {
 	b := make([]byte, 24)

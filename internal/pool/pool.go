@@ -28,7 +28,7 @@ type Pool struct {
 	closed  bool
 	// Counters for Stats.
 	hits, misses, fills, fillErrors int64
-	fillTime, lastFill             time.Duration
+	fillTime, lastFill              time.Duration
 
 	kick chan struct{}
 	done chan struct{}

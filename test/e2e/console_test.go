@@ -116,12 +116,14 @@ func TestConsole(t *testing.T) {
 	runErr := cmd.Run()
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	var res struct {
-		Error, Sandbox, Refusal, Terminal, Uploaded, Edited     string
+		Error, Sandbox, Refusal, Terminal, Uploaded, Edited   string
 		OtherCount, OtherDetail, AdminTenants, AdminSandboxes string
-		Pools                                                  string
-		OtherRows, AfterKill                                   int
-		Screenshots, Problems                                  []string
-		Storage                                                struct {
+		Pools                                                 string
+		PausedState, ResumedState                             string
+		PauseSupported                                        bool
+		OtherRows, AfterKill                                  int
+		Screenshots, Problems                                 []string
+		Storage                                               struct {
 			Session []string
 			Local   int
 			Cookie  string
@@ -152,6 +154,12 @@ func TestConsole(t *testing.T) {
 	check("the operator's tenants", strings.Contains(res.AdminTenants, "alice"), res.AdminTenants)
 	check("the operator's sandboxes", strings.Contains(res.AdminSandboxes, res.Sandbox+"\talice"), res.AdminSandboxes)
 	check("the pools page", strings.HasPrefix(res.Pools, "host\t"), res.Pools)
+	if res.PauseSupported {
+		check("paused from the console", res.PausedState == "paused", res.PausedState)
+		check("resumed from the console", res.ResumedState == "running", res.ResumedState)
+	} else {
+		t.Log("the backend cannot pause: the console shows no pause buttons (checked)")
+	}
 	check("the killed sandbox through the API", res.AfterKill == http.StatusNotFound, res.AfterKill)
 
 	// Every page's screenshot shows something.
@@ -247,7 +255,9 @@ func TestConsoleTerminalTickets(t *testing.T) {
 		}
 		return body["ticket"].(string)
 	}
-	wsURL := func(id string) string { return "ws" + strings.TrimPrefix(d.url, "http") + "/v1/sandboxes/" + id + "/pty?cmd=echo%20ticket-ok" }
+	wsURL := func(id string) string {
+		return "ws" + strings.TrimPrefix(d.url, "http") + "/v1/sandboxes/" + id + "/pty?cmd=echo%20ticket-ok"
+	}
 	dial := func(id, tk string) (*websocket.Conn, *http.Response, error) {
 		return websocket.Dial(ctx, wsURL(id), &websocket.DialOptions{Subprotocols: []string{"agentbox.pty", "agentbox.ticket." + tk}})
 	}

@@ -90,6 +90,22 @@ try {
   }, id, { timeout: T });
   await shot(a, 'sandboxes');
 
+  // Pause and resume, where the backend can (capabilities.pause).
+  const info = await (await api(keyA, 'GET', '/v1/info')).json();
+  result.pauseSupported = info.capabilities?.pause === true;
+  const pauseButtons = await a.getByRole('button', { name: `Pause ${id}` }).count();
+  if (pauseButtons !== (result.pauseSupported ? 1 : 0)) throw new Error(`pause supported ${result.pauseSupported} but ${pauseButtons} pause buttons`);
+  if (result.pauseSupported) {
+    await a.getByRole('button', { name: `Pause ${id}` }).click();
+    await a.getByRole('alertdialog').getByRole('button', { name: 'Pause' }).click();
+    await a.locator(`tr[data-id="${id}"] .state.paused`).waitFor({ timeout: T });
+    result.pausedState = (await (await api(keyA, 'GET', `/v1/sandboxes/${id}`)).json()).state;
+    await shot(a, 'paused');
+    await a.getByRole('button', { name: `Resume ${id}` }).click();
+    await a.locator(`tr[data-id="${id}"] .state.running`).waitFor({ timeout: T });
+    result.resumedState = (await (await api(keyA, 'GET', `/v1/sandboxes/${id}`)).json()).state;
+  }
+
   // The terminal: type echo hi, read hi on the screen.
   await a.getByRole('link', { name: id, exact: true }).click();
   await a.locator('#terminal[data-connected="true"]').waitFor({ timeout: T });

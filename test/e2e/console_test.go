@@ -119,7 +119,9 @@ func TestConsole(t *testing.T) {
 		Error, Sandbox, Refusal, Terminal, Uploaded, Edited   string
 		OtherCount, OtherDetail, AdminTenants, AdminSandboxes string
 		Pools                                                 string
-		PausedState, ResumedState                             string
+		PausedState, ResumedState, BuildLog, BuildError       string
+		KeyboardTabs                                          string
+		AxeChecked                                            int
 		PauseSupported                                        bool
 		OtherRows, AfterKill                                  int
 		Screenshots, Problems                                 []string
@@ -145,6 +147,8 @@ func TestConsole(t *testing.T) {
 		}
 	}
 	check("a wrong key's refusal in the API's words", res.Refusal == "unauthenticated: invalid API key", res.Refusal)
+	check("every screenshot's page checked for accessibility", res.AxeChecked == len(res.Screenshots), res.AxeChecked)
+	check("tabs by the keyboard", res.KeyboardTabs == "focused", res.KeyboardTabs)
 	check("echo hi in the terminal", strings.Contains(res.Terminal, "echo hi\nhi\n"), res.Terminal)
 	check("the uploaded file through the API", res.Uploaded == "uploaded from the browser\n", res.Uploaded)
 	check("the edited file through the API", res.Edited == "edited in the console\n", res.Edited)
@@ -153,6 +157,8 @@ func TestConsole(t *testing.T) {
 	check("the key only in sessionStorage", len(res.Storage.Session) == 1 && res.Storage.Local == 0 && res.Storage.Cookie == "", res.Storage)
 	check("the operator's tenants", strings.Contains(res.AdminTenants, "alice"), res.AdminTenants)
 	check("the operator's sandboxes", strings.Contains(res.AdminSandboxes, res.Sandbox+"\talice"), res.AdminSandboxes)
+	check("the build's live log", strings.Contains(res.BuildLog, "Step 2/2: LABEL made=console") && strings.Contains(res.BuildLog, "Done: console-built:1"), res.BuildLog)
+	check("a failing build's error", strings.Contains(res.BuildError, "invalid_argument"), res.BuildError)
 	check("the pools page", strings.HasPrefix(res.Pools, "host\t"), res.Pools)
 	if res.PauseSupported {
 		check("paused from the console", res.PausedState == "paused", res.PausedState)

@@ -5,6 +5,8 @@
 // operator), CHROMIUM (the browser), OUT_DIR (screenshots). Prints one JSON
 // object of results on its last line; exits non-zero on the first failure.
 import { chromium } from 'playwright-core';
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
 
 const env = (k) => { const v = process.env[k]; if (v === undefined) throw new Error(`${k} is not set`); return v; };
@@ -35,10 +37,24 @@ function watch(page, who) {
   page.on('pageerror', (e) => result.problems.push(`${who} page error: ${e.message}`));
 }
 
+const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+
+// Each page is checked for accessibility (axe-core, WCAG 2 A and AA rules)
+// when its screenshot is taken; serious and critical findings fail.
 async function shot(page, name) {
   const path = join(out, `${name}.png`);
   await page.screenshot({ path, fullPage: false });
   result.screenshots.push(path);
+  // Evaluated through the debugging protocol: the page's CSP still holds
+  // for everything the page itself runs.
+  if (!(await page.evaluate(() => typeof window.axe !== 'undefined'))) await page.evaluate(axeSource);
+  const found = await page.evaluate(async () => {
+    const r = await window.axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } });
+    return r.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical')
+      .map((v) => `${v.id}: ${v.help} (${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join('; ')})`);
+  });
+  for (const f of found) result.problems.push(`${name} accessibility: ${f}`);
+  result.axeChecked = (result.axeChecked ?? 0) + 1;
 }
 
 async function signIn(page, key) {
@@ -116,7 +132,12 @@ try {
   await shot(a, 'terminal');
 
   // Files: upload, see it listed; edit, save, read it back through the API.
-  await a.getByRole('tab', { name: 'Files' }).click();
+  // The tabs follow the keyboard (ARIA tabs: arrow keys).
+  await a.getByRole('tab', { name: 'Terminal' }).focus();
+  await a.keyboard.press('ArrowRight');
+  await a.waitForURL(/\/files$/, { timeout: T });
+  await a.locator('[role=tab][aria-selected="true"]', { hasText: 'Files' }).waitFor({ timeout: T });
+  result.keyboardTabs = await a.evaluate(() => document.activeElement?.textContent === 'Files' ? 'focused' : `focus on ${document.activeElement?.outerHTML.slice(0, 80)}`);
   await a.getByRole('heading', { name: 'Files' }).waitFor({ timeout: T });
   await a.locator('#files tbody tr').first().waitFor({ timeout: T });
   await a.getByLabel('Upload to this directory').setInputFiles({ name: 'upload.txt', mimeType: 'text/plain', buffer: Buffer.from('uploaded from the browser\n') });
@@ -184,8 +205,21 @@ try {
   await o.locator('#pools tbody tr').first().waitFor({ timeout: T });
   result.pools = await o.locator('#pools tbody').innerText();
   await shot(o, 'pools-operator');
+  // A build with its live log; the new template appears in the list.
   await o.getByRole('link', { name: 'Templates' }).click();
   await o.getByRole('heading', { name: 'Build from a Dockerfile' }).waitFor({ timeout: T });
+  await o.getByLabel('Tag', { exact: true }).fill('console-built:1');
+  await o.getByLabel('Dockerfile', { exact: true }).fill('FROM scratch\nLABEL made=console\n');
+  await o.getByRole('button', { name: 'Build' }).click();
+  await o.locator('#build-log', { hasText: 'Done: console-built:1' }).waitFor({ timeout: T });
+  result.buildLog = await o.locator('#build-log').textContent();
+  await o.locator('#templates tbody th', { hasText: 'console-built:1' }).waitFor({ timeout: T });
+  await shot(o, 'build');
+  // A failing build shows the error as the API words it.
+  await o.getByLabel('Dockerfile', { exact: true }).fill('FROM scratch\nBOGUS x\n');
+  await o.getByRole('button', { name: 'Build' }).click();
+  await o.locator('#build-log', { hasText: 'Error' }).waitFor({ timeout: T });
+  result.buildError = await o.locator('#build-log').textContent();
   await ctxO.close();
 
   // Kill the sandbox (with its confirmation) and see it go.

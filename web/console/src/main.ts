@@ -70,6 +70,9 @@ function shell(active: string, s: Session): HTMLElement {
 }
 
 function route(): void {
+  // Moving between a sandbox's tabs keeps focus on the tabs (ARIA tabs);
+  // any other navigation puts it at the start of the new page.
+  const fromTab = document.activeElement?.getAttribute('role') === 'tab';
   stop();
   if (!session) { signInView(); return; }
   const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
@@ -103,7 +106,8 @@ function route(): void {
       main = shell('', session);
       main.append(h('h1', {}, 'Not found'), h('p', {}, h('a', { href: '#/sandboxes' }, 'Back to sandboxes')));
   }
-  main.focus({ preventScroll: true });
+  const tabEl = fromTab ? main.querySelector<HTMLElement>('[role=tab][aria-selected=true]') : null;
+  (tabEl ?? main).focus({ preventScroll: true });
 }
 
 window.addEventListener('hashchange', () => { if (session) route(); });

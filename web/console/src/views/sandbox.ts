@@ -270,9 +270,10 @@ function filesTab(panel: HTMLElement, s: Session, id: string): () => void {
 }
 
 function logsTab(panel: HTMLElement, s: Session, id: string): () => void {
-  const out = h('ol', { class: 'logs', role: 'log', 'aria-live': 'polite', 'aria-label': 'Sandbox log' });
+  const out = h('ol', { class: 'logs', 'aria-label': 'Sandbox log entries' });
   const err = h('div', {});
-  panel.append(h('h2', {}, 'Logs'), h('p', { class: 'muted' }, 'Lifecycle events and the agent log, refreshed every 2 seconds.'), err, out);
+  panel.append(h('h2', {}, 'Logs'), h('p', { class: 'muted' }, 'Lifecycle events and the agent log, refreshed every 2 seconds.'), err,
+    h('div', { role: 'log', 'aria-live': 'polite', 'aria-label': 'Sandbox log' }, out));
   let shown = 0;
   const poll = async () => {
     try {

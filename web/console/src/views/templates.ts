@@ -21,7 +21,7 @@ export function templatesView(main: HTMLElement, s: Session): () => void {
           h('td', {}, h('details', {}, h('summary', {}, String(t.layers?.length ?? 0)),
             h('ul', {}, ...(t.layers ?? []).map((l) => h('li', {}, h('code', {}, (l.diff_id ?? '').slice(0, 19)), ' ', bytes(l.size)))))),
           h('td', {}, bytes(t.size)), h('td', {}, String(t.in_use)),
-          h('td', {}, t.created ? new Date(t.created).toLocaleString() : ''), h('td', {}, t.source ?? '')));
+          h('td', {}, t.created && Date.parse(t.created) > 0 ? new Date(t.created).toLocaleString() : ''), h('td', {}, t.source ?? '')));
       }
       if (templates.length === 0) body.appendChild(h('tr', {}, h('td', { colspan: 7 }, 'No stored templates; "host" and the configured names are always there.')));
     } catch (ex) { err.appendChild(errorBox(ex)); }
@@ -35,7 +35,7 @@ export function templatesView(main: HTMLElement, s: Session): () => void {
   function buildForm(s: Session, built: () => void): HTMLElement {
     const tag = h('input', { id: 'build-tag', name: 'tag', required: true, placeholder: 'my-template:1' });
     const df = h('textarea', { id: 'build-dockerfile', name: 'dockerfile', rows: 8, spellcheck: 'false' });
-    df.value = 'FROM host\nRUN echo built > /etc/built\n';
+    df.value = 'FROM debian:bookworm\nRUN echo hello > /hello\n';
     const noCache = h('input', { id: 'build-nocache', type: 'checkbox' });
     const submit = h('button', { type: 'submit' }, 'Build');
     const out = h('pre', { class: 'buildlog', role: 'log', 'aria-live': 'polite', 'aria-label': 'Build log', id: 'build-log' });
@@ -77,6 +77,8 @@ function describe(ev: Record<string, any>): string {
     case 'step': return `Step ${ev.step}/${ev.steps}: ${ev.instruction}`;
     case 'output': return String(ev.output ?? '').replace(/\n$/, '');
     case 'cached': return '  (cached)';
+    case 'result': return `  → ${ev.id ?? ''}${ev.duration_ms != null ? ` (${ev.duration_ms} ms)` : ''}`;
+    case 'running': return `  running in ${ev.sandbox ?? 'a build sandbox'}`;
     case 'done': return `Done: ${(ev.tags ?? []).join(', ')} ${ev.digest ?? ''}`;
     case 'error': return `Error${ev.line ? ` (line ${ev.line})` : ''}: ${ev.error?.code ?? ''} ${ev.error?.message ?? ev.message ?? ''}`;
     case 'warning': return `Warning: ${ev.message}`;

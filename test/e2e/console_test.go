@@ -120,7 +120,8 @@ func TestConsole(t *testing.T) {
 		OtherCount, OtherDetail, AdminTenants, AdminSandboxes string
 		Pools                                                 string
 		PausedState, ResumedState, BuildLog, BuildError       string
-		KeyboardTabs                                          string
+		KeyboardTabs, PreviewHref, PreviewPage                string
+		ExtendedBySeconds                                     int
 		AxeChecked                                            int
 		PauseSupported                                        bool
 		OtherRows, AfterKill                                  int
@@ -149,6 +150,9 @@ func TestConsole(t *testing.T) {
 	check("a wrong key's refusal in the API's words", res.Refusal == "unauthenticated: invalid API key", res.Refusal)
 	check("every screenshot's page checked for accessibility", res.AxeChecked == len(res.Screenshots), res.AxeChecked)
 	check("tabs by the keyboard", res.KeyboardTabs == "focused", res.KeyboardTabs)
+	check("extend from the list", res.ExtendedBySeconds >= 250, res.ExtendedBySeconds)
+	check("the preview link of a listening port", strings.Contains(res.PreviewHref, "8123-"+res.Sandbox+"."), res.PreviewHref)
+	check("the preview page", strings.Contains(res.PreviewPage, "Directory listing"), res.PreviewPage)
 	check("echo hi in the terminal", strings.Contains(res.Terminal, "echo hi\nhi\n"), res.Terminal)
 	check("the uploaded file through the API", res.Uploaded == "uploaded from the browser\n", res.Uploaded)
 	check("the edited file through the API", res.Edited == "edited in the console\n", res.Edited)

@@ -122,6 +122,16 @@ try {
     result.resumedState = (await (await api(keyA, 'GET', `/v1/sandboxes/${id}`)).json()).state;
   }
 
+  // Extend: the end time moves later.
+  const endBefore = Date.parse((await (await api(keyA, 'GET', `/v1/sandboxes/${id}`)).json()).end_at);
+  await a.getByRole('button', { name: `Extend ${id}` }).click();
+  let endAfter = endBefore;
+  for (let i = 0; i < 50 && endAfter <= endBefore; i++) {
+    await a.waitForTimeout(100);
+    endAfter = Date.parse((await (await api(keyA, 'GET', `/v1/sandboxes/${id}`)).json()).end_at);
+  }
+  result.extendedBySeconds = Math.round((endAfter - endBefore) / 1000);
+
   // The terminal: type echo hi, read hi on the screen.
   await a.getByRole('link', { name: id, exact: true }).click();
   await a.locator('#terminal[data-connected="true"]').waitFor({ timeout: T });
@@ -152,7 +162,27 @@ try {
   result.edited = await res.text();
   await shot(a, 'files');
 
-  for (const [tab, ready] of [['Logs', 'ol.logs li'], ['Resources', 'figure.chart figcaption'], ['Ports', 'ul.ports li'], ['Exec history', 'text=does not keep a history']]) {
+  // Ports: a server started in the sandbox (through the API, left running
+  // until the sandbox dies) is listed, and its preview link opens it.
+  fetch(`${url}/v1/sandboxes/${id}/exec`, { method: 'POST', headers: { Authorization: `Bearer ${keyA}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ cmd: ['python3', '-m', 'http.server', '8123', '--bind', '127.0.0.1'], cwd: '/home/user', timeout: 120 }) }).catch(() => {});
+  await a.getByRole('tab', { name: 'Ports' }).click();
+  for (let i = 0; i < 20 && await a.getByRole('button', { name: 'Preview link for 8123' }).count() === 0; i++) {
+    await a.waitForTimeout(500);
+    await a.getByRole('button', { name: 'Look again' }).click();
+  }
+  await a.getByRole('button', { name: 'Preview link for 8123' }).click();
+  const link = a.getByRole('link', { name: 'Open port 8123' });
+  await link.waitFor({ timeout: T });
+  await shot(a, 'ports');
+  const href = await link.getAttribute('href');
+  result.previewHref = href.replace(/agentbox_token=[^&]+/, 'agentbox_token=…');
+  const preview = await ctxA.newPage();
+  await preview.goto(href, { timeout: T });
+  result.previewPage = await preview.locator('body').innerText({ timeout: T });
+  await preview.close();
+
+  for (const [tab, ready] of [['Logs', 'ol.logs li'], ['Resources', 'figure.chart figcaption'], ['Exec history', 'text=does not keep a history']]) {
     await a.getByRole('tab', { name: tab }).click();
     await a.locator(ready).first().waitFor({ timeout: T });
     await shot(a, tab.toLowerCase().replace(' ', '-'));

@@ -30,6 +30,8 @@ build: agent daemon
 CONSOLE := web/console
 console:
 	@command -v npm >/dev/null || { echo "make: npm is needed to build the web console (scripts/install-deps.sh installs it)" >&2; exit 1; }
+	@node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=19)?0:1)' || \
+		{ echo "make: the web console's build (vite) needs Node.js 20.19 or newer, this is $$(node -v): Debian 13's nodejs or NodeSource's" >&2; exit 1; }
 	@if [ ! -f $(CONSOLE)/node_modules/.package-lock.json ] || [ $(CONSOLE)/package-lock.json -nt $(CONSOLE)/node_modules/.package-lock.json ]; then \
 		cd $(CONSOLE) && npm ci --no-audit --no-fund --loglevel=error; fi
 	cd $(CONSOLE) && npm run --silent build

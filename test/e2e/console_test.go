@@ -189,6 +189,39 @@ func TestConsole(t *testing.T) {
 	}
 }
 
+// TestConsoleKeyless: on a server without keys (loopback only) the console
+// signs in with an empty key as the operator, its terminal connects through
+// the browser guard's own-origin rule, and a sandbox is created and killed.
+func TestConsoleKeyless(t *testing.T) {
+	dir, chromium := consoleTools(t)
+	d := startDaemon(t)
+	shots := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "e2e/keyless.e2e.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CONSOLE_URL="+d.url, "CHROMIUM="+chromium, "OUT_DIR="+shots)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var res struct {
+		Error, Who, Terminal, Killed string
+		Problems, Screenshots        []string
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil || runErr != nil || res.Error != "" {
+		t.Fatalf("keyless console script: %v %v %s\nstdout:\n%s\nstderr:\n%s", runErr, err, res.Error, stdout.String(), stderr.String())
+	}
+	if res.Who != "default (operator) Sign out" || res.Terminal != "keyless-42" || res.Killed == "" || len(res.Problems) > 0 {
+		t.Errorf("keyless console: %+v", res)
+	}
+	for _, p := range res.Screenshots {
+		if v, colors := pixelVariance(t, p); v < 200 || colors < 8 {
+			t.Errorf("%s looks blank: luminance variance %.0f, %d colours", filepath.Base(p), v, colors)
+		}
+	}
+}
+
 // pixelVariance is the variance of a PNG's luminance and the number of
 // distinct colours in it (capped).
 func pixelVariance(t *testing.T, path string) (float64, int) {

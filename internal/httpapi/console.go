@@ -26,7 +26,8 @@ const (
 	PTYProtocol     = "agentbox.pty"
 	PTYTicketPrefix = "agentbox.ticket."
 	ptyTicketTTL    = 30 * time.Second
-	maxPTYTickets   = 4096
+	maxPTYTickets   = 4096 // outstanding on the server
+	maxUserTickets  = 64   // outstanding per user, so no one user exhausts the rest
 )
 
 type ptyTicket struct {
@@ -54,10 +55,17 @@ func (t *ptyTickets) issue(user string, id sandbox.ID) (string, time.Time, error
 		t.m = map[string]ptyTicket{}
 	}
 	now := time.Now()
+	mine := 0
 	for k, v := range t.m {
-		if now.After(v.expires) {
+		switch {
+		case now.After(v.expires):
 			delete(t.m, k)
+		case v.user == user:
+			mine++
 		}
+	}
+	if mine >= maxUserTickets {
+		return "", time.Time{}, sandbox.Errorf(sandbox.ClassQuota, "user %q has %d terminal tickets outstanding, the limit; retry in %s", user, mine, ptyTicketTTL)
 	}
 	if len(t.m) >= maxPTYTickets {
 		return "", time.Time{}, sandbox.Errorf(sandbox.ClassQuota, "too many terminal tickets outstanding; retry in %s", ptyTicketTTL)

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -74,15 +75,23 @@ func TestSecurityPTYTickets(t *testing.T) {
 	if _, ok := tk.redeem(tok, "sb1"); ok {
 		t.Error("an expired ticket worked")
 	}
-	// A bounded number outstanding.
+	// A bounded number outstanding, per user and in all.
 	var full ptyTickets
-	for i := 0; i < maxPTYTickets; i++ {
+	for i := 0; i < maxUserTickets; i++ {
 		if _, _, err := full.issue("alice", "sb1"); err != nil {
 			t.Fatalf("ticket %d: %v", i, err)
 		}
 	}
 	if _, _, err := full.issue("alice", "sb1"); sandbox.ClassOf(err) != sandbox.ClassQuota {
-		t.Errorf("ticket over the cap: %v", err)
+		t.Errorf("ticket over the user's cap: %v", err)
+	}
+	for i := maxUserTickets; i < maxPTYTickets; i++ {
+		if _, _, err := full.issue(fmt.Sprintf("user%d", i), "sb1"); err != nil {
+			t.Fatalf("ticket %d: %v", i, err)
+		}
+	}
+	if _, _, err := full.issue("bob", "sb1"); sandbox.ClassOf(err) != sandbox.ClassQuota {
+		t.Errorf("ticket over the server's cap: %v", err)
 	}
 	// Only the PTY route reads a ticket from the subprotocol header.
 	r := httptest.NewRequest("GET", "/v1/sandboxes/sb1/pty", nil)

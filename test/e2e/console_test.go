@@ -120,7 +120,8 @@ func TestConsole(t *testing.T) {
 		OtherCount, OtherDetail, AdminTenants, AdminSandboxes string
 		Pools                                                 string
 		PausedState, ResumedState, BuildLog, BuildError       string
-		KeyboardTabs, PreviewHref, PreviewPage                string
+		KeyboardTabs, PreviewHref, PreviewPage, Revoked       string
+		RevokedStorage                                        int
 		ExtendedBySeconds                                     int
 		AxeChecked                                            int
 		PauseSupported                                        bool
@@ -170,6 +171,7 @@ func TestConsole(t *testing.T) {
 	} else {
 		t.Log("the backend cannot pause: the console shows no pause buttons (checked)")
 	}
+	check("a revoked key back to signing in", res.Revoked == "unauthenticated: invalid API key" && res.RevokedStorage == 0, res.Revoked)
 	check("the killed sandbox through the API", res.AfterKill == http.StatusNotFound, res.AfterKill)
 
 	// Every page's screenshot shows something.

@@ -260,6 +260,12 @@ try {
   await a.locator(`tr[data-id="${id}"]`).waitFor({ state: 'detached', timeout: T });
   res = await api(keyA, 'GET', `/v1/sandboxes/${id}`);
   result.afterKill = res.status;
+  // A stored key that no longer works sends the tab back to signing in.
+  await a.evaluate(() => sessionStorage.setItem('agentbox.console.key', 'revoked-key'));
+  await a.reload();
+  await a.getByLabel('API key').waitFor({ timeout: T });
+  result.revoked = await a.getByRole('alert').textContent({ timeout: T });
+  result.revokedStorage = await a.evaluate(() => sessionStorage.length);
   await ctxA.close();
 } catch (e) {
   result.error = String(e?.stack || e);

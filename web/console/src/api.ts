@@ -83,7 +83,13 @@ export class Api {
       headers['Content-Type'] = 'application/json';
     }
     const res = await fetch(this.base + path, { method, headers, body, signal: init.signal, credentials: 'omit', cache: 'no-store' });
-    if (!res.ok) throw await errorFrom(res);
+    if (!res.ok) {
+      const err = await errorFrom(res);
+      // A key that stopped working (revoked, server restarted with other
+      // keys) ends the session: the console goes back to signing in.
+      if (res.status === 401) window.dispatchEvent(new CustomEvent('agentbox:unauthorized', { detail: err }));
+      throw err;
+    }
     return res;
   }
 

@@ -111,6 +111,12 @@ function route(): void {
 }
 
 window.addEventListener('hashchange', () => { if (session) route(); });
+window.addEventListener('agentbox:unauthorized', (e) => {
+  if (!session) return; // signing in: the form shows the error itself
+  forgetKey();
+  session = null;
+  signInView((e as CustomEvent).detail);
+});
 
 async function start(): Promise<void> {
   const key = storedKey();

@@ -92,9 +92,12 @@ function terminalTab(panel: HTMLElement, s: Session, id: string): () => void {
   const status = h('p', { class: 'muted', id: 'term-status', 'aria-live': 'polite' }, 'Connecting…');
   const box = h('div', { class: 'terminal', id: 'terminal', 'aria-label': 'Terminal', role: 'application' });
   const reconnect = h('button', { type: 'button' }, 'Reconnect');
-  panel.append(h('h2', {}, 'Terminal'), status, box, h('div', { class: 'row' }, reconnect),
+  const sr = h('input', { type: 'checkbox', id: 'term-sr' });
+  panel.append(h('h2', {}, 'Terminal'), status, box,
+    h('div', { class: 'row' }, reconnect, sr, h('label', { for: 'term-sr' }, 'Screen reader mode')),
     h('p', { class: 'muted small' }, 'Tab and arrow keys go to the terminal while it has focus; press Escape then Tab to leave it.'));
   const term = new Terminal({ cursorBlink: true, fontSize: 14, convertEol: false, scrollback: 2000, screenReaderMode: false });
+  sr.addEventListener('change', () => { term.options.screenReaderMode = sr.checked; });
   const fit = new FitAddon();
   term.loadAddon(fit);
   term.open(box);

@@ -37,10 +37,12 @@ try {
   const path = join(process.env.OUT_DIR, 'keyless-admin.png');
   await page.screenshot({ path });
   result.screenshots.push(path);
-  await page.getByRole('link', { name: 'Sandboxes' }).first().click();
+  // Killed from its own page, which then goes back to the list.
+  await page.goto(`${url}/#/sandboxes/${id}/logs`);
   await page.getByRole('button', { name: `Kill ${id}` }).click();
   await page.getByRole('alertdialog').getByRole('button', { name: 'Kill' }).click();
-  await page.locator(`tr[data-id="${id}"]`).waitFor({ state: 'detached', timeout: T });
+  await page.waitForURL(/#\/sandboxes$/, { timeout: T });
+  await page.locator('#sandbox-count', { hasText: '0 sandboxes' }).waitFor({ timeout: T });
   result.killed = id;
 } catch (e) {
   result.error = String(e?.stack || e);

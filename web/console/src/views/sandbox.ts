@@ -32,7 +32,10 @@ export function sandboxView(main: HTMLElement, s: Session, id: string, tab: stri
       ...item('Network', sb.network?.mode ?? 'none'),
       ...item('Metadata', Object.entries(sb.metadata ?? {}).map(([k, v]) => `${k}=${v}`).join(', ') || '—'));
     clear(acts);
-    acts.append(...actions(s, sb, () => void load(), err));
+    acts.append(...actions(s, sb, (action) => {
+      if (action === 'Kill') location.hash = '#/sandboxes'; // it is gone: back to the list
+      else void load();
+    }, err));
   };
   const load = async () => {
     try {

@@ -109,7 +109,7 @@ export async function sampleStats(s: Session, list: Sandbox[]): Promise<void> {
 }
 
 /** The action buttons of one sandbox (list and detail page). */
-export function actions(s: Session, sb: Sandbox, changed: () => void, err: HTMLElement): HTMLElement[] {
+export function actions(s: Session, sb: Sandbox, changed: (action: string) => void, err: HTMLElement): HTMLElement[] {
   const run = (label: string, fn: () => Promise<unknown>, confirmText?: string, key?: string) => {
     const b = h('button', { type: 'button', 'data-key': `${key ?? label}-${sb.id}`, 'aria-label': `${label} ${sb.id}` }, label);
     b.addEventListener('click', async () => {
@@ -119,7 +119,7 @@ export function actions(s: Session, sb: Sandbox, changed: () => void, err: HTMLE
       try {
         await fn();
         announce(`${label}: ${sb.id} done`);
-        changed();
+        changed(label);
       } catch (ex) {
         err.appendChild(errorBox(ex));
       } finally {

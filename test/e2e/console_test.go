@@ -121,6 +121,7 @@ func TestConsole(t *testing.T) {
 		Pools                                                 string
 		PausedState, ResumedState, BuildLog, BuildError       string
 		KeyboardTabs, PreviewHref, PreviewPage, Revoked       string
+		Folder                                                string
 		RevokedStorage                                        int
 		ExtendedBySeconds                                     int
 		AxeChecked                                            int
@@ -156,6 +157,7 @@ func TestConsole(t *testing.T) {
 	check("the preview page", strings.Contains(res.PreviewPage, "Directory listing"), res.PreviewPage)
 	check("echo hi in the terminal", strings.Contains(res.Terminal, "echo hi\nhi\n"), res.Terminal)
 	check("the uploaded file through the API", res.Uploaded == "uploaded from the browser\n", res.Uploaded)
+	check("a new folder, opened", res.Folder == "/home/user/made-here", res.Folder)
 	check("the edited file through the API", res.Edited == "edited in the console\n", res.Edited)
 	check("the other tenant's list", res.OtherRows == 0 && res.OtherCount == "0 sandboxes", res.OtherCount)
 	check("the other tenant opening the sandbox", strings.Contains(res.OtherDetail, "not_found"), res.OtherDetail)

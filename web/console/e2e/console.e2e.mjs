@@ -152,6 +152,13 @@ try {
   await a.locator('#files tbody tr').first().waitFor({ timeout: T });
   await a.getByLabel('Upload to this directory').setInputFiles({ name: 'upload.txt', mimeType: 'text/plain', buffer: Buffer.from('uploaded from the browser\n') });
   await a.locator('tr[data-name="upload.txt"]').waitFor({ timeout: T });
+  await a.getByRole('textbox', { name: 'New folder' }).fill('made-here');
+  await a.getByRole('button', { name: 'Create folder' }).click();
+  await a.getByRole('button', { name: 'made-here/' }).click();
+  await a.locator('#files tbody', { hasText: 'Empty directory' }).waitFor({ timeout: T });
+  result.folder = await a.locator('#dir').inputValue();
+  await a.getByRole('button', { name: 'Parent directory' }).click();
+  await a.locator('tr[data-name="upload.txt"]').waitFor({ timeout: T });
   let res = await api(keyA, 'GET', `/v1/sandboxes/${id}/files?path=/home/user/upload.txt`);
   result.uploaded = await res.text();
   await a.getByRole('button', { name: 'Edit upload.txt' }).click();

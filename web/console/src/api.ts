@@ -121,6 +121,7 @@ export class Api {
   write(id: string, path: string, data: Blob | string) {
     return this.request('PUT', `/v1/sandboxes/${enc(id)}/files?path=${encodeURIComponent(path)}`, { body: data, headers: { 'Content-Type': 'application/octet-stream' } });
   }
+  mkdir(id: string, path: string) { return this.json<Entry>('POST', `/v1/sandboxes/${enc(id)}/files/mkdir`, { path }); }
   remove(id: string, path: string) { return this.request('DELETE', `/v1/sandboxes/${enc(id)}/files?path=${encodeURIComponent(path)}`); }
   ptyTicket(id: string) { return this.json<{ ticket: string; protocols: string[] }>('POST', `/v1/sandboxes/${enc(id)}/pty-tickets`); }
   previewToken(id: string, port: number) { return this.json<{ url?: string; path: string; expires_at: string }>('POST', `/v1/sandboxes/${enc(id)}/preview-tokens`, { port }); }

@@ -177,12 +177,19 @@ function filesTab(panel: HTMLElement, s: Session, id: string): () => void {
   const err = h('div', { 'aria-live': 'assertive' });
   const pathInput = h('input', { id: 'dir', name: 'dir', value: dir, autocomplete: 'off' });
   const go = h('form', { class: 'row', 'aria-label': 'Directory' }, h('label', { for: 'dir' }, 'Directory'), pathInput, h('button', { type: 'submit' }, 'Open'));
-  const up = h('button', { type: 'button' }, 'Up');
+  const up = h('button', { type: 'button' }, 'Parent directory');
   const upload = h('input', { id: 'upload', type: 'file', multiple: true });
+  const folder = h('input', { id: 'new-folder', name: 'folder', autocomplete: 'off', required: true });
+  const mk = h('form', { class: 'row', 'aria-label': 'New folder' }, h('label', { for: 'new-folder' }, 'New folder'), folder, h('button', { type: 'submit' }, 'Create folder'));
+  mk.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    clear(err);
+    try { await s.api.mkdir(id, joinPath(dir, folder.value.trim())); announce(`Created ${folder.value}`); folder.value = ''; void open(dir); } catch (ex) { err.appendChild(errorBox(ex)); }
+  });
   const list = h('tbody', {});
   const editor = h('div', { id: 'editor' });
   panel.append(h('h2', {}, 'Files'), go,
-    h('div', { class: 'row' }, up, h('label', { for: 'upload' }, 'Upload to this directory'), upload),
+    h('div', { class: 'row' }, up, h('label', { for: 'upload' }, 'Upload to this directory'), upload), mk,
     err,
     h('div', { class: 'scroll' }, h('table', { class: 'list', id: 'files' },
       h('caption', { class: 'sr-only' }, 'Files in the directory'),

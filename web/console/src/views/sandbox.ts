@@ -10,8 +10,9 @@ import { chart } from './common';
 
 const TABS: [string, string][] = [
   ['terminal', 'Terminal'], ['files', 'Files'], ['logs', 'Logs'], ['resources', 'Resources'],
-  ['ports', 'Ports'], ['history', 'Exec history'], ['desktop', 'Desktop'],
+  ['ports', 'Ports'], ['history', 'Exec history'],
 ];
+// No Desktop tab: there are no desktop sandboxes yet (docs/console.md).
 
 export function sandboxView(main: HTMLElement, s: Session, id: string, tab: string): () => void {
   const cleanups: (() => void)[] = [];
@@ -81,9 +82,6 @@ export function sandboxView(main: HTMLElement, s: Session, id: string, tab: stri
     case 'ports': portsTab(panel, s, id); break;
     case 'history':
       panel.append(h('h2', {}, 'Exec history'), h('p', {}, 'The API does not keep a history of the commands run in a sandbox yet; the Logs tab shows its lifecycle events.'));
-      break;
-    case 'desktop':
-      panel.append(h('h2', {}, 'Desktop'), h('p', {}, 'Desktop sandboxes (noVNC) are not available on this server yet.'));
       break;
     default:
       panel.append(h('p', {}, `No view named ${tab}.`));

@@ -15,18 +15,33 @@ TEST_TIMEOUT ?= 40m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test deps vet bench clean agent daemon templates
+.PHONY: all build run test deps vet bench clean agent daemon templates console
 
 all: build
 
 build: agent daemon
+
+# The web console (web/console: TypeScript, vite, xterm.js), built into
+# internal/console/static/dist, which the daemon embeds. npm packages are
+# pinned by package-lock.json and installed into web/console/node_modules
+# (ignored by git) when the lock file changed; npm keeps its download cache
+# outside the checkout. A plain `go build` without this step still compiles
+# and serves a page saying the console was not built.
+CONSOLE := web/console
+console:
+	@command -v npm >/dev/null || { echo "make: npm is needed to build the web console (scripts/install-deps.sh installs it)" >&2; exit 1; }
+	@node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=19)?0:1)' || \
+		{ echo "make: the web console's build (vite) needs Node.js 20.19 or newer, this is $$(node -v): Debian 13's nodejs or NodeSource's" >&2; exit 1; }
+	@if [ ! -f $(CONSOLE)/node_modules/.package-lock.json ] || [ $(CONSOLE)/package-lock.json -nt $(CONSOLE)/node_modules/.package-lock.json ]; then \
+		cd $(CONSOLE) && npm ci --no-audit --no-fund --loglevel=error; fi
+	cd $(CONSOLE) && npm run --silent build
 
 # The agent runs inside every sandbox, whatever its root filesystem: static.
 agent:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/agentbox-agent ./cmd/agentbox-agent
 
 # The daemon links libcontainer's nsenter (cgo) and libseccomp.
-daemon:
+daemon: console
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox ./cmd/agentbox
 
 # State goes to /var/lib/agentbox unless AGENTBOX_DATA_DIR says otherwise:

@@ -5,16 +5,18 @@ set -euo pipefail
 
 need=()
 # mmdebstrap (with apt and util-linux's unshare, always there) bootstraps
-# debian:SUITE templates from the host's own apt sources.
+# debian:SUITE templates from the host's own apt sources. Chromium is the
+# browser the web console's end-to-end test drives (playwright-core).
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in build-essential pkg-config libseccomp-dev e2fsprogs iproute2 nftables \
          git python3 python3-matplotlib python3-requests ca-certificates curl \
-         docker.io iptables mmdebstrap; do
+         docker.io iptables mmdebstrap chromium; do
   have_pkg "$p" || need+=("$p")
 done
 
-# Node.js and npm drive the official E2B SDK in a compatibility test; any
-# installation will do (a distribution's or NodeSource's).
+# Node.js and npm build the web console (make build) and drive the official
+# E2B SDK in a compatibility test; any installation will do (a
+# distribution's or NodeSource's) with Node 20.19 or newer.
 if ! command -v npm >/dev/null 2>&1; then
   need+=(nodejs npm)
 fi

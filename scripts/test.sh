@@ -24,6 +24,10 @@ if command -v npm >/dev/null 2>&1 &&
 else
   echo "test.sh: could not install @e2b/code-interpreter; its compatibility test will skip" >&2
 fi
+# The web console's unit tests (vitest, web/console/src/*.test.ts); make
+# build installed its pinned npm packages. Its end-to-end test (Chromium
+# driven by playwright-core) is test/e2e TestConsole, in go test below.
+(cd web/console && npm test --silent)
 # -p 1: packages that start sandboxes share the host's cgroups, loop devices
 # and network; running them one at a time keeps results and cleanup checks
 # independent of each other.

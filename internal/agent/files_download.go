@@ -78,6 +78,23 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 		_ = gz.Close()
 		return
 	}
+	// Pseudo files (/proc, /sys) report size 0 and cannot seek to their
+	// end, which ServeContent needs for Content-Length: stream what reading
+	// them gives instead.
+	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+		w.WriteHeader(http.StatusOK)
+		if r.Method == http.MethodHead {
+			return
+		}
+		if _, err := io.Copy(w, f); err != nil {
+			s.log.Debug("download aborted", "path", p, "err", err)
+		}
+		return
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		writeErr(w, fsError(fmt.Sprintf("seek %q", p), err))
+		return
+	}
 	http.ServeContent(w, r, "", fi.ModTime(), f)
 }
 

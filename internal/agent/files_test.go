@@ -107,6 +107,22 @@ func TestUploadDownloadRoundTrip(t *testing.T) {
 	}
 }
 
+// TestDownloadPseudoFile: files of /proc cannot seek to their end and
+// report size 0; they download with what reading them gives (the console
+// reads /proc/net/tcp for a sandbox's listening ports).
+func TestDownloadPseudoFile(t *testing.T) {
+	_, c := startAgent(t, agenttest.Options{})
+	rc, _, err := c.Download(testCtx(t), "/proc/self/status", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if !strings.HasPrefix(string(b), "Name:") {
+		t.Errorf("download of /proc/self/status: %q", b)
+	}
+}
+
 func TestUploadMultipartAndGzip(t *testing.T) {
 	a, _ := startAgent(t, agenttest.Options{})
 	hc := rawHTTP(t, a)

@@ -48,7 +48,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	// Check the sandbox before upgrading, so errors are plain JSON responses.
-	conn, err := websocket.Accept(w, r, nil)
+	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{PTYProtocol}})
 	if err != nil {
 		return nil // Accept already answered with an error
 	}

@@ -76,6 +76,8 @@ type Server struct {
 	reqDur  *prometheus.HistogramVec
 
 	previewTransport *http.Transport
+	tickets          ptyTickets // the console's terminal tickets (console.go)
+	started          time.Time
 	// bodyRules are POST routes whose body is not JSON (see AllowBody).
 	bodyRules []bodyRule
 	// patterns are the /v1 route patterns, for checking them against the
@@ -106,7 +108,7 @@ func New(cfg Config, m *manager.Manager) *Server {
 	if cfg.AcquireTemplateOp == nil {
 		cfg.AcquireTemplateOp = NewTemplateGate(2)
 	}
-	s := &Server{cfg: cfg, m: m, log: cfg.Logger, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, m: m, log: cfg.Logger, mux: http.NewServeMux(), started: time.Now()}
 	s.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "agentbox_http_request_seconds", Help: "HTTP request latency by route and status class.",
 		Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30},
@@ -172,6 +174,7 @@ func (s *Server) routes() {
 	v1("POST /v1/sessions/{session_id}/connect", s.connectSession)
 	v1("POST /v1/sessions/{session_id}/release", s.releaseSession)
 	s.templatesRoutes(v1)
+	s.consoleRoutes(v1)
 	v1("GET /v1/info", s.info)
 	v1("GET /v1/openapi.yaml", func(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Content-Type", "application/yaml")
@@ -321,6 +324,9 @@ func (s *Server) authenticated(h func(http.ResponseWriter, *http.Request) error)
 func (s *Server) authenticate(r *http.Request) (string, error) {
 	if len(s.cfg.APIKeys) == 0 {
 		return DefaultUser, nil
+	}
+	if user, ok, err := s.ticketUser(r); ok {
+		return user, err
 	}
 	return UserForKey(s.cfg.APIKeys, bearerToken(r))
 }

@@ -26,6 +26,9 @@ type Pool struct {
 	ready   []sandbox.ID
 	filling int
 	closed  bool
+	// Counters for Stats.
+	hits, misses, fills, fillErrors int64
+	fillTime, lastFill              time.Duration
 
 	kick chan struct{}
 	done chan struct{}
@@ -66,6 +69,7 @@ func (p *Pool) Kick() {
 func (p *Pool) Take() (sandbox.ID, bool) {
 	p.mu.Lock()
 	if len(p.ready) == 0 {
+		p.misses++
 		p.mu.Unlock()
 		p.Kick()
 		return "", false
@@ -73,6 +77,7 @@ func (p *Pool) Take() (sandbox.ID, bool) {
 	// FIFO: the oldest sandbox goes first, so none sits for ever.
 	id := p.ready[0]
 	p.ready = p.ready[1:]
+	p.hits++
 	p.mu.Unlock()
 	p.Kick()
 	return id, true
@@ -105,6 +110,35 @@ func (p *Pool) Len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.ready)
+}
+
+// Stats are a pool's level and counters since the daemon started.
+type Stats struct {
+	Template   string `json:"template"`
+	Size       int    `json:"size"`
+	Ready      int    `json:"ready"`
+	Filling    int    `json:"filling"`
+	Hits       int64  `json:"hits"`
+	Misses     int64  `json:"misses"`
+	Fills      int64  `json:"fills"`
+	FillErrors int64  `json:"fill_errors"`
+	// AvgFillMS and LastFillMS: how long making one ready sandbox took
+	// (0 before the first fill).
+	AvgFillMS  float64 `json:"avg_fill_ms"`
+	LastFillMS float64 `json:"last_fill_ms"`
+}
+
+// Stats returns the pool's level and counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := Stats{Template: p.key, Size: p.size, Ready: len(p.ready), Filling: p.filling,
+		Hits: p.hits, Misses: p.misses, Fills: p.fills, FillErrors: p.fillErrors,
+		LastFillMS: float64(p.lastFill.Microseconds()) / 1000}
+	if p.fills > 0 {
+		st.AvgFillMS = float64(p.fillTime.Microseconds()) / 1000 / float64(p.fills)
+	}
+	return st
 }
 
 // Stop ends the refill loop, waits for it, and returns the sandboxes still
@@ -144,11 +178,18 @@ func (p *Pool) loop(ctx context.Context) {
 			p.filling++
 			p.mu.Unlock()
 
+			start := time.Now()
 			id, err := p.fill(ctx)
+			took := time.Since(start)
 			p.mu.Lock()
 			p.filling--
 			if err == nil {
 				p.ready = append(p.ready, id)
+				p.fills++
+				p.fillTime += took
+				p.lastFill = took
+			} else if ctx.Err() == nil {
+				p.fillErrors++
 			}
 			p.mu.Unlock()
 			if err != nil {

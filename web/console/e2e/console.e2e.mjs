@@ -1,0 +1,283 @@
+// Drives the web console in Debian's Chromium against a running daemon
+// (test/e2e TestConsole starts the daemon and runs this script).
+//
+// Environment: CONSOLE_URL, KEY_A and KEY_B (two tenants), KEY_OP (the
+// operator), CHROMIUM (the browser), OUT_DIR (screenshots). Prints one JSON
+// object of results on its last line; exits non-zero on the first failure.
+import { chromium } from 'playwright-core';
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+
+const env = (k) => { const v = process.env[k]; if (v === undefined) throw new Error(`${k} is not set`); return v; };
+const url = env('CONSOLE_URL');
+const keyA = env('KEY_A'), keyB = env('KEY_B'), keyOp = env('KEY_OP');
+const out = env('OUT_DIR');
+const T = 30_000; // each wait's bound
+
+const result = { screenshots: [], problems: [] };
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  headless: true,
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  // Playwright gives the browser a fresh --user-data-dir of its own (a new
+  // temporary profile, removed on close); every tenant below also gets a
+  // context of its own, with empty storage.
+  timeout: T,
+});
+
+function watch(page, who) {
+  // Refused requests are the API's answers (a wrong key, a tenant's 403),
+  // shown on the page; anything else logged as an error (a CSP violation,
+  // an exception) is a problem.
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) result.problems.push(`${who} console: ${m.text()}`);
+  });
+  page.on('pageerror', (e) => result.problems.push(`${who} page error: ${e.message}`));
+}
+
+const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+
+// Each page is checked for accessibility (axe-core, WCAG 2 A and AA rules)
+// when its screenshot is taken; serious and critical findings fail.
+async function shot(page, name) {
+  const path = join(out, `${name}.png`);
+  await page.screenshot({ path, fullPage: false });
+  result.screenshots.push(path);
+  // Evaluated through the debugging protocol: the page's CSP still holds
+  // for everything the page itself runs.
+  if (!(await page.evaluate(() => typeof window.axe !== 'undefined'))) await page.evaluate(axeSource);
+  const found = await page.evaluate(async () => {
+    const r = await window.axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } });
+    return r.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical')
+      .map((v) => `${v.id}: ${v.help} (${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join('; ')})`);
+  });
+  for (const f of found) result.problems.push(`${name} accessibility: ${f}`);
+  result.axeChecked = (result.axeChecked ?? 0) + 1;
+}
+
+async function signIn(page, key) {
+  await page.goto(url + '/', { timeout: T });
+  await page.getByLabel('API key').waitFor({ timeout: T });
+  await page.getByLabel('API key').fill(key);
+  await page.getByLabel('API key').press('Enter'); // keyboard only
+  await page.getByRole('heading', { name: 'Sandboxes', level: 1 }).waitFor({ timeout: T });
+}
+
+async function api(key, method, path) {
+  return fetch(url + path, { method, headers: { Authorization: `Bearer ${key}` } });
+}
+
+try {
+  // Tenant A.
+  const ctxA = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+  const a = await ctxA.newPage();
+  watch(a, 'A');
+  await a.goto(url + '/', { timeout: T });
+  await a.getByRole('heading', { name: 'agentbox console' }).waitFor({ timeout: T });
+  await shot(a, 'signin');
+  // A wrong key is refused with the API's words.
+  await a.getByLabel('API key').fill('not-a-key');
+  await a.getByRole('button', { name: 'Sign in' }).click();
+  const refusal = await a.getByRole('alert').textContent({ timeout: T });
+  if (!refusal.includes('unauthenticated: invalid API key')) throw new Error(`wrong key: got ${refusal}`);
+  result.refusal = refusal;
+  await signIn(a, keyA);
+
+  // Create a sandbox with metadata, see it in the list.
+  await a.getByLabel('Metadata', { exact: true }).fill('suite=console');
+  await a.getByRole('button', { name: 'Create sandbox' }).click();
+  const row = a.locator('tbody tr[data-id]').first();
+  await row.waitFor({ timeout: T });
+  const id = await row.getAttribute('data-id');
+  result.sandbox = id;
+  // The metadata filter: a pair it has shows it, another hides it.
+  await a.getByLabel('Metadata filter').fill('suite=other');
+  await a.getByRole('button', { name: 'Filter' }).click();
+  await a.locator('#sandbox-count', { hasText: '0 sandboxes matching the filter' }).waitFor({ timeout: T });
+  await a.getByLabel('Metadata filter').fill('suite=console');
+  await a.getByRole('button', { name: 'Filter' }).click();
+  await a.locator(`tr[data-id="${id}"]`).waitFor({ timeout: T });
+  // Wait for two stats samples so the sparklines have a line.
+  await a.waitForFunction((id) => {
+    const p = document.querySelector(`tr[data-id="${id}"] svg.spark polyline`);
+    return p && p.getAttribute('points').split(' ').length >= 2;
+  }, id, { timeout: T });
+  await shot(a, 'sandboxes');
+
+  // Pause and resume, where the backend can (capabilities.pause).
+  const info = await (await api(keyA, 'GET', '/v1/info')).json();
+  result.pauseSupported = info.capabilities?.pause === true;
+  const pauseButtons = await a.getByRole('button', { name: `Pause ${id}` }).count();
+  if (pauseButtons !== (result.pauseSupported ? 1 : 0)) throw new Error(`pause supported ${result.pauseSupported} but ${pauseButtons} pause buttons`);
+  if (result.pauseSupported) {
+    await a.getByRole('button', { name: `Pause ${id}` }).click();
+    await a.getByRole('alertdialog').getByRole('button', { name: 'Pause' }).click();
+    await a.locator(`tr[data-id="${id}"] .state.paused`).waitFor({ timeout: T });
+    result.pausedState = (await (await api(keyA, 'GET', `/v1/sandboxes/${id}`)).json()).state;
+    await shot(a, 'paused');
+    await a.getByRole('button', { name: `Resume ${id}` }).click();
+    await a.locator(`tr[data-id="${id}"] .state.running`).waitFor({ timeout: T });
+    result.resumedState = (await (await api(keyA, 'GET', `/v1/sandboxes/${id}`)).json()).state;
+  }
+
+  // Extend: the end time moves later.
+  const endBefore = Date.parse((await (await api(keyA, 'GET', `/v1/sandboxes/${id}`)).json()).end_at);
+  await a.getByRole('button', { name: `Extend ${id}` }).click();
+  let endAfter = endBefore;
+  for (let i = 0; i < 50 && endAfter <= endBefore; i++) {
+    await a.waitForTimeout(100);
+    endAfter = Date.parse((await (await api(keyA, 'GET', `/v1/sandboxes/${id}`)).json()).end_at);
+  }
+  result.extendedBySeconds = Math.round((endAfter - endBefore) / 1000);
+
+  // The terminal: type echo hi, read hi on the screen.
+  await a.getByRole('link', { name: id, exact: true }).click();
+  await a.locator('#terminal[data-connected="true"]').waitFor({ timeout: T });
+  await a.locator('#terminal').click();
+  await a.keyboard.type('echo hi\n');
+  await a.waitForFunction(() => [...document.querySelectorAll('#terminal .xterm-rows > div')].some((r) => r.textContent.trim() === 'hi'), null, { timeout: T });
+  result.terminal = await a.locator('#terminal .xterm-rows').innerText();
+  await shot(a, 'terminal');
+
+  // Files: upload, see it listed; edit, save, read it back through the API.
+  // The tabs follow the keyboard (ARIA tabs: arrow keys).
+  await a.getByRole('tab', { name: 'Terminal' }).focus();
+  await a.keyboard.press('ArrowRight');
+  await a.waitForURL(/\/files$/, { timeout: T });
+  await a.locator('[role=tab][aria-selected="true"]', { hasText: 'Files' }).waitFor({ timeout: T });
+  result.keyboardTabs = await a.evaluate(() => document.activeElement?.textContent === 'Files' ? 'focused' : `focus on ${document.activeElement?.outerHTML.slice(0, 80)}`);
+  await a.getByRole('heading', { name: 'Files' }).waitFor({ timeout: T });
+  await a.locator('#files tbody tr').first().waitFor({ timeout: T });
+  await a.getByLabel('Upload to this directory').setInputFiles({ name: 'upload.txt', mimeType: 'text/plain', buffer: Buffer.from('uploaded from the browser\n') });
+  await a.locator('tr[data-name="upload.txt"]').waitFor({ timeout: T });
+  await a.getByRole('textbox', { name: 'New folder' }).fill('made-here');
+  await a.getByRole('button', { name: 'Create folder' }).click();
+  await a.getByRole('button', { name: 'made-here/' }).click();
+  await a.locator('#files tbody', { hasText: 'Empty directory' }).waitFor({ timeout: T });
+  result.folder = await a.locator('#dir').inputValue();
+  await a.getByRole('button', { name: 'Parent directory' }).click();
+  await a.locator('tr[data-name="upload.txt"]').waitFor({ timeout: T });
+  let res = await api(keyA, 'GET', `/v1/sandboxes/${id}/files?path=/home/user/upload.txt`);
+  result.uploaded = await res.text();
+  await a.getByRole('button', { name: 'Edit upload.txt' }).click();
+  await a.locator('#edit-area').fill('edited in the console\n');
+  await a.getByRole('button', { name: 'Save' }).click();
+  await a.locator('#edit-status', { hasText: 'Saved' }).waitFor({ timeout: T });
+  res = await api(keyA, 'GET', `/v1/sandboxes/${id}/files?path=/home/user/upload.txt`);
+  result.edited = await res.text();
+  await shot(a, 'files');
+
+  // Ports: a server started in the sandbox (through the API, left running
+  // until the sandbox dies) is listed, and its preview link opens it.
+  fetch(`${url}/v1/sandboxes/${id}/exec`, { method: 'POST', headers: { Authorization: `Bearer ${keyA}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ cmd: ['python3', '-m', 'http.server', '8123', '--bind', '127.0.0.1'], cwd: '/home/user', timeout: 120 }) }).catch(() => {});
+  await a.getByRole('tab', { name: 'Ports' }).click();
+  for (let i = 0; i < 20 && await a.getByRole('button', { name: 'Preview link for 8123' }).count() === 0; i++) {
+    await a.waitForTimeout(500);
+    await a.getByRole('button', { name: 'Look again' }).click();
+  }
+  await a.getByRole('button', { name: 'Preview link for 8123' }).click();
+  const link = a.getByRole('link', { name: 'Open port 8123' });
+  await link.waitFor({ timeout: T });
+  await shot(a, 'ports');
+  const href = await link.getAttribute('href');
+  result.previewHref = href.replace(/agentbox_token=[^&]+/, 'agentbox_token=…');
+  const preview = await ctxA.newPage();
+  await preview.goto(href, { timeout: T });
+  result.previewPage = await preview.locator('body').innerText({ timeout: T });
+  await preview.close();
+
+  for (const [tab, ready] of [['Logs', 'ol.logs li'], ['Resources', 'figure.chart figcaption'], ['Exec history', 'text=does not keep a history']]) {
+    await a.getByRole('tab', { name: tab }).click();
+    await a.locator(ready).first().waitFor({ timeout: T });
+    await shot(a, tab.toLowerCase().replace(' ', '-'));
+  }
+
+  await a.getByRole('link', { name: 'Templates' }).click();
+  await a.getByRole('heading', { name: 'Templates', level: 1 }).waitFor({ timeout: T });
+  await a.locator('#templates tbody tr').first().waitFor({ timeout: T });
+  await shot(a, 'templates');
+  await a.getByRole('link', { name: 'Pools' }).click();
+  await a.getByRole('heading', { name: 'Warm pools' }).waitFor({ timeout: T });
+  await shot(a, 'pools');
+  if (await a.getByRole('link', { name: 'Admin' }).count() !== 0) throw new Error('a tenant sees the Admin page link');
+
+  // The key stays in this tab's sessionStorage: no cookie, no localStorage.
+  result.storage = await a.evaluate(() => ({ session: Object.keys(sessionStorage), local: localStorage.length, cookie: document.cookie }));
+
+  // Narrow screen: the list still renders, navigation wraps.
+  await a.setViewportSize({ width: 375, height: 740 });
+  await a.getByRole('link', { name: 'Sandboxes' }).first().click();
+  await a.locator(`tr[data-id="${id}"]`).waitFor({ timeout: T });
+  await shot(a, 'narrow');
+  await a.setViewportSize({ width: 1280, height: 860 });
+
+  // Tenant B sees nothing of A's sandbox, in the list or by its address.
+  const ctxB = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+  const b = await ctxB.newPage();
+  watch(b, 'B');
+  await signIn(b, keyB);
+  await b.locator('#sandbox-count').filter({ hasText: /sandbox/ }).waitFor({ timeout: T });
+  result.otherCount = await b.locator('#sandbox-count').textContent();
+  result.otherRows = await b.locator(`tr[data-id="${id}"]`).count();
+  await b.goto(`${url}/#/sandboxes/${id}/files`);
+  await b.reload();
+  result.otherDetail = await b.getByRole('alert').first().textContent({ timeout: T });
+  await shot(b, 'other-tenant');
+  await ctxB.close();
+
+  // The operator's pages.
+  const ctxO = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+  const o = await ctxO.newPage();
+  watch(o, 'operator');
+  await signIn(o, keyOp);
+  await o.getByRole('link', { name: 'Admin' }).click();
+  await o.locator('#tenants tbody tr').first().waitFor({ timeout: T });
+  result.adminTenants = await o.locator('#tenants tbody').innerText();
+  result.adminSandboxes = await o.locator('#all-sandboxes tbody').innerText();
+  await shot(o, 'admin');
+  await o.getByRole('link', { name: 'Pools' }).click();
+  await o.locator('#pools tbody tr').first().waitFor({ timeout: T });
+  result.pools = await o.locator('#pools tbody').innerText();
+  await shot(o, 'pools-operator');
+  // A build with its live log; the new template appears in the list.
+  await o.getByRole('link', { name: 'Templates' }).click();
+  await o.getByRole('heading', { name: 'Build from a Dockerfile' }).waitFor({ timeout: T });
+  await o.getByLabel('Tag', { exact: true }).fill('console-built:1');
+  await o.getByLabel('Dockerfile', { exact: true }).fill('FROM scratch\nLABEL made=console\n');
+  await o.getByRole('button', { name: 'Build' }).click();
+  await o.locator('#build-log', { hasText: 'Done: console-built:1' }).waitFor({ timeout: T });
+  result.buildLog = await o.locator('#build-log').textContent();
+  await o.locator('#templates tbody th', { hasText: 'console-built:1' }).waitFor({ timeout: T });
+  await shot(o, 'build');
+  // A failing build shows the error as the API words it.
+  await o.getByLabel('Dockerfile', { exact: true }).fill('FROM scratch\nBOGUS x\n');
+  await o.getByRole('button', { name: 'Build' }).click();
+  await o.locator('#build-log', { hasText: 'Error' }).waitFor({ timeout: T });
+  result.buildError = await o.locator('#build-log').textContent();
+  await ctxO.close();
+
+  // Kill the sandbox (with its confirmation) and see it go.
+  await a.getByRole('button', { name: `Kill ${id}` }).click();
+  await a.getByRole('alertdialog').waitFor({ timeout: T });
+  await shot(a, 'confirm');
+  await a.getByRole('alertdialog').getByRole('button', { name: 'Kill' }).click();
+  await a.locator(`tr[data-id="${id}"]`).waitFor({ state: 'detached', timeout: T });
+  res = await api(keyA, 'GET', `/v1/sandboxes/${id}`);
+  result.afterKill = res.status;
+  // A stored key that no longer works sends the tab back to signing in.
+  await a.evaluate(() => sessionStorage.setItem('agentbox.console.key', 'revoked-key'));
+  await a.reload();
+  await a.getByLabel('API key').waitFor({ timeout: T });
+  result.revoked = await a.getByRole('alert').textContent({ timeout: T });
+  result.revokedStorage = await a.evaluate(() => sessionStorage.length);
+  await ctxA.close();
+} catch (e) {
+  result.error = String(e?.stack || e);
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(result));
+process.exit(result.error ? 1 : 0);

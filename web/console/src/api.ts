@@ -1,0 +1,133 @@
+// The /v1 API as the console calls it: the key goes in the Authorization
+// header of each request (never a cookie, never a URL), errors come back
+// as ApiError with the API's own code and message.
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly requestId?: string,
+    readonly field?: string,
+  ) {
+    super(message);
+  }
+  /** The error as the API words it: "code: message". */
+  toString(): string {
+    return `${this.code}: ${this.message}`;
+  }
+}
+
+/** Turns an error response into an ApiError (the API's JSON error shape, or the raw text). */
+export async function errorFrom(res: Response): Promise<ApiError> {
+  const text = await res.text().catch(() => '');
+  try {
+    const body = JSON.parse(text) as { code?: string; message?: string; request_id?: string; field?: string; detail?: string };
+    if (body && (body.message || body.detail)) {
+      return new ApiError(res.status, body.code ?? `http_${res.status}`, body.message ?? body.detail ?? '', body.request_id, body.field);
+    }
+  } catch {
+    /* not JSON */
+  }
+  return new ApiError(res.status, `http_${res.status}`, text.trim() || res.statusText || `HTTP ${res.status}`);
+}
+
+export interface Sandbox {
+  id: string;
+  template: string;
+  type?: string;
+  state: string;
+  created_at: string;
+  end_at: string;
+  metadata?: Record<string, string>;
+  resources?: { memory?: number; cpus?: number; pids?: number; disk?: number };
+  network?: { mode?: string };
+  from_pool?: boolean;
+}
+
+export interface Stats {
+  memory_bytes?: number;
+  memory_max_bytes?: number;
+  memory_limit?: number;
+  cpu_seconds?: number;
+  pids?: number;
+  pids_limit?: number;
+  disk_used_bytes?: number;
+  disk_total_bytes?: number;
+}
+
+export interface Entry { name: string; path: string; type: string; size?: number; mode?: string; modified_at?: string }
+export interface LogEntry { timestamp: string; level: string; message: string; fields?: Record<string, unknown> }
+export interface Template { name: string; tag: string; kind: string; digest?: string; source?: string; layers: { diff_id?: string; size?: number }[]; size: number; created: string; in_use: number }
+export interface Info { version: string; backend: string; capabilities: Record<string, unknown>; templates: Record<string, string>; pools: Record<string, number>; user: string }
+export interface PoolStats { template: string; size: number; ready: number; filling: number; hits: number; misses: number; fills: number; fill_errors: number; avg_fill_ms: number; last_fill_ms: number }
+
+export class Api {
+  constructor(readonly key: string, readonly base = '') {}
+
+  private headers(extra?: Record<string, string>): Record<string, string> {
+    const h: Record<string, string> = { ...extra };
+    if (this.key) h.Authorization = `Bearer ${this.key}`;
+    return h;
+  }
+
+  /** A raw request; throws ApiError on a non-2xx answer. */
+  async request(method: string, path: string, init: { body?: BodyInit; json?: unknown; headers?: Record<string, string>; signal?: AbortSignal } = {}): Promise<Response> {
+    const headers = this.headers(init.headers);
+    let body = init.body;
+    if (init.json !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      body = JSON.stringify(init.json);
+    } else if (method === 'POST' && body === undefined) {
+      // Every POST declares JSON, even without a body (the browser guard).
+      headers['Content-Type'] = 'application/json';
+    }
+    const res = await fetch(this.base + path, { method, headers, body, signal: init.signal, credentials: 'omit', cache: 'no-store' });
+    if (!res.ok) {
+      const err = await errorFrom(res);
+      // A key that stopped working (revoked, server restarted with other
+      // keys) ends the session: the console goes back to signing in.
+      if (res.status === 401) window.dispatchEvent(new CustomEvent('agentbox:unauthorized', { detail: err }));
+      throw err;
+    }
+    return res;
+  }
+
+  async json<T>(method: string, path: string, json?: unknown): Promise<T> {
+    const res = await this.request(method, path, { json });
+    if (res.status === 204) return undefined as T;
+    return (await res.json()) as T;
+  }
+
+  info() { return this.json<Info>('GET', '/v1/info'); }
+  list(metadata?: string) {
+    const q = new URLSearchParams({ limit: '1000' });
+    if (metadata) q.set('metadata', metadata);
+    return this.json<{ sandboxes: Sandbox[] }>('GET', `/v1/sandboxes?${q}`);
+  }
+  get(id: string) { return this.json<Sandbox>('GET', `/v1/sandboxes/${enc(id)}`); }
+  create(body: Record<string, unknown>) { return this.json<Sandbox>('POST', '/v1/sandboxes', body); }
+  kill(id: string) { return this.json<void>('DELETE', `/v1/sandboxes/${enc(id)}`); }
+  extend(id: string, seconds: number) { return this.json<Sandbox>('POST', `/v1/sandboxes/${enc(id)}/refresh`, { duration: seconds }); }
+  pause(id: string) { return this.json<Sandbox>('POST', `/v1/sandboxes/${enc(id)}/pause`); }
+  resume(id: string) { return this.json<Sandbox>('POST', `/v1/sandboxes/${enc(id)}/resume`); }
+  stats(id: string) { return this.json<Stats>('GET', `/v1/sandboxes/${enc(id)}/stats`); }
+  logs(id: string) { return this.json<{ logs: LogEntry[] }>('GET', `/v1/sandboxes/${enc(id)}/logs?limit=500`); }
+  files(id: string, path: string) { return this.json<{ entries: Entry[] }>('GET', `/v1/sandboxes/${enc(id)}/files/list?path=${encodeURIComponent(path)}`); }
+  async read(id: string, path: string): Promise<Blob> {
+    const res = await this.request('GET', `/v1/sandboxes/${enc(id)}/files?path=${encodeURIComponent(path)}`);
+    return res.blob();
+  }
+  write(id: string, path: string, data: Blob | string) {
+    return this.request('PUT', `/v1/sandboxes/${enc(id)}/files?path=${encodeURIComponent(path)}`, { body: data, headers: { 'Content-Type': 'application/octet-stream' } });
+  }
+  mkdir(id: string, path: string) { return this.json<Entry>('POST', `/v1/sandboxes/${enc(id)}/files/mkdir`, { path }); }
+  remove(id: string, path: string) { return this.request('DELETE', `/v1/sandboxes/${enc(id)}/files?path=${encodeURIComponent(path)}`); }
+  ptyTicket(id: string) { return this.json<{ ticket: string; protocols: string[] }>('POST', `/v1/sandboxes/${enc(id)}/pty-tickets`); }
+  previewToken(id: string, port: number) { return this.json<{ url?: string; path: string; expires_at: string }>('POST', `/v1/sandboxes/${enc(id)}/preview-tokens`, { port }); }
+  templates() { return this.json<{ templates: Template[] }>('GET', '/v1/templates'); }
+  pools() { return this.json<{ pools: PoolStats[] }>('GET', '/v1/pools'); }
+  overview() { return this.json<Record<string, any>>('GET', '/v1/admin/overview'); }
+}
+
+function enc(s: string): string { return encodeURIComponent(s); }

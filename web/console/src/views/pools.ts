@@ -1,0 +1,34 @@
+import { h, errorBox } from '../dom';
+import type { Session } from '../session';
+
+export function poolsView(main: HTMLElement, s: Session): () => void {
+  main.appendChild(h('h1', {}, 'Warm pools'));
+  const levels = Object.entries(s.info.pools ?? {});
+  if (!s.operator) {
+    main.append(h('p', {}, 'Ready sandboxes per pool (hit rates and refill times are for the operator):'),
+      levels.length ? h('ul', {}, ...levels.map(([t, n]) => h('li', {}, `${t}: ${n} ready`))) : h('p', {}, 'This server keeps no warm pool.'));
+    return () => {};
+  }
+  const body = h('tbody', {});
+  const err = h('div', {});
+  main.append(err, h('div', { class: 'scroll' }, h('table', { class: 'list', id: 'pools' },
+    h('caption', { class: 'sr-only' }, 'Warm pools'),
+    h('thead', {}, h('tr', {}, ...['Template', 'Ready / size', 'Filling', 'Hit rate', 'Hits', 'Misses', 'Avg refill', 'Last refill', 'Refill errors'].map((c) => h('th', { scope: 'col' }, c)))), body)));
+  const load = async () => {
+    try {
+      const { pools } = await s.api.pools();
+      body.replaceChildren();
+      for (const p of pools) {
+        const takes = p.hits + p.misses;
+        body.appendChild(h('tr', {}, h('th', { scope: 'row' }, p.template), h('td', {}, `${p.ready} / ${p.size}`), h('td', {}, String(p.filling)),
+          h('td', {}, takes ? `${((100 * p.hits) / takes).toFixed(0)}%` : '—'), h('td', {}, String(p.hits)), h('td', {}, String(p.misses)),
+          h('td', {}, p.fills ? `${p.avg_fill_ms.toFixed(0)} ms` : '—'), h('td', {}, p.fills ? `${p.last_fill_ms.toFixed(0)} ms` : '—'), h('td', {}, String(p.fill_errors))));
+      }
+      if (pools.length === 0) body.appendChild(h('tr', {}, h('td', { colspan: 9 }, 'This server keeps no warm pool (POOL_SIZE, POOL_TYPES).')));
+      err.replaceChildren();
+    } catch (ex) { err.replaceChildren(errorBox(ex)); }
+  };
+  void load();
+  const t = window.setInterval(() => void load(), 5000);
+  return () => window.clearInterval(t);
+}

@@ -45,4 +45,3 @@ MCP client disconnects. Logs go to stderr.`,
 	cmd.Flags().StringVar(&network, "network", "", "network of the session's sandbox: none or egress (default: the server's)")
 	return cmd
 }
-

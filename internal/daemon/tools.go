@@ -38,10 +38,14 @@ func startTools(cfg *config.Config, api *httpapi.Server, servers mcpserver.Sandb
 		verify = func(key string) (string, error) { return httpapi.UserForKey(cfg.APIKeys, key) }
 	}
 	h := mcpserver.NewHTTP(mcpserver.HTTPConfig{
-		NewClient: func(key string) (*client.Client, error) {
-			// A loopback host name: the browser guard serves it on a
-			// keyless server.
-			return client.New("http://localhost", client.WithHTTPClient(hc), client.WithAPIKey(key), client.WithUserAgent("agentbox-tools"))
+		NewClient: func(key, host string) (*client.Client, error) {
+			// The caller's Host (which the browser guard already let
+			// through), so previews and other URLs the server builds are
+			// the caller's; the connection itself is in-memory.
+			if host == "" {
+				host = "localhost"
+			}
+			return client.New("http://"+host, client.WithHTTPClient(hc), client.WithAPIKey(key), client.WithUserAgent("agentbox-tools"))
 		},
 		Verify:         verify,
 		SessionTimeout: cfg.MCPSessionTimeout,

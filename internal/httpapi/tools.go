@@ -66,7 +66,7 @@ func (s *Server) RegisterTools(h *mcpserver.HTTP) {
 		if _, err := s.m.Get(r.Context(), userOf(r), sandboxID(r)); err != nil {
 			return err
 		}
-		res, err := h.CallTool(r.Context(), userOf(r), bearerToken(r), string(sandboxID(r)), r.PathValue("name"), body)
+		res, err := h.CallTool(r.Context(), userOf(r), bearerToken(r), r.Host, string(sandboxID(r)), r.PathValue("name"), body)
 		if errors.Is(err, mcpserver.ErrUnknownTool) {
 			return sandbox.Errorf(sandbox.ClassNotFound, "%v: GET /v1/tools lists the tools", err)
 		}

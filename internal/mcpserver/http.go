@@ -3,7 +3,6 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -30,8 +29,10 @@ type SandboxServers interface {
 // HTTPConfig configures the daemon's MCP and function-calling service.
 type HTTPConfig struct {
 	// NewClient returns an API client acting with the caller's API key
-	// (empty on a keyless server).
-	NewClient func(apiKey string) (*client.Client, error)
+	// (empty on a keyless server), addressing the server as host (the
+	// Host the caller used, so URLs the server makes, such as previews,
+	// are the caller's).
+	NewClient func(apiKey, host string) (*client.Client, error)
 	// Verify maps an API key to its user; nil when the server has no keys.
 	Verify func(key string) (string, error)
 	// SessionTimeout ends MCP sessions idle this long (and destroys their
@@ -71,8 +72,8 @@ func NewHTTP(cfg HTTPConfig) *HTTP {
 	}
 	h := &HTTP{cfg: cfg, kit: tools.New(), log: cfg.Logger.With("component", "mcp"), bound: map[string]*boundEndpoint{}}
 	h.session = New(h.kit, tools.SessionMode, func(ctx context.Context, extra *mcp.RequestExtra) (*tools.Session, error) {
-		user, key := identity(extra)
-		c, err := cfg.NewClient(key)
+		user, key, host := identity(extra)
+		c, err := cfg.NewClient(key, host)
 		if err != nil {
 			return nil, err
 		}
@@ -93,22 +94,26 @@ func (h *HTTP) handlerOptions() *mcp.StreamableHTTPOptions {
 	}
 }
 
-// keyHeader carries the caller's user to the tool sessions: set by the
-// daemon's authentication, never taken from the client (wrap overwrites
-// it on every request).
-const keyHeader = "X-Agentbox-Internal-User"
+// userHeader and hostHeader carry the caller's user and the Host it used
+// to the tool sessions: set from the daemon's authentication and the
+// request, never taken from the client (ServeMCP overwrites them on every
+// request).
+const (
+	userHeader = "X-Agentbox-Internal-User"
+	hostHeader = "X-Agentbox-Internal-Host"
+)
 
-// identity returns the user and API key of an MCP request.
-func identity(extra *mcp.RequestExtra) (user, key string) {
+// identity returns the user, API key and Host of an MCP request.
+func identity(extra *mcp.RequestExtra) (user, key, host string) {
 	if extra == nil || extra.Header == nil {
-		return "", ""
+		return "", "", ""
 	}
-	user = extra.Header.Get(keyHeader)
+	user, host = extra.Header.Get(userHeader), extra.Header.Get(hostHeader)
 	a := extra.Header.Get("Authorization")
 	if len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
 		key = strings.TrimSpace(a[7:])
 	}
-	return user, key
+	return user, key, host
 }
 
 // wrap adds the session-owner check of the SDK (a session is only ever
@@ -129,14 +134,16 @@ func (h *HTTP) wrap(next http.Handler) http.Handler {
 
 // ServeMCP serves /mcp for an authenticated user.
 func (h *HTTP) ServeMCP(w http.ResponseWriter, r *http.Request, user string) {
-	r.Header.Set(keyHeader, user)
+	r.Header.Set(userHeader, user)
+	r.Header.Set(hostHeader, r.Host)
 	h.handler.ServeHTTP(w, r)
 }
 
 // ServeSandboxMCP serves /v1/sandboxes/{id}/mcp for an authenticated user
 // who owns sandbox id (the caller checked).
 func (h *HTTP) ServeSandboxMCP(w http.ResponseWriter, r *http.Request, user, id string) {
-	r.Header.Set(keyHeader, user)
+	r.Header.Set(userHeader, user)
+	r.Header.Set(hostHeader, r.Host)
 	h.endpoint(user, id).ServeHTTP(w, r)
 }
 
@@ -158,8 +165,8 @@ func (h *HTTP) endpoint(user, id string) http.Handler {
 		}
 	}
 	srv := New(h.kit, tools.BoundMode, func(ctx context.Context, extra *mcp.RequestExtra) (*tools.Session, error) {
-		_, apiKey := identity(extra)
-		c, err := h.cfg.NewClient(apiKey)
+		_, apiKey, host := identity(extra)
+		c, err := h.cfg.NewClient(apiKey, host)
 		if err != nil {
 			return nil, err
 		}
@@ -284,7 +291,7 @@ type CallResult struct {
 // CallTool runs one tool in sandbox id for user (who owns it: the caller
 // checked) with the caller's key: a kit tool, else a tool of the
 // sandbox's MCP servers.
-func (h *HTTP) CallTool(ctx context.Context, user, apiKey, id, name string, args json.RawMessage) (*CallResult, error) {
+func (h *HTTP) CallTool(ctx context.Context, user, apiKey, host, id, name string, args json.RawMessage) (*CallResult, error) {
 	if !h.kit.Has(tools.BoundMode, name) {
 		if h.cfg.Servers != nil {
 			var a any
@@ -303,7 +310,7 @@ func (h *HTTP) CallTool(ctx context.Context, user, apiKey, id, name string, args
 		}
 		return nil, fmt.Errorf("%w %q", ErrUnknownTool, name)
 	}
-	c, err := h.cfg.NewClient(apiKey)
+	c, err := h.cfg.NewClient(apiKey, host)
 	if err != nil {
 		return nil, err
 	}
@@ -339,5 +346,3 @@ func fromMCP(res *mcp.CallToolResult) *CallResult {
 	out.Text = strings.Join(texts, "\n")
 	return out
 }
-
-var _ = errors.New

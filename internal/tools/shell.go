@@ -172,8 +172,9 @@ func shellTools() []*Tool {
 		},
 		{
 			Name: "preview_url",
-			Description: "Get a URL at which a person (or a browser) can reach a server listening on a port inside the sandbox, e.g. a web app started with shell_exec background=true. " +
-				"The server must listen on 0.0.0.0 or 127.0.0.1 in the sandbox. The URL carries an access token valid for ttl seconds.",
+			Description: "Get a URL at which a server listening on a port inside the sandbox (e.g. a web app started with shell_exec background=true) can be reached from outside. " +
+				"The server must listen on 0.0.0.0 or 127.0.0.1 in the sandbox. The URL carries an access token valid for ttl seconds. " +
+				"When the agentbox server has a preview domain the URL opens in a browser; otherwise it is for programs (curl, HTTP clients).",
 			Schema: object(req("port"),
 				p("port", integer("The port the server listens on inside the sandbox.", 1, 65535)),
 				p("ttl", integer("Seconds the URL stays valid (default 3600).", 60, 7*24*3600)),

@@ -130,8 +130,10 @@ func runGitInit(ctx context.Context, s *Session, sb string, raw json.RawMessage)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := s.c.MakeDir(ctx, sb, abs); err != nil {
-			return nil, err
+		if e, err := s.c.Stat(ctx, sb, abs); err != nil || e.Type != "dir" {
+			if _, err := s.c.MakeDir(ctx, sb, abs); err != nil {
+				return nil, err
+			}
 		}
 	}
 	out, err := s.git(ctx, sb, a.Path, `git init -q -b "$1" . 2>/dev/null || { git init -q . && git symbolic-ref HEAD "refs/heads/$1"; } && git rev-parse --absolute-git-dir`, time.Minute, a.Branch)

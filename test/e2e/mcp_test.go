@@ -381,3 +381,19 @@ func waitGone(t *testing.T, sdk *client.Client, id string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestMCPSessionIdleTimeout: an MCP session idle for MCP_SESSION_TIMEOUT
+// ends, and its sandbox is destroyed, without the client closing it.
+func TestMCPSessionIdleTimeout(t *testing.T) {
+	d := startDaemon(t, "API_KEYS="+mcpAliceKey+":alice", "MCP_SESSION_TIMEOUT=2")
+	cs := mcpHTTP(t, d, mcpAliceKey, "/mcp")
+	mustTool(t, cs, "shell_exec", map[string]any{"command": "true"})
+	id := sessionSandbox(t, cs)
+	waitGone(t, d.sdk(t, mcpAliceKey), id)
+	// The session is gone too: a call on it is refused.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sandbox_list", Arguments: map[string]any{}}); err == nil {
+		t.Errorf("a call on an expired session succeeded")
+	}
+}

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
+	"net/http/cookiejar"
+	neturl "net/url"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -181,7 +184,7 @@ func checkToolList(t *testing.T, cs *mcp.ClientSession, want []string) {
 }
 
 // exerciseKit runs the kit's behaviours through one MCP session.
-func exerciseKit(t *testing.T, cs *mcp.ClientSession) {
+func exerciseKit(t *testing.T, cs *mcp.ClientSession, previewBase string) {
 	checkToolList(t, cs, kitTools)
 
 	// Code keeps its state across calls.
@@ -309,6 +312,40 @@ func exerciseKit(t *testing.T, cs *mcp.ClientSession) {
 	}
 	mustTool(t, cs, "shell_interactive", map[string]any{"action": "close", "terminal": term[1]})
 
+	// Named code contexts have their own state.
+	mustTool(t, cs, "run_code", map[string]any{"code": "z = 'ctx-a'", "context": "a"})
+	failTool(t, cs, "run_code", map[string]any{"code": "z", "context": "b"}, `NameError`)
+	if got := mustTool(t, cs, "run_code", map[string]any{"code": "z", "context": "a"}); !strings.Contains(got, "ctx-a") {
+		t.Errorf("named context: %q", got)
+	}
+
+	// HTTP from inside the sandbox to a server there, and its preview URL.
+	mustTool(t, cs, "shell_exec", map[string]any{"command": "python3 -m http.server 8765 --bind 127.0.0.1", "background": true})
+	mustTool(t, cs, "shell_exec", map[string]any{"command": "for i in $(seq 100); do curl -s -o /dev/null 127.0.0.1:8765 && exit 0; sleep 0.1; done; exit 1"})
+	if got := mustTool(t, cs, "http_request", map[string]any{"url": "http://127.0.0.1:8765/notes/a.txt"}); !strings.Contains(got, "200") || !strings.Contains(got, "BETA") {
+		t.Errorf("http_request: %q", got)
+	}
+	failTool(t, cs, "http_request", map[string]any{"url": "http://127.0.0.1:1/"}, `request failed`)
+	failTool(t, cs, "http_request", map[string]any{"url": "file:///etc/passwd"}, `http://`)
+	prev := mustTool(t, cs, "preview_url", map[string]any{"port": 8765})
+	purl := regexp.MustCompile(`https?://\S+`).FindString(prev)
+	// The URL names the daemon as the caller reached it (its port), and
+	// serves the sandbox's server.
+	port := previewBase[strings.LastIndex(previewBase, ":"):]
+	if u, err := neturl.Parse(purl); err != nil || !strings.HasSuffix(u.Host, port) {
+		t.Errorf("preview_url %q is not on the daemon's port %s", purl, port)
+	} else if body := fetchVia(t, previewBase, purl); !strings.Contains(body, "Directory listing") {
+		t.Errorf("preview URL serves %q", body)
+	}
+
+	// npm from a local package (no registry needed).
+	mustTool(t, cs, "file_write", map[string]any{"path": "mylib/package.json", "content": `{"name": "mylib", "version": "1.0.0"}`})
+	mustTool(t, cs, "npm_install", map[string]any{"packages": []string{"../mylib"}, "path": "app-js"})
+	if got := mustTool(t, cs, "file_read", map[string]any{"path": "app-js/node_modules/mylib/package.json"}); !strings.Contains(got, "mylib") {
+		t.Errorf("npm_install: %q", got)
+	}
+	failTool(t, cs, "pip_install", map[string]any{"packages": []string{"--index-url=http://evil"}}, `not options`)
+
 	// Bad arguments are tool errors naming the problem.
 	failTool(t, cs, "file_read", map[string]any{}, `invalid arguments.*path`)
 	failTool(t, cs, "shell_exec", map[string]any{"command": "true", "bogus": 1}, `invalid arguments`)
@@ -318,7 +355,7 @@ func TestMCPHTTP(t *testing.T) {
 	d := startDaemon(t, "API_KEYS="+mcpAliceKey+":alice,"+mcpBobKey+":bob")
 	sdk := d.sdk(t, mcpAliceKey)
 	cs := mcpHTTP(t, d, mcpAliceKey, "/mcp")
-	exerciseKit(t, cs)
+	exerciseKit(t, cs, d.url)
 
 	// Two sessions never see each other's sandbox: same user, and
 	// another user.
@@ -353,7 +390,7 @@ func TestMCPStdio(t *testing.T) {
 	d := startDaemon(t, "API_KEYS="+mcpAliceKey+":alice")
 	sdk := d.sdk(t, mcpAliceKey)
 	cs := mcpStdio(t, d, mcpAliceKey)
-	exerciseKit(t, cs)
+	exerciseKit(t, cs, d.url)
 	id := sessionSandbox(t, cs)
 	cs2 := mcpStdio(t, d, mcpAliceKey)
 	mustTool(t, cs2, "shell_exec", map[string]any{"command": "true"})
@@ -395,5 +432,51 @@ func TestMCPSessionIdleTimeout(t *testing.T) {
 	defer cancel()
 	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sandbox_list", Arguments: map[string]any{}}); err == nil {
 		t.Errorf("a call on an expired session succeeded")
+	}
+}
+
+// fetchVia GETs url (following redirects, keeping cookies) with every
+// connection made to the daemon at base, whatever the URL's host name.
+func fetchVia(t *testing.T, base, url string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addr := strings.TrimPrefix(base, "http://")
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Jar: jar, Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}}
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	return b.String()
+}
+
+// TestMCPBrowserGuard: a web page cannot drive /mcp on a keyless daemon
+// (foreign Host, foreign or preview Origin, a form POST).
+func TestMCPBrowserGuard(t *testing.T) {
+	d := startDaemon(t)
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	accept := "application/json, text/event-stream"
+	for _, c := range []struct {
+		name string
+		hdr  []string
+		want int
+	}{
+		{"same origin", []string{"Accept", accept}, 200},
+		{"foreign origin", []string{"Accept", accept, "Origin", "http://evil.example"}, 403},
+		{"null origin", []string{"Accept", accept, "Origin", "null"}, 403},
+		{"rebound host", []string{"Accept", accept, "Host", "evil.example"}, 403},
+		{"form post", []string{"Accept", accept, "Content-Type", "text/plain"}, 400},
+	} {
+		code, body := d.call(t, "POST", "/mcp", "", init, c.hdr...)
+		if code != c.want {
+			t.Errorf("%s: %d, want %d: %s", c.name, code, c.want, body)
+		}
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/agentbox/agentbox/client"

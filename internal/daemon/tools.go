@@ -49,9 +49,11 @@ func startTools(cfg *config.Config, api *httpapi.Server, servers mcpserver.Sandb
 		},
 		Verify:         verify,
 		SessionTimeout: cfg.MCPSessionTimeout,
-		Create:         client.CreateRequest{Template: cfg.MCPTemplate},
-		Servers:        servers,
-		Logger:         log,
+		// A session's sandbox lives as long as the session may idle
+		// (within MAX_TIMEOUT), and is refreshed while used.
+		Create:  client.CreateRequest{Template: cfg.MCPTemplate, Timeout: sessionSandboxTimeout(cfg)},
+		Servers: servers,
+		Logger:  log,
 	})
 	api.RegisterTools(h)
 	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: time.Minute,
@@ -66,6 +68,17 @@ func startTools(cfg *config.Config, api *httpapi.Server, servers mcpserver.Sandb
 			srv.Close()
 		}
 	}
+}
+
+// sessionSandboxTimeout is the life of an MCP session's sandbox: the
+// session's idle timeout, capped at MAX_TIMEOUT (zero: the server's
+// default).
+func sessionSandboxTimeout(cfg *config.Config) time.Duration {
+	d := cfg.MCPSessionTimeout
+	if cfg.MaxTimeout > 0 && d > cfg.MaxTimeout {
+		d = cfg.MaxTimeout
+	}
+	return d
 }
 
 // memListener is a net.Listener of in-memory connections (net.Pipe).

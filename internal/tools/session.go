@@ -223,15 +223,21 @@ func (s *Session) create(ctx context.Context, req client.CreateRequest) (*client
 // keepAlive refreshes a sandbox the session created, at most once a
 // refreshEvery, so a session in use does not lose it to its timeout.
 func (s *Session) keepAlive(ctx context.Context, id string) {
+	every := refreshEvery
+	if t := s.opts.Create.Timeout; t > 0 && t/3 < every {
+		every = t / 3
+	}
 	s.mu.Lock()
 	last, ok := s.owned[id]
-	due := ok && time.Since(last) > refreshEvery
+	due := ok && time.Since(last) > every
 	if due {
 		s.owned[id] = time.Now()
 	}
 	s.mu.Unlock()
 	if due {
-		if _, err := s.c.Refresh(ctx, id, 0); err != nil {
+		// At least the life the sandbox was created with (zero: the
+		// server's default); Refresh never shortens it.
+		if _, err := s.c.Refresh(ctx, id, s.opts.Create.Timeout); err != nil {
 			s.log.Debug("refresh session sandbox", "sandbox", id, "err", err)
 		}
 	}
@@ -270,22 +276,52 @@ type stateKey struct{ owner, sandbox string }
 // calls.
 type sandboxState struct {
 	mu        sync.Mutex
+	used      time.Time // last state() of it
 	terminals map[string]*terminal
 	nextTerm  int
 	contexts  map[string]string // language + "\x00" + name -> context id
 	env       map[string]string // persisted variables (nil: not loaded)
 }
 
+// stateIdle is how long the state of a sandbox nobody uses is kept once
+// its terminals have ended (the sandbox may be gone: nothing tells the
+// kit, which only sees the API).
+const stateIdle = time.Hour
+
 func (k *Kit) state(owner, sb string) *sandboxState {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	key := stateKey{owner, sb}
+	now := time.Now()
 	st := k.states[key]
 	if st == nil {
+		k.sweepLocked(now)
 		st = &sandboxState{terminals: map[string]*terminal{}, contexts: map[string]string{}}
 		k.states[key] = st
 	}
+	st.mu.Lock()
+	st.used = now
+	st.mu.Unlock()
 	return st
+}
+
+// sweepLocked forgets the states unused for stateIdle whose terminals
+// have all ended. k.mu is held.
+func (k *Kit) sweepLocked(now time.Time) {
+	for key, st := range k.states {
+		st.mu.Lock()
+		idle := now.Sub(st.used) > stateIdle
+		live := false
+		for _, t := range st.terminals {
+			t.mu.Lock()
+			live = live || !t.done
+			t.mu.Unlock()
+		}
+		st.mu.Unlock()
+		if idle && !live {
+			delete(k.states, key)
+		}
+	}
 }
 
 // dropState forgets a sandbox's state, closing its terminals.

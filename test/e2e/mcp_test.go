@@ -422,16 +422,26 @@ func waitGone(t *testing.T, sdk *client.Client, id string) {
 // TestMCPSessionIdleTimeout: an MCP session idle for MCP_SESSION_TIMEOUT
 // ends, and its sandbox is destroyed, without the client closing it.
 func TestMCPSessionIdleTimeout(t *testing.T) {
-	d := startDaemon(t, "API_KEYS="+mcpAliceKey+":alice", "MCP_SESSION_TIMEOUT=2")
+	d := startDaemon(t, "API_KEYS="+mcpAliceKey+":alice", "MCP_SESSION_TIMEOUT=3")
 	cs := mcpHTTP(t, d, mcpAliceKey, "/mcp")
-	mustTool(t, cs, "shell_exec", map[string]any{"command": "true"})
+	// A sandbox with a life far longer than the session's idle timeout:
+	// only the session's end can destroy it within the wait below.
+	mustTool(t, cs, "sandbox_create", map[string]any{"timeout": 600})
 	id := sessionSandbox(t, cs)
 	waitGone(t, d.sdk(t, mcpAliceKey), id)
-	// The session is gone too: a call on it is refused.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sandbox_list", Arguments: map[string]any{}}); err == nil {
-		t.Errorf("a call on an expired session succeeded")
+	// The session is gone too: calls on it are refused.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sandbox_list", Arguments: map[string]any{}})
+		cancel()
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("calls on an expired session still succeed")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

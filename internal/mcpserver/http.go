@@ -57,7 +57,15 @@ type HTTP struct {
 
 	mu    sync.Mutex
 	bound map[string]*boundEndpoint // by owner + "\x00" + sandbox id
+
+	sessMu   sync.Mutex
+	sessions map[string]int              // live MCP sessions by user
+	counted  map[*mcp.ServerSession]bool // sessions already counted
 }
+
+// MaxSessionsPerUser bounds a user's live MCP sessions on the daemon (each
+// holds memory until it ends or idles out).
+const MaxSessionsPerUser = 100
 
 type boundEndpoint struct {
 	srv      *Server
@@ -70,7 +78,8 @@ func NewHTTP(cfg HTTPConfig) *HTTP {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	h := &HTTP{cfg: cfg, kit: tools.New(), log: cfg.Logger.With("component", "mcp"), bound: map[string]*boundEndpoint{}}
+	h := &HTTP{cfg: cfg, kit: tools.New(), log: cfg.Logger.With("component", "mcp"), bound: map[string]*boundEndpoint{},
+		sessions: map[string]int{}, counted: map[*mcp.ServerSession]bool{}}
 	h.session = New(h.kit, tools.SessionMode, func(ctx context.Context, extra *mcp.RequestExtra) (*tools.Session, error) {
 		user, key, host := identity(extra)
 		c, err := cfg.NewClient(key, host)
@@ -79,8 +88,48 @@ func NewHTTP(cfg HTTPConfig) *HTTP {
 		}
 		return h.kit.NewSession(c, tools.SessionOptions{Owner: user, Create: cfg.Create, Logger: h.log}), nil
 	}, h.log)
+	h.countSessions(h.session.MCP())
 	h.handler = h.wrap(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return h.session.MCP() }, h.handlerOptions()))
 	return h
+}
+
+// countSessions refuses an initialize beyond MaxSessionsPerUser live
+// sessions of its user, and counts each session until it ends.
+func (h *HTTP) countSessions(srv *mcp.Server) {
+	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method != "initialize" {
+				return next(ctx, method, req)
+			}
+			ss, ok := req.GetSession().(*mcp.ServerSession)
+			if !ok {
+				return next(ctx, method, req)
+			}
+			user, _, _ := identity(req.GetExtra())
+			h.sessMu.Lock()
+			if h.counted[ss] {
+				h.sessMu.Unlock()
+				return next(ctx, method, req)
+			}
+			if h.sessions[user] >= MaxSessionsPerUser {
+				h.sessMu.Unlock()
+				return nil, fmt.Errorf("too many MCP sessions: at most %d per user; end the sessions you no longer use", MaxSessionsPerUser)
+			}
+			h.sessions[user]++
+			h.counted[ss] = true
+			h.sessMu.Unlock()
+			go func() {
+				_ = ss.Wait()
+				h.sessMu.Lock()
+				delete(h.counted, ss)
+				if h.sessions[user]--; h.sessions[user] <= 0 {
+					delete(h.sessions, user)
+				}
+				h.sessMu.Unlock()
+			}()
+			return next(ctx, method, req)
+		}
+	})
 }
 
 func (h *HTTP) handlerOptions() *mcp.StreamableHTTPOptions {
@@ -172,6 +221,7 @@ func (h *HTTP) endpoint(user, id string) http.Handler {
 		}
 		return h.kit.NewSession(c, tools.SessionOptions{Owner: user, Sandbox: id, Logger: h.log}), nil
 	}, h.log)
+	h.countSessions(srv.MCP())
 	if h.cfg.Servers != nil {
 		h.addServers(srv, user, id)
 	}

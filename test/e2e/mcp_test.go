@@ -209,6 +209,19 @@ func exerciseKit(t *testing.T, cs *mcp.ClientSession, previewBase string) {
 		t.Errorf("matplotlib figure: no PNG image content in %s", text)
 	}
 
+	// Other interpreters; a saved figure read back as an image.
+	if got := mustTool(t, cs, "run_code", map[string]any{"code": "const a = 40; a + 2", "language": "javascript"}); !strings.Contains(got, "42") {
+		t.Errorf("javascript: %q", got)
+	}
+	if got := mustTool(t, cs, "run_code", map[string]any{"code": "echo $((6 * 7))", "language": "bash"}); !strings.Contains(got, "42") {
+		t.Errorf("bash: %q", got)
+	}
+	mustTool(t, cs, "run_code", map[string]any{"code": "plt.savefig('/workspace/plot.png')"})
+	res, _ = callTool(t, cs, "file_read", map[string]any{"path": "plot.png"})
+	if res.IsError || len(res.Content) != 2 || res.Content[1].(*mcp.ImageContent).MIMEType != "image/png" {
+		t.Errorf("file_read of a PNG: %+v", res.Content)
+	}
+
 	// Write, edit, read.
 	mustTool(t, cs, "file_write", map[string]any{"path": "notes/a.txt", "content": "alpha\nbeta\ngamma\n"})
 	mustTool(t, cs, "file_edit", map[string]any{"path": "notes/a.txt", "old_string": "beta", "new_string": "BETA"})
@@ -268,6 +281,17 @@ func exerciseKit(t *testing.T, cs *mcp.ClientSession, previewBase string) {
 		t.Errorf("git_log: %q", log)
 	}
 	failTool(t, cs, "git_commit", map[string]any{"path": "repo", "message": "empty"}, `nothing to commit`)
+	// Clone and push, with local repositories (no network needed).
+	if got := mustTool(t, cs, "git_clone", map[string]any{"url": "/workspace/repo", "path": "clone"}); !strings.Contains(got, "second") {
+		t.Errorf("git_clone: %q", got)
+	}
+	mustTool(t, cs, "shell_exec", map[string]any{"command": "git init -q --bare /workspace/remote.git"})
+	mustTool(t, cs, "file_write", map[string]any{"path": "clone/more.txt", "content": "more\n"})
+	mustTool(t, cs, "git_commit", map[string]any{"path": "clone", "message": "third", "files": []string{"more.txt"}, "author": "Ada <ada@example.com>"})
+	mustTool(t, cs, "git_push", map[string]any{"path": "clone", "remote": "/workspace/remote.git", "branch": "main"})
+	if got := mustTool(t, cs, "shell_exec", map[string]any{"command": "git --git-dir=/workspace/remote.git log --format='%an %s' -1 main"}); got != "Ada third\n" {
+		t.Errorf("pushed commit: %q", got)
+	}
 
 	// A failing command, a huge output.
 	failTool(t, cs, "shell_exec", map[string]any{"command": "echo oops >&2; exit 3"}, `(?s)oops.*exit code 3`)
@@ -374,6 +398,30 @@ func TestMCPHTTP(t *testing.T) {
 	failTool(t, bob, "file_read", map[string]any{"path": "notes/a.txt", "sandbox_id": a}, `not found`)
 	if got := mustTool(t, bob, "sandbox_list", map[string]any{"all": true}); strings.Contains(got, a) || strings.Contains(got, b) {
 		t.Errorf("bob sees alice's sandboxes: %s", got)
+	}
+
+	// sandbox_create makes the session's default; sandbox_kill of the
+	// default leads to a fresh one.
+	created := mustTool(t, cs2, "sandbox_create", map[string]any{"timeout": 600, "network": "none"})
+	x := regexp.MustCompile(`Created sandbox (\S+)`).FindStringSubmatch(created)
+	if x == nil {
+		t.Fatalf("sandbox_create: %q", created)
+	}
+	if def := sessionSandbox(t, cs2); def != x[1] {
+		t.Errorf("default after sandbox_create = %s, want %s", def, x[1])
+	}
+	if got := mustTool(t, cs2, "sandbox_list", nil); !strings.Contains(got, b) || !strings.Contains(got, x[1]) {
+		t.Errorf("sandbox_list: %q", got)
+	}
+	failTool(t, cs2, "file_read", map[string]any{"path": "mine.txt"}, `does not exist`)
+	if got := mustTool(t, cs2, "file_read", map[string]any{"path": "mine.txt", "sandbox_id": b}); got != "2" {
+		t.Errorf("explicit sandbox_id: %q", got)
+	}
+	mustTool(t, cs2, "sandbox_kill", map[string]any{"sandbox_id": x[1]})
+	waitGone(t, sdk, x[1])
+	mustTool(t, cs2, "shell_exec", map[string]any{"command": "true"})
+	if def := sessionSandbox(t, cs2); def == x[1] || def == b {
+		t.Errorf("default after killing it = %s", def)
 	}
 
 	// Session end destroys its sandbox.

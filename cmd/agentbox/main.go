@@ -3,6 +3,7 @@
 //	agentbox serve                      run the API server (make run)
 //	agentbox run -- python3 -c 'print(1)'  one sandbox, one command, no daemon
 //	agentbox create | ls | exec | cp | kill | logs | timeout   talk to a server
+//	agentbox mcp                        the sandbox tools over MCP on stdio
 package main
 
 import (

@@ -136,6 +136,8 @@ func (h *HTTP) handlerOptions() *mcp.StreamableHTTPOptions {
 	return &mcp.StreamableHTTPOptions{
 		SessionTimeout: h.cfg.SessionTimeout,
 		Logger:         h.log,
+		// Room for file_write's largest content in a JSON-RPC message.
+		MaxRequestBodyBytes: 12 << 20,
 		// The daemon's browser guard already refuses foreign hosts and
 		// origins on every route; the SDK's own loopback-host rule would
 		// also refuse a reverse proxy on the same host.

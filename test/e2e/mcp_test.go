@@ -381,6 +381,14 @@ func TestMCPHTTP(t *testing.T) {
 	cs := mcpHTTP(t, d, mcpAliceKey, "/mcp")
 	exerciseKit(t, cs, d.url)
 
+	// A large file travels in one message and is read back in pages.
+	big := strings.Repeat("0123456789\n", 500000)
+	mustTool(t, cs, "file_write", map[string]any{"path": "big.txt", "content": big})
+	page := mustTool(t, cs, "file_read", map[string]any{"path": "big.txt"})
+	if !strings.HasSuffix(page, "[lines 1-2000 of 500000; call file_read with offset=2001 to read on]") {
+		t.Errorf("first page of a large file ends %q", page[max(0, len(page)-120):])
+	}
+
 	// Two sessions never see each other's sandbox: same user, and
 	// another user.
 	a := sessionSandbox(t, cs)

@@ -74,6 +74,18 @@ func (c *Client) ListToolsRaw(ctx context.Context, format string) (json.RawMessa
 	return out.Tools, nil
 }
 
+// ListSandboxTools returns the tools callable in sandbox id: the tool
+// kit's and those of the MCP servers added to the sandbox.
+func (c *Client) ListSandboxTools(ctx context.Context, id string) ([]ToolDef, error) {
+	var out struct {
+		Tools []ToolDef `json:"tools"`
+	}
+	if err := c.doJSON(ctx, "list tools of sandbox "+id, http.MethodGet, sandboxPath(id, "/tools"), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Tools, nil
+}
+
 // ToolContent is one item of a tool result: text, or a base64 image.
 type ToolContent struct {
 	Type     string `json:"type"` // "text" or "image"

@@ -48,6 +48,20 @@ func (s *Server) RegisterTools(h *mcpserver.HTTP) {
 		writeJSON(w, http.StatusOK, list)
 		return nil
 	})
+	route("GET /v1/sandboxes/{id}/tools", func(w http.ResponseWriter, r *http.Request) error {
+		if _, err := s.m.Get(r.Context(), userOf(r), sandboxID(r)); err != nil {
+			return err
+		}
+		list, err := h.SandboxToolList(r.Context(), userOf(r), string(sandboxID(r)), r.URL.Query().Get("format"))
+		if errors.Is(err, mcpserver.ErrFormat) {
+			return badRequest("format", "%v", err)
+		}
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, list)
+		return nil
+	})
 	route("POST /v1/sandboxes/{id}/tools/{name}", func(w http.ResponseWriter, r *http.Request) error {
 		if err := requireJSON(r); err != nil {
 			return err

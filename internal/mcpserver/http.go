@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -312,7 +313,43 @@ func (h *HTTP) Close() {
 // ToolList returns GET /v1/tools's body: the tools that act on one
 // sandbox, in format "anthropic" (default), "openai" or "mcp".
 func (h *HTTP) ToolList(format string) (any, error) {
+	return formatTools(h.kit.Defs(tools.BoundMode), format)
+}
+
+// SandboxToolList returns GET /v1/sandboxes/{id}/tools's body: the kit's
+// tools and those of the MCP servers added to owner's sandbox id (a kit
+// tool wins a name clash, as on the sandbox's MCP endpoint).
+func (h *HTTP) SandboxToolList(ctx context.Context, user, id, format string) (any, error) {
 	defs := h.kit.Defs(tools.BoundMode)
+	if h.cfg.Servers != nil {
+		list, err := h.cfg.Servers.SandboxMCPTools(ctx, user, id)
+		if err != nil {
+			return nil, err
+		}
+		seen := map[string]bool{}
+		for _, t := range list {
+			if h.kit.Has(tools.BoundMode, t.Name) || seen[t.Name] {
+				continue
+			}
+			seen[t.Name] = true
+			schema, _ := t.InputSchema.(map[string]any)
+			if schema == nil {
+				raw, _ := json.Marshal(t.InputSchema)
+				_ = json.Unmarshal(raw, &schema)
+			}
+			if schema == nil {
+				schema = map[string]any{"type": "object"}
+			}
+			defs = append(defs, tools.Def{Name: t.Name, Description: t.Description, InputSchema: schema})
+		}
+	}
+	return formatTools(defs, format)
+}
+
+// ErrFormat is a format GET /v1/tools does not know.
+var ErrFormat = errors.New("unknown format: want openai, anthropic or mcp")
+
+func formatTools(defs []tools.Def, format string) (any, error) {
 	out := make([]any, 0, len(defs))
 	for _, d := range defs {
 		switch format {
@@ -324,7 +361,7 @@ func (h *HTTP) ToolList(format string) (any, error) {
 		case "mcp":
 			out = append(out, map[string]any{"name": d.Name, "description": d.Description, "inputSchema": d.InputSchema})
 		default:
-			return nil, fmt.Errorf("unknown format %q: want openai, anthropic or mcp", format)
+			return nil, fmt.Errorf("%w (got %q)", ErrFormat, format)
 		}
 	}
 	return map[string]any{"tools": out}, nil

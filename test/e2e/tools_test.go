@@ -193,6 +193,10 @@ func TestMCPSandboxEndpoint(t *testing.T) {
 		t.Errorf("echo through the sandbox endpoint: %q", got)
 	}
 	// The same server through function calling.
+	listed, err := alice.ListSandboxTools(ctx, sb.ID)
+	if err != nil || len(listed) != len(boundTools)+2 || listed[len(listed)-2].Name != "echo" && listed[len(listed)-1].Name != "echo" {
+		t.Errorf("ListSandboxTools: %v %d tools", err, len(listed))
+	}
 	res, err := alice.CallTool(ctx, sb.ID, "add", map[string]any{"a": 2, "b": 3})
 	if err != nil || res.IsError || !strings.Contains(res.Text, "5") {
 		t.Errorf("add through function calling: %v %+v", err, res)

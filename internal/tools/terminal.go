@@ -232,7 +232,7 @@ func runTerminal(ctx context.Context, s *Session, sb string, raw json.RawMessage
 		if n >= maxTerminals {
 			return nil, fail("at most %d terminals per sandbox are open; close one first (action=close)", maxTerminals)
 		}
-		inner := "exec bash -i"
+		inner := "if command -v bash >/dev/null 2>&1; then exec bash -i; else exec sh -i; fi"
 		if a.Command != "" {
 			inner = "exec " + a.Command
 		}

@@ -103,8 +103,10 @@ type ToolResult struct {
 	Text string `json:"text"`
 }
 
-// CallTool runs tool name with args (any value that marshals to a JSON
-// object, or json.RawMessage, or nil) in sandbox id.
+// CallTool runs tool name with args in sandbox id. args is nil (no
+// arguments), the arguments' JSON text as a string, []byte or
+// json.RawMessage (as a model's tool call carries them), or any value that
+// marshals to a JSON object.
 func (c *Client) CallTool(ctx context.Context, id, name string, args any) (*ToolResult, error) {
 	var raw []byte
 	switch a := args.(type) {

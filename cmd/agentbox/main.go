@@ -3,6 +3,7 @@
 //	agentbox serve                      run the API server (make run)
 //	agentbox run -- python3 -c 'print(1)'  one sandbox, one command, no daemon
 //	agentbox create | ls | exec | cp | kill | logs | timeout   talk to a server
+//	agentbox mcp                        the sandbox tools over MCP on stdio
 package main
 
 import (
@@ -36,7 +37,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	addClientFlags(root)
-	root.AddCommand(newServeCmd(), newRunCmd(), newBenchCmd())
+	root.AddCommand(newServeCmd(), newRunCmd(), newBenchCmd(), newMCPCmd())
 	addClientCommands(root)
 
 	err := root.Execute()

@@ -51,6 +51,10 @@ type Config struct {
 	PausedTTL time.Duration
 	// PauseReclaim reclaims a sandbox's reclaimable memory when it pauses.
 	PauseReclaim bool
+	// MCPSessionTimeout ends MCP sessions idle this long (their sandboxes
+	// are destroyed); MCPTemplate is the template of a session's sandbox.
+	MCPSessionTimeout time.Duration
+	MCPTemplate       string
 	// ServiceStartTimeout bounds how long a create waits for a template's
 	// service to be ready.
 	ServiceStartTimeout time.Duration
@@ -235,6 +239,8 @@ var settings = []setting{
 	{"MAX_SANDBOX_INSTANCES", "100", "maximum live sandboxes on this server (warm pool included), 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxInstances = n })},
 	{"MAX_SANDBOXES_PER_USER", "20", "maximum live sandboxes per user (at most MAX_SANDBOX_INSTANCES when not set), 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxPerUser = n })},
 	{"HEARTBEAT_TIMEOUT", "300", "seconds a session's sandboxes may stay idle before they are recycled, 0 = never", seconds(func(c *Config, d time.Duration) { c.HeartbeatTimeout = d })},
+	{"MCP_SESSION_TIMEOUT", "1800", "seconds an MCP session (/mcp) may stay idle before it ends and its sandboxes are destroyed, 0 = never", seconds(func(c *Config, d time.Duration) { c.MCPSessionTimeout = d })},
+	{"MCP_TEMPLATE", "", "template of the sandbox an MCP session (/mcp) creates on first use (default: the server's default template)", func(c *Config, v string) error { c.MCPTemplate = v; return nil }},
 	{"SERVICE_START_TIMEOUT", "120", "seconds a create waits for the template's service (CMD, start_cmd, warm code context) to be ready before it fails", seconds(func(c *Config, d time.Duration) { c.ServiceStartTimeout = d })},
 	{"DEFAULT_TIMEOUT", "300", "seconds a sandbox lives when the caller gives no timeout", seconds(func(c *Config, d time.Duration) { c.DefaultTimeout = d })},
 	{"MAX_TIMEOUT", "86400", "largest timeout a caller may ask for, in seconds", seconds(func(c *Config, d time.Duration) { c.MaxTimeout = d })},

@@ -164,6 +164,7 @@ func Run(ctx context.Context, opts Options) error {
 	as.Register(api.Mux())
 	api.AllowBody("multipart/form-data", agentscope.IsMultipartUpload)
 	defer as.Close()
+	stopTools := startTools(cfg, api, as, log)
 
 	ln := opts.Listener
 	if ln == nil {
@@ -212,6 +213,7 @@ func Run(ctx context.Context, opts Options) error {
 	log.Info("shutting down", "auto_cleanup", cfg.AutoCleanup)
 	grace, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	stopTools() // ends MCP sessions (their sandboxes are destroyed) and their streams
 	if err := srv.Shutdown(grace); err != nil {
 		srv.Close()
 	}

@@ -128,7 +128,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func nativePath(p string) bool {
-	return strings.HasPrefix(p, "/v1/") || p == "/metrics" || p == "/healthz" || p == "/readyz"
+	return strings.HasPrefix(p, "/v1/") || p == "/mcp" || p == "/metrics" || p == "/healthz" || p == "/readyz"
 }
 
 // isPreviewPath reports whether p is a path-form preview URL.

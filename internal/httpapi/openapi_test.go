@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -21,6 +22,7 @@ func TestEveryRouteIsDocumented(t *testing.T) {
 		t.Fatalf("api/openapi.yaml does not parse: %v", err)
 	}
 	s := New(Config{}, manager.New(manager.Config{}, nil, store.NewMemory()))
+	s.RegisterTools(mcpserver.NewHTTP(mcpserver.HTTPConfig{}))
 	if len(s.patterns) < 20 {
 		t.Fatalf("only %d routes recorded", len(s.patterns))
 	}

@@ -368,5 +368,11 @@ def test_templates() -> None:
         assert host.kind == "host" and host.name == "host"
         with pytest.raises(agentbox.NotFoundError):
             t.get("no-such-template")
+        # Deleting is the operator's (TEMPLATE_ADMIN_USERS, the suite's first key).
         with pytest.raises(agentbox.NotFoundError):
             t.delete("no-such-template")
+    other = os.environ.get("AGENTBOX_OTHER_API_KEY")
+    with Templates(api_key=other) as t:
+        assert "host" in {x.name for x in t.list()}
+        with pytest.raises(agentbox.PermissionDeniedError):
+            t.delete("host")

@@ -94,3 +94,23 @@ print(agentbox.__version__)`, site)
 		t.Fatalf("import the installed package: %v\n%s", err, out)
 	}
 }
+
+// TestPythonSDKTypes checks the package's annotations with mypy --strict
+// (Debian's mypy): the py.typed promise holds.
+func TestPythonSDKTypes(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-m", "mypy", "--version").Run(); err != nil {
+		t.Skipf("needs mypy for /usr/bin/python3 (apt-get install mypy): %v", err)
+	}
+	requirePythonSDKDeps(t)
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", "-m", "mypy", "--strict", "--cache-dir", t.TempDir(), "agentbox")
+	cmd.Dir = filepath.Join(root, "sdk", "python")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mypy --strict sdk/python/agentbox: %v\n%s", err, out)
+	}
+}

@@ -400,6 +400,7 @@ class AsyncSandbox:
         disk: Optional[Union[int, str]] = None,
         network: Optional[Network] = None,
         service: Optional[bool] = None,
+        auto_pause: Optional[bool] = None,
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout: Optional[float] = None,
@@ -407,7 +408,8 @@ class AsyncSandbox:
     ) -> _Creating:
         """Creates a sandbox; see :meth:`agentbox.Sandbox.create`."""
         b.seconds("timeout", timeout)
-        body = b.create_body(template, timeout, env, metadata, cpus, memory, pids, disk, network, service)
+        body = b.create_body(template, timeout, env, metadata, cpus, memory, pids, disk, network, service,
+                             auto_pause)
         config = ConnectionConfig.resolve(url, api_key, request_timeout)
 
         async def make() -> AsyncSandbox:

@@ -7,7 +7,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from urllib.parse import quote, urlsplit
 
 from .errors import InvalidArgumentError
@@ -128,6 +128,7 @@ def create_body(
     disk: Optional[Union[int, str]],
     network: Optional[Network],
     service: Optional[bool],
+    auto_pause: Optional[bool] = None,
 ) -> Dict[str, Any]:
     body: Dict[str, Any] = {}
     if template is not None:
@@ -146,10 +147,12 @@ def create_body(
         body["network"] = net
     if service is not None:
         body["service"] = service
+    if auto_pause:
+        body["auto_pause"] = True
     return body
 
 
-def argv(cmd: Cmd) -> list:
+def argv(cmd: Cmd) -> List[str]:
     """A command as the API's argv: a string runs through /bin/sh -c."""
     if isinstance(cmd, str):
         if not cmd:

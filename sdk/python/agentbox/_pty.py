@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from typing import Any, AsyncIterator, Dict, Iterator, Optional, Union
+from typing import Any, AsyncIterator, Dict, Iterator, Optional, Union, cast
 from urllib.parse import urlencode
 
 from ._base import ConnectionConfig
@@ -182,13 +182,13 @@ class PtySession:
         self._run(self._inner.resize(cols, rows))
 
     def recv(self) -> Optional[bytes]:
-        return self._run(self._inner.recv())
+        return cast(Optional[bytes], self._run(self._inner.recv()))
 
     def read_until(self, needle: Union[str, bytes], timeout: float = 10.0) -> bytes:
-        return self._run(self._inner.read_until(needle, timeout))
+        return cast(bytes, self._run(self._inner.read_until(needle, timeout)))
 
     def wait(self, timeout: Optional[float] = None) -> Optional[int]:
-        return self._run(self._inner.wait(timeout))
+        return cast(Optional[int], self._run(self._inner.wait(timeout)))
 
     def close(self) -> None:
         if self._loop.is_closed():

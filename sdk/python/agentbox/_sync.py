@@ -5,9 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Union
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Union
 
 import httpx
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._pty import PtySession
 
 from . import _base as b
 from ._base import Cmd, ConnectionConfig, Network
@@ -396,6 +399,7 @@ class Sandbox:
         disk: Optional[Union[int, str]] = None,
         network: Optional[Network] = None,
         service: Optional[bool] = None,
+        auto_pause: Optional[bool] = None,
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout: Optional[float] = None,
@@ -407,12 +411,14 @@ class Sandbox:
         ``template`` is a template name (default the server's ``base``),
         ``timeout`` the seconds it lives, ``memory``/``disk`` bytes or
         strings like ``"512M"``, ``network`` a mode (``"none"``,
-        ``"egress"``) or a :class:`~agentbox.NetworkPolicy`. ``url``,
+        ``"egress"``) or a :class:`~agentbox.NetworkPolicy`; ``auto_pause``
+        pauses the sandbox at its timeout instead of deleting it. ``url``,
         ``api_key`` default to AGENTBOX_URL and AGENTBOX_API_KEY;
         ``http_client`` shares one connection pool between sandboxes (it is
         then not closed with the sandbox)."""
         b.seconds("timeout", timeout)
-        body = b.create_body(template, timeout, env, metadata, cpus, memory, pids, disk, network, service)
+        body = b.create_body(template, timeout, env, metadata, cpus, memory, pids, disk, network, service,
+                             auto_pause)
         t = _Transport(ConnectionConfig.resolve(url, api_key, request_timeout), http_client)
         try:
             r = t.request("POST", "/v1/sandboxes", json_body=body)
@@ -538,7 +544,10 @@ class Sandbox:
         return self._update(self._t.request("POST", self._path("/start")))
 
     def pause(self) -> SandboxInfo:
-        """Freezes the sandbox (memory kept) where the server supports it."""
+        """Freezes every process (memory, files, sockets kept) and stops the
+        sandbox's clock; exec, files, code and pty answer ConflictError until
+        :meth:`resume`. A server that cannot pause answers UnavailableError
+        (NotFoundError from a server without the route)."""
         return self._update(self._t.request("POST", self._path("/pause")))
 
     def resume(self, timeout: Optional[float] = None) -> SandboxInfo:

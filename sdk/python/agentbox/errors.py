@@ -163,22 +163,20 @@ class StartTimeoutError(AgentboxError, TimeoutError):
     code = "start_timeout"
 
 
-_BY_CODE: Dict[str, Type[AgentboxError]] = {
-    c.code: c
-    for c in (
-        InvalidArgumentError,
-        NotFoundError,
-        ConflictError,
-        TooLargeError,
-        QuotaExceededError,
-        UnauthenticatedError,
-        PermissionDeniedError,
-        DeadlineExceededError,
-        InsufficientSpaceError,
-        UnavailableError,
-        InternalError,
-    )
-}
+_CLASSES: "tuple[Type[AgentboxError], ...]" = (
+    InvalidArgumentError,
+    NotFoundError,
+    ConflictError,
+    TooLargeError,
+    QuotaExceededError,
+    UnauthenticatedError,
+    PermissionDeniedError,
+    DeadlineExceededError,
+    InsufficientSpaceError,
+    UnavailableError,
+    InternalError,
+)
+_BY_CODE: Dict[str, Type[AgentboxError]] = {c.code: c for c in _CLASSES}
 
 # What a status means when the body is not the API's JSON error (a proxy
 # in front of the server, a websocket handshake refused).
@@ -204,8 +202,9 @@ def error_from_response(status: int, body: bytes, headers: Mapping[str, str]) ->
         data = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         pass
+    cls: Type[AgentboxError]
     if isinstance(data, dict) and isinstance(data.get("code"), str):
-        cls = _BY_CODE.get(data["code"]) or _BY_STATUS.get(status, InternalError)
+        cls = _BY_CODE.get(data["code"], _BY_STATUS.get(status, InternalError))
         message = str(data.get("message") or data["code"])
         field = data.get("field") if isinstance(data.get("field"), str) else None
         request_id = data.get("request_id") if isinstance(data.get("request_id"), str) else None

@@ -89,6 +89,11 @@ class SandboxInfo:
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
     session_key: Optional[str] = None
     from_pool: bool = False
+    #: Paused instead of deleted at its end time.
+    auto_pause: bool = False
+    #: While paused: when it was paused, and the running time resume gives back.
+    paused_at: Optional[datetime] = None
+    remaining_seconds: Optional[float] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
@@ -106,6 +111,9 @@ class SandboxInfo:
             network=NetworkPolicy.from_json(d.get("network")),
             session_key=d.get("session_key") or None,
             from_pool=bool(d.get("from_pool")),
+            auto_pause=bool(d.get("auto_pause")),
+            paused_at=_time(d.get("paused_at")),
+            remaining_seconds=d.get("remaining_seconds"),
         )
 
 
@@ -476,7 +484,7 @@ class SandboxStats:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxStats":
-        names = cls.__dataclass_fields__  # type: ignore[attr-defined]
+        names = cls.__dataclass_fields__
         return cls(**{k: v for k, v in d.items() if k in names})
 
 

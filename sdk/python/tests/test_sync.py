@@ -100,16 +100,35 @@ def test_pause_resume(sbx: Sandbox) -> None:
     caps = Sandbox.server_info().capabilities
     if caps.get("pause"):
         sbx.run_code("kept = 41")
-        assert sbx.pause().state == "paused"
-        assert sbx.resume().state == "running"
-        assert sbx.run_code("kept + 1").text == "42"
+        paused = sbx.pause()
+        assert paused.state == "paused" and paused.remaining_seconds and paused.remaining_seconds > 0
+        assert paused.paused_at is not None
+        with pytest.raises(agentbox.ConflictError):
+            sbx.commands.run("true")
+        assert sbx.pause().state == "paused"  # pausing again returns it unchanged
+        resumed = sbx.resume()
+        assert resumed.state == "running" and resumed.remaining_seconds is None
+        assert sbx.run_code("kept + 1").text == "42"  # the interpreter survived
+        sbx.pause()
+        assert sbx.resume(timeout=120).state == "running"
     else:
-        with pytest.raises((agentbox.NotFoundError, agentbox.UnavailableError, agentbox.ConflictError)) as ei:
+        with pytest.raises((agentbox.NotFoundError, agentbox.UnavailableError)) as ei:
             sbx.pause()
-        assert ei.value.status in (404, 409, 503)
-        with pytest.raises((agentbox.NotFoundError, agentbox.UnavailableError, agentbox.ConflictError)):
+        assert ei.value.status in (404, 503)
+        with pytest.raises((agentbox.NotFoundError, agentbox.UnavailableError)):
             sbx.resume(60)
         assert sbx.get_info().state == "running"
+
+
+def test_auto_pause() -> None:
+    if not Sandbox.server_info().capabilities.get("pause"):
+        pytest.skip("the server cannot pause sandboxes (capability pause is false)")
+    with Sandbox.create(timeout=2, auto_pause=True) as sbx:
+        assert sbx.info.auto_pause
+        sbx.files.write("/workspace/f", "still here")
+        _eventually(lambda: sbx.get_info().state == "paused", "the sandbox to pause at its timeout", 60)
+        assert sbx.resume(timeout=60).state == "running"
+        assert sbx.files.read("/workspace/f") == "still here"
 
 
 def test_snapshot_of_host_template_is_refused(sbx: Sandbox) -> None:

@@ -16,10 +16,10 @@ Sync and asyncio APIs of the same shape::
 Episode environments for RL and agent loops are in :mod:`agentbox.envs`.
 """
 
-from ._async import AsyncCode, AsyncCommands, AsyncFiles, AsyncPty, AsyncSandbox, AsyncTemplates
+from ._async import AsyncCode, AsyncCommands, AsyncFiles, AsyncPty, AsyncSandbox, AsyncTemplates, AsyncWatchHandle
 from ._base import ConnectionConfig
 from ._pty import AsyncPtySession, PtySession
-from ._sync import Code, Commands, Files, Pty, Sandbox, Templates
+from ._sync import Code, Commands, Files, Pty, Sandbox, Templates, WatchHandle
 from .errors import (
     AgentboxError,
     CommandExitError,
@@ -44,6 +44,7 @@ from .models import (
     CommandResult,
     EntryInfo,
     Execution,
+    FilesystemEvent,
     ExecutionError,
     LogEntry,
     Logs,
@@ -63,6 +64,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Sandbox", "AsyncSandbox", "Commands", "AsyncCommands", "Code", "AsyncCode", "Files", "AsyncFiles",
     "Pty", "AsyncPty", "PtySession", "AsyncPtySession", "Templates", "AsyncTemplates", "ConnectionConfig",
+    "WatchHandle", "AsyncWatchHandle", "FilesystemEvent",
     "AgentboxError", "CommandExitError", "ConflictError", "DeadlineExceededError", "InsufficientSpaceError",
     "InternalError", "InvalidArgumentError", "NotFoundError", "PermissionDeniedError", "QuotaExceededError",
     "StartTimeoutError", "StepTimeoutError", "TooLargeError", "TransportError", "UnauthenticatedError",

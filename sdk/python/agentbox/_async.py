@@ -15,7 +15,7 @@ import httpx
 from . import _base as b
 from ._base import Cmd, ConnectionConfig, Network
 from ._pty import AsyncPtySession
-from ._sync import _list_params
+from ._sync import WATCH_READ_TIMEOUT, _list_params
 from .errors import CommandExitError, NotFoundError, TransportError, error_from_response
 from .models import (
     CodeContext,
@@ -23,6 +23,7 @@ from .models import (
     CommandResult,
     EntryInfo,
     Execution,
+    FilesystemEvent,
     ExecutionError,
     LogEntry,
     OutputMessage,
@@ -115,6 +116,62 @@ class _AsyncTransport:
                 yield resp
         except httpx.TransportError as e:
             raise TransportError(f"{method} {path}: {e}") from e
+
+
+    async def open_stream(
+        self, method: str, path: str, *, params: Optional[Mapping[str, Any]] = None,
+        read_timeout: Optional[float] = None,
+    ) -> httpx.Response:
+        req = self.client.build_request(method, self.config.url + path, params=params, headers=self._headers(None),
+                                        timeout=httpx.Timeout(self.config.request_timeout, read=read_timeout))
+        try:
+            resp = await self.client.send(req, stream=True)
+        except httpx.TransportError as e:
+            raise TransportError(f"{method} {path}: {e}") from e
+        if resp.status_code >= 400:
+            try:
+                raise error_from_response(resp.status_code, await resp.aread(), resp.headers)
+            finally:
+                await resp.aclose()
+        return resp
+
+
+class AsyncWatchHandle:
+    """The changes below a directory (``async for``), see :class:`agentbox.WatchHandle`."""
+
+    def __init__(self, resp: httpx.Response) -> None:
+        self._resp = resp
+        self._lines = resp.aiter_lines()
+        self.closed = False
+
+    def __aiter__(self) -> "AsyncWatchHandle":
+        return self
+
+    async def __anext__(self) -> FilesystemEvent:
+        while True:
+            try:
+                line = await self._lines.__anext__()
+            except httpx.TransportError as e:
+                await self.close()
+                raise TransportError(f"watch: {e}") from e
+            except StopAsyncIteration:
+                await self.close()
+                raise
+            ev = b.parse_line(line)
+            if ev is None or ev.get("type") in ("keepalive", "start"):
+                continue
+            return FilesystemEvent.from_json(ev)
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            await self._resp.aclose()
+
+    async def __aenter__(self) -> "AsyncWatchHandle":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
 
 
 async def _lines(resp: httpx.Response) -> AsyncIterator[Dict[str, Any]]:
@@ -335,6 +392,25 @@ class AsyncFiles:
             "POST", self._sbx._path("/files/move"),
             json_body={"source": b.check_path(source), "destination": b.check_path(destination)})
         return EntryInfo.from_json(r.json())
+
+    async def watch_dir(self, path: str, *, recursive: bool = False) -> AsyncWatchHandle:
+        """Watches a directory; returns once the watch is in place."""
+        resp = await self._sbx._t.open_stream(
+            "GET", self._sbx._path("/files/watch"),
+            params={"path": b.check_path(path), "recursive": str(bool(recursive)).lower()},
+            read_timeout=WATCH_READ_TIMEOUT)
+        handle = AsyncWatchHandle(resp)
+        try:
+            first = b.parse_line(await handle._lines.__anext__())
+        except StopAsyncIteration:
+            first = None
+        except BaseException:
+            await handle.close()
+            raise
+        if not first or first.get("type") != "start":
+            await handle.close()
+            raise TransportError("watch stream did not begin with a start event")
+        return handle
 
 
 class AsyncPty:

@@ -21,6 +21,7 @@ from .models import (
     CommandResult,
     EntryInfo,
     Execution,
+    FilesystemEvent,
     ExecutionError,
     LogEntry,
     OutputMessage,
@@ -110,6 +111,69 @@ class _Transport:
                 yield resp
         except httpx.TransportError as e:
             raise TransportError(f"{method} {path}: {e}") from e
+
+
+    def open_stream(
+        self, method: str, path: str, *, params: Optional[Mapping[str, Any]] = None,
+        read_timeout: Optional[float] = None,
+    ) -> httpx.Response:
+        """A streamed response the caller closes (for streams that outlive a call)."""
+        req = self.client.build_request(method, self.config.url + path, params=params, headers=self._headers(None),
+                                        timeout=httpx.Timeout(self.config.request_timeout, read=read_timeout))
+        try:
+            resp = self.client.send(req, stream=True)
+        except httpx.TransportError as e:
+            raise TransportError(f"{method} {path}: {e}") from e
+        if resp.status_code >= 400:
+            try:
+                raise error_from_response(resp.status_code, resp.read(), resp.headers)
+            finally:
+                resp.close()
+        return resp
+
+
+# Watch streams carry a keepalive line every 15 s: a minute of silence is a dead connection.
+WATCH_READ_TIMEOUT = 60.0
+
+
+class WatchHandle:
+    """The changes below a directory, from :meth:`Files.watch_dir`: iterate
+    it for :class:`~agentbox.FilesystemEvent`s; ``close()`` (or leaving a
+    ``with`` block) ends the watch."""
+
+    def __init__(self, resp: httpx.Response) -> None:
+        self._resp = resp
+        self._lines = resp.iter_lines()
+        self.closed = False
+
+    def __iter__(self) -> Iterator[FilesystemEvent]:
+        return self
+
+    def __next__(self) -> FilesystemEvent:
+        while True:
+            try:
+                line = next(self._lines)
+            except httpx.TransportError as e:
+                self.close()
+                raise TransportError(f"watch: {e}") from e
+            except StopIteration:
+                self.close()
+                raise
+            ev = b.parse_line(line)
+            if ev is None or ev.get("type") in ("keepalive", "start"):
+                continue
+            return FilesystemEvent.from_json(ev)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._resp.close()
+
+    def __enter__(self) -> "WatchHandle":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def _lines(resp: httpx.Response) -> Iterator[Dict[str, Any]]:
@@ -341,6 +405,23 @@ class Files:
         r = self._sbx._t.request("POST", self._sbx._path("/files/move"),
                                  json_body={"source": b.check_path(source), "destination": b.check_path(destination)})
         return EntryInfo.from_json(r.json())
+
+    def watch_dir(self, path: str, *, recursive: bool = False) -> WatchHandle:
+        """Watches a directory: returns once the watch is in place, so every
+        change after it is reported by iterating the handle."""
+        resp = self._sbx._t.open_stream("GET", self._sbx._path("/files/watch"),
+                                        params={"path": b.check_path(path), "recursive": str(bool(recursive)).lower()},
+                                        read_timeout=WATCH_READ_TIMEOUT)
+        handle = WatchHandle(resp)
+        try:
+            first = b.parse_line(next(handle._lines, ""))
+        except BaseException:
+            handle.close()
+            raise
+        if not first or first.get("type") != "start":
+            handle.close()
+            raise TransportError("watch stream did not begin with a start event")
+        return handle
 
 
 def _file_chunks(f: IO[bytes]) -> Iterator[bytes]:

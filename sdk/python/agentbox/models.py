@@ -413,6 +413,23 @@ class EntryInfo:
 
 
 @dataclass
+class FilesystemEvent:
+    """A change below a watched directory: ``type`` is create, write, remove,
+    rename (the name went away by a rename) or chmod; ``name`` is relative to
+    the directory; ``entry`` is the entry when it could still be read."""
+
+    type: str
+    name: str
+    entry: Optional[EntryInfo] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FilesystemEvent":
+        e = d.get("entry")
+        return cls(type=str(d.get("type", "")), name=str(d.get("name", "")),
+                   entry=EntryInfo.from_json(e) if isinstance(e, dict) else None)
+
+
+@dataclass
 class Template:
     """A template of the server's store (schema ``Template``); ``raw`` keeps every field."""
 

@@ -124,6 +124,17 @@ async def test_files(asbx: AsyncSandbox, tmp_path: "os.PathLike[str]") -> None:
         await asbx.files.read("/workspace/none")
 
 
+async def test_watch_dir(asbx: AsyncSandbox) -> None:
+    async with await asbx.files.watch_dir("/workspace") as watch:
+        await asbx.files.write("/workspace/seen.txt", "x")
+        async for ev in watch:
+            if ev.name == "seen.txt":
+                assert ev.type in ("create", "write")
+                break
+    with pytest.raises(agentbox.NotFoundError):
+        await asbx.files.watch_dir("/workspace/none")
+
+
 async def test_pty(asbx: AsyncSandbox) -> None:
     async with await asbx.pty.connect(cols=90, rows=20) as term:
         await term.send(b"stty size; echo done-$((1+1))\n")

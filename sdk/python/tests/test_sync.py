@@ -328,6 +328,30 @@ def test_files(sbx: Sandbox, tmp_path: "os.PathLike[str]") -> None:
     assert len(buf.getvalue()) == 5000
 
 
+def test_watch_dir(sbx: Sandbox) -> None:
+    sbx.files.make_dir("/workspace/w/sub")
+    with sbx.files.watch_dir("/workspace/w") as watch:
+        sbx.files.write("/workspace/w/new.txt", "1")
+        sbx.files.write("/workspace/w/sub/deep.txt", "2")  # not reported: not recursive
+        sbx.files.remove("/workspace/w/new.txt")
+        seen = []
+        for ev in watch:
+            seen.append((ev.type, ev.name))
+            if ev.type == "remove":
+                break
+        assert ("create", "new.txt") in seen and seen[-1] == ("remove", "new.txt")
+        assert all(name != "sub/deep.txt" and name != "deep.txt" for _, name in seen)
+    assert watch.closed
+    with sbx.files.watch_dir("/workspace/w", recursive=True) as watch:
+        sbx.files.write("/workspace/w/sub/deeper.txt", "3")
+        for ev in watch:
+            if ev.type in ("create", "write") and ev.name.endswith("deeper.txt"):
+                assert ev.entry is None or ev.entry.path == "/workspace/w/sub/deeper.txt"
+                break
+    with pytest.raises(agentbox.NotFoundError):
+        sbx.files.watch_dir("/workspace/no-such-dir")
+
+
 # --- pty ---------------------------------------------------------------
 
 def test_pty(sbx: Sandbox) -> None:

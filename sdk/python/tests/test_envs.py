@@ -115,6 +115,16 @@ async def test_start_timeout() -> None:
 
 
 @aio
+async def test_lifetime_is_extended_while_used() -> None:
+    async with PythonSandboxEnv(lifetime=4) as env:
+        end0 = env.sandbox.info.end_at
+        await asyncio.sleep(2.5)  # past half the lifetime: the next step extends it
+        assert await env.step("print(1)") == "1\n"
+        end1 = (await env.sandbox.get_info()).end_at
+        assert end0 is not None and end1 is not None and end1 > end0
+
+
+@aio
 async def test_env_survives_a_destroyed_sandbox() -> None:
     async with PythonSandboxEnv() as env:
         first = env.sandbox_id

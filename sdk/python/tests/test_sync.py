@@ -181,6 +181,13 @@ def test_auth_and_tenants(sbx: Sandbox) -> None:
     with pytest.raises(agentbox.NotFoundError):
         Sandbox.connect(sbx.id, api_key=other)
     assert sbx.id not in {s.id for s in Sandbox.list(api_key=other)}
+    # The streaming routes too: another tenant's key finds nothing, no key is refused.
+    base = agentbox.ConnectionConfig.resolve().url
+    for path in ("/files/watch", "/files"):
+        r = httpx.get(f"{base}/v1/sandboxes/{sbx.id}{path}", params={"path": "/workspace"},
+                      headers={"Authorization": f"Bearer {other}"})
+        assert r.status_code == 404 and r.json()["code"] == "not_found"
+        assert httpx.get(f"{base}/v1/sandboxes/{sbx.id}{path}", params={"path": "/workspace"}).status_code == 401
 
 
 def test_unreachable_server() -> None:

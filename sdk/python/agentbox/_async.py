@@ -3,6 +3,7 @@ prefixed ``Async`` and awaited."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import json
@@ -80,16 +81,22 @@ class _AsyncTransport:
         elif json_body is not None:
             h.setdefault("Content-Type", "application/json")
             content = json.dumps(json_body).encode()
-        try:
-            resp = await self.client.request(
-                method, self.config.url + path, params=params, content=content, headers=h,
-                timeout=timeout if timeout is not None else self.config.request_timeout,
-            )
-        except httpx.TransportError as e:
-            raise TransportError(f"{method} {path}: {e}") from e
-        if resp.status_code >= 400:
-            raise error_from_response(resp.status_code, resp.content, resp.headers)
-        return resp
+        waited = 0.0
+        while True:
+            try:
+                resp = await self.client.request(
+                    method, self.config.url + path, params=params, content=content, headers=h,
+                    timeout=timeout if timeout is not None else self.config.request_timeout,
+                )
+            except httpx.TransportError as e:
+                raise TransportError(f"{method} {path}: {e}") from e
+            if resp.status_code < 400:
+                return resp
+            delay = b.busy_delay(resp.status_code, resp.headers, b.replayable(content), waited)
+            if delay is None:
+                raise error_from_response(resp.status_code, resp.content, resp.headers)
+            await asyncio.sleep(delay)
+            waited += delay
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -108,12 +115,21 @@ class _AsyncTransport:
             h.setdefault("Content-Type", "application/json")
             content = json.dumps(json_body).encode()
         timeout = httpx.Timeout(self.config.request_timeout, read=read_timeout)
+        waited = 0.0
         try:
-            async with self.client.stream(method, self.config.url + path, params=params, content=content,
-                                          headers=h, timeout=timeout) as resp:
-                if resp.status_code >= 400:
-                    raise error_from_response(resp.status_code, await resp.aread(), resp.headers)
-                yield resp
+            while True:
+                async with self.client.stream(method, self.config.url + path, params=params, content=content,
+                                              headers=h, timeout=timeout) as resp:
+                    if resp.status_code >= 400:
+                        body = await resp.aread()
+                        delay = b.busy_delay(resp.status_code, resp.headers, b.replayable(content), waited)
+                        if delay is None:
+                            raise error_from_response(resp.status_code, body, resp.headers)
+                    else:
+                        yield resp
+                        return
+                await asyncio.sleep(delay)
+                waited += delay
         except httpx.TransportError as e:
             raise TransportError(f"{method} {path}: {e}") from e
 

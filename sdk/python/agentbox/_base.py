@@ -73,6 +73,31 @@ class ConnectionConfig:
         return scheme + self.url[self.url.index(":"):] + path
 
 
+# A request the server refused as busy (429 with Retry-After: too many heavy
+# requests of this user in flight, or its request memory in use) ran
+# nothing: it is retried after the server's Retry-After, for at most this
+# many seconds in all.
+BUSY_RETRY_BUDGET = 60.0
+
+
+def busy_delay(status: int, headers: Mapping[str, str], replayable: bool, waited: float) -> Optional[float]:
+    """How long to wait before retrying a busy refusal, or None to give up."""
+    if status != 429 or not replayable:
+        return None
+    try:
+        after = float(headers.get("retry-after", ""))
+    except ValueError:
+        return None
+    if after <= 0 or waited + after > BUSY_RETRY_BUDGET:
+        return None
+    return after
+
+
+def replayable(content: Any) -> bool:
+    """Whether a request body can be sent again (not a consumed stream)."""
+    return content is None or isinstance(content, (bytes, bytearray, str))
+
+
 def sandbox_path(sandbox_id: str, suffix: str = "") -> str:
     """``/v1/sandboxes/{id}{suffix}``, refusing ids that are not ids (no path tricks)."""
     if not isinstance(sandbox_id, str) or not _ID.match(sandbox_id):

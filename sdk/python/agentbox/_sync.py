@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Union
 
 import httpx
@@ -75,16 +76,22 @@ class _Transport:
         elif json_body is not None:
             h.setdefault("Content-Type", "application/json")
             content = json.dumps(json_body).encode()
-        try:
-            resp = self.client.request(
-                method, self.config.url + path, params=params, content=content, headers=h,
-                timeout=timeout if timeout is not None else self.config.request_timeout,
-            )
-        except httpx.TransportError as e:
-            raise TransportError(f"{method} {path}: {e}") from e
-        if resp.status_code >= 400:
-            raise error_from_response(resp.status_code, resp.content, resp.headers)
-        return resp
+        waited = 0.0
+        while True:
+            try:
+                resp = self.client.request(
+                    method, self.config.url + path, params=params, content=content, headers=h,
+                    timeout=timeout if timeout is not None else self.config.request_timeout,
+                )
+            except httpx.TransportError as e:
+                raise TransportError(f"{method} {path}: {e}") from e
+            if resp.status_code < 400:
+                return resp
+            delay = b.busy_delay(resp.status_code, resp.headers, b.replayable(content), waited)
+            if delay is None:
+                raise error_from_response(resp.status_code, resp.content, resp.headers)
+            time.sleep(delay)
+            waited += delay
 
     @contextlib.contextmanager
     def stream(
@@ -103,12 +110,21 @@ class _Transport:
             h.setdefault("Content-Type", "application/json")
             content = json.dumps(json_body).encode()
         timeout = httpx.Timeout(self.config.request_timeout, read=read_timeout)
+        waited = 0.0
         try:
-            with self.client.stream(method, self.config.url + path, params=params, content=content,
-                                    headers=h, timeout=timeout) as resp:
-                if resp.status_code >= 400:
-                    raise error_from_response(resp.status_code, resp.read(), resp.headers)
-                yield resp
+            while True:
+                with self.client.stream(method, self.config.url + path, params=params, content=content,
+                                        headers=h, timeout=timeout) as resp:
+                    if resp.status_code >= 400:
+                        body = resp.read()
+                        delay = b.busy_delay(resp.status_code, resp.headers, b.replayable(content), waited)
+                        if delay is None:
+                            raise error_from_response(resp.status_code, body, resp.headers)
+                    else:
+                        yield resp
+                        return
+                time.sleep(delay)
+                waited += delay
         except httpx.TransportError as e:
             raise TransportError(f"{method} {path}: {e}") from e
 

@@ -274,11 +274,18 @@ class EnvPool:
             await pool.reset()
 
     Keyword arguments go to every :class:`PythonSandboxEnv`; the pool shares
-    one HTTP connection pool between them."""
+    one HTTP connection pool between them. ``max_concurrency`` bounds the
+    steps and resets in flight at once: the server refuses a user's heavy
+    requests beyond MAX_REQUESTS_PER_USER (default 16) with 429, which the
+    SDK retries only after the server's Retry-After (a second or more)."""
 
-    def __init__(self, n: int, **env_kwargs: Any) -> None:
+    def __init__(self, n: int, *, max_concurrency: int = 16, **env_kwargs: Any) -> None:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be a positive integer, got {n!r}")
+        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be a positive integer, got {max_concurrency!r}")
+        self.max_concurrency = max_concurrency
+        self._sem: Optional[asyncio.Semaphore] = None  # made in the running loop
         self._own_http = "http_client" not in env_kwargs
         self._http: httpx.AsyncClient = env_kwargs.pop("http_client", None) or httpx.AsyncClient(
             limits=httpx.Limits(max_connections=4 * n + 8, max_keepalive_connections=2 * n + 4))
@@ -289,6 +296,15 @@ class EnvPool:
 
     def __getitem__(self, i: int) -> PythonSandboxEnv:
         return self.envs[i]
+
+    def _limit(self) -> asyncio.Semaphore:
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.max_concurrency)
+        return self._sem
+
+    async def _bounded(self, coro: Any) -> Any:
+        async with self._limit():
+            return await coro
 
     async def start(self) -> "EnvPool":
         """Starts every environment (concurrently); on a failure the started ones are closed."""
@@ -310,7 +326,7 @@ class EnvPool:
             codes = [codes] * len(self.envs)
         if len(codes) != len(self.envs):
             raise ValueError(f"{len(codes)} codes for {len(self.envs)} environments")
-        res = await asyncio.gather(*(e.step(c, timeout=timeout) for e, c in zip(self.envs, codes)),
+        res = await asyncio.gather(*(self._bounded(e.step(c, timeout=timeout)) for e, c in zip(self.envs, codes)),
                                    return_exceptions=True)
         if not return_exceptions:
             for r in res:
@@ -320,7 +336,7 @@ class EnvPool:
 
     async def reset(self) -> None:
         """Resets every environment (concurrently)."""
-        res = await asyncio.gather(*(e.reset() for e in self.envs), return_exceptions=True)
+        res = await asyncio.gather(*(self._bounded(e.reset()) for e in self.envs), return_exceptions=True)
         for r in res:
             if isinstance(r, BaseException):
                 raise r

@@ -81,6 +81,24 @@ async def test_commands(asbx: AsyncSandbox) -> None:
     assert "".join(got) == "1\n2\n" == r.stdout
 
 
+async def test_busy_refusals_are_retried(asbx: AsyncSandbox) -> None:
+    """More heavy requests than the server admits per user (MAX_REQUESTS_PER_USER,
+    16 by default) at once: the refused ones (429 + Retry-After, nothing ran)
+    are retried and every command runs."""
+    import httpx
+
+    statuses: List[int] = []
+
+    async def record(resp: httpx.Response) -> None:
+        statuses.append(resp.status_code)
+
+    async with httpx.AsyncClient(event_hooks={"response": [record]}) as client:
+        sbx = await AsyncSandbox.connect(asbx.id, http_client=client)
+        results = await asyncio.gather(*(sbx.commands.run(f"sleep 2; echo {i}") for i in range(24)))
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(24)]
+    assert 429 in statuses, "expected the server to refuse some of 24 concurrent commands"
+
+
 async def test_code(asbx: AsyncSandbox) -> None:
     results: List[str] = []
     ex = await asbx.run_code("import math\nprint(math.pi)\n[1, 2]", on_result=lambda r: results.append(r.text))

@@ -120,3 +120,13 @@ def test_env_argument_checks() -> None:
         PythonSandboxEnv(cpu=-1)
     with pytest.raises(ValueError):
         EnvPool(0)
+
+
+def test_busy_retry_policy() -> None:
+    hdr = {"retry-after": "2"}
+    assert _base.busy_delay(429, hdr, True, 0) == 2.0
+    assert _base.busy_delay(429, hdr, False, 0) is None  # a consumed upload stream cannot be sent again
+    assert _base.busy_delay(429, {}, True, 0) is None  # a quota without Retry-After is final
+    assert _base.busy_delay(503, hdr, True, 0) is None
+    assert _base.busy_delay(429, hdr, True, _base.BUSY_RETRY_BUDGET - 1) is None  # the budget is spent
+    assert _base.replayable(b"x") and _base.replayable(None) and not _base.replayable(iter([b"x"]))

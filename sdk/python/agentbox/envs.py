@@ -42,6 +42,8 @@ from .models import CodeContext, Execution
 
 _ENV_LABEL = "agentbox.env"
 _LOST = "state was lost"
+# Seconds past start_timeout a sandbox lives until start() completes.
+_ORPHAN_GRACE = 30.0
 
 
 def render_output(ex: Execution) -> str:
@@ -144,14 +146,18 @@ class PythonSandboxEnv:
             raise StartTimeoutError(f"environment did not start within {self.start_timeout:g}s") from None
 
     async def _create(self, tag: str) -> Tuple[AsyncSandbox, CodeContext]:
+        # The sandbox first lives just past start_timeout, and gets its
+        # lifetime once ready: one whose creation outlives a caller that
+        # gave up (and missed it in _reap) does not linger for the lifetime.
         sbx = await AsyncSandbox.create(
-            self.template, timeout=self.lifetime, cpus=self.cpu, memory=self.mem, network=self.network,
+            self.template, timeout=self.start_timeout + _ORPHAN_GRACE, cpus=self.cpu, memory=self.mem, network=self.network,
             metadata={_ENV_LABEL: tag}, url=self._url, api_key=self._api_key, http_client=self._http,
         )
         try:
             ctx = next((c for c in await sbx.code.list_contexts() if c.language == "python"), None)
             if ctx is None:
                 ctx = await sbx.code.create_context("python")
+            await sbx.set_timeout(self.lifetime)
         except BaseException:
             await asyncio.shield(self._kill(sbx))
             raise

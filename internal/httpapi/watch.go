@@ -4,10 +4,46 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
+
+// maxWatchesPerUser bounds the watch streams one user holds open at once:
+// each is a connection and a goroutine of the daemon for as long as the
+// client likes, outside the admission of heavy requests.
+const maxWatchesPerUser = 32
+
+// watchCount counts open watch streams per server and user.
+var watchCount = struct {
+	sync.Mutex
+	n map[watchKey]int
+}{n: map[watchKey]int{}}
+
+type watchKey struct {
+	s    *Server
+	user string
+}
+
+// holdWatch takes one of the user's watch slots, or refuses with quota_exceeded.
+func (s *Server) holdWatch(user string) (release func(), err error) {
+	k := watchKey{s, user}
+	watchCount.Lock()
+	defer watchCount.Unlock()
+	if watchCount.n[k] >= maxWatchesPerUser {
+		return nil, sandbox.Errorf(sandbox.ClassQuota, "you have %d directory watches open, the most allowed at once; close some first", maxWatchesPerUser)
+	}
+	watchCount.n[k]++
+	return func() {
+		watchCount.Lock()
+		defer watchCount.Unlock()
+		if watchCount.n[k]--; watchCount.n[k] <= 0 {
+			delete(watchCount.n, k)
+		}
+	}, nil
+}
 
 // watchKeepalive is how often an idle watch stream sends a keepalive line,
 // so clients and proxies with read timeouts keep the connection.
@@ -22,9 +58,14 @@ type watchEventOut struct {
 // watchFiles serves GET /v1/sandboxes/{id}/files/watch: the changes below a
 // directory as NDJSON, starting with a "start" line once the watch is in
 // place (every change after it is reported). Refusals (no such sandbox or
-// directory) come before the stream as JSON errors. The agent caps the
-// watchers of a sandbox; the watch ends when the client goes away.
+// directory, too many watches) come before the stream as JSON errors. The
+// watch ends when the client goes away.
 func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request) error {
+	release, err := s.holdWatch(userOf(r))
+	if err != nil {
+		return err
+	}
+	defer release()
 	path, c, err := s.fileTarget(r)
 	if err != nil {
 		return err

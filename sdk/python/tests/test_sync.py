@@ -359,6 +359,32 @@ def test_watch_dir(sbx: Sandbox) -> None:
         sbx.files.watch_dir("/workspace/no-such-dir")
 
 
+def test_watches_per_user_are_capped(sbx: Sandbox) -> None:
+    """A user holds at most 32 watch streams at once; closing one frees its slot."""
+    with httpx.Client(limits=httpx.Limits(max_connections=64)) as client:
+        own = Sandbox.connect(sbx.id, http_client=client)
+        handles = []
+        try:
+            for _ in range(32):
+                handles.append(own.files.watch_dir("/workspace"))
+            with pytest.raises(agentbox.QuotaExceededError):
+                own.files.watch_dir("/workspace")
+            handles.pop().close()
+            # The server frees the slot once it sees the connection gone.
+            h = None
+            for _ in range(100):
+                try:
+                    h = own.files.watch_dir("/workspace")
+                    break
+                except agentbox.QuotaExceededError:
+                    time.sleep(0.1)
+            assert h is not None, "a closed watch's slot was not freed"
+            handles.append(h)
+        finally:
+            for h in handles:
+                h.close()
+
+
 # --- pty ---------------------------------------------------------------
 
 def test_pty(sbx: Sandbox) -> None:

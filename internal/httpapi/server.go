@@ -158,6 +158,7 @@ func (s *Server) routes() {
 	v1("GET /v1/sandboxes/{id}/files/list", s.listFiles)
 	v1("POST /v1/sandboxes/{id}/files/mkdir", s.makeDir)
 	v1("POST /v1/sandboxes/{id}/files/move", s.moveFile)
+	v1("GET /v1/sandboxes/{id}/files/watch", s.watchFiles)
 	v1("PUT /v1/sandboxes/{id}/network", s.updateNetwork)
 	v1("POST /v1/sandboxes/{id}/stop", s.stopSandbox)
 	v1("POST /v1/sandboxes/{id}/start", s.startSandbox)

@@ -1,11 +1,16 @@
 package e2b
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"strings"
+	"sync"
 
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -39,7 +44,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 	if err != nil {
 		return err
 	}
-	if !s.authorizedFor(r, rec.Owner, rec.AccessToken) {
+	if !s.authorizedFor(r, rec.Owner, rec.AccessToken) && !(port == JupyterPort && trafficTokenOK(r, rec.AccessToken)) {
 		return sandbox.Errorf(sandbox.ClassUnauth, "missing or invalid X-Access-Token for sandbox %s", id)
 	}
 	httpapi.SetUser(r, rec.Owner)
@@ -73,11 +78,23 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 				pr.Out.Header.Del("Authorization")
 			}
 			pr.Out.Header.Del("X-Access-Token")
+			pr.Out.Header.Del("E2b-Traffic-Access-Token")
 			if token != "" {
 				pr.Out.Header.Set("X-Access-Token", token)
 			}
 		},
 		Transport: rt,
+		ModifyResponse: func(resp *http.Response) error {
+			if r.Method == http.MethodGet && r.URL.Path == "/files" {
+				// A download is bulk data, not a stream of events: pass
+				// it on in large pieces (each becomes one HTTP chunk;
+				// clients such as Node's fetch slow down badly on tens of
+				// thousands of small gzip chunks).
+				resp.Body = &fillReader{ReadCloser: resp.Body}
+			}
+			return nil
+		},
+		BufferPool: bulkBuffers,
 		// Stream events (process output, keepalives, code results) reach
 		// the client as the agent writes them.
 		FlushInterval: -1,
@@ -134,4 +151,44 @@ func allowedRoute(port int, method, path string) bool {
 		}
 	}
 	return false
+}
+
+// trafficToken is the sandbox's E2B traffic access token: the
+// code-interpreter SDK sends it (E2B-Traffic-Access-Token) instead of the
+// envd token on some of its calls. Derived from the access token, it
+// needs no storage, and it opens only the code-interpreter port.
+func trafficToken(accessToken string) string {
+	if accessToken == "" {
+		return ""
+	}
+	mac := hmac.New(sha256.New, []byte(accessToken))
+	mac.Write([]byte("e2b traffic access token"))
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
+func trafficTokenOK(r *http.Request, accessToken string) bool {
+	tok := r.Header.Get("E2b-Traffic-Access-Token")
+	want := trafficToken(accessToken)
+	return tok != "" && want != "" && hmac.Equal([]byte(tok), []byte(want))
+}
+
+// bulkBuffers are the proxy's copy buffers: 256 KiB, so a download moves
+// in few large chunks.
+var bulkBuffers = &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte  { return *(b.p.Get().(*[]byte)) }
+func (b *bufferPool) Put(v []byte) { b.p.Put(&v) }
+
+// fillReader fills the caller's buffer before returning (or returns what
+// came before the end or an error).
+type fillReader struct{ io.ReadCloser }
+
+func (f *fillReader) Read(p []byte) (int, error) {
+	n, err := io.ReadFull(f.ReadCloser, p)
+	if err == io.ErrUnexpectedEOF {
+		err = io.EOF
+	}
+	return n, err
 }

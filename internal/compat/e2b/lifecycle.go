@@ -82,8 +82,9 @@ func (s *Server) domain() *string {
 
 // short is the create/connect answer.
 func (s *Server) short(rec *store.Record) sandboxOut {
+	traffic := trafficToken(rec.AccessToken)
 	return sandboxOut{SandboxID: string(rec.ID), TemplateID: templateOf(rec), Alias: templateOf(rec), ClientID: clientID,
-		EnvdVersion: EnvdVersion, EnvdAccessToken: rec.AccessToken, Domain: s.domain()}
+		EnvdVersion: EnvdVersion, EnvdAccessToken: rec.AccessToken, TrafficAccessToken: &traffic, Domain: s.domain()}
 }
 
 // listed is E2B's ListedSandbox; detail adds the access token and domain.
@@ -104,6 +105,8 @@ func (s *Server) listed(rec *store.Record) sandboxOut {
 func (s *Server) detail(rec *store.Record) sandboxOut {
 	out := s.listed(rec)
 	out.EnvdAccessToken = rec.AccessToken
+	traffic := trafficToken(rec.AccessToken)
+	out.TrafficAccessToken = &traffic
 	out.Domain = s.domain()
 	return out
 }

@@ -42,7 +42,8 @@ func addClientFlags(root *cobra.Command) {
 func addClientCommands(root *cobra.Command) {
 	root.AddCommand(
 		newCreateCmd(), newLsCmd(), newExecCmd(), newCpCmd(), newShellCmd(),
-		newKillCmd(), newLogsCmd(), newTimeoutCmd(), newStatsCmd(), newTemplateCmd(), newSnapshotCmd(), newE2BCmd(),
+		newKillCmd(), newLogsCmd(), newTimeoutCmd(), newStatsCmd(), newTemplateCmd(), newSnapshotCmd(),
+		newPauseCmd(), newResumeCmd(), newE2BCmd(),
 	)
 }
 

@@ -256,12 +256,25 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, user string) er
 		return err
 	}
 	status := http.StatusOK
-	if rec.State == sandbox.StatePaused {
+	switch {
+	case rec.State == sandbox.StatePaused:
 		if rec, err = s.resumeSandbox(r, user, id, d); err != nil {
 			return err
 		}
 		status = http.StatusCreated
-	} else if d > 0 && time.Now().Add(d).After(rec.EndAt) {
+	case rec.State == sandbox.StateStopped:
+		// Stopped (its processes gone, its disk kept): boot it again, as
+		// E2B resumes a sandbox paused without its memory.
+		if rec, err = s.m.StartSandbox(r.Context(), user, id); err != nil {
+			return err
+		}
+		if d > 0 {
+			if rec, err = s.m.SetTimeout(r.Context(), user, id, d); err != nil {
+				return err
+			}
+		}
+		status = http.StatusCreated
+	case d > 0 && time.Now().Add(d).After(rec.EndAt):
 		if rec, err = s.m.SetTimeout(r.Context(), user, id, d); err != nil {
 			return err
 		}

@@ -34,8 +34,8 @@ test('a matplotlib figure is a PNG result', async () => {
 test('contexts are separate interpreters', async () => {
   const ctx = await sbx.createCodeContext({ language: 'python', cwd: '/tmp' })
   await sbx.runCode('y = "in ctx"', { context: ctx })
-  assert.equal((await sbx.runCode('y', { context: ctx })).text, "'in ctx'")
-  assert.equal((await sbx.runCode('import os; os.getcwd()', { context: ctx })).text, "'/tmp'")
+  assert.equal((await sbx.runCode('y', { context: ctx })).text, 'in ctx') // E2B unwraps a string's repr
+  assert.equal((await sbx.runCode('import os; os.getcwd()', { context: ctx })).text, '/tmp')
   const other = await sbx.runCode('y')
   assert.equal(other.error.name, 'NameError')
   const list = await sbx.listCodeContexts()

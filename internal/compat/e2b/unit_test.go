@@ -1,0 +1,288 @@
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/agentbox/agentbox/internal/backend/fake"
+	"github.com/agentbox/agentbox/internal/httpapi"
+	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+// hostOnly resolves base and code-interpreter to the host template.
+type hostOnly struct{}
+
+func (hostOnly) Resolve(ctx context.Context, ref string) (sandbox.Template, error) {
+	switch ref {
+	case "base", "code-interpreter", "host":
+		t := sandbox.HostTemplate()
+		t.Ref = ref
+		return t, nil
+	}
+	return sandbox.Template{}, sandbox.Errorf(sandbox.ClassNotFound, "unknown template %q", ref)
+}
+
+const keyAlice, keyBob = "e2b_aaaa", "e2b_bbbb"
+
+// newTestServer serves the E2B routes and data plane over a manager of
+// fake sandboxes (real agents as host processes), with two tenants.
+func newTestServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	b := fake.New(testutil.AgentBinary(t), t.TempDir())
+	t.Cleanup(func() { b.Close() })
+	m := manager.New(manager.Config{Resolver: hostOnly{}}, b, store.NewMemory())
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Shutdown(context.Background(), true) })
+	keys := map[string]string{keyAlice: "alice", keyBob: "bob"}
+	api := httpapi.New(httpapi.Config{APIKeys: keys, PreviewDomain: "localhost"}, m)
+	e := New(Config{APIKeys: keys}, m)
+	e.Register(api.Mux())
+	api.SetSandboxPorts(e.ServePort)
+	hs := httptest.NewServer(api.Handler())
+	t.Cleanup(hs.Close)
+	return hs
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) json(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("decode %s: %v", r.body, err)
+	}
+}
+
+// call sends a request; hdr are name, value pairs.
+func call(t *testing.T, hs *httptest.Server, method, path, body string, hdr ...string) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, hs.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := hs.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, data}
+}
+
+// wantError checks an E2B error reply: the status, and the same code in
+// the body with a message.
+func wantError(t *testing.T, what string, r reply, status int) {
+	t.Helper()
+	var e struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	if r.status != status || json.Unmarshal(r.body, &e) != nil || e.Code != status || e.Message == "" {
+		t.Errorf("%s: %d %s, want %d with {code: %d, message}", what, r.status, r.body, status, status)
+	}
+}
+
+func create(t *testing.T, hs *httptest.Server, key, body string) sandboxOut {
+	t.Helper()
+	r := call(t, hs, "POST", "/sandboxes", body, "X-API-Key", key)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create %s: %d %s", body, r.status, r.body)
+	}
+	var out sandboxOut
+	r.json(t, &out)
+	return out
+}
+
+// TestAuthErrorsAndTenancy: keys map onto tenants, another tenant's
+// sandbox is 404 on every route (control and data plane), and errors have
+// E2B's {code, message} shape with the right status.
+func TestAuthErrorsAndTenancy(t *testing.T) {
+	hs := newTestServer(t)
+	wantError(t, "no key", call(t, hs, "GET", "/v2/sandboxes", ""), 401)
+	wantError(t, "wrong key", call(t, hs, "GET", "/v2/sandboxes", "", "X-API-Key", "e2b_nope"), 401)
+	wantError(t, "unknown template", call(t, hs, "POST", "/sandboxes", `{"templateID":"nope"}`, "X-API-Key", keyAlice), 400)
+	wantError(t, "bad timeout", call(t, hs, "POST", "/sandboxes", `{"timeout":-1}`, "X-API-Key", keyAlice), 400)
+	wantError(t, "malformed body", call(t, hs, "POST", "/sandboxes", `{"templateID":`, "X-API-Key", keyAlice), 400)
+
+	sb := create(t, hs, keyAlice, `{"templateID":"code-interpreter-v1","metadata":{"k":"v"},"envVars":{"A":"1"}}`)
+	if sb.SandboxID == "" || sb.EnvdAccessToken == "" || sb.EnvdVersion != EnvdVersion || sb.TemplateID != "code-interpreter-v1" ||
+		sb.TrafficAccessToken == nil || *sb.TrafficAccessToken == sb.EnvdAccessToken {
+		t.Fatalf("create answer: %+v", sb)
+	}
+	id := sb.SandboxID
+	var got sandboxOut
+	r := call(t, hs, "GET", "/sandboxes/"+id, "", "X-API-Key", keyAlice)
+	r.json(t, &got)
+	if r.status != 200 || got.State != "running" || got.Metadata["k"] != "v" || got.EnvdAccessToken != sb.EnvdAccessToken {
+		t.Fatalf("get: %d %s", r.status, r.body)
+	}
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/sandboxes/" + id, ""},
+		{"DELETE", "/sandboxes/" + id, ""},
+		{"POST", "/sandboxes/" + id + "/timeout", `{"timeout":60}`},
+		{"POST", "/sandboxes/" + id + "/refreshes", `{"duration":60}`},
+		{"POST", "/sandboxes/" + id + "/connect", `{"timeout":60}`},
+		{"POST", "/v2/sandboxes/" + id + "/connect", `{}`},
+		{"POST", "/sandboxes/" + id + "/pause", `{}`},
+		{"POST", "/sandboxes/" + id + "/resume", `{}`},
+		{"GET", "/sandboxes/" + id + "/metrics", ""},
+		{"GET", "/v2/sandboxes/" + id + "/logs", ""},
+	} {
+		wantError(t, "bob: "+c.method+" "+c.path, call(t, hs, c.method, c.path, c.body, "X-API-Key", keyBob), 404)
+	}
+	// The data plane: the access token or the owner's key, nothing else.
+	dp := []string{"E2b-Sandbox-Id", id, "E2b-Sandbox-Port", "49983"}
+	wantError(t, "data plane without a token", call(t, hs, "GET", "/health", "", dp...), 401)
+	wantError(t, "data plane with bob's key", call(t, hs, "GET", "/health", "", append(dp, "X-API-Key", keyBob)...), 401)
+	wantError(t, "data plane with the traffic token on envd", call(t, hs, "GET", "/health", "", append(dp, "E2b-Traffic-Access-Token", *sb.TrafficAccessToken)...), 401)
+	if r := call(t, hs, "GET", "/health", "", append(dp, "X-Access-Token", sb.EnvdAccessToken)...); r.status != 204 {
+		t.Errorf("data plane with the token: %d %s", r.status, r.body)
+	}
+	if r := call(t, hs, "GET", "/health", "", append(dp, "X-API-Key", keyAlice)...); r.status != 204 {
+		t.Errorf("data plane with the owner's key: %d %s", r.status, r.body)
+	}
+	ci := []string{"E2b-Sandbox-Id", id, "E2b-Sandbox-Port", "49999", "E2b-Traffic-Access-Token", *sb.TrafficAccessToken}
+	if r := call(t, hs, "GET", "/contexts", "", ci...); r.status != 200 {
+		t.Errorf("code contexts with the traffic token: %d %s", r.status, r.body)
+	}
+	wantError(t, "an agent route that is not E2B's", call(t, hs, "POST", "/init", `{}`, append(dp, "X-Access-Token", sb.EnvdAccessToken)...), 404)
+	wantError(t, "unknown sandbox on the data plane", call(t, hs, "GET", "/health", "", "E2b-Sandbox-Id", "nosuchsandbox0000000", "X-Access-Token", "x"), 404)
+
+	if r := call(t, hs, "DELETE", "/sandboxes/"+id, "", "X-API-Key", keyAlice); r.status != 204 {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	wantError(t, "get after delete", call(t, hs, "GET", "/sandboxes/"+id, "", "X-API-Key", keyAlice), 404)
+}
+
+// TestListFiltersAndPages: metadata (double-encoded, as the SDKs send it)
+// and state filters, pages with X-Next-Token, and refusals of bad values.
+func TestListFiltersAndPages(t *testing.T) {
+	hs := newTestServer(t)
+	for _, md := range []string{`{"team":"a b","n":"1"}`, `{"team":"a b","n":"2"}`, `{"team":"c","n":"3"}`} {
+		create(t, hs, keyAlice, `{"metadata":`+md+`}`)
+	}
+	create(t, hs, keyBob, `{"metadata":{"team":"a b"}}`)
+	list := func(query string) ([]sandboxOut, reply) {
+		r := call(t, hs, "GET", "/v2/sandboxes?"+query, "", "X-API-Key", keyAlice)
+		var out []sandboxOut
+		if r.status == 200 {
+			r.json(t, &out)
+		}
+		return out, r
+	}
+	// The SDK: encodeURIComponent each key and value, URLSearchParams the
+	// pairs, then the query string encodes the whole again.
+	inner := url.Values{url.QueryEscape("team"): {url.QueryEscape("a b")}}.Encode()
+	got, r := list("metadata=" + url.QueryEscape(inner))
+	if r.status != 200 || len(got) != 2 {
+		t.Fatalf("metadata filter: %d %s", r.status, r.body)
+	}
+	for _, s := range got {
+		if s.Metadata["team"] != "a b" {
+			t.Errorf("filtered list has %+v", s)
+		}
+	}
+	if got, r := list("state=paused"); r.status != 200 || len(got) != 0 {
+		t.Errorf("state=paused: %d %s", r.status, r.body)
+	}
+	if got, r := list("state=running,paused"); r.status != 200 || len(got) != 3 {
+		t.Errorf("state=running,paused: %d %s (bob's must not show)", r.status, r.body)
+	}
+	page1, r := list("limit=2")
+	next := r.header.Get("X-Next-Token")
+	if len(page1) != 2 || next == "" {
+		t.Fatalf("first page: %d items, next %q", len(page1), next)
+	}
+	page2, r := list("limit=2&nextToken=" + url.QueryEscape(next))
+	if len(page2) != 1 || r.header.Get("X-Next-Token") != "" || page2[0].SandboxID == page1[0].SandboxID || page2[0].SandboxID == page1[1].SandboxID {
+		t.Fatalf("second page: %s, next %q", r.body, r.header.Get("X-Next-Token"))
+	}
+	for _, q := range []string{"limit=0", "limit=101", "limit=x", "state=gone", "nextToken=%25%25", "metadata=%25zz"} {
+		_, r := list(q)
+		wantError(t, q, r, 400)
+	}
+	var v1 []sandboxOut
+	r = call(t, hs, "GET", "/sandboxes", "", "X-API-Key", keyBob)
+	r.json(t, &v1)
+	if len(v1) != 1 {
+		t.Errorf("v1 list of bob: %s", r.body)
+	}
+}
+
+// TestDataPlaneGuard: a request naming a sandbox by header skips only the
+// guard's Content-Type rule (it cannot come from a page without a
+// preflight); the Origin rule still applies, and without the header the
+// Content-Type rule does.
+func TestDataPlaneGuard(t *testing.T) {
+	hs := newTestServer(t)
+	sb := create(t, hs, keyAlice, `{}`)
+	h := []string{"E2b-Sandbox-Id", sb.SandboxID, "X-Access-Token", sb.EnvdAccessToken, "Content-Type", "application/connect+json"}
+	r := call(t, hs, "POST", "/filesystem.Filesystem/Stat", "", h...)
+	if r.status == http.StatusBadRequest && strings.Contains(string(r.body), "Content-Type") {
+		t.Errorf("Connect content type refused by the guard: %s", r.body)
+	}
+	r = call(t, hs, "POST", "/filesystem.Filesystem/Stat", "", append(h, "Origin", "http://8000-"+sb.SandboxID+".localhost")...)
+	if r.status != http.StatusForbidden {
+		t.Errorf("data plane request from a preview origin: %d %s, want 403", r.status, r.body)
+	}
+	wantPlain := call(t, hs, "POST", "/sandboxes", "", "X-API-Key", keyAlice, "Content-Type", "text/plain")
+	if wantPlain.status != http.StatusBadRequest {
+		t.Errorf("text/plain create without the data plane header: %d %s, want the guard's 400", wantPlain.status, wantPlain.body)
+	}
+}
+
+func TestAllowedRoutes(t *testing.T) {
+	for _, c := range []struct {
+		port         int
+		method, path string
+		ok           bool
+	}{
+		{EnvdPort, "POST", "/process.Process/Start", true},
+		{EnvdPort, "GET", "/process.Process/Start", false},
+		{EnvdPort, "POST", "/filesystem.Filesystem/Stat", true},
+		{EnvdPort, "GET", "/files", true},
+		{EnvdPort, "POST", "/files", true},
+		{EnvdPort, "DELETE", "/files", false},
+		{EnvdPort, "POST", "/init", false},
+		{EnvdPort, "GET", "/service", false},
+		{EnvdPort, "POST", "/execute", false},
+		{JupyterPort, "POST", "/execute", true},
+		{JupyterPort, "GET", "/contexts", true},
+		{JupyterPort, "POST", "/contexts/abc/restart", true},
+		{JupyterPort, "DELETE", "/contexts/abc", true},
+		{JupyterPort, "POST", "/process.Process/Start", false},
+		{JupyterPort, "GET", "/files", false},
+	} {
+		if got := allowedRoute(c.port, c.method, c.path); got != c.ok {
+			t.Errorf("port %d %s %s: %v, want %v", c.port, c.method, c.path, got, c.ok)
+		}
+	}
+}
+
+func TestMapTemplate(t *testing.T) {
+	for in, want := range map[string]string{"": "base", "base": "base", "code-interpreter-v1": "code-interpreter", "mine:2": "mine:2"} {
+		if got := mapTemplate(in); got != want {
+			t.Errorf("mapTemplate(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -166,7 +166,7 @@ func Run(ctx context.Context, opts Options) error {
 	api.AllowBody("multipart/form-data", agentscope.IsMultipartUpload)
 	defer as.Close()
 	e2 := e2b.New(e2b.Config{APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: templates,
-		TemplateAdmins: cfg.TemplateAdmins, Logger: log}, m)
+		TemplateAdmins: cfg.TemplateAdmins, Builder: bld, BuildDir: filepath.Join(tmplDir, "tmp"), Logger: log}, m)
 	e2.Register(api.Mux())
 	api.SetSandboxPorts(e2.ServePort)
 

@@ -46,7 +46,12 @@ type Config struct {
 	Domain string
 	// Templates is the template store (nil: GET /templates is empty).
 	Templates TemplateLister
-	// TemplateAdmins see every template, as on the native API.
+	// Builder runs the Template SDK's builds (nil: builds are unavailable)
+	// in BuildDir (default the system's temporary directory).
+	Builder  Builder
+	BuildDir string
+	// TemplateAdmins see every template and may build, as on the native
+	// API.
 	TemplateAdmins []string
 	Logger         *slog.Logger
 }
@@ -93,6 +98,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	h("GET /sandboxes/{id}/logs", s.logsV1)
 	h("GET /v2/sandboxes/{id}/logs", s.logsV2)
 	s.registerTemplates(h)
+	s.registerUploads(mux)
 }
 
 // authenticated resolves X-API-Key to a user and writes a handler's error

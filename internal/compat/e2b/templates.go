@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -43,6 +42,10 @@ var e2bAliases = map[string][]string{"code-interpreter": {"code-interpreter-v1"}
 func (s *Server) registerTemplates(h func(string, handler)) {
 	h("GET /templates", s.listTemplates)
 	h("GET /templates/aliases/{alias}", s.templateAlias)
+	h("POST /v3/templates", s.requestBuild)
+	h("GET /templates/{templateID}/files/{hash}", s.fileUploadLink)
+	h("POST /v2/templates/{templateID}/builds/{buildID}", s.startBuild)
+	h("GET /templates/{templateID}/builds/{buildID}/status", s.buildStatus)
 }
 
 // visibleTemplates lists the templates user may create sandboxes from.
@@ -116,10 +119,3 @@ func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, user stri
 	}
 	return sandbox.Errorf(sandbox.ClassNotFound, "template alias %q not found", alias)
 }
-
-// buildRegistry keeps the Template SDK's builds in flight.
-type buildRegistry struct {
-	mu sync.Mutex
-}
-
-func newBuildRegistry() *buildRegistry { return &buildRegistry{} }

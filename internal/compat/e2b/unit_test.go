@@ -286,3 +286,59 @@ func TestMapTemplate(t *testing.T) {
 		}
 	}
 }
+
+// TestDockerfile: the Template SDK's steps as a Dockerfile; what cannot be
+// expressed safely is refused, naming the step.
+func TestDockerfile(t *testing.T) {
+	h := strings.Repeat("a", 64)
+	df, err := dockerfile(templateSpec{FromTemplate: "code-interpreter-v1", Steps: []step{
+		{Type: "RUN", Args: []string{"echo a\necho b"}},
+		{Type: "RUN", Args: []string{"id", "root"}},
+		{Type: "USER", Args: []string{"user"}},
+		{Type: "RUN", Args: []string{"id", "root"}},
+		{Type: "COPY", Args: []string{"../etc/x", "/opt/x", "user", "0755"}, FilesHash: h},
+		{Type: "ENV", Args: []string{"A", "1 2", "B", `"q"`}},
+		{Type: "WORKDIR", Args: []string{"/opt"}},
+	}, StartCmd: "serve", ReadyCmd: "curl -f localhost"}, map[string]bool{h: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `FROM code-interpreter
+RUN ["/bin/bash", "-c", "echo a\necho b"]
+USER root
+RUN ["/bin/bash", "-c", "id"]
+USER user
+USER root
+RUN ["/bin/bash", "-c", "id"]
+USER user
+COPY --chown=user --chmod=0755 ["files/` + h + `/etc/x", "/opt/x"]
+ENV A="1 2"
+ENV B="\"q\""
+WORKDIR /opt
+CMD ["/bin/bash", "-l", "-c", "serve"]
+HEALTHCHECK --interval=1s --timeout=5s --start-period=60s --retries=60 CMD ["/bin/bash", "-l", "-c", "curl -f localhost"]
+`
+	if df != want {
+		t.Errorf("dockerfile:\n%s\nwant:\n%s", df, want)
+	}
+	for name, spec := range map[string]templateSpec{
+		"no base":          {},
+		"files not sent":   {FromImage: "base", Steps: []step{{Type: "COPY", Args: []string{"a", "/a"}, FilesHash: h}}},
+		"unknown step":     {FromImage: "base", Steps: []step{{Type: "ARG", Args: []string{"x"}}}},
+		"bad mode":         {FromImage: "base", Steps: []step{{Type: "COPY", Args: []string{"a", "/a", "", "rwx"}, FilesHash: h}}},
+		"newline in user":  {FromImage: "base", Steps: []step{{Type: "USER", Args: []string{"a\nRUN x"}}}},
+		"newline in dir":   {FromImage: "base", Steps: []step{{Type: "WORKDIR", Args: []string{"/a\nRUN x"}}}},
+		"bad env name":     {FromImage: "base", Steps: []step{{Type: "ENV", Args: []string{"A B", "1"}}}},
+		"odd env":          {FromImage: "base", Steps: []step{{Type: "ENV", Args: []string{"A"}}}},
+		"space in base":    {FromImage: "base\nRUN x"},
+		"user with spaces": {FromImage: "base", Steps: []step{{Type: "RUN", Args: []string{"id", "a b"}}}},
+	} {
+		files := map[string]bool{h: true}
+		if name == "files not sent" {
+			files = nil
+		}
+		if _, err := dockerfile(spec, files); sandbox.ClassOf(err) != sandbox.ClassInvalid {
+			t.Errorf("%s: %v, want invalid_argument", name, err)
+		}
+	}
+}

@@ -1,0 +1,38 @@
+const { test } = require('node:test')
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+const { Template, Sandbox } = require('e2b')
+
+test('Template.build of a small template, then a sandbox from it', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'e2b-tpl-'))
+  try {
+    fs.mkdirSync(path.join(dir, 'app'))
+    fs.writeFileSync(path.join(dir, 'app', 'hello.txt'), 'copied from the context\n')
+    const name = `e2b-suite-${Date.now()}`
+    const tpl = Template({ fileContextPath: dir })
+      .fromTemplate('base')
+      .runCmd('echo "built\nin two lines" > /opt/marker.txt && mkdir -p /opt/app', { user: 'root' })
+      .copy('app/hello.txt', '/opt/app/hello.txt')
+      .setEnvs({ GREETING: 'from the template' })
+      .setWorkdir('/opt/app')
+    const logs = []
+    const res = await Template.build(tpl, name, { onBuildLogs: (e) => logs.push(String(e.message)) })
+    assert.equal(res.templateId, name)
+    assert.ok(logs.some((l) => /steps run/.test(l)), logs.join('\n'))
+
+    const sbx = await Sandbox.create(name)
+    try {
+      const r = await sbx.commands.run('cat /opt/marker.txt /opt/app/hello.txt; echo "$GREETING"; pwd')
+      assert.equal(r.stdout, 'built\nin two lines\ncopied from the context\nfrom the template\n/opt/app\n')
+    } finally {
+      await sbx.kill()
+    }
+    // A failing step fails the build with its message.
+    const bad = Template({ fileContextPath: dir }).fromTemplate('base').runCmd('echo nope >&2; exit 7')
+    await assert.rejects(Template.build(bad, `${name}-bad`), /exit|7|failed/i)
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+})

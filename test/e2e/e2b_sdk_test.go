@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +139,58 @@ func ensureBuiltinTemplates(t *testing.T, ctx context.Context, d *daemon, key st
 func getTemplateStatus(t *testing.T, d *daemon, key, ref string) bool {
 	status, _ := d.call(t, "GET", "/v1/templates/"+ref, key, nil)
 	return status == 200
+}
+
+// BenchmarkE2BSDK: the E2B SDKs' round trips through the daemon (create,
+// commands.run('true'), runCode('1+1'), pause and resume), each next to
+// the native API's same operation from the same Node process, on the
+// built-in templates of the test cache (run TestE2BSDK or make templates
+// first). b.N is ignored: test/compat/e2b/bench.cjs runs E2B_BENCH_N
+// (default 20) of each and reports p50/p90 in milliseconds.
+//
+//	go test -run '^$' -bench E2BSDK -benchtime 1x ./test/e2e/
+func BenchmarkE2BSDK(b *testing.B) {
+	dir := os.Getenv("AGENTBOX_E2B_SDK")
+	if dir == "" {
+		home, _ := os.UserCacheDir()
+		dir = filepath.Join(home, "agentbox-test", "e2b-sdk")
+		if c := os.Getenv("AGENTBOX_TEST_CACHE"); c != "" {
+			dir = filepath.Join(c, "e2b-sdk")
+		}
+	}
+	if !e2bInstalled(dir) {
+		b.Skipf("the pinned E2B SDKs are not in %s (run TestE2BSDK or scripts/test.sh)", dir)
+	}
+	tmplDir := filepath.Join(filepath.Dir(dir), "templates")
+	url := startBenchDaemon(b, "TEMPLATE_DIR="+tmplDir)
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	node := exec.Command("node", "bench.cjs")
+	node.Dir = filepath.Join(root, "test", "compat", "e2b")
+	port := url[strings.LastIndex(url, ":")+1:]
+	node.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + b.TempDir(), "NODE_PATH=" + filepath.Join(dir, "node_modules"),
+		"E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url, "E2B_DOMAIN=localhost:" + port, "E2B_API_KEY=e2b_00000000000000000000000000000000",
+		"E2B_BENCH_N=" + os.Getenv("E2B_BENCH_N")}
+	out, err := node.Output()
+	if err != nil {
+		b.Fatalf("bench.cjs: %v\n%s", err, out)
+	}
+	var res map[string]struct {
+		N        int
+		P50, P90 float64
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		b.Fatalf("bench.cjs output %q: %v", out, err)
+	}
+	names := make([]string, 0, len(res))
+	for k := range res {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		v := res[k]
+		b.Logf("%-52s n=%-4d p50 %8.2f ms   p90 %8.2f ms", k, v.N, v.P50, v.P90)
+	}
 }

@@ -246,9 +246,7 @@ func TestDataPlaneGuard(t *testing.T) {
 		t.Errorf("data plane request from a preview origin: %d %s, want 403", r.status, r.body)
 	}
 	wantPlain := call(t, hs, "POST", "/sandboxes", "", "X-API-Key", keyAlice, "Content-Type", "text/plain")
-	if wantPlain.status != http.StatusBadRequest {
-		t.Errorf("text/plain create without the data plane header: %d %s, want the guard's 400", wantPlain.status, wantPlain.body)
-	}
+	wantError(t, "text/plain create without the data plane header (the guard)", wantPlain, http.StatusBadRequest)
 }
 
 func TestAllowedRoutes(t *testing.T) {

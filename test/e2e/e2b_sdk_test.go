@@ -173,9 +173,11 @@ func BenchmarkE2BSDK(b *testing.B) {
 	node.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + b.TempDir(), "NODE_PATH=" + filepath.Join(dir, "node_modules"),
 		"E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url, "E2B_DOMAIN=localhost:" + port, "E2B_API_KEY=e2b_00000000000000000000000000000000",
 		"E2B_BENCH_N=" + os.Getenv("E2B_BENCH_N")}
+	var stderr testutil.SyncBuffer
+	node.Stderr = &stderr
 	out, err := node.Output()
 	if err != nil {
-		b.Fatalf("bench.cjs: %v\n%s", err, out)
+		b.Fatalf("bench.cjs: %v\n%s%s", err, out, stderr.String())
 	}
 	var res map[string]struct {
 		N        int

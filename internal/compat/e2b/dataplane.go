@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -62,6 +63,22 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 	base, rt, token := c.ProxyTarget()
 	if r.Method == http.MethodPost && r.URL.Path == "/files" {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
+	}
+	if r.URL.Path != "/files" && r.Body != nil && r.Body != http.NoBody {
+		// RPC messages are small: read them whole first. Streamed, the
+		// upstream request would still be reading the client's body
+		// while the agent's stream already flows back, and an HTTP/1
+		// server refuses body reads once the response has started (no
+		// full duplex): the transport then drops the agent connection
+		// in the middle of the stream. (An upload's answer comes only
+		// after its whole body.)
+		buf, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRPCBody))
+		if err != nil {
+			return sandbox.Errorf(sandbox.ClassInvalid, "request body: %v", err)
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(buf)), int64(len(buf))
+	} else if r.ContentLength > 0 {
+		r.Body = &eofBody{ReadCloser: r.Body, left: r.ContentLength}
 	}
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -189,6 +206,32 @@ func (f *fillReader) Read(p []byte) (int, error) {
 	n, err := io.ReadFull(f.ReadCloser, p)
 	if err == io.ErrUnexpectedEOF {
 		err = io.EOF
+	}
+	return n, err
+}
+
+// maxRPCBody caps a data-plane request other than a file upload (the
+// agent takes RPC messages of at most 4 MiB).
+const maxRPCBody = 8 << 20
+
+// eofBody reads the body's EOF as soon as its declared length has come.
+// The transport stops at Content-Length without asking for more, but the
+// server's body timeout (BODY_TIMEOUT) stays armed on the connection
+// until the EOF is read, and would later cut another request of the same
+// keep-alive connection in the middle of its stream.
+type eofBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *eofBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	if err == nil && b.left <= 0 {
+		var one [1]byte
+		if m, err2 := b.ReadCloser.Read(one[:]); m == 0 && err2 != nil {
+			err = err2
+		}
 	}
 	return n, err
 }

@@ -172,7 +172,12 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if r.ContentLength == 0 {
 		return nil
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	body := http.MaxBytesReader(w, r.Body, 1<<20)
+	// Read to the end: the server's body timeout stays armed on the
+	// connection until the body's EOF is seen, and would cut a later
+	// request of the same keep-alive connection.
+	defer io.Copy(io.Discard, body)
+	dec := json.NewDecoder(body)
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil

@@ -46,13 +46,11 @@ async function timed(n, fn) {
   await sbx.commands.run('true')
   r["e2b commands.run('true')"] = stats(await timed(5 * N, () => sbx.commands.run('true')))
   r['native POST /v1/sandboxes/{id}/exec true'] = stats(await timed(5 * N, () => native('POST', `/v1/sandboxes/${sbx.sandboxId}/exec`, { cmd: ['true'] })))
-  r['e2b pause()'] = stats(await timed(N, async () => { await sbx.pause(); await Sandbox.connect(sbx.sandboxId) }))
   const pauses = [], resumes = []
   for (let i = 0; i < N; i++) {
     let t = performance.now(); await sbx.pause(); pauses.push(performance.now() - t)
     t = performance.now(); await Sandbox.connect(sbx.sandboxId); resumes.push(performance.now() - t)
   }
-  delete r['e2b pause()']
   r['e2b sbx.pause()'] = stats(pauses)
   r['e2b Sandbox.connect() of a paused sandbox (resume)'] = stats(resumes)
   r['e2b Sandbox.getInfo()'] = stats(await timed(N, () => Sandbox.getInfo(sbx.sandboxId)))

@@ -24,6 +24,15 @@ test('run: stdout, stderr, exit codes, CommandExitError', async () => {
   assert.equal(me.stdout, 'user\n')
 })
 
+test('many round trips on kept-alive connections', async () => {
+  // Streams answered while their request was still being forwarded once
+  // cut connections at random: 200 in a row must all pass.
+  for (let i = 0; i < 200; i++) {
+    const r = await sbx.commands.run('true')
+    assert.equal(r.exitCode, 0)
+  }
+})
+
 test('onStdout streams before the command exits', async () => {
   const chunks = []
   const h = await sbx.commands.run('echo first; sleep 30; echo second', { background: true, onStdout: (d) => chunks.push(d) })

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/backend/fake"
 	"github.com/agentbox/agentbox/internal/httpapi"
@@ -167,6 +168,38 @@ func TestAuthErrorsAndTenancy(t *testing.T) {
 	}
 	wantError(t, "an agent route that is not E2B's", call(t, hs, "POST", "/init", `{}`, append(dp, "X-Access-Token", sb.EnvdAccessToken)...), 404)
 	wantError(t, "unknown sandbox on the data plane", call(t, hs, "GET", "/health", "", "E2b-Sandbox-Id", "nosuchsandbox0000000", "X-Access-Token", "x"), 404)
+
+	// The owner's lifecycle calls.
+	if r := call(t, hs, "POST", "/sandboxes/"+id+"/timeout", `{"timeout":30}`, "X-API-Key", keyAlice); r.status != 204 {
+		t.Errorf("timeout: %d %s", r.status, r.body)
+	}
+	var before, after sandboxOut
+	call(t, hs, "GET", "/sandboxes/"+id, "", "X-API-Key", keyAlice).json(t, &before)
+	if r := call(t, hs, "POST", "/sandboxes/"+id+"/refreshes", `{"duration":600}`, "X-API-Key", keyAlice); r.status != 204 {
+		t.Errorf("refreshes: %d %s", r.status, r.body)
+	}
+	call(t, hs, "GET", "/sandboxes/"+id, "", "X-API-Key", keyAlice).json(t, &after)
+	if !after.EndAt.After(before.EndAt.Add(500 * time.Second)) {
+		t.Errorf("refreshes: endAt %v -> %v", before.EndAt, after.EndAt)
+	}
+	wantError(t, "refresh over an hour", call(t, hs, "POST", "/sandboxes/"+id+"/refreshes", `{"duration":3601}`, "X-API-Key", keyAlice), 400)
+	wantError(t, "timeout missing", call(t, hs, "POST", "/sandboxes/"+id+"/timeout", `{}`, "X-API-Key", keyAlice), 400)
+	r = call(t, hs, "POST", "/sandboxes/"+id+"/connect", `{"timeout":60}`, "X-API-Key", keyAlice)
+	var conn sandboxOut
+	r.json(t, &conn)
+	if r.status != 200 || conn.EnvdAccessToken != sb.EnvdAccessToken {
+		t.Errorf("connect to a running sandbox: %d %s", r.status, r.body)
+	}
+	wantError(t, "resume of a running sandbox", call(t, hs, "POST", "/sandboxes/"+id+"/resume", `{}`, "X-API-Key", keyAlice), 409)
+	var logs struct {
+		Logs []logOut `json:"logs"`
+	}
+	r = call(t, hs, "GET", "/v2/sandboxes/"+id+"/logs?limit=50", "", "X-API-Key", keyAlice)
+	r.json(t, &logs)
+	if r.status != 200 || len(logs.Logs) == 0 {
+		t.Errorf("logs: %d %s", r.status, r.body)
+	}
+	wantError(t, "logs with a bad direction", call(t, hs, "GET", "/v2/sandboxes/"+id+"/logs?direction=up", "", "X-API-Key", keyAlice), 400)
 
 	if r := call(t, hs, "DELETE", "/sandboxes/"+id, "", "X-API-Key", keyAlice); r.status != 204 {
 		t.Fatalf("delete: %d %s", r.status, r.body)

@@ -12,7 +12,7 @@ async function native(method, path, body) {
   const res = await fetch(base + path, { method, headers: { 'Content-Type': 'application/json' }, body: body && JSON.stringify(body) })
   const text = await res.text()
   if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text}`)
-  return text ? JSON.parse(text) : undefined
+  return text && (res.headers.get('content-type') || '').startsWith('application/json') ? JSON.parse(text) : text
 }
 
 function stats(ms) {
@@ -46,6 +46,8 @@ async function timed(n, fn) {
   await sbx.commands.run('true')
   r["e2b commands.run('true')"] = stats(await timed(5 * N, () => sbx.commands.run('true')))
   r['native POST /v1/sandboxes/{id}/exec true'] = stats(await timed(5 * N, () => native('POST', `/v1/sandboxes/${sbx.sandboxId}/exec`, { cmd: ['true'] })))
+  // What the SDK runs: its command in a bash login shell.
+  r['native POST /v1/sandboxes/{id}/exec bash -l -c true'] = stats(await timed(5 * N, () => native('POST', `/v1/sandboxes/${sbx.sandboxId}/exec`, { cmd: ['/bin/bash', '-l', '-c', 'true'] })))
   const pauses = [], resumes = []
   for (let i = 0; i < N; i++) {
     let t = performance.now(); await sbx.pause(); pauses.push(performance.now() - t)

@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"github.com/agentbox/agentbox/api/proto/process"
+	"github.com/agentbox/agentbox/api/proto/process/processconnect"
 	"github.com/agentbox/agentbox/internal/backend/fake"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
@@ -371,5 +375,83 @@ HEALTHCHECK --interval=1s --timeout=5s --start-period=60s --retries=60 CMD ["/bi
 		if _, err := dockerfile(spec, files); sandbox.ClassOf(err) != sandbox.ClassInvalid {
 			t.Errorf("%s: %v, want invalid_argument", name, err)
 		}
+	}
+}
+
+// headerTransport adds the data plane's headers to every request.
+type headerTransport struct {
+	h  http.Header
+	rt http.RoundTripper
+}
+
+func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range t.h {
+		r.Header[k] = v
+	}
+	return t.rt.RoundTrip(r)
+}
+
+// TestDataPlaneConnectCodecs: a Connect server stream through the data
+// plane, in both codecs, flows as it happens: the process prints, then
+// waits for input that the test sends only once it has received that
+// output and a keepalive (asked for by Keepalive-Ping-Interval); a proxy
+// that held the stream back would never see either (bounded by the
+// context's minute).
+func TestDataPlaneConnectCodecs(t *testing.T) {
+	hs := newTestServer(t)
+	sb := create(t, hs, keyAlice, `{}`)
+	h := http.Header{}
+	h.Set("E2b-Sandbox-Id", sb.SandboxID)
+	h.Set("X-Access-Token", sb.EnvdAccessToken)
+	h.Set("Keepalive-Ping-Interval", "1")
+	hc := &http.Client{Transport: headerTransport{h: h, rt: hs.Client().Transport}}
+	for name, opts := range map[string][]connect.ClientOption{"json": {connect.WithProtoJSON()}, "binary": nil} {
+		t.Run(name, func(t *testing.T) {
+			c := processconnect.NewProcessClient(hc, hs.URL, opts...)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			stdin := true
+			stream, err := c.Start(ctx, connect.NewRequest(&process.StartRequest{Stdin: &stdin, Process: &process.ProcessConfig{
+				Cmd: "/bin/sh", Args: []string{"-c", `echo hi; read x; echo "got $x"`}}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stream.Close()
+			var kinds []string
+			var out string
+			var pid uint32
+			sent := false
+			for stream.Receive() {
+				ev := stream.Msg().GetEvent()
+				switch {
+				case ev.GetStart() != nil:
+					pid = ev.GetStart().GetPid()
+					kinds = append(kinds, "start")
+				case ev.GetData() != nil:
+					out += string(ev.GetData().GetStdout())
+					kinds = append(kinds, "data")
+				case ev.GetKeepalive() != nil:
+					kinds = append(kinds, "keepalive")
+				case ev.GetEnd() != nil:
+					kinds = append(kinds, "end")
+				}
+				if !sent && out == "hi\n" && kinds[len(kinds)-1] == "keepalive" {
+					sent = true
+					_, err := c.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{
+						Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}},
+						Input:   &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("there\n")}}}))
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatalf("stream: %v (events %v)", err, kinds)
+			}
+			if kinds[0] != "start" || kinds[len(kinds)-1] != "end" || out != "hi\ngot there\n" || !sent {
+				t.Errorf("events %v, stdout %q", kinds, out)
+			}
+		})
 	}
 }

@@ -455,3 +455,30 @@ func TestDataPlaneConnectCodecs(t *testing.T) {
 		})
 	}
 }
+
+// TestStoppedSandbox: a stopped agentbox sandbox lists as paused, and
+// connect boots it again (201).
+func TestStoppedSandbox(t *testing.T) {
+	hs := newTestServer(t)
+	sb := create(t, hs, keyAlice, `{}`)
+	if r := call(t, hs, "POST", "/v1/sandboxes/"+sb.SandboxID+"/stop", "{}", "Authorization", "Bearer "+keyAlice); r.status != 200 {
+		t.Fatalf("stop: %d %s", r.status, r.body)
+	}
+	var got sandboxOut
+	call(t, hs, "GET", "/sandboxes/"+sb.SandboxID, "", "X-API-Key", keyAlice).json(t, &got)
+	if got.State != "paused" {
+		t.Errorf("stopped sandbox state %q, want paused", got.State)
+	}
+	wantError(t, "pause of a stopped sandbox", call(t, hs, "POST", "/sandboxes/"+sb.SandboxID+"/pause", "{}", "X-API-Key", keyAlice), 409)
+	r := call(t, hs, "POST", "/sandboxes/"+sb.SandboxID+"/connect", `{"timeout":60}`, "X-API-Key", keyAlice)
+	if r.status != 201 {
+		t.Fatalf("connect to a stopped sandbox: %d %s", r.status, r.body)
+	}
+	call(t, hs, "GET", "/sandboxes/"+sb.SandboxID, "", "X-API-Key", keyAlice).json(t, &got)
+	if got.State != "running" {
+		t.Errorf("after connect: %q", got.State)
+	}
+	if r := call(t, hs, "GET", "/health", "", "E2b-Sandbox-Id", sb.SandboxID, "X-Access-Token", got.EnvdAccessToken); r.status != 204 {
+		t.Errorf("data plane after connect: %d %s", r.status, r.body)
+	}
+}

@@ -30,44 +30,50 @@ sandbox data plane are both the server's own URL, and preview hosts of
 sandbox ports are <port>-<id>.<domain>. Use: eval "$(agentbox e2b env)".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f := cmd.Flags()
-			raw, _ := f.GetString(flagURL)
-			if raw == "" {
-				raw = os.Getenv(client.EnvURL)
-			}
-			if raw == "" {
-				raw = client.DefaultURL
-			}
-			u, err := url.Parse(strings.TrimRight(raw, "/"))
-			if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-				return usageErrorf("--%s: want an http(s) URL, got %q", flagURL, raw)
-			}
-			key, _ := f.GetString(flagAPIKey)
-			if key == "" {
-				key = os.Getenv(client.EnvAPIKey)
-			}
-			if key == "" {
-				key = keylessE2BKey
-			}
-			if domain == "" {
-				domain = e2bDomain(u)
-			}
-			base := u.Scheme + "://" + u.Host
-			out := cmd.OutOrStdout()
-			for _, kv := range [][2]string{
-				{"E2B_API_URL", base},
-				{"E2B_SANDBOX_URL", base},
-				{"E2B_DOMAIN", domain},
-				{"E2B_API_KEY", key},
-			} {
-				fmt.Fprintf(out, "export %s=%s\n", kv[0], shellQuote(kv[1]))
-			}
-			return nil
+			asJSON, _ := cmd.Flags().GetBool(flagJSON)
+			return finish(cmd.ErrOrStderr(), asJSON, e2bEnv(cmd, domain))
 		},
 	}
 	env.Flags().StringVar(&domain, "domain", "", "the server's PREVIEW_DOMAIN as clients reach it (default: localhost:<port> for a loopback URL, else the URL's host)")
 	cmd.AddCommand(env)
 	return cmd
+}
+
+// e2bEnv prints the variables.
+func e2bEnv(cmd *cobra.Command, domain string) error {
+	f := cmd.Flags()
+	raw, _ := f.GetString(flagURL)
+	if raw == "" {
+		raw = os.Getenv(client.EnvURL)
+	}
+	if raw == "" {
+		raw = client.DefaultURL
+	}
+	u, err := url.Parse(strings.TrimRight(raw, "/"))
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return usageErrorf("--%s: want an http(s) URL, got %q", flagURL, raw)
+	}
+	key, _ := f.GetString(flagAPIKey)
+	if key == "" {
+		key = os.Getenv(client.EnvAPIKey)
+	}
+	if key == "" {
+		key = keylessE2BKey
+	}
+	if domain == "" {
+		domain = e2bDomain(u)
+	}
+	base := u.Scheme + "://" + u.Host
+	out := cmd.OutOrStdout()
+	for _, kv := range [][2]string{
+		{"E2B_API_URL", base},
+		{"E2B_SANDBOX_URL", base},
+		{"E2B_DOMAIN", domain},
+		{"E2B_API_KEY", key},
+	} {
+		fmt.Fprintf(out, "export %s=%s\n", kv[0], shellQuote(kv[1]))
+	}
+	return nil
 }
 
 // e2bDomain is the domain sandbox port hosts live under, as the SDK's

@@ -265,3 +265,38 @@ func TestPauseConcurrent(t *testing.T) {
 		t.Fatalf("a record outlived the delete: %v", err)
 	}
 }
+
+// TestPausePool: a pooled sandbox belongs to nobody and cannot be
+// paused; one handed out and paused leaves the pool, which keeps handing
+// out running sandboxes; auto-pause asked of a pooled create is kept.
+func TestPausePool(t *testing.T) {
+	e := newEnv(t, Config{PoolTypes: []string{"base"}, PoolSize: 1})
+	ctx := context.Background()
+	waitFor(t, 30*time.Second, "pool fill", func() bool { return e.m.PoolLevels()["host"] == 1 })
+	e.m.mu.Lock()
+	var pooled sandbox.ID
+	for id, en := range e.m.entries {
+		if en.rec.Pool != "" {
+			pooled = id
+		}
+	}
+	e.m.mu.Unlock()
+	if _, err := e.m.Pause(ctx, "", pooled); !sandbox.IsNotFound(err) {
+		t.Fatalf("pause of a pooled sandbox: %v", err)
+	}
+	first, err := e.m.Create(ctx, "u", CreateRequest{AutoPause: true})
+	if err != nil || !first.FromPool || !first.AutoPause {
+		t.Fatalf("pool hit = %+v, %v", first, err)
+	}
+	if _, err := e.m.Pause(ctx, "u", first.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "pool refill", func() bool { return e.m.PoolLevels()["host"] == 1 })
+	second, err := e.m.Create(ctx, "u", CreateRequest{})
+	if err != nil || !second.FromPool || second.ID == first.ID || second.State != sandbox.StateRunning {
+		t.Fatalf("second pool hit = %+v, %v", second, err)
+	}
+	if out := execOut(t, e.m, "u", second.ID, "echo", "fresh"); out != "fresh\n" {
+		t.Fatalf("exec in the second pooled sandbox = %q", out)
+	}
+}

@@ -179,11 +179,14 @@ func TestPauseResume(t *testing.T) {
 	}
 
 	// The clock stops while paused; the CLI pauses and resumes.
-	short, err := alice.Create(ctx, client.CreateRequest{Timeout: 2 * time.Second})
+	short, err := alice.Create(ctx, client.CreateRequest{Timeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ids = append(ids, short.ID)
+	if _, err := alice.Pause(ctx, short.ID); err != nil {
+		t.Fatal(err)
+	}
 	daemonBin, _ := binaries(t)
 	cli := func(args ...string) string {
 		t.Helper()
@@ -194,12 +197,12 @@ func TestPauseResume(t *testing.T) {
 		}
 		return string(out)
 	}
-	if out := cli("pause", short.ID); !strings.Contains(out, short.ID+" paused") {
+	if out := cli("pause", short.ID); !strings.Contains(out, short.ID+" paused") { // already paused: a no-op
 		t.Fatalf("agentbox pause: %q", out)
 	}
-	time.Sleep(3 * time.Second) // past its 2 s timeout
+	time.Sleep(4 * time.Second) // past its 3 s timeout
 	got = waitState(t, alice, short.ID, "paused")
-	if got.RemainingSeconds <= 0 || got.RemainingSeconds > 2 {
+	if got.RemainingSeconds <= 0 || got.RemainingSeconds > 3 {
 		t.Fatalf("paused past its timeout: %+v", got)
 	}
 	if out := cli("resume", "--timeout", "1m", short.ID); !strings.Contains(out, short.ID+" running") {

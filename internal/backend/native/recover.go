@@ -57,7 +57,9 @@ func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) {
 	if b.cfg.Network != nil {
 		var live []sandbox.ID
 		for _, in := range infos {
-			if in.State == sandbox.StateRunning && in.Spec.Network.Mode == sandbox.NetworkEgress {
+			// A paused sandbox keeps its network for when it resumes.
+			up := in.State == sandbox.StateRunning || in.State == sandbox.StatePaused
+			if up && in.Spec.Network.Mode == sandbox.NetworkEgress {
 				live = append(live, in.ID)
 			}
 		}

@@ -7,12 +7,13 @@ const { Template, Sandbox } = require('e2b')
 
 test('Template.build of a small template, then a sandbox from it', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'e2b-tpl-'))
+  const name = `e2b-suite-${Date.now()}`
   try {
     fs.mkdirSync(path.join(dir, 'app'))
     fs.writeFileSync(path.join(dir, 'app', 'hello.txt'), 'copied from the context\n')
-    const name = `e2b-suite-${Date.now()}`
+    // fromImage names an image the daemon can pull or a stored template.
     const tpl = Template({ fileContextPath: dir })
-      .fromTemplate('base')
+      .fromImage('base')
       .runCmd('echo "built\nin two lines" > /opt/marker.txt && mkdir -p /opt/app', { user: 'root' })
       .copy('app/hello.txt', '/opt/app/hello.txt')
       .setEnvs({ GREETING: 'from the template' })
@@ -34,5 +35,14 @@ test('Template.build of a small template, then a sandbox from it', async () => {
     await assert.rejects(Template.build(bad, `${name}-bad`), /exit|7|failed/i)
   } finally {
     fs.rmSync(dir, { recursive: true, force: true })
+    // The suite's daemon shares its template store with later runs (the
+    // test cache): leave nothing behind (agentbox's native API).
+    const del = await fetch(`${process.env.E2B_API_URL}/v1/templates/${name}`, { method: 'DELETE', headers: { Authorization: `Bearer ${process.env.E2B_API_KEY}` } })
+    assert.ok(del.ok, `delete template ${name}: ${del.status} ${await del.text()}`)
+    // And what earlier runs may have left.
+    const list = await (await fetch(`${process.env.E2B_API_URL}/v1/templates`, { headers: { Authorization: `Bearer ${process.env.E2B_API_KEY}` } })).json()
+    for (const t of list.templates ?? []) {
+      if (t.name.startsWith('e2b-suite-')) await fetch(`${process.env.E2B_API_URL}/v1/templates/${t.name}`, { method: 'DELETE', headers: { Authorization: `Bearer ${process.env.E2B_API_KEY}` } })
+    }
   }
 })

@@ -29,6 +29,7 @@ import (
 // process it started: the agent keeps processes whose stream was cut.
 func (s *Server) ServePort(w http.ResponseWriter, r *http.Request, id sandbox.ID, port int) bool {
 	if port != EnvdPort && port != JupyterPort {
+		s.trafficToPreview(r, id)
 		return false
 	}
 	if err := s.servePort(w, r, id, port); err != nil {
@@ -234,4 +235,22 @@ func (b *eofBody) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// trafficToPreview lets E2B's traffic access token (the header E2B's
+// docs have clients send to a sandbox's ports) open the preview proxy:
+// it stands for the sandbox's access token there, and neither reaches the
+// sandbox's server.
+func (s *Server) trafficToPreview(r *http.Request, id sandbox.ID) {
+	if r.Header.Get("E2b-Traffic-Access-Token") == "" {
+		return
+	}
+	rec, err := s.m.Lookup(id)
+	if err != nil {
+		return
+	}
+	if trafficTokenOK(r, rec.AccessToken) && r.Header.Get("X-Access-Token") == "" {
+		r.Header.Set("X-Access-Token", rec.AccessToken)
+	}
+	r.Header.Del("E2b-Traffic-Access-Token")
 }

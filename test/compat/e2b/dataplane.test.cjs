@@ -45,6 +45,10 @@ test('any other port is the preview proxy', async () => {
     const r = await get('/index.html', { Host: host, 'X-Access-Token': sbx.envdAccessToken })
     assert.equal(r.body, 'served\n')
     assert.equal((await get('/index.html', { Host: host })).status, 401)
+    // E2B's traffic token, as E2B documents it for restricted ports.
+    assert.ok(sbx.trafficAccessToken)
+    assert.equal((await get('/index.html', { Host: host, 'E2B-Traffic-Access-Token': sbx.trafficAccessToken })).body, 'served\n')
+    assert.equal((await get('/index.html', { Host: host, 'E2B-Traffic-Access-Token': 'wrong' })).status, 401)
   } finally {
     await srv.kill()
   }

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"bytes"
+	"errors"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -119,6 +120,11 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
 				return // the client went away
+			}
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				writeError(w, r, sandbox.Errorf(sandbox.ClassTooLarge, "upload is over %d bytes (MAX_UPLOAD_SIZE)", tooBig.Limit))
+				return
 			}
 			s.log.Debug("data plane proxy", "sandbox", id, "port", port, "err", err)
 			writeError(w, r, sandbox.Wrap(sandbox.ClassUnavailable, err, fmt.Sprintf("sandbox %s does not answer", id)))

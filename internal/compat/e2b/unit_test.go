@@ -42,6 +42,11 @@ const keyAlice, keyBob = "e2b_aaaa", "e2b_bbbb"
 // fake sandboxes (real agents as host processes), with two tenants.
 func newTestServer(t *testing.T) *httptest.Server {
 	t.Helper()
+	return newTestServerWith(t, Config{})
+}
+
+func newTestServerWith(t *testing.T, cfg Config) *httptest.Server {
+	t.Helper()
 	b := fake.New(testutil.AgentBinary(t), t.TempDir())
 	t.Cleanup(func() { b.Close() })
 	m := manager.New(manager.Config{Resolver: hostOnly{}}, b, store.NewMemory())
@@ -51,7 +56,8 @@ func newTestServer(t *testing.T) *httptest.Server {
 	t.Cleanup(func() { m.Shutdown(context.Background(), true) })
 	keys := map[string]string{keyAlice: "alice", keyBob: "bob"}
 	api := httpapi.New(httpapi.Config{APIKeys: keys, PreviewDomain: "localhost"}, m)
-	e := New(Config{APIKeys: keys}, m)
+	cfg.APIKeys = keys
+	e := New(cfg, m)
 	e.Register(api.Mux())
 	api.SetSandboxPorts(e.ServePort)
 	hs := httptest.NewServer(api.Handler())
@@ -480,5 +486,33 @@ func TestStoppedSandbox(t *testing.T) {
 	}
 	if r := call(t, hs, "GET", "/health", "", "E2b-Sandbox-Id", sb.SandboxID, "X-Access-Token", got.EnvdAccessToken); r.status != 204 {
 		t.Errorf("data plane after connect: %d %s", r.status, r.body)
+	}
+}
+
+// TestUploadLimit: an upload over MAX_UPLOAD_SIZE is refused (413) and
+// writes nothing; one under it passes.
+func TestUploadLimit(t *testing.T) {
+	hs := newTestServerWith(t, Config{MaxUploadBytes: 64 << 10})
+	sb := create(t, hs, keyAlice, `{}`)
+	up := func(path string, n int) reply {
+		req, _ := http.NewRequest("POST", hs.URL+"/files?path="+url.QueryEscape(path), strings.NewReader(strings.Repeat("x", n)))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+		req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+		resp, err := hs.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return reply{resp.StatusCode, resp.Header, data}
+	}
+	dir := t.TempDir() // the fake backend's sandboxes see the host's files
+	if r := up(dir+"/small", 1000); r.status != 200 {
+		t.Fatalf("small upload: %d %s", r.status, r.body)
+	}
+	wantError(t, "upload over the limit", up(dir+"/big", 200<<10), http.StatusRequestEntityTooLarge)
+	if r := call(t, hs, "GET", "/files?path="+url.QueryEscape(dir+"/big"), "", "E2b-Sandbox-Id", sb.SandboxID, "X-Access-Token", sb.EnvdAccessToken); r.status == 200 && len(r.body) == 200<<10 {
+		t.Errorf("the refused upload was written whole")
 	}
 }

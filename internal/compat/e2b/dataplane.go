@@ -2,11 +2,11 @@ package e2b
 
 import (
 	"bytes"
-	"errors"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"

@@ -22,6 +22,13 @@ test('Template.build of a small template, then a sandbox from it', async () => {
     const res = await Template.build(tpl, name, { onBuildLogs: (e) => logs.push(String(e.message)) })
     assert.equal(res.templateId, name)
     assert.ok(logs.some((l) => /steps run/.test(l)), logs.join('\n'))
+    assert.equal(await Template.exists(name), true)
+    assert.equal(await Template.exists('code-interpreter-v1'), true, "E2B's name of agentbox's code-interpreter")
+    assert.equal(await Template.exists(`${name}-never-built`), false)
+    // GET /templates lists it under its E2B names.
+    const listed = await (await fetch(`${process.env.E2B_API_URL}/templates`, { headers: { 'X-API-Key': process.env.E2B_API_KEY } })).json()
+    assert.ok(listed.some((t) => t.templateID === name && t.buildStatus === 'ready'), JSON.stringify(listed.map((t) => t.templateID)))
+    assert.ok(listed.some((t) => t.templateID === 'code-interpreter-v1' && t.aliases.includes('code-interpreter')))
 
     const sbx = await Sandbox.create(name)
     try {

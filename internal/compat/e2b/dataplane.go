@@ -74,8 +74,23 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 		// full duplex): the transport then drops the agent connection
 		// in the middle of the stream. (An upload's answer comes only
 		// after its whole body.)
-		buf, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRPCBody))
+		// The buffer is charged to the owner's share of the daemon's
+		// request memory (REQUEST_MEMORY), as the native API's are.
+		want := r.ContentLength
+		if want < 0 || want > maxRPCBody {
+			want = maxRPCBody
+		}
+		release, err := s.m.Reserve(rec.Owner, want)
 		if err != nil {
+			return err
+		}
+		defer release()
+		buf, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRPCBody))
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			return sandbox.Errorf(sandbox.ClassTooLarge, "request body is over %d bytes", maxRPCBody)
+		case err != nil:
 			return sandbox.Errorf(sandbox.ClassInvalid, "request body: %v", err)
 		}
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(buf)), int64(len(buf))
@@ -217,9 +232,9 @@ func (f *fillReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// maxRPCBody caps a data-plane request other than a file upload (the
-// agent takes RPC messages of at most 4 MiB).
-const maxRPCBody = 8 << 20
+// maxRPCBody caps a data-plane request other than a file upload, as the
+// agent caps an RPC message.
+const maxRPCBody = 16 << 20
 
 // eofBody reads the body's EOF as soon as its declared length has come.
 // The transport stops at Content-Length without asking for more, but the

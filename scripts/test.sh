@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 # A real Docker engine, for the test that sandbox networking coexists with
 # Docker's firewall rules (skipped when none can start).
 ./scripts/start-docker.sh
-# The unmodified @e2b/code-interpreter SDK, from npm, for the test that drives
-# the code-interpreter routes with it (skipped when npm cannot fetch it).
+# The unmodified e2b and @e2b/code-interpreter SDKs, from npm, pinned as in
+# test/compat/e2b/package.json: the agent's code-interpreter test and the
+# E2B SDK suite (TestE2BSDK, which installs them itself when this fails).
 # Downloads and builds the tests reuse live in a cache outside the checkout,
 # so a second run (or another clone) does not fetch or build them again: the
 # SDK, the debian:bookworm bootstrap, and the template store in which
@@ -19,10 +20,10 @@ cd "$(dirname "$0")/.."
 export AGENTBOX_TEST_CACHE
 sdk="$AGENTBOX_TEST_CACHE/e2b-sdk"
 if command -v npm >/dev/null 2>&1 &&
-   npm install --prefix "$sdk" @e2b/code-interpreter@2.8.0 --no-audit --no-fund --loglevel=error >/dev/null 2>&1; then
+   npm install --prefix "$sdk" e2b@2.51.0 @e2b/code-interpreter@2.8.0 --no-audit --no-fund --loglevel=error >/dev/null 2>&1; then
   export AGENTBOX_E2B_SDK="$sdk"
 else
-  echo "test.sh: could not install @e2b/code-interpreter; its compatibility test will skip" >&2
+  echo "test.sh: could not install the E2B SDKs from npm" >&2
 fi
 # The web console's unit tests (vitest, web/console/src/*.test.ts); make
 # build installed its pinned npm packages. Its end-to-end test (Chromium

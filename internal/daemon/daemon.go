@@ -22,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/backend/native"
 	"github.com/agentbox/agentbox/internal/compat/agentscope"
+	"github.com/agentbox/agentbox/internal/compat/e2b"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
@@ -164,6 +165,10 @@ func Run(ctx context.Context, opts Options) error {
 	as.Register(api.Mux())
 	api.AllowBody("multipart/form-data", agentscope.IsMultipartUpload)
 	defer as.Close()
+	e2 := e2b.New(e2b.Config{APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: templates,
+		TemplateAdmins: cfg.TemplateAdmins, Builder: bld, BuildDir: filepath.Join(tmplDir, "tmp"), Logger: log}, m)
+	e2.Register(api.Mux())
+	api.SetSandboxPorts(e2.ServePort)
 	stopTools := startTools(cfg, api, as, log)
 
 	ln := opts.Listener

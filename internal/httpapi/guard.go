@@ -112,8 +112,8 @@ func (s *Server) checkContentType(r *http.Request) error {
 }
 
 // refuse answers a guard refusal in the shape of the route family: the
-// native error object for the native routes, FastAPI's {"detail"} for the
-// agentscope ones.
+// native error object for the native routes, E2B's {code, message} for
+// the E2B ones, FastAPI's {"detail"} for the agentscope ones.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	if nativePath(r.URL.Path) {
 		writeError(w, r, err)
@@ -124,7 +124,24 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	if se := (*sandbox.Error)(nil); errors.As(err, &se) {
 		msg = se.Msg
 	}
-	writeJSON(w, statusOf(sandbox.ClassOf(err)), map[string]string{"detail": msg})
+	status := statusOf(sandbox.ClassOf(err))
+	if e2bPath(r.URL.Path) {
+		// E2B's SDKs read {code, message}.
+		writeJSON(w, status, map[string]any{"code": status, "message": msg})
+		return
+	}
+	writeJSON(w, status, map[string]string{"detail": msg})
+}
+
+// e2bPath reports whether p is an E2B control-plane route
+// (internal/compat/e2b).
+func e2bPath(p string) bool {
+	for _, prefix := range []string{"/sandboxes", "/v2/sandboxes", "/v2/templates/", "/v3/templates", "/templates"} {
+		if p == prefix || strings.HasPrefix(p, prefix+"/") || (strings.HasSuffix(prefix, "/") && strings.HasPrefix(p, prefix)) {
+			return true
+		}
+	}
+	return false
 }
 
 func nativePath(p string) bool {

@@ -80,6 +80,8 @@ type Server struct {
 	started          time.Time
 	// bodyRules are POST routes whose body is not JSON (see AllowBody).
 	bodyRules []bodyRule
+	// sandboxPorts is a front-end's data plane (dataplane.go).
+	sandboxPorts SandboxPortHandler
 	// patterns are the /v1 route patterns, for checking them against the
 	// OpenAPI document.
 	patterns []string
@@ -120,7 +122,7 @@ func New(cfg Config, m *manager.Manager) *Server {
 	s.previewTransport = s.newPreviewTransport()
 	s.routes()
 	s.cfg.PreviewDomain = strings.ToLower(s.cfg.PreviewDomain)
-	s.handler = s.withRequestContext(s.withPreviewHosts(s.withBrowserGuard(s.mux)))
+	s.handler = s.withRequestContext(s.withPreviewHosts(s.withSandboxHeaders(s.withBrowserGuard(s.mux))))
 	return s
 }
 

@@ -1,0 +1,409 @@
+package e2b
+
+import (
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// extraTemplate keeps the template ID the E2B caller asked for, reported
+// back as templateID (agentbox's own name may differ: code-interpreter-v1
+// is agentbox's code-interpreter).
+const extraTemplate = "e2b_template"
+
+// clientID is what E2B reports as the node a sandbox runs on.
+const clientID = "agentbox"
+
+type networkIn struct {
+	AllowOut []string `json:"allowOut"`
+	DenyOut  []string `json:"denyOut"`
+}
+
+type createIn struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *float64          `json:"timeout"`
+	AutoPause           *bool             `json:"autoPause"`
+	Secure              *bool             `json:"secure"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	Network             *networkIn        `json:"network"`
+}
+
+// sandboxOut is E2B's Sandbox (create, connect) merged with its
+// SandboxDetail and ListedSandbox: the SDKs read the fields they know.
+type sandboxOut struct {
+	SandboxID          string            `json:"sandboxID"`
+	TemplateID         string            `json:"templateID"`
+	Alias              string            `json:"alias,omitempty"`
+	ClientID           string            `json:"clientID"`
+	EnvdVersion        string            `json:"envdVersion"`
+	EnvdAccessToken    string            `json:"envdAccessToken,omitempty"`
+	TrafficAccessToken *string           `json:"trafficAccessToken"`
+	Domain             *string           `json:"domain"`
+	StartedAt          *time.Time        `json:"startedAt,omitempty"`
+	EndAt              *time.Time        `json:"endAt,omitempty"`
+	CPUCount           int               `json:"cpuCount,omitempty"`
+	MemoryMB           int64             `json:"memoryMB,omitempty"`
+	DiskSizeMB         int64             `json:"diskSizeMB,omitempty"`
+	Metadata           map[string]string `json:"metadata,omitempty"`
+	State              string            `json:"state,omitempty"`
+}
+
+// mapTemplate maps an E2B template ID or alias onto agentbox's names:
+// E2B's default code-interpreter template is agentbox's code-interpreter,
+// its default sandbox template is base; every other name (a user template,
+// "name:tag") is agentbox's own.
+func mapTemplate(id string) string {
+	switch id {
+	case "", "base":
+		return "base"
+	case "code-interpreter-v1", "code-interpreter-beta":
+		return "code-interpreter"
+	}
+	return id
+}
+
+func (s *Server) domain() *string {
+	if s.cfg.Domain == "" {
+		return nil
+	}
+	d := s.cfg.Domain
+	return &d
+}
+
+// short is the create/connect answer.
+func (s *Server) short(rec *store.Record) sandboxOut {
+	traffic := trafficToken(rec.AccessToken)
+	return sandboxOut{SandboxID: string(rec.ID), TemplateID: templateOf(rec), Alias: templateOf(rec), ClientID: clientID,
+		EnvdVersion: EnvdVersion, EnvdAccessToken: rec.AccessToken, TrafficAccessToken: &traffic, Domain: s.domain()}
+}
+
+// listed is E2B's ListedSandbox; detail adds the access token and domain.
+func (s *Server) listed(rec *store.Record) sandboxOut {
+	out := sandboxOut{SandboxID: string(rec.ID), TemplateID: templateOf(rec), Alias: templateOf(rec), ClientID: clientID,
+		EnvdVersion: EnvdVersion, Metadata: rec.Metadata, State: stateOf(rec.State)}
+	started, end := rec.CreatedAt, rec.EndAt
+	out.StartedAt, out.EndAt = &started, &end
+	out.CPUCount = int(math.Max(1, math.Ceil(rec.Resources.CPUs)))
+	out.MemoryMB = rec.Resources.MemoryBytes >> 20
+	out.DiskSizeMB = rec.Resources.DiskBytes >> 20
+	if out.Metadata == nil {
+		out.Metadata = map[string]string{}
+	}
+	return out
+}
+
+func (s *Server) detail(rec *store.Record) sandboxOut {
+	out := s.listed(rec)
+	out.EnvdAccessToken = rec.AccessToken
+	traffic := trafficToken(rec.AccessToken)
+	out.TrafficAccessToken = &traffic
+	out.Domain = s.domain()
+	return out
+}
+
+func templateOf(rec *store.Record) string {
+	if t := rec.Extra[extraTemplate]; t != "" {
+		return t
+	}
+	return rec.Template
+}
+
+// stateOf is E2B's state of a sandbox: running or paused. A stopped
+// agentbox sandbox (its processes gone, its disk kept) is reported as
+// paused, the nearest E2B state: it is not running and it can come back.
+func stateOf(st sandbox.State) string {
+	if st == sandbox.StateStopped {
+		return string(sandbox.StatePaused)
+	}
+	return string(st)
+}
+
+// networkOf maps E2B's network settings onto agentbox's. Without any, the
+// server's default mode applies (DEFAULT_NETWORK_MODE, locked down to
+// loopback only unless the operator opened it).
+func networkOf(in createIn) sandbox.Network {
+	var n sandbox.Network
+	if in.Network != nil && (len(in.Network.AllowOut) > 0 || len(in.Network.DenyOut) > 0) {
+		n = sandbox.Network{Mode: sandbox.NetworkEgress, AllowOut: in.Network.AllowOut, DenyOut: in.Network.DenyOut}
+	}
+	if in.AllowInternetAccess != nil {
+		switch {
+		case *in.AllowInternetAccess && n.Mode == "":
+			n.Mode = sandbox.NetworkEgress
+		case !*in.AllowInternetAccess && len(n.AllowOut) == 0:
+			n = sandbox.Network{Mode: sandbox.NetworkNone}
+		case !*in.AllowInternetAccess:
+			// No internet but for the allowed destinations.
+			n.DenyOut = append(n.DenyOut, "0.0.0.0/0")
+		}
+	}
+	return n
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request, user string) error {
+	var in createIn
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	timeout, err := seconds("timeout", in.Timeout)
+	if err != nil {
+		return err
+	}
+	req := manager.CreateRequest{Template: mapTemplate(in.TemplateID), Timeout: timeout, Env: in.EnvVars,
+		Metadata: in.Metadata, Network: networkOf(in)}
+	if in.TemplateID != "" && in.TemplateID != req.Template {
+		req.Extra = map[string]string{extraTemplate: in.TemplateID}
+	}
+	if err := setAutoPause(&req, in.AutoPause); err != nil {
+		return err
+	}
+	rec, err := s.m.Create(r.Context(), user, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, s.short(rec))
+	return nil
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request, user string) error {
+	rec, err := s.m.Get(r.Context(), user, sandboxID(r))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.detail(rec))
+	return nil
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request, user string) error {
+	if err := s.m.Delete(r.Context(), user, sandboxID(r)); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, user string) error {
+	var in struct {
+		Timeout *float64 `json:"timeout"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	if in.Timeout == nil {
+		return sandbox.Errorf(sandbox.ClassInvalid, "timeout is required")
+	}
+	d, err := seconds("timeout", in.Timeout)
+	if err != nil {
+		return err
+	}
+	if _, err := s.m.SetTimeout(r.Context(), user, sandboxID(r), d); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request, user string) error {
+	var in struct {
+		Duration *float64 `json:"duration"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	d, err := seconds("duration", in.Duration)
+	if err != nil {
+		return err
+	}
+	if d > time.Hour {
+		return sandbox.Errorf(sandbox.ClassInvalid, "duration must be at most 3600 seconds")
+	}
+	if d == 0 {
+		d = 60 * time.Second
+	}
+	if _, err := s.m.Refresh(r.Context(), user, sandboxID(r), d); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// connect returns a running sandbox (200) or resumes a paused one (201);
+// a timeout makes it live at least that long from now.
+func (s *Server) connect(w http.ResponseWriter, r *http.Request, user string) error {
+	var in struct {
+		Timeout *float64 `json:"timeout"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	d, err := seconds("timeout", in.Timeout)
+	if err != nil {
+		return err
+	}
+	id := sandboxID(r)
+	rec, err := s.m.Get(r.Context(), user, id)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	switch {
+	case rec.State == sandbox.StatePaused:
+		if rec, err = s.resumeSandbox(r, user, id, d); err != nil {
+			return err
+		}
+		status = http.StatusCreated
+	case rec.State == sandbox.StateStopped:
+		// Stopped (its processes gone, its disk kept): boot it again, as
+		// E2B resumes a sandbox paused without its memory.
+		if rec, err = s.m.StartSandbox(r.Context(), user, id); err != nil {
+			return err
+		}
+		if d > 0 {
+			if rec, err = s.m.SetTimeout(r.Context(), user, id, d); err != nil {
+				return err
+			}
+		}
+		status = http.StatusCreated
+	case d > 0 && time.Now().Add(d).After(rec.EndAt):
+		if rec, err = s.m.SetTimeout(r.Context(), user, id, d); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, status, s.short(rec))
+	return nil
+}
+
+func (s *Server) pause(w http.ResponseWriter, r *http.Request, user string) error {
+	if err := s.pauseSandbox(r, user, sandboxID(r)); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// resume is E2B's deprecated POST /sandboxes/{id}/resume: 201 with the
+// sandbox, 409 when it is not paused.
+func (s *Server) resume(w http.ResponseWriter, r *http.Request, user string) error {
+	var in struct {
+		Timeout *float64 `json:"timeout"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	d, err := seconds("timeout", in.Timeout)
+	if err != nil {
+		return err
+	}
+	rec, err := s.resumeSandbox(r, user, sandboxID(r), d)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, s.short(rec))
+	return nil
+}
+
+// listOptions parses E2B's list filters: metadata is one query parameter
+// holding "k=v&k2=v2" with keys and values URL-encoded (the SDKs encode
+// them twice), state a comma-separated list.
+func listOptions(q url.Values) (manager.ListOptions, error) {
+	var opts manager.ListOptions
+	if raw := q.Get("metadata"); raw != "" {
+		pairs, err := url.ParseQuery(raw)
+		if err != nil {
+			return opts, sandbox.Errorf(sandbox.ClassInvalid, "metadata: want url-encoded key=value pairs: %v", err)
+		}
+		opts.Metadata = map[string]string{}
+		for k, vs := range pairs {
+			key, err1 := url.QueryUnescape(k)
+			val, err2 := url.QueryUnescape(vs[len(vs)-1])
+			if err1 != nil || err2 != nil {
+				return opts, sandbox.Errorf(sandbox.ClassInvalid, "metadata: bad encoding of %q", k)
+			}
+			opts.Metadata[key] = val
+		}
+	}
+	for _, v := range q["state"] {
+		for _, st := range strings.Split(v, ",") {
+			switch st = strings.TrimSpace(st); st {
+			case "running":
+				opts.States = append(opts.States, sandbox.StateRunning)
+			case "paused":
+				opts.States = append(opts.States, sandbox.StatePaused, sandbox.StateStopped)
+			case "":
+			default:
+				return opts, sandbox.Errorf(sandbox.ClassInvalid, "state %q: want running or paused", st)
+			}
+		}
+	}
+	return opts, nil
+}
+
+// listV2 serves GET /v2/sandboxes: filters, and pages of at most limit
+// (default 100) with the next page's token in X-Next-Token.
+func (s *Server) listV2(w http.ResponseWriter, r *http.Request, user string) error {
+	q := r.URL.Query()
+	opts, err := listOptions(q)
+	if err != nil {
+		return err
+	}
+	if len(opts.States) == 0 {
+		opts.States = []sandbox.State{sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopped}
+	}
+	opts.Limit = 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return sandbox.Errorf(sandbox.ClassInvalid, "limit must be an integer from 1 to 100")
+		}
+		opts.Limit = n
+	}
+	opts.Cursor = q.Get("nextToken")
+	page, err := s.m.List(r.Context(), user, opts)
+	if err != nil {
+		if sandbox.ClassOf(err) == sandbox.ClassInvalid {
+			return sandbox.Errorf(sandbox.ClassInvalid, "invalid nextToken")
+		}
+		return err
+	}
+	if page.NextCursor != "" {
+		w.Header().Set("X-Next-Token", page.NextCursor)
+	}
+	writeJSON(w, http.StatusOK, s.listOut(page.Records))
+	return nil
+}
+
+// listV1 serves the older GET /sandboxes: running sandboxes, one page.
+func (s *Server) listV1(w http.ResponseWriter, r *http.Request, user string) error {
+	opts, err := listOptions(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	opts.States = []sandbox.State{sandbox.StateRunning}
+	opts.Limit = 1000
+	page, err := s.m.List(r.Context(), user, opts)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.listOut(page.Records))
+	return nil
+}
+
+func (s *Server) listOut(recs []*store.Record) []sandboxOut {
+	out := make([]sandboxOut, 0, len(recs))
+	for _, rec := range recs {
+		if slices.Contains([]sandbox.State{sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopped}, rec.State) {
+			out = append(out, s.listed(rec))
+		}
+	}
+	return out
+}

@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+// The pinned E2B SDKs of test/compat/e2b/package.json.
+var e2bPackages = []string{"e2b@2.51.0", "@e2b/code-interpreter@2.8.0"}
+
+// e2bSDK returns a directory whose node_modules holds the pinned E2B SDKs:
+// AGENTBOX_E2B_SDK (scripts/test.sh installs them there), else one in the
+// test cache, installed from npm when missing. Without node and npm the
+// test skips; with them, a failed install fails it.
+func e2bSDK(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("needs node (apt-get install nodejs npm) to run the E2B SDK suite")
+	}
+	dir := os.Getenv("AGENTBOX_E2B_SDK")
+	if dir == "" {
+		dir = filepath.Join(testCache(t), "e2b-sdk")
+	}
+	if e2bInstalled(dir) {
+		return dir
+	}
+	if _, err := exec.LookPath("npm"); err != nil {
+		t.Skip("needs npm to install the pinned E2B SDKs")
+	}
+	lockCache(t, ctx, dir+".lock")
+	cmd := exec.CommandContext(ctx, "npm", append([]string{"install", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel=error"}, e2bPackages...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm install %v: %v\n%s", e2bPackages, err, out)
+	}
+	if !e2bInstalled(dir) {
+		t.Fatalf("npm installed %v in %s but not the pinned versions", e2bPackages, dir)
+	}
+	return dir
+}
+
+// e2bInstalled reports whether dir holds the pinned SDK versions.
+func e2bInstalled(dir string) bool {
+	for _, p := range e2bPackages {
+		i := strings.LastIndex(p, "@")
+		data, err := os.ReadFile(filepath.Join(dir, "node_modules", p[:i], "package.json"))
+		if err != nil || !strings.Contains(string(data), `"version": "`+p[i+1:]+`"`) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestE2BSDK runs test/compat/e2b (node's test runner) with the unmodified
+// e2b and @e2b/code-interpreter SDKs against a real daemon, configured by
+// nothing but the environment variables `agentbox e2b env` prints. The
+// daemon serves the built-in templates (base, code-interpreter) from the
+// test cache's template store, built as TestBuiltinTemplates builds them.
+func TestE2BSDK(t *testing.T) {
+	testutil.RequireRoot(t)
+	ctx := waitCtx(t, 20*time.Minute)
+	sdk := e2bSDK(t, ctx)
+	tmplDir := filepath.Join(testCache(t), "templates")
+	lockCache(t, ctx, tmplDir+".lock")
+	const key, otherKey = "e2b_0a1b2c3d4e5f60718293a4b5c6d7e8f9", "e2b_ffeeddccbbaa99887766554433221100"
+	d := startDaemon(t, "API_KEYS="+key+":alice,"+otherKey+":bob", "TEMPLATE_DIR="+tmplDir, "TEMPLATE_ADMIN_USERS=alice")
+	ensureBuiltinTemplates(t, ctx, d, key)
+
+	bin, _ := binaries(t)
+	envCmd := exec.CommandContext(ctx, bin, "e2b", "env", "--url", d.url, "--api-key", key)
+	out, err := envCmd.Output()
+	if err != nil {
+		t.Fatalf("agentbox e2b env: %v", err)
+	}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "NODE_PATH=" + filepath.Join(sdk, "node_modules"),
+		"E2B_OTHER_API_KEY=" + otherKey}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		kv := strings.TrimPrefix(line, "export ")
+		k, v, _ := strings.Cut(kv, "=")
+		env = append(env, k+"="+strings.Trim(v, "'"))
+	}
+	t.Logf("environment: %s", strings.Join(env[4:], " "))
+
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	suite := filepath.Join(root, "test", "compat", "e2b")
+	files, _ := filepath.Glob(filepath.Join(suite, "*.test.cjs"))
+	if f := os.Getenv("E2B_SUITE"); f != "" {
+		files = []string{filepath.Join(suite, f)}
+	}
+	args := append([]string{"--test", "--test-concurrency=2", "--test-reporter=spec"}, files...)
+	node := exec.CommandContext(ctx, "node", args...)
+	node.Dir = suite
+	node.Env = env
+	res, err := node.CombinedOutput()
+	t.Logf("node --test:\n%s", res)
+	if err != nil {
+		t.Fatalf("the E2B SDK suite failed: %v", err)
+	}
+}
+
+// ensureBuiltinTemplates builds templates/base and templates/code-
+// interpreter into d's template store when they are not there yet (a
+// cached store has them, and an unchanged build is all cache hits).
+func ensureBuiltinTemplates(t *testing.T, ctx context.Context, d *daemon, key string) {
+	t.Helper()
+	if getTemplateStatus(t, d, key, "base:latest") && getTemplateStatus(t, d, key, "code-interpreter:latest") {
+		return
+	}
+	if _, err := exec.LookPath("mmdebstrap"); err != nil {
+		t.Skip("needs mmdebstrap (apt-get install mmdebstrap) to bootstrap the built-in templates")
+	}
+	bin, _ := binaries(t)
+	run := func(args ...string) {
+		root, _ := testutil.ModuleRoot()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Dir = root
+		cmd.Env = append(cleanEnv(), "AGENTBOX_URL="+d.url, "AGENTBOX_API_KEY="+key)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("agentbox %s: %v\n%s", strings.Join(args, " "), err, lastLines(string(out), 40))
+		}
+	}
+	run("template", "bootstrap", "debian:bookworm")
+	for _, name := range []string{"base", "code-interpreter"} {
+		run(append(append([]string{"template", "build", "-t", name}, builtinSecrets()...), "templates/"+name)...)
+	}
+}
+
+func getTemplateStatus(t *testing.T, d *daemon, key, ref string) bool {
+	status, _ := d.call(t, "GET", "/v1/templates/"+ref, key, nil)
+	return status == 200
+}
+
+// BenchmarkE2BSDK: the E2B SDKs' round trips through the daemon (create,
+// commands.run('true'), runCode('1+1'), pause and resume), each next to
+// the native API's same operation from the same Node process, on the
+// built-in templates of the test cache (run TestE2BSDK or make templates
+// first). b.N is ignored: test/compat/e2b/bench.cjs runs E2B_BENCH_N
+// (default 20) of each and reports p50/p90 in milliseconds.
+//
+//	go test -run '^$' -bench E2BSDK -benchtime 1x ./test/e2e/
+func BenchmarkE2BSDK(b *testing.B) {
+	dir := os.Getenv("AGENTBOX_E2B_SDK")
+	if dir == "" {
+		home, _ := os.UserCacheDir()
+		dir = filepath.Join(home, "agentbox-test", "e2b-sdk")
+		if c := os.Getenv("AGENTBOX_TEST_CACHE"); c != "" {
+			dir = filepath.Join(c, "e2b-sdk")
+		}
+	}
+	if !e2bInstalled(dir) {
+		b.Skipf("the pinned E2B SDKs are not in %s (run TestE2BSDK or scripts/test.sh)", dir)
+	}
+	tmplDir := filepath.Join(filepath.Dir(dir), "templates")
+	url := startBenchDaemon(b, "TEMPLATE_DIR="+tmplDir)
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	node := exec.Command("node", "bench.cjs")
+	node.Dir = filepath.Join(root, "test", "compat", "e2b")
+	port := url[strings.LastIndex(url, ":")+1:]
+	node.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + b.TempDir(), "NODE_PATH=" + filepath.Join(dir, "node_modules"),
+		"E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url, "E2B_DOMAIN=localhost:" + port, "E2B_API_KEY=e2b_00000000000000000000000000000000",
+		"E2B_BENCH_N=" + os.Getenv("E2B_BENCH_N")}
+	var stderr testutil.SyncBuffer
+	node.Stderr = &stderr
+	out, err := node.Output()
+	if err != nil {
+		b.Fatalf("bench.cjs: %v\n%s%s", err, out, stderr.String())
+	}
+	var res map[string]struct {
+		N        int
+		P50, P90 float64
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		b.Fatalf("bench.cjs output %q: %v", out, err)
+	}
+	names := make([]string, 0, len(res))
+	for k := range res {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		v := res[k]
+		b.Logf("%-52s n=%-4d p50 %8.2f ms   p90 %8.2f ms", k, v.N, v.P50, v.P90)
+	}
+}

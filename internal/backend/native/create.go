@@ -65,7 +65,8 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		return sandbox.Info{}, err
 	}
 
-	bx := &box{id: spec.ID, paths: newBoxPaths(b.sbRoot, b.diskRoot, spec.ID)}
+	bx := &box{id: spec.ID, paths: newBoxPaths(b.sbRoot, b.diskRoot, spec.ID), phases: startPhases("create")}
+	defer func() { bx.phases = nil }()
 	if len(bx.paths.socket()) > maxSocketPath {
 		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "sandbox id %q is too long for this server's state directory", spec.ID)
 	}
@@ -108,14 +109,17 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := b.saveRecord(bx); err != nil {
 		return fail(err)
 	}
+	bx.phases.mark("validate, dir, id range, record")
 	start := time.Now()
 	if !b.rootless {
 		if err := b.admitDisk(bx); err != nil {
 			return fail(err)
 		}
+		bx.phases.mark("disk admission (statfs, stat of every disk)")
 		if err := b.copyDiskTemplate(spec.Resources.DiskBytes, bx.paths.image); err != nil {
 			return fail(err)
 		}
+		bx.phases.mark("disk: sparse copy of the ext4 template")
 	}
 	ids := b.idMap(bx.rec)
 	release, err := b.userNamespace(&ids)
@@ -123,9 +127,11 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		return fail(err)
 	}
 	defer release()
+	bx.phases.mark("user namespace holder (fork+exec, maps)")
 	if err := b.mountDisk(bx, tmpl, ids, true); err != nil {
 		return fail(err)
 	}
+	bx.phases.mark("disk: loop attach + mount ext4 + overlay")
 	if spec.WorkspaceDir != "" && ids.userns && !b.rootless {
 		if err := b.reownTree(spec.WorkspaceDir, ids); err != nil {
 			return fail(err)
@@ -140,6 +146,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := b.boot(ctx, bx, tmpl, ids); err != nil {
 		return fail(err)
 	}
+	bx.phases.mark("after boot")
 	b.log.Debug("sandbox created", "sandbox", spec.ID, "disk_ms", ms(diskDone.Sub(start)),
 		"boot_ms", ms(time.Since(diskDone)), "total_ms", ms(time.Since(start)))
 	return b.infoLocked(bx), nil
@@ -408,9 +415,11 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 			return fmt.Errorf("set up network: %w", err)
 		}
 	}
+	bx.phases.mark("network setup")
 	if err := writeSandboxEtc(bx.paths.etc, string(spec.ID), nameservers); err != nil {
 		return fmt.Errorf("write /etc: %w", err)
 	}
+	bx.phases.mark("write per-sandbox /etc")
 	if ids.userns && !b.rootless && ids.nsPath == "" {
 		release, err := b.userNamespace(&ids)
 		if err != nil {
@@ -455,6 +464,7 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 			return err
 		}
 	}
+	bx.phases.mark("OCI spec + mountpoints in rootfs")
 	cfg, err := libcontainerConfig(spec.ID, oci, b.rootless)
 	if err != nil {
 		return err
@@ -464,6 +474,7 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 		return fmt.Errorf("create container: %w", err)
 	}
 	bx.container = container
+	bx.phases.mark("libcontainer config + Create (state dir)")
 
 	logFile, err := os.OpenFile(bx.paths.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -500,6 +511,7 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 		ExtraFiles: []*os.File{readyW, seccompR, sock}, // fds 3, 4 and 5 in the sandbox
 		Init:       true,
 	}
+	bx.phases.mark("pipes, agent socket, log file")
 	runStart := time.Now()
 	err = container.Run(proc)
 	readyW.Close()
@@ -513,8 +525,13 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 	go b.watchChild(bx, proc, bx.exited)
 
 	runDone := time.Now()
+	bx.phases.mark("container.Run: re-exec init, nsenter, cgroups, rootfs, seccomp, exec agent")
 	if err := waitReady(ctx, readyR, b.cfg.ReadyTimeout); err != nil {
 		return fmt.Errorf("agent did not start: %w%s", err, logTail(bx.paths.log))
+	}
+	bx.phases.mark("agent start until ready byte")
+	if bx.phases != nil {
+		bx.phases.report("sandbox init process CPU (init + agent, until ready)", processCPU(pid))
 	}
 	b.log.Debug("sandbox booted", "sandbox", spec.ID, "run_ms", ms(runDone.Sub(runStart)), "agent_ready_ms", ms(time.Since(runDone)))
 	return nil

@@ -96,12 +96,14 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 				b.log.Error("sandbox init did not exit after SIGKILL", "sandbox", bx.id)
 			}
 		}
+		bx.phases.mark("SIGKILL init, wait for its exit")
 		// Destroy kills whatever is left in the cgroup and removes it, and the
 		// container's state directory.
 		if err := c.Destroy(); err != nil {
 			b.log.Error("destroy container", "sandbox", bx.id, "err", err)
 		}
 		bx.container = nil
+		bx.phases.mark("libcontainer Destroy (cgroups, state)")
 	} else {
 		b.removeStaleCgroups(string(bx.id))
 	}
@@ -112,16 +114,19 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 			b.log.Error("tear down network", "sandbox", bx.id, "err", err)
 		}
 	}
+	bx.phases.mark("network teardown")
 	for _, m := range []string{bx.paths.overlay, bx.paths.disk, netnsSysfsDir(bx.paths)} {
 		if err := unmountAll(m); err != nil {
 			b.log.Error("unmount", "sandbox", bx.id, "path", m, "err", err)
 		}
 	}
 	_ = os.Remove(bx.paths.socket())
+	bx.phases.mark("unmount overlay + disk")
 	if removeAll && !b.rootless {
 		if err := revokeImage(bx.paths.image, bx.paths.dir); err != nil {
 			b.log.Error("revoke disk held outside the sandbox", "sandbox", bx.id, "err", err)
 		}
+		bx.phases.mark("revoke check (scan loop devices)")
 	}
 	if removeAll {
 		if err := os.RemoveAll(bx.paths.dir); err != nil {
@@ -133,6 +138,7 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 			// Its files are gone with the disk: the range may serve another.
 			b.idRanges.free(bx.rec.HostIDBase, bx.id)
 		}
+		bx.phases.mark("remove sandbox dir + disk image")
 	}
 }
 
@@ -215,7 +221,9 @@ func (b *Backend) Destroy(ctx context.Context, id sandbox.ID) error {
 		return nil
 	}
 	bx.mu.Lock()
+	bx.phases = startPhases("destroy")
 	b.teardown(ctx, bx, true)
+	bx.phases = nil
 	bx.mu.Unlock()
 	b.mu.Lock()
 	if b.boxes[id] == bx {

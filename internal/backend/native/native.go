@@ -163,6 +163,9 @@ type box struct {
 	stopping bool
 	// cgPaths caches the sandbox's cgroup directories (see cgroupPaths).
 	cgPaths map[string]string
+	// phases times the steps of a create or destroy in progress (nil
+	// unless a phase hook is set).
+	phases *phaseTimer
 }
 
 // record is the persistent description of a sandbox, enough to reattach

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
@@ -178,25 +179,14 @@ func (b *Backend) copyDiskTemplate(size int64, dst string) error {
 // full host disk breaks every sandbox (and the daemon) at once. bx is
 // already in b.boxes, so concurrent creates count each other.
 func (b *Backend) admitDisk(bx *box) error {
-	var provisioned, allocated int64
+	var provisioned int64
 	b.mu.Lock()
-	others := make([]string, 0, len(b.boxes))
 	for _, o := range b.boxes {
 		// Spec is fixed at creation: safe to read without o.mu.
 		provisioned += o.rec.Spec.Resources.DiskBytes
-		if o != bx {
-			others = append(others, o.paths.image)
-		}
 	}
 	b.mu.Unlock()
-	for _, image := range others {
-		// Blocks the live disks already use are no longer free: count them
-		// back in as capacity they were promised.
-		var st unix.Stat_t
-		if unix.Stat(image, &st) == nil {
-			allocated += st.Blocks * 512
-		}
-	}
+	allocated := b.diskUse.get(b, bx)
 	var fs unix.Statfs_t
 	if err := unix.Statfs(b.diskRoot, &fs); err != nil {
 		return fmt.Errorf("statfs disk dir: %w", err)
@@ -211,6 +201,53 @@ func (b *Backend) admitDisk(bx *box) error {
 		"not enough disk space on the server for a %s disk: the sandboxes' disks would add up to %s, the data dir has room for %s (%s free and %s used by sandbox disks, minus a %s reserve; overcommit %g)",
 		units.FormatBytes(want), units.FormatBytes(provisioned), units.FormatBytes(max(capacity, 0)), units.FormatBytes(free), units.FormatBytes(allocated),
 		units.FormatBytes(b.cfg.DiskReserve), b.cfg.DiskOvercommit)
+}
+
+// diskUseCache keeps the sum of the blocks the live sandboxes' disks use
+// for a short while: counting it stats every disk, a cost that grew with
+// the number of sandboxes on each create. Disks fill over seconds, not
+// microseconds; a create within diskUseTTL of the last count reuses it.
+// Stale, the sum errs on the safe side: a disk that grew since counts
+// less space back in, and a removed disk clears the cache (invalidate).
+type diskUseCache struct {
+	mu    sync.Mutex
+	at    time.Time
+	bytes int64
+}
+
+const diskUseTTL = time.Second
+
+func (c *diskUseCache) invalidate() {
+	c.mu.Lock()
+	c.at = time.Time{}
+	c.mu.Unlock()
+}
+
+func (c *diskUseCache) get(b *Backend, self *box) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < diskUseTTL {
+		return c.bytes
+	}
+	b.mu.Lock()
+	images := make([]string, 0, len(b.boxes))
+	for _, o := range b.boxes {
+		if o != self {
+			images = append(images, o.paths.image)
+		}
+	}
+	b.mu.Unlock()
+	var allocated int64
+	for _, image := range images {
+		// Blocks the live disks already use are no longer free: count them
+		// back in as capacity they were promised.
+		var st unix.Stat_t
+		if unix.Stat(image, &st) == nil {
+			allocated += st.Blocks * 512
+		}
+	}
+	c.at, c.bytes = time.Now(), allocated
+	return allocated
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -296,9 +333,11 @@ func (b *Backend) mountDisk(bx *box, tmpl sandbox.Template, ids idMap, fresh boo
 		return hostSkeleton(p.rootfs)
 	}
 	if !isMountPoint(p.disk) {
-		if err := mountImage(p.image, p.disk); err != nil {
+		dev, err := mountImage(p.image, p.disk, fresh)
+		if err != nil {
 			return err
 		}
+		bx.loopDev = dev
 	}
 	if fresh && ids.userns {
 		// Root sandboxes see host ids shifted by the user namespace; give the

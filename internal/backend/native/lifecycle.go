@@ -18,6 +18,12 @@ import (
 // watchChild reaps the init process when it is our child and handles an
 // unexpected exit.
 func (b *Backend) watchChild(bx *box, proc *libcontainer.Process, exited chan struct{}) {
+	if pid, err := proc.Pid(); err == nil {
+		// Wait parks in waitid(2), which holds an OS thread for the
+		// sandbox's whole life: one daemon thread per sandbox. Wait for the
+		// exit on the netpoller first; the reap below then returns at once.
+		awaitExit(pid)
+	}
 	state, err := proc.Wait()
 	reason := "agent exited"
 	if state != nil {
@@ -31,14 +37,7 @@ func (b *Backend) watchChild(bx *box, proc *libcontainer.Process, exited chan st
 
 // watchPidfd waits for a recovered init (not our child) to exit.
 func (b *Backend) watchPidfd(bx *box, pidfd int, exited chan struct{}) {
-	defer unix.Close(pidfd)
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	for {
-		_, err := unix.Poll(fds, -1)
-		if err == nil || !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
+	awaitPidfd(pidfd)
 	close(exited)
 	b.onInitExit(bx, exited, "agent exited")
 }
@@ -123,16 +122,18 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 	_ = os.Remove(bx.paths.socket())
 	bx.phases.mark("unmount overlay + disk")
 	if removeAll && !b.rootless {
-		if err := revokeImage(bx.paths.image, bx.paths.dir); err != nil {
+		if err := revokeImage(bx.paths.image, bx.paths.dir, bx.loopDev); err != nil {
 			b.log.Error("revoke disk held outside the sandbox", "sandbox", bx.id, "err", err)
 		}
-		bx.phases.mark("revoke check (scan loop devices)")
+		bx.phases.mark("revoke check (is the disk's loop device still held?)")
 	}
 	if removeAll {
 		if err := os.RemoveAll(bx.paths.dir); err != nil {
 			b.log.Error("remove sandbox dir", "sandbox", bx.id, "err", err)
 		}
-		if err := os.Remove(bx.paths.image); err != nil && !errors.Is(err, os.ErrNotExist) {
+		err := os.Remove(bx.paths.image)
+		b.diskUse.invalidate() // its blocks are free again, not "used by a disk"
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			b.log.Error("remove sandbox disk", "sandbox", bx.id, "err", err)
 		} else if bx.rec.HostIDBase != 0 {
 			// Its files are gone with the disk: the range may serve another.
@@ -140,6 +141,7 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 		}
 		bx.phases.mark("remove sandbox dir + disk image")
 	}
+	bx.loopDev = ""
 }
 
 func (b *Backend) lookup(id sandbox.ID) (*box, error) {

@@ -208,7 +208,7 @@ func (b *Backend) admitDisk(bx *box) error {
 // the number of sandboxes on each create. Disks fill over seconds, not
 // microseconds; a create within diskUseTTL of the last count reuses it.
 // Stale, the sum errs on the safe side: a disk that grew since counts
-// less space back in, and a removed disk clears the cache (invalidate).
+// less space back in, and a removed disk leaves the sum (removed).
 type diskUseCache struct {
 	mu    sync.Mutex
 	at    time.Time
@@ -217,9 +217,15 @@ type diskUseCache struct {
 
 const diskUseTTL = time.Second
 
-func (c *diskUseCache) invalidate() {
+// removed takes a disk about to be deleted out of the cached sum: its
+// blocks become free space, which must not count twice.
+func (c *diskUseCache) removed(image string) {
+	var st unix.Stat_t
+	if unix.Stat(image, &st) != nil {
+		return
+	}
 	c.mu.Lock()
-	c.at = time.Time{}
+	c.bytes = max(c.bytes-st.Blocks*512, 0)
 	c.mu.Unlock()
 }
 

@@ -217,10 +217,22 @@ func mountImage(image, target string, fresh bool) (string, error) {
 		return "", err
 	}
 	defer dev.Close() // autoclear: the mount now holds the device
-	if err := unix.Mount(dev.Name(), target, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, ""); err != nil {
-		return "", fmt.Errorf("mount %s on %s: %w", dev.Name(), target, err)
+	// A device another sandbox's teardown has just released can be handed
+	// out (LOOP_CTL_GET_FREE) a moment before the kernel has let go of the
+	// old filesystem's exclusive claim on it: the mount then fails with
+	// EBUSY for a few milliseconds. Seen with parallel creates and
+	// destroys; the claim is gone soon, so retry for up to a second.
+	deadline := time.Now().Add(time.Second)
+	for {
+		err := unix.Mount(dev.Name(), target, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "")
+		if err == nil {
+			return dev.Name(), nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return "", fmt.Errorf("mount %s on %s: %w", dev.Name(), target, err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	return dev.Name(), nil
 }
 
 // waitImageReleased waits until no filesystem is mounted from image any

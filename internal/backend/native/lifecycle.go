@@ -131,8 +131,8 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 		if err := os.RemoveAll(bx.paths.dir); err != nil {
 			b.log.Error("remove sandbox dir", "sandbox", bx.id, "err", err)
 		}
+		b.diskUse.removed(bx.paths.image) // its blocks become free space
 		err := os.Remove(bx.paths.image)
-		b.diskUse.invalidate() // its blocks are free again, not "used by a disk"
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			b.log.Error("remove sandbox disk", "sandbox", bx.id, "err", err)
 		} else if bx.rec.HostIDBase != 0 {

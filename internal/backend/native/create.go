@@ -147,7 +147,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := b.boot(ctx, bx, tmpl, ids); err != nil {
 		return fail(err)
 	}
-	bx.phases.mark("after boot")
+	bx.phases.mark("record, info")
 	b.log.Debug("sandbox created", "sandbox", spec.ID, "disk_ms", ms(diskDone.Sub(start)),
 		"boot_ms", ms(time.Since(diskDone)), "total_ms", ms(time.Since(start)))
 	return b.infoLocked(bx), nil

@@ -38,6 +38,9 @@ func newBenchCmd() *cobra.Command {
 		docker     string
 		throughput time.Duration
 		clients    int
+		quick      bool
+		asJSON     bool
+		idle       int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -48,6 +51,22 @@ round trip, idle memory), the HTTP API of an in-process server (pool-hit and
 cold create, exec round trip, create+exec+destroy throughput), and the same
 operations with bare fork/exec and Docker as references.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if idle > 0 {
+				return runBenchIdle(cmd.Context(), cmd.OutOrStdout(), idle, min(n, 20))
+			}
+			if quick || asJSON {
+				opts := rowOptions{n: n, tput: throughput, clients: clients, docker: docker, json: asJSON}
+				if quick {
+					// Under a minute in all, Docker included.
+					if !cmd.Flags().Changed("n") {
+						opts.n = 20
+					}
+					if !cmd.Flags().Changed("throughput-duration") {
+						opts.tput = 3 * time.Second
+					}
+				}
+				return runBenchScenarios(cmd.Context(), cmd.OutOrStdout(), opts)
+			}
 			return runBench(cmd.Context(), cmd.OutOrStdout(), n, docker, throughput, clients)
 		},
 	}
@@ -55,6 +74,9 @@ operations with bare fork/exec and Docker as references.`,
 	cmd.Flags().StringVar(&docker, "docker", "auto", "Docker reference: auto (when an engine answers), on, off")
 	cmd.Flags().DurationVar(&throughput, "throughput-duration", 10*time.Second, "how long the throughput run lasts")
 	cmd.Flags().IntVar(&clients, "clients", 8, "concurrent clients of the throughput run")
+	cmd.Flags().IntVar(&idle, "idle", 0, "instead: fill a daemon with this many idle sandboxes and print (JSON) create and exec latency with none and with them, and their cost")
+	cmd.Flags().BoolVar(&quick, "quick", false, "the scenarios of --json with few samples: finishes in under a minute")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print one JSON array of {"scenario","target","n","p50_ms","p99_ms"[,"ops_per_s"]} (scenarios cold_create_exec, exec_rtt, pool_create, recycle, cycle_throughput; targets agentbox, baseline, docker)`)
 	return cmd
 }
 

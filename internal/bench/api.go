@@ -84,7 +84,7 @@ func Throughput(ctx context.Context, c *client.Client, clients int, d time.Durat
 			defer wg.Done()
 			for time.Now().Before(deadline) {
 				t0 := time.Now()
-				err := cycle(ctx, c)
+				err := Cycle(ctx, c)
 				mu.Lock()
 				if err != nil {
 					if firstEr == nil {
@@ -103,7 +103,8 @@ func Throughput(ctx context.Context, c *client.Client, clients int, d time.Durat
 	return float64(len(samples)) / elapsed.Seconds(), samples, firstEr
 }
 
-func cycle(ctx context.Context, c *client.Client) error {
+// Cycle is one create, exec `true` and delete through the API.
+func Cycle(ctx context.Context, c *client.Client) error {
 	sb, err := c.Create(ctx, client.CreateRequest{})
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
@@ -65,7 +66,8 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		return sandbox.Info{}, err
 	}
 
-	bx := &box{id: spec.ID, paths: newBoxPaths(b.sbRoot, b.diskRoot, spec.ID)}
+	bx := &box{id: spec.ID, paths: newBoxPaths(b.sbRoot, b.diskRoot, spec.ID), phases: startPhases("create")}
+	defer func() { bx.phases = nil }()
 	if len(bx.paths.socket()) > maxSocketPath {
 		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "sandbox id %q is too long for this server's state directory", spec.ID)
 	}
@@ -108,14 +110,17 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := b.saveRecord(bx); err != nil {
 		return fail(err)
 	}
+	bx.phases.mark("validate, dir, id range, record")
 	start := time.Now()
 	if !b.rootless {
 		if err := b.admitDisk(bx); err != nil {
 			return fail(err)
 		}
+		bx.phases.mark("disk admission (statfs, stat of every disk)")
 		if err := b.copyDiskTemplate(spec.Resources.DiskBytes, bx.paths.image); err != nil {
 			return fail(err)
 		}
+		bx.phases.mark("disk: sparse copy of the ext4 template")
 	}
 	ids := b.idMap(bx.rec)
 	release, err := b.userNamespace(&ids)
@@ -123,9 +128,11 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		return fail(err)
 	}
 	defer release()
+	bx.phases.mark("user namespace holder (fork+exec, maps)")
 	if err := b.mountDisk(bx, tmpl, ids, true); err != nil {
 		return fail(err)
 	}
+	bx.phases.mark("disk: loop attach + mount ext4 + overlay")
 	if spec.WorkspaceDir != "" && ids.userns && !b.rootless {
 		if err := b.reownTree(spec.WorkspaceDir, ids); err != nil {
 			return fail(err)
@@ -140,6 +147,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := b.boot(ctx, bx, tmpl, ids); err != nil {
 		return fail(err)
 	}
+	bx.phases.mark("record, info")
 	b.log.Debug("sandbox created", "sandbox", spec.ID, "disk_ms", ms(diskDone.Sub(start)),
 		"boot_ms", ms(time.Since(diskDone)), "total_ms", ms(time.Since(start)))
 	return b.infoLocked(bx), nil
@@ -171,25 +179,14 @@ func (b *Backend) copyDiskTemplate(size int64, dst string) error {
 // full host disk breaks every sandbox (and the daemon) at once. bx is
 // already in b.boxes, so concurrent creates count each other.
 func (b *Backend) admitDisk(bx *box) error {
-	var provisioned, allocated int64
+	var provisioned int64
 	b.mu.Lock()
-	others := make([]string, 0, len(b.boxes))
 	for _, o := range b.boxes {
 		// Spec is fixed at creation: safe to read without o.mu.
 		provisioned += o.rec.Spec.Resources.DiskBytes
-		if o != bx {
-			others = append(others, o.paths.image)
-		}
 	}
 	b.mu.Unlock()
-	for _, image := range others {
-		// Blocks the live disks already use are no longer free: count them
-		// back in as capacity they were promised.
-		var st unix.Stat_t
-		if unix.Stat(image, &st) == nil {
-			allocated += st.Blocks * 512
-		}
-	}
+	allocated := b.diskUse.get(b, bx)
 	var fs unix.Statfs_t
 	if err := unix.Statfs(b.diskRoot, &fs); err != nil {
 		return fmt.Errorf("statfs disk dir: %w", err)
@@ -204,6 +201,59 @@ func (b *Backend) admitDisk(bx *box) error {
 		"not enough disk space on the server for a %s disk: the sandboxes' disks would add up to %s, the data dir has room for %s (%s free and %s used by sandbox disks, minus a %s reserve; overcommit %g)",
 		units.FormatBytes(want), units.FormatBytes(provisioned), units.FormatBytes(max(capacity, 0)), units.FormatBytes(free), units.FormatBytes(allocated),
 		units.FormatBytes(b.cfg.DiskReserve), b.cfg.DiskOvercommit)
+}
+
+// diskUseCache keeps the sum of the blocks the live sandboxes' disks use
+// for a short while: counting it stats every disk, a cost that grew with
+// the number of sandboxes on each create. Disks fill over seconds, not
+// microseconds; a create within diskUseTTL of the last count reuses it.
+// Stale, the sum errs on the safe side: a disk that grew since counts
+// less space back in, and a removed disk leaves the sum (removed).
+type diskUseCache struct {
+	mu    sync.Mutex
+	at    time.Time
+	bytes int64
+}
+
+const diskUseTTL = time.Second
+
+// removed takes a disk about to be deleted out of the cached sum: its
+// blocks become free space, which must not count twice.
+func (c *diskUseCache) removed(image string) {
+	var st unix.Stat_t
+	if unix.Stat(image, &st) != nil {
+		return
+	}
+	c.mu.Lock()
+	c.bytes = max(c.bytes-st.Blocks*512, 0)
+	c.mu.Unlock()
+}
+
+func (c *diskUseCache) get(b *Backend, self *box) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < diskUseTTL {
+		return c.bytes
+	}
+	b.mu.Lock()
+	images := make([]string, 0, len(b.boxes))
+	for _, o := range b.boxes {
+		if o != self {
+			images = append(images, o.paths.image)
+		}
+	}
+	b.mu.Unlock()
+	var allocated int64
+	for _, image := range images {
+		// Blocks the live disks already use are no longer free: count them
+		// back in as capacity they were promised.
+		var st unix.Stat_t
+		if unix.Stat(image, &st) == nil {
+			allocated += st.Blocks * 512
+		}
+	}
+	c.at, c.bytes = time.Now(), allocated
+	return allocated
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -289,9 +339,11 @@ func (b *Backend) mountDisk(bx *box, tmpl sandbox.Template, ids idMap, fresh boo
 		return hostSkeleton(p.rootfs)
 	}
 	if !isMountPoint(p.disk) {
-		if err := mountImage(p.image, p.disk); err != nil {
+		dev, err := mountImage(p.image, p.disk, fresh)
+		if err != nil {
 			return err
 		}
+		bx.loopDev = dev
 	}
 	if fresh && ids.userns {
 		// Root sandboxes see host ids shifted by the user namespace; give the
@@ -408,9 +460,11 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 			return fmt.Errorf("set up network: %w", err)
 		}
 	}
+	bx.phases.mark("network setup")
 	if err := writeSandboxEtc(bx.paths.etc, string(spec.ID), nameservers); err != nil {
 		return fmt.Errorf("write /etc: %w", err)
 	}
+	bx.phases.mark("write per-sandbox /etc")
 	if ids.userns && !b.rootless && ids.nsPath == "" {
 		release, err := b.userNamespace(&ids)
 		if err != nil {
@@ -455,6 +509,7 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 			return err
 		}
 	}
+	bx.phases.mark("OCI spec + mountpoints in rootfs")
 	cfg, err := libcontainerConfig(spec.ID, oci, b.rootless)
 	if err != nil {
 		return err
@@ -464,6 +519,7 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 		return fmt.Errorf("create container: %w", err)
 	}
 	bx.container = container
+	bx.phases.mark("libcontainer config + Create (state dir)")
 
 	logFile, err := os.OpenFile(bx.paths.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -500,6 +556,7 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 		ExtraFiles: []*os.File{readyW, seccompR, sock}, // fds 3, 4 and 5 in the sandbox
 		Init:       true,
 	}
+	bx.phases.mark("pipes, agent socket, log file")
 	runStart := time.Now()
 	err = container.Run(proc)
 	readyW.Close()
@@ -513,8 +570,13 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 	go b.watchChild(bx, proc, bx.exited)
 
 	runDone := time.Now()
+	bx.phases.mark("container.Run: re-exec init, nsenter, cgroups, rootfs, seccomp, exec agent")
 	if err := waitReady(ctx, readyR, b.cfg.ReadyTimeout); err != nil {
 		return fmt.Errorf("agent did not start: %w%s", err, logTail(bx.paths.log))
+	}
+	bx.phases.mark("agent start until ready byte")
+	if bx.phases != nil {
+		bx.phases.report("sandbox init process CPU (init + agent, until ready)", processCPU(pid))
 	}
 	b.log.Debug("sandbox booted", "sandbox", spec.ID, "run_ms", ms(runDone.Sub(runStart)), "agent_ready_ms", ms(time.Since(runDone)))
 	return nil

@@ -165,7 +165,7 @@ func makeTemplateImage(path string, size int64, skeleton func(string) error) err
 		return err
 	}
 	defer os.Remove(mnt)
-	if err := mountImage(path, mnt); err != nil {
+	if _, err := mountImage(path, mnt, true); err != nil {
 		return err
 	}
 	populateErr := func() error {
@@ -198,22 +198,41 @@ func makeTemplateImage(path string, size int64, skeleton func(string) error) err
 	return nil
 }
 
-// mountImage attaches image to a free loop device and mounts it at target.
-// The loop device is configured with autoclear, so unmounting detaches it:
-// there is no loop device to track or leak.
-func mountImage(image, target string) error {
-	if err := waitImageReleased(image, 5*time.Second); err != nil {
-		return err
+// mountImage attaches image to a free loop device and mounts it at target;
+// it returns the device. The loop device is configured with autoclear, so
+// unmounting detaches it: there is no loop device to track or leak.
+//
+// fresh says image is a file this process has just created (O_EXCL): no
+// loop device can serve it yet, so the wait for an old mount of it to
+// drain — a scan of every loop device the host ever made, which grows
+// with the number of sandboxes — is skipped.
+func mountImage(image, target string, fresh bool) (string, error) {
+	if !fresh {
+		if err := waitImageReleased(image, 5*time.Second); err != nil {
+			return "", err
+		}
 	}
 	dev, err := attachLoop(image)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer dev.Close() // autoclear: the mount now holds the device
-	if err := unix.Mount(dev.Name(), target, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, ""); err != nil {
-		return fmt.Errorf("mount %s on %s: %w", dev.Name(), target, err)
+	// A device another sandbox's teardown has just released can be handed
+	// out (LOOP_CTL_GET_FREE) a moment before the kernel has let go of the
+	// old filesystem's exclusive claim on it: the mount then fails with
+	// EBUSY for a few milliseconds. Seen with parallel creates and
+	// destroys; the claim is gone soon, so retry for up to a second.
+	deadline := time.Now().Add(time.Second)
+	for {
+		err := unix.Mount(dev.Name(), target, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "")
+		if err == nil {
+			return dev.Name(), nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return "", fmt.Errorf("mount %s on %s: %w", dev.Name(), target, err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	return nil
 }
 
 // waitImageReleased waits until no filesystem is mounted from image any
@@ -222,9 +241,15 @@ func mountImage(image, target string) error {
 // points at the image but holds no filesystem is harmless — the kernel
 // detaches unused autoclear devices asynchronously.
 func waitImageReleased(image string, timeout time.Duration) error {
+	return waitReleased(image, func() string { return loopInUse(image) }, timeout)
+}
+
+// waitReleased polls held (the device still holding image, or "") until
+// it returns "" or timeout passes.
+func waitReleased(image string, held func() string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		dev := loopInUse(image)
+		dev := held()
 		if dev == "" {
 			return nil
 		}
@@ -233,6 +258,31 @@ func waitImageReleased(image string, timeout time.Duration) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// loopHolds reports whether loop device dev serves image and a filesystem
+// still holds it (an exclusive open fails with EBUSY): loopInUse for one
+// known device, without reading every loop device of the host.
+func loopHolds(dev, image string) bool {
+	var img unix.Stat_t
+	if unix.Stat(image, &img) != nil {
+		return false
+	}
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
+	if err == nil {
+		unix.Close(fd)
+		return false
+	}
+	if !errors.Is(err, unix.EBUSY) {
+		return false
+	}
+	fd, err = unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	info, err := unix.IoctlLoopGetStatus64(fd)
+	return err == nil && info.Inode == img.Ino && info.Device == img.Dev
 }
 
 // loopInUse returns a loop device backed by image that a filesystem still
@@ -279,11 +329,25 @@ const (
 // device is pinned open and checked to still serve this very image before
 // it is mounted: a device that was detached and attached to another
 // sandbox's image meanwhile must never be shut down.
-func revokeImage(image, scratch string) error {
-	if waitImageReleased(image, revokeGrace) == nil {
+//
+// dev is the loop device the sandbox's disk was mounted from when known:
+// only it is checked. "" (a sandbox recovered after a restart) scans every
+// loop device.
+func revokeImage(image, scratch, dev string) error {
+	held := func() string { return loopInUse(image) }
+	if dev != "" {
+		known := dev
+		held = func() string {
+			if loopHolds(known, image) {
+				return known
+			}
+			return ""
+		}
+	}
+	if waitReleased(image, held, revokeGrace) == nil {
 		return nil
 	}
-	dev := loopInUse(image)
+	dev = held()
 	if dev == "" {
 		return nil
 	}

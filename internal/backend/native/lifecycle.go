@@ -18,6 +18,12 @@ import (
 // watchChild reaps the init process when it is our child and handles an
 // unexpected exit.
 func (b *Backend) watchChild(bx *box, proc *libcontainer.Process, exited chan struct{}) {
+	if pid, err := proc.Pid(); err == nil {
+		// Wait parks in waitid(2), which holds an OS thread for the
+		// sandbox's whole life: one daemon thread per sandbox. Wait for the
+		// exit on the netpoller first; the reap below then returns at once.
+		awaitExit(pid)
+	}
 	state, err := proc.Wait()
 	reason := "agent exited"
 	if state != nil {
@@ -31,14 +37,7 @@ func (b *Backend) watchChild(bx *box, proc *libcontainer.Process, exited chan st
 
 // watchPidfd waits for a recovered init (not our child) to exit.
 func (b *Backend) watchPidfd(bx *box, pidfd int, exited chan struct{}) {
-	defer unix.Close(pidfd)
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	for {
-		_, err := unix.Poll(fds, -1)
-		if err == nil || !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
+	awaitPidfd(pidfd)
 	close(exited)
 	b.onInitExit(bx, exited, "agent exited")
 }
@@ -97,12 +96,14 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 				b.log.Error("sandbox init did not exit after SIGKILL", "sandbox", bx.id)
 			}
 		}
+		bx.phases.mark("SIGKILL init, wait for its exit")
 		// Destroy kills whatever is left in the cgroup and removes it, and the
 		// container's state directory.
 		if err := c.Destroy(); err != nil {
 			b.log.Error("destroy container", "sandbox", bx.id, "err", err)
 		}
 		bx.container = nil
+		bx.phases.mark("libcontainer Destroy (cgroups, state)")
 	} else {
 		b.removeStaleCgroups(string(bx.id))
 	}
@@ -114,28 +115,35 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 			b.log.Error("tear down network", "sandbox", bx.id, "err", err)
 		}
 	}
+	bx.phases.mark("network teardown")
 	for _, m := range []string{bx.paths.overlay, bx.paths.disk, netnsSysfsDir(bx.paths)} {
 		if err := unmountAll(m); err != nil {
 			b.log.Error("unmount", "sandbox", bx.id, "path", m, "err", err)
 		}
 	}
 	_ = os.Remove(bx.paths.socket())
+	bx.phases.mark("unmount overlay + disk")
 	if removeAll && !b.rootless {
-		if err := revokeImage(bx.paths.image, bx.paths.dir); err != nil {
+		if err := revokeImage(bx.paths.image, bx.paths.dir, bx.loopDev); err != nil {
 			b.log.Error("revoke disk held outside the sandbox", "sandbox", bx.id, "err", err)
 		}
+		bx.phases.mark("revoke check (is the disk's loop device still held?)")
 	}
 	if removeAll {
 		if err := os.RemoveAll(bx.paths.dir); err != nil {
 			b.log.Error("remove sandbox dir", "sandbox", bx.id, "err", err)
 		}
-		if err := os.Remove(bx.paths.image); err != nil && !errors.Is(err, os.ErrNotExist) {
+		b.diskUse.removed(bx.paths.image) // its blocks become free space
+		err := os.Remove(bx.paths.image)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			b.log.Error("remove sandbox disk", "sandbox", bx.id, "err", err)
 		} else if bx.rec.HostIDBase != 0 {
 			// Its files are gone with the disk: the range may serve another.
 			b.idRanges.free(bx.rec.HostIDBase, bx.id)
 		}
+		bx.phases.mark("remove sandbox dir + disk image")
 	}
+	bx.loopDev = ""
 }
 
 func (b *Backend) lookup(id sandbox.ID) (*box, error) {
@@ -217,7 +225,9 @@ func (b *Backend) Destroy(ctx context.Context, id sandbox.ID) error {
 		return nil
 	}
 	bx.mu.Lock()
+	bx.phases = startPhases("destroy")
 	b.teardown(ctx, bx, true)
+	bx.phases = nil
 	bx.mu.Unlock()
 	b.mu.Lock()
 	if b.boxes[id] == bx {

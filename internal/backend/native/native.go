@@ -149,6 +149,8 @@ type Backend struct {
 
 	mu    sync.Mutex
 	boxes map[sandbox.ID]*box
+	// diskUse caches what the sandboxes' disks occupy (see admitDisk).
+	diskUse diskUseCache
 }
 
 // box is the backend's live view of one sandbox. mu serialises lifecycle
@@ -167,6 +169,12 @@ type box struct {
 	stopping bool
 	// cgPaths caches the sandbox's cgroup directories (see cgroupPaths).
 	cgPaths map[string]string
+	// loopDev is the loop device of the sandbox's disk mount ("" when not
+	// known: not mounted, or mounted by an earlier daemon process).
+	loopDev string
+	// phases times the steps of a create or destroy in progress (nil
+	// unless a phase hook is set).
+	phases *phaseTimer
 }
 
 // record is the persistent description of a sandbox, enough to reattach

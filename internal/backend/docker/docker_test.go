@@ -1,0 +1,92 @@
+package docker
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/backend/backendtest"
+	"github.com/agentbox/agentbox/internal/backend/docker/dockertest"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.Cleanup()
+	os.Exit(code)
+}
+
+// engine returns a client of the test engine and the test image. Without
+// an engine the test skips, except under AGENTBOX_REQUIRE_DOCKER=1 (make
+// test starts dockerd and sets it), where it fails.
+func engine(t *testing.T) (*client.Client, string) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	api, err := dockertest.Available(ctx)
+	if err != nil {
+		if os.Getenv("AGENTBOX_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("no Docker engine: %v", err)
+		}
+		t.Skipf("no Docker engine: %v", err)
+	}
+	t.Cleanup(func() { api.Close() })
+	image, err := dockertest.EnsureImage(ctx, api, dockertest.Options{})
+	if err != nil {
+		t.Fatalf("test image: %v", err)
+	}
+	return api, image
+}
+
+// newTestBackend returns a Docker backend over dir, abandoned (not
+// destroyed) at cleanup: tests destroy their own sandboxes. The cleanup
+// asserts that no container of the backend is left.
+func newTestBackend(t *testing.T, dir string) *Backend {
+	t.Helper()
+	b, err := New(context.Background(), Config{Root: dir, AgentPath: testutil.AgentBinary(t)})
+	if err != nil {
+		t.Fatalf("docker.New: %v", err)
+	}
+	t.Cleanup(func() {
+		assertNoContainers(t, b.api, b.instance)
+		b.Close()
+	})
+	return b
+}
+
+// assertNoContainers fails when a container of instance is left (and
+// removes it, so one failure does not leak into the next test).
+func assertNoContainers(t *testing.T, api *client.Client, instance string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("label", LabelInstance+"="+instance)})
+	if err != nil {
+		t.Errorf("list containers: %v", err)
+		return
+	}
+	for _, c := range list.Items {
+		t.Errorf("container %v (sandbox %s) left behind", c.Names, c.Labels[LabelSandbox])
+		_, _ = api.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
+	}
+}
+
+func dockerTemplate(image string) sandbox.Template {
+	return sandbox.Template{Ref: image, Kind: sandbox.TemplateDocker}
+}
+
+func TestConformance(t *testing.T) {
+	_, image := engine(t)
+	backendtest.Run(t, backendtest.Harness{
+		New:      func(t *testing.T, dir string) backend.Backend { return newTestBackend(t, dir) },
+		StateDir: func(t *testing.T) string { return testutil.ShortTempDir(t) },
+		Template: dockerTemplate(image),
+		Abandon:  func(b backend.Backend) { b.(*Backend).Abandon() },
+	})
+}

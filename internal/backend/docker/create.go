@@ -280,7 +280,9 @@ func (b *Backend) containerConfig(bx *box) (*container.Config, *container.HostCo
 			"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(res.TmpBytes, 10),
 			"/run": "rw,nosuid,nodev,mode=755,size=16m",
 		},
-		ShmSize: 64 << 20,
+		ShmSize:       64 << 20,
+		MaskedPaths:   maskedPaths,
+		ReadonlyPaths: readonlyPaths,
 		Resources: container.Resources{
 			Memory:     memory,
 			MemorySwap: memory,
@@ -296,6 +298,21 @@ func (b *Backend) containerConfig(bx *box) (*container.Config, *container.HostCo
 		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
 	}
 	return cfg, hcfg
+}
+
+// Paths of /proc and /sys that leak host information or allow host
+// actions: the engine's defaults plus, as on native, the kernel's build
+// configuration and command line and the host's block devices.
+var maskedPaths = []string{
+	"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+	"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+	"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+	"/proc/config.gz", "/proc/cmdline",
+	"/sys/block", "/sys/class/block", "/sys/dev/block", "/sys/devices/virtual/block",
+}
+
+var readonlyPaths = []string{
+	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
 }
 
 // saveRecord writes the sandbox's record atomically.

@@ -90,3 +90,24 @@ func TestConformance(t *testing.T) {
 		Abandon:  func(b backend.Backend) { b.(*Backend).Abandon() },
 	})
 }
+
+// TestSecurity runs the security checks both backends pass (see
+// backendtest.RunSecurity) on a Docker sandbox. The agent's socket is in
+// the sandbox (a bind-mounted directory: the engine cannot hand the agent
+// a descriptor), and the state dir shows in mountinfo (bind mounts name
+// their source): both documented in docs/docker.md.
+func TestSecurity(t *testing.T) {
+	api, _ := engine(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	image, err := dockertest.EnsureImage(ctx, api, dockertest.Options{Python: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newTestBackend(t, testutil.ShortTempDir(t))
+	backendtest.RunSecurity(t, backendtest.Security{
+		Backend:        b,
+		Template:       dockerTemplate(image),
+		AgentInSandbox: agentInSandbox,
+	})
+}

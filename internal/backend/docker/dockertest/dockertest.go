@@ -68,12 +68,18 @@ func EnsureImage(ctx context.Context, api *client.Client, opts Options) (string,
 		addWithLibs(path, files)
 	}
 	if opts.Python {
-		if path, err := exec.LookPath("python3"); err == nil {
+		// The system's python (a version manager's shim in PATH is a script).
+		if path, err := exec.LookPath("/usr/bin/python3"); err == nil {
 			addWithLibs(path, files)
 			real, _ := filepath.EvalSymlinks(path)
 			stdlib := filepath.Join("/usr/lib", filepath.Base(real))
 			if st, err := os.Stat(stdlib); err == nil && st.IsDir() {
 				dirs = append(dirs, stdlib)
+				// The libraries its extension modules load (libffi, ...).
+				exts, _ := filepath.Glob(filepath.Join(stdlib, "lib-dynload", "*.so"))
+				for _, e := range exts {
+					addWithLibs(e, files)
+				}
 			}
 		}
 	}
@@ -142,7 +148,10 @@ func writeTar(w io.Writer, files map[string]bool, dirs []string) error {
 		}
 		return nil
 	}
-	for _, d := range []string{"etc", "tmp", "run", "home", "root", "proc", "sys", "dev", "workspace", "usr/bin", "usr/lib", "usr/lib64", "usr/sbin", "opt"} {
+	if err := mkdir("tmp", 0o1777); err != nil {
+		return err
+	}
+	for _, d := range []string{"etc", "run", "home", "root", "proc", "sys", "dev", "workspace", "usr/bin", "usr/lib", "usr/lib64", "usr/sbin", "opt"} {
 		if err := mkdirAll(d); err != nil {
 			return err
 		}

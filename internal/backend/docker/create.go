@@ -66,7 +66,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := spec.ID.Validate(); err != nil {
 		return sandbox.Info{}, err
 	}
-	if spec.Template.Kind != sandbox.TemplateDocker || spec.Template.Ref == "" {
+	if spec.Template.Kind != sandbox.TemplateDocker || imageOf(spec.Template) == "" {
 		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "template %q (kind %q): the docker backend runs Docker images (docker:IMAGE)", spec.Template.Ref, spec.Template.Kind)
 	}
 	spec.Resources = spec.Resources.WithDefaults(b.cfg.Defaults)
@@ -122,7 +122,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := b.saveRecord(bx); err != nil {
 		return fail(err)
 	}
-	if err := b.ensureImage(ctx, spec.Template.Ref); err != nil {
+	if err := b.ensureImage(ctx, imageOf(spec.Template)); err != nil {
 		return fail(err)
 	}
 	if err := b.makeDirs(bx); err != nil {
@@ -144,6 +144,13 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	b.log.Debug("sandbox created", "sandbox", spec.ID, "boot_ms", time.Since(start).Milliseconds())
 	return b.info(ctx, bx), nil
 }
+
+// ImagePrefix starts the template names of Docker images ("docker:IMAGE").
+const ImagePrefix = "docker:"
+
+// imageOf is the engine's image of a docker template: its Ref, with or
+// without the "docker:" prefix of the name a request gave.
+func imageOf(t sandbox.Template) string { return strings.TrimPrefix(t.Ref, ImagePrefix) }
 
 // engineErr classifies an engine error: an invalid request is the
 // caller's, anything else the server's.
@@ -260,7 +267,7 @@ func (b *Backend) containerConfig(bx *box) (*container.Config, *container.HostCo
 	}
 	labels := map[string]string{LabelSandbox: string(spec.ID), LabelInstance: b.instance, LabelBackend: "docker"}
 	cfg := &container.Config{
-		Image:      spec.Template.Ref,
+		Image:      imageOf(spec.Template),
 		Entrypoint: []string{agentInSandbox, "--listen", "unix://" + runInSandbox + "/" + socketName, "--workdir", workspaceInSandbox},
 		Cmd:        nil,
 		User:       user,

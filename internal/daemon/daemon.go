@@ -101,7 +101,13 @@ func Run(ctx context.Context, opts Options) error {
 			}
 			return err
 		}
-		b = nb
+		if b, err = withDocker(ctx, cfg, dataDir, agent, nb, log); err != nil {
+			nb.Close()
+			if netMgr != nil {
+				netMgr.Close(false)
+			}
+			return err
+		}
 	}
 	st, err := store.OpenBolt(filepath.Join(dataDir, "agentbox.db"))
 	if err != nil {
@@ -124,7 +130,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer templates.Close()
 	templateGate := httpapi.NewTemplateGate(cfg.TemplateMaxPulls)
-	resolver := typeResolver{types: typeTemplates(cfg), next: newAutoPull(templates, cfg.TemplateAutoPull, templateGate, log)}
+	resolver := typeResolver{types: typeTemplates(cfg), next: dockerResolver{enabled: cfg.DockerEnabled && opts.Backend == nil,
+		next: newAutoPull(templates, cfg.TemplateAutoPull, templateGate, log)}}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

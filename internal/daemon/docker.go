@@ -1,0 +1,69 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+
+	"github.com/distribution/reference"
+
+	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/backend/docker"
+	"github.com/agentbox/agentbox/internal/backend/multi"
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// withDocker puts the Docker backend beside nb when the configuration asks
+// for it (DOCKER_BACKEND, CONTAINER_DEPLOYMENT=docker): docker: templates
+// run on it, everything else stays on native.
+func withDocker(ctx context.Context, cfg *config.Config, dataDir, agent string, nb backend.Backend, log *slog.Logger) (backend.Backend, error) {
+	if !cfg.DockerEnabled {
+		return nb, nil
+	}
+	db, err := docker.New(ctx, docker.Config{Root: filepath.Join(dataDir, "docker"), AgentPath: agent, Host: cfg.DockerHost,
+		Defaults: cfg.Resources, Pull: cfg.TemplateAutoPull, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("Docker backend (DOCKER_BACKEND, CONTAINER_DEPLOYMENT=docker): %w", err)
+	}
+	log.Info("Docker backend enabled", "userns_remap", db.UsernsRemap(), "instance", db.Instance())
+	return multi.New(nb, db), nil
+}
+
+// dockerResolver resolves "docker:IMAGE" to a template the Docker backend
+// runs (any image the engine has, or pulls with TEMPLATE_AUTO_PULL); other
+// names go to next. Without the Docker backend such names are unknown.
+type dockerResolver struct {
+	enabled bool
+	next    resolver
+}
+
+func (r dockerResolver) Resolve(ctx context.Context, ref string) (sandbox.Template, error) {
+	image, ok := strings.CutPrefix(ref, docker.ImagePrefix)
+	if !ok {
+		return r.next.Resolve(ctx, ref)
+	}
+	if !r.enabled {
+		return sandbox.Template{}, sandbox.Errorf(sandbox.ClassNotFound, "unknown template %q: the Docker backend is off (DOCKER_BACKEND)", ref)
+	}
+	if _, err := reference.ParseNormalizedNamed(image); err != nil {
+		return sandbox.Template{}, sandbox.Errorf(sandbox.ClassInvalid, "template %q: not a Docker image reference: %v", ref, err)
+	}
+	return sandbox.Template{Ref: ref, Kind: sandbox.TemplateDocker}, nil
+}
+
+// dockerTypeTemplate is the template of a sandbox type under
+// CONTAINER_DEPLOYMENT=docker: agentscope's image of the type on the
+// engine, unless the operator mapped the type to something native can
+// run that is not the host default (a dir: or a stored template).
+func dockerTypeTemplate(cfg *config.Config, typ, target string) string {
+	if cfg.Deployment != "docker" || strings.HasPrefix(target, docker.ImagePrefix) {
+		return target
+	}
+	if target == "" || target == sandbox.TemplateHost || target == cfg.RuntimeImage(typ) {
+		return docker.ImagePrefix + cfg.RuntimeImage(typ)
+	}
+	return target
+}

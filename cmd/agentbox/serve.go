@@ -20,8 +20,8 @@ import (
 func newServeCmd() *cobra.Command {
 	var (
 		configFile, host, dataDir, backendName string
-		port, poolSize            int
-		sets                      []string
+		port, poolSize                         int
+		sets                                   []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",

@@ -29,6 +29,9 @@ type CreateRequest struct {
 	// service (start_cmd, a service CMD, a warm code context), never from
 	// a warm pool.
 	NoService bool
+	// AutoPause pauses the sandbox at its timeout instead of destroying
+	// it; Resume brings it back.
+	AutoPause bool
 }
 
 // createBody is CreateRequest on the wire.
@@ -40,13 +43,14 @@ type createBody struct {
 	Resources *Resources        `json:"resources,omitempty"`
 	Network   *Network          `json:"network,omitempty"`
 	Service   *bool             `json:"service,omitempty"`
+	AutoPause bool              `json:"auto_pause,omitempty"`
 }
 
 // Create creates a sandbox and returns it running. It fails with
 // ErrQuotaExceeded when the caller has too many sandboxes.
 func (c *Client) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
 	body := createBody{Template: req.Template, Timeout: seconds(req.Timeout), Env: req.Env,
-		Metadata: req.Metadata, Resources: req.Resources, Network: req.Network}
+		Metadata: req.Metadata, Resources: req.Resources, Network: req.Network, AutoPause: req.AutoPause}
 	if req.NoService {
 		off := false
 		body.Service = &off
@@ -176,6 +180,32 @@ func (c *Client) Refresh(ctx context.Context, id string, d time.Duration) (*Sand
 	}{seconds(d)}
 	var sb Sandbox
 	if err := c.doJSON(ctx, "refresh sandbox "+id, http.MethodPost, sandboxPath(id, "/refresh"), nil, body, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// Pause freezes every process of the sandbox and stops its clock (see
+// docs/pause.md). While paused, exec, files and code fail with a conflict
+// (IsConflict) until Resume. Pausing a paused sandbox is not an error.
+func (c *Client) Pause(ctx context.Context, id string) (*Sandbox, error) {
+	var sb Sandbox
+	// Every POST carries a JSON body: the server's browser guard wants one.
+	if err := c.doJSON(ctx, "pause sandbox "+id, http.MethodPost, sandboxPath(id, "/pause"), nil, struct{}{}, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// Resume thaws a paused sandbox: its processes continue where they
+// stopped. timeout > 0 lets it run that long from now (sent in seconds);
+// zero gives back the running time it had left when it was paused.
+func (c *Client) Resume(ctx context.Context, id string, timeout time.Duration) (*Sandbox, error) {
+	body := struct {
+		Timeout float64 `json:"timeout,omitempty"`
+	}{seconds(timeout)}
+	var sb Sandbox
+	if err := c.doJSON(ctx, "resume sandbox "+id, http.MethodPost, sandboxPath(id, "/resume"), nil, body, &sb); err != nil {
 		return nil, err
 	}
 	return &sb, nil

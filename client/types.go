@@ -23,7 +23,7 @@ type Sandbox struct {
 	ID          string            `json:"id"`
 	Template    string            `json:"template"`
 	Type        string            `json:"type,omitempty"`
-	State       string            `json:"state"` // "running" or "stopped"
+	State       string            `json:"state"` // "running", "paused" or "stopped"
 	CreatedAt   time.Time         `json:"created_at"`
 	EndAt       time.Time         `json:"end_at"` // when the server destroys it
 	Metadata    map[string]string `json:"metadata,omitempty"`
@@ -33,6 +33,12 @@ type Sandbox struct {
 	SessionKey  string            `json:"session_key,omitempty"`
 	AccessToken string            `json:"access_token"` // for the sandbox's data plane (X-Access-Token)
 	FromPool    bool              `json:"from_pool,omitempty"`
+	AutoPause   bool              `json:"auto_pause,omitempty"`
+	// PausedAt and RemainingSeconds are set while the sandbox is paused:
+	// when it was paused and the running time Resume gives back (EndAt is
+	// then when the server deletes the paused sandbox; zero: never).
+	PausedAt         *time.Time `json:"paused_at,omitempty"`
+	RemainingSeconds float64    `json:"remaining_seconds,omitempty"`
 }
 
 // Stats are a sandbox's current resource usage and limit counters.

@@ -17,6 +17,7 @@ type createOptions struct {
 	cpus         float64
 	pids         int64
 	noService    bool
+	autoPause    bool
 }
 
 func newCreateCmd() *cobra.Command {
@@ -55,6 +56,7 @@ with --json). Zero-valued flags leave the server's defaults.`,
 	f.Int64Var(&o.pids, "pids", 0, "maximum processes and threads")
 	f.StringVar(&o.disk, "disk", "", "disk size, e.g. 1G")
 	f.BoolVar(&o.noService, "no-service", false, "do not run the template's service (start_cmd, a service CMD); never from a warm pool")
+	f.BoolVar(&o.autoPause, "auto-pause", false, "pause the sandbox at its timeout instead of destroying it (agentbox resume brings it back)")
 	return cmd
 }
 
@@ -90,6 +92,6 @@ func (o createOptions) request() (client.CreateRequest, error) {
 	if res != (client.Resources{}) {
 		req.Resources = &res
 	}
-	req.Template, req.Timeout, req.NoService = o.template, o.timeout, o.noService
+	req.Template, req.Timeout, req.NoService, req.AutoPause = o.template, o.timeout, o.noService, o.autoPause
 	return req, nil
 }

@@ -47,6 +47,10 @@ type Config struct {
 	MaxInstances     int
 	MaxPerUser       int
 	HeartbeatTimeout time.Duration
+	// PausedTTL destroys sandboxes paused for longer (0 = never).
+	PausedTTL time.Duration
+	// PauseReclaim reclaims a sandbox's reclaimable memory when it pauses.
+	PauseReclaim bool
 	// ServiceStartTimeout bounds how long a create waits for a template's
 	// service to be ready.
 	ServiceStartTimeout time.Duration
@@ -243,6 +247,8 @@ var settings = []setting{
 	{"SERVICE_START_TIMEOUT", "120", "seconds a create waits for the template's service (CMD, start_cmd, warm code context) to be ready before it fails", seconds(func(c *Config, d time.Duration) { c.ServiceStartTimeout = d })},
 	{"DEFAULT_TIMEOUT", "300", "seconds a sandbox lives when the caller gives no timeout", seconds(func(c *Config, d time.Duration) { c.DefaultTimeout = d })},
 	{"MAX_TIMEOUT", "86400", "largest timeout a caller may ask for, in seconds", seconds(func(c *Config, d time.Duration) { c.MaxTimeout = d })},
+	{"PAUSED_TTL", "86400", "seconds a paused sandbox is kept before it is destroyed (its clock is stopped while paused), 0 = until deleted", seconds(func(c *Config, d time.Duration) { c.PausedTTL = d })},
+	{"PAUSE_RECLAIM", "true", "reclaim a sandbox's page cache (and, with host swap, its other memory) as it pauses; its memory is made the first to reclaim either way", boolSetting(func(c *Config, b bool) { c.PauseReclaim = b })},
 	{"DEFAULT_MEMORY", "512M", "memory limit of a sandbox (swap is not allowed)", size(func(c *Config, n int64) { c.Resources.MemoryBytes = n })},
 	{"DEFAULT_CPUS", "1", "CPU quota of a sandbox in cores", func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)

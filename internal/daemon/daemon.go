@@ -83,7 +83,7 @@ func Run(ctx context.Context, opts Options) error {
 			PrivateDirs: []string{dataDir, cfg.DefaultMountDir, cfg.StorageFolder},
 			DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit,
 			NofileSoft: cfg.NofileSoft, NofileHard: cfg.NofileHard,
-			IDBase: cfg.IDBase, IDRanges: cfg.IDRanges}
+			IDBase: cfg.IDBase, IDRanges: cfg.IDRanges, PauseReclaim: cfg.PauseReclaim}
 		if netMgr != nil {
 			ncfg.Network = netMgr
 		}
@@ -138,6 +138,7 @@ func Run(ctx context.Context, opts Options) error {
 	m = manager.New(manager.Config{
 		Templates: cfg.Templates, TemplateAdmins: cfg.TemplateAdmins, PoolTypes: cfg.DefaultTypes, PoolSize: cfg.PoolSize,
 		DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout, HeartbeatTimeout: cfg.HeartbeatTimeout,
+		PausedTTL:           cfg.PausedTTL,
 		ServiceStartTimeout: cfg.ServiceStartTimeout,
 		MaxInstances:        cfg.MaxInstances, MaxPerUser: cfg.MaxPerUser,
 		DefaultResources: cfg.Resources, MaxResources: cfg.MaxResources,

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -115,8 +116,11 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, id sandbox
 	if done {
 		return
 	}
-	if _, err := s.m.Lookup(id); err != nil {
+	if rec, err := s.m.Lookup(id); err != nil {
 		writeError(w, r, err)
+		return
+	} else if rec.State == sandbox.StatePaused {
+		writeError(w, r, manager.ErrPaused(id))
 		return
 	}
 	proxy := &httputil.ReverseProxy{

@@ -61,6 +61,8 @@ type createBody struct {
 	Network   *networkJSON      `json:"network"`
 	// Service false creates the sandbox without its template's service.
 	Service *bool `json:"service"`
+	// AutoPause pauses the sandbox at its timeout instead of deleting it.
+	AutoPause bool `json:"auto_pause"`
 }
 
 // seconds converts a JSON seconds value to a duration, refusing nonsense.
@@ -81,7 +83,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	req := manager.CreateRequest{Template: body.Template, Timeout: timeout, Env: body.Env, Metadata: body.Metadata,
-		NoService: body.Service != nil && !*body.Service}
+		NoService: body.Service != nil && !*body.Service, AutoPause: body.AutoPause}
 	if body.Resources != nil {
 		req.Resources = sandbox.Resources{MemoryBytes: int64(body.Resources.Memory), CPUs: body.Resources.CPUs,
 			PIDs: body.Resources.PIDs, DiskBytes: int64(body.Resources.Disk)}
@@ -113,6 +115,11 @@ type sandboxOut struct {
 	SessionKey  string            `json:"session_key,omitempty"`
 	AccessToken string            `json:"access_token"`
 	FromPool    bool              `json:"from_pool"`
+	AutoPause   bool              `json:"auto_pause"`
+	// PausedAt and RemainingSeconds are set while the sandbox is paused:
+	// when it was paused and the running time Resume gives back.
+	PausedAt         *time.Time `json:"paused_at,omitempty"`
+	RemainingSeconds *float64   `json:"remaining_seconds,omitempty"`
 }
 
 type resourcesOut struct {
@@ -130,14 +137,19 @@ func sandboxJSON(rec *store.Record) sandboxOut {
 	if env == nil {
 		env = map[string]string{}
 	}
-	return sandboxOut{
+	out := sandboxOut{
 		ID: string(rec.ID), Template: rec.Template, Type: rec.Type, State: string(rec.State),
 		CreatedAt: rec.CreatedAt, EndAt: rec.EndAt, Metadata: md, Env: env,
 		Resources: resourcesOut{Memory: rec.Resources.MemoryBytes, CPUs: rec.Resources.CPUs,
 			PIDs: rec.Resources.PIDs, Disk: rec.Resources.DiskBytes},
 		Network:    networkJSON{Mode: string(rec.Network.Mode), AllowOut: rec.Network.AllowOut, DenyOut: rec.Network.DenyOut},
-		SessionKey: rec.SessionKey, AccessToken: rec.AccessToken, FromPool: rec.FromPool,
+		SessionKey: rec.SessionKey, AccessToken: rec.AccessToken, FromPool: rec.FromPool, AutoPause: rec.AutoPause,
 	}
+	if rec.State == sandbox.StatePaused {
+		at, left := rec.PausedAt, rec.Remaining.Seconds()
+		out.PausedAt, out.RemainingSeconds = &at, &left
+	}
+	return out
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {

@@ -160,6 +160,8 @@ func (s *Server) routes() {
 	v1("POST /v1/sandboxes/{id}/stop", s.stopSandbox)
 	v1("POST /v1/sandboxes/{id}/start", s.startSandbox)
 	v1("POST /v1/sandboxes/{id}/snapshot", s.snapshotSandbox)
+	v1("POST /v1/sandboxes/{id}/pause", s.pauseSandbox)
+	v1("POST /v1/sandboxes/{id}/resume", s.resumeSandbox)
 	v1("POST /v1/sandboxes/{id}/preview-tokens", s.createPreviewToken)
 	s.mux.Handle("/v1/sandboxes/{id}/ports/{port}/{path...}", s.instrument("/v1/sandboxes/{id}/ports/{port}/", http.HandlerFunc(s.previewByPath)))
 	s.mux.Handle("/v1/sandboxes/{id}/ports/{port}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -38,6 +38,9 @@ type CreateRequest struct {
 	WorkspaceDir string
 	// Extra is opaque front-end data stored with the record.
 	Extra map[string]string
+	// AutoPause pauses the sandbox at its end time instead of destroying
+	// it (see Pause).
+	AutoPause bool
 	// NoPool forces a cold create.
 	NoPool bool
 	// NoService creates the sandbox without running its template's
@@ -261,7 +264,7 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 		ID: id, Owner: owner, Template: template.Ref, TemplateDigest: template.Digest, Type: typ, State: sandbox.StateRunning,
 		CreatedAt: now, EndAt: now.Add(req.Timeout), LastActive: now,
 		Metadata: req.Metadata, Env: req.Env, Network: req.Network,
-		AccessToken: newToken(), SessionKey: req.SessionKey, Pool: poolKey, Extra: req.Extra,
+		AccessToken: newToken(), SessionKey: req.SessionKey, Pool: poolKey, Extra: req.Extra, AutoPause: req.AutoPause,
 	}
 	if poolKey != "" {
 		rec.EndAt = time.Time{} // pooled sandboxes wait without a deadline
@@ -408,6 +411,7 @@ func (m *Manager) handOver(ctx context.Context, id sandbox.ID, owner, typ string
 	rec.Owner, rec.Type, rec.Pool, rec.FromPool = owner, typ, "", true
 	rec.CreatedAt, rec.EndAt, rec.LastActive = now, now.Add(req.Timeout), now
 	rec.Metadata, rec.Env, rec.SessionKey, rec.Extra = req.Metadata, req.Env, req.SessionKey, req.Extra
+	rec.AutoPause = req.AutoPause
 	rec.Network = req.Network
 	e.rec, e.lastActive = rec, time.Now()
 	m.armTimerLocked(id, e)

@@ -83,7 +83,7 @@ func (m *Manager) armTimerLocked(id sandbox.ID, e *entry) {
 		expired := ok && cur == e && !e.rec.EndAt.IsZero() && !time.Now().Before(e.rec.EndAt)
 		m.mu.Unlock()
 		if expired {
-			m.expire(id, "timeout")
+			m.timeUp(id)
 		}
 	})
 }
@@ -133,6 +133,11 @@ func (m *Manager) updateEnd(ctx context.Context, owner string, id sandbox.ID, ne
 		return nil, err
 	}
 	m.mu.Lock()
+	if e.rec.State == sandbox.StatePaused {
+		m.mu.Unlock()
+		// Its clock is stopped: Resume takes the time it runs for.
+		return nil, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is paused; resume it (with a timeout) instead", id)
+	}
 	rec := e.rec.Clone()
 	rec.EndAt = next(rec.EndAt)
 	e.rec = rec
@@ -177,7 +182,9 @@ func (m *Manager) heartbeatLoop(ctx context.Context) {
 		now := time.Now()
 		m.mu.Lock()
 		for id, e := range m.entries {
-			if !e.creating && !e.destroying && e.rec.SessionKey != "" && e.rec.Pool == "" && now.Sub(e.lastActive) > hb {
+			// A paused sandbox is idle by design: only its paused TTL ends it.
+			if !e.creating && !e.destroying && e.rec.SessionKey != "" && e.rec.Pool == "" &&
+				e.rec.State != sandbox.StatePaused && now.Sub(e.lastActive) > hb {
 				idle = append(idle, id)
 			}
 		}

@@ -39,6 +39,8 @@ type Config struct {
 
 	DefaultTimeout time.Duration
 	MaxTimeout     time.Duration
+	// PausedTTL destroys a sandbox that stayed paused this long; 0 = never.
+	PausedTTL time.Duration
 	// HeartbeatTimeout destroys session sandboxes idle for longer; 0 = never.
 	HeartbeatTimeout time.Duration
 	// ServiceStartTimeout bounds the wait for a template's service to be
@@ -93,11 +95,13 @@ type Manager struct {
 	pools   map[string]*pool.Pool // by template name (Template.Ref)
 
 	sessionLocks keyedMutex
-	admission    *admission
-	ready        atomic.Bool
-	down         atomic.Bool // Shutdown was called: backend events are ignored
-	stopLoops    context.CancelFunc
-	loopsDone    chan struct{}
+	// pauseLocks serialise Pause and Resume of one sandbox.
+	pauseLocks keyedMutex
+	admission  *admission
+	ready      atomic.Bool
+	down       atomic.Bool // Shutdown was called: backend events are ignored
+	stopLoops  context.CancelFunc
+	loopsDone  chan struct{}
 }
 
 // entry is the manager's live view of one sandbox. rec is replaced, never
@@ -272,23 +276,23 @@ func (m *Manager) recover(ctx context.Context) error {
 			m.entries[rec.ID] = &entry{rec: rec, agent: in.Agent, lastActive: now, logs: newEventLog()}
 			m.armTimerLocked(rec.ID, m.entries[rec.ID])
 			m.mu.Unlock()
+		case in.State == sandbox.StatePaused && rec.State != sandbox.StatePaused:
+			// The daemon died between freezing it and recording that: the
+			// pause did not happen as far as its caller knows.
+			m.log.Warn("thawing sandbox a pause did not finish for", "sandbox", rec.ID)
+			if pz, ok := m.backend.(backend.Pauser); !ok || pz.Resume(ctx, rec.ID) != nil {
+				_ = m.backend.Destroy(ctx, rec.ID)
+				_ = m.store.Delete(ctx, rec.ID)
+				continue
+			}
+			in.State = sandbox.StateRunning
+			fallthrough
+		case in.State == sandbox.StateRunning || in.State == sandbox.StatePaused:
+			m.recoverLive(ctx, rec, in, now)
 		case in.State != sandbox.StateRunning:
 			m.log.Warn("destroying sandbox whose agent died while the daemon was down", "sandbox", rec.ID, "reason", in.Reason)
 			_ = m.backend.Destroy(ctx, rec.ID)
 			_ = m.store.Delete(ctx, rec.ID)
-		case !rec.EndAt.IsZero() && rec.EndAt.Before(now) && rec.Pool == "":
-			m.log.Info("destroying sandbox that expired while the daemon was down", "sandbox", rec.ID)
-			_ = m.backend.Destroy(ctx, rec.ID)
-			_ = m.store.Delete(ctx, rec.ID)
-		default:
-			e := &entry{rec: rec, agent: in.Agent, lastActive: now, logs: newEventLog()}
-			e.logs.add("info", "reattached after daemon restart", nil)
-			m.mu.Lock()
-			m.entries[rec.ID] = e
-			if rec.Pool == "" {
-				m.armTimerLocked(rec.ID, e)
-			}
-			m.mu.Unlock()
 		}
 	}
 	for id := range live {
@@ -297,6 +301,35 @@ func (m *Manager) recover(ctx context.Context) error {
 	}
 	m.metrics.setLive(m.countLive())
 	return nil
+}
+
+// recoverLive takes back a sandbox the backend still runs or keeps paused.
+func (m *Manager) recoverLive(ctx context.Context, rec *store.Record, in sandbox.Info, now time.Time) {
+	if in.State == sandbox.StateRunning && rec.State == sandbox.StatePaused {
+		// Thawed, but the daemon died before recording it: it runs again
+		// with the time it had left.
+		rec = rec.Clone()
+		rec.State, rec.EndAt = sandbox.StateRunning, now.Add(max(rec.Remaining, m.cfg.DefaultTimeout))
+		rec.PausedAt, rec.Remaining = time.Time{}, 0
+		_ = m.store.Put(ctx, rec)
+	}
+	expired := !rec.EndAt.IsZero() && rec.EndAt.Before(now) && rec.Pool == ""
+	if expired && (!rec.AutoPause || rec.State == sandbox.StatePaused) {
+		m.log.Info("destroying sandbox that expired while the daemon was down", "sandbox", rec.ID)
+		_ = m.backend.Destroy(ctx, rec.ID)
+		_ = m.store.Delete(ctx, rec.ID)
+		return
+	}
+	e := &entry{rec: rec, agent: in.Agent, lastActive: now, logs: newEventLog()}
+	e.logs.add("info", "reattached after daemon restart", map[string]any{"state": rec.State})
+	m.mu.Lock()
+	m.entries[rec.ID] = e
+	if rec.Pool == "" {
+		// An auto-pause sandbox that expired while the daemon was down
+		// gets its timer at once: it is paused, not destroyed.
+		m.armTimerLocked(rec.ID, e)
+	}
+	m.mu.Unlock()
 }
 
 // entryFor returns the entry of a sandbox owned by owner. Other owners'

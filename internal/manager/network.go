@@ -78,8 +78,13 @@ func (m *Manager) Lookup(id sandbox.ID) (*store.Record, error) {
 // DialPort connects to a port a process listens on inside the sandbox. The
 // caller must have authorised the request.
 func (m *Manager) DialPort(ctx context.Context, id sandbox.ID, port int) (net.Conn, error) {
-	if _, err := m.Lookup(id); err != nil {
+	rec, err := m.Lookup(id)
+	if err != nil {
 		return nil, err
+	}
+	if rec.State == sandbox.StatePaused {
+		// A frozen server would accept and never answer.
+		return nil, ErrPaused(id)
 	}
 	pd, ok := m.backend.(backend.PortDialer)
 	if !ok {

@@ -142,8 +142,11 @@ func (m *Manager) Agent(ctx context.Context, owner string, id sandbox.ID) (*agen
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e.rec.State == sandbox.StateStopped {
+	switch e.rec.State {
+	case sandbox.StateStopped:
 		return nil, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is stopped; start it first", id)
+	case sandbox.StatePaused:
+		return nil, ErrPaused(id)
 	}
 	e.lastActive = time.Now()
 	return m.clientLocked(e), nil

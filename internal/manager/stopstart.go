@@ -17,6 +17,10 @@ func (m *Manager) StopSandbox(ctx context.Context, owner string, id sandbox.ID) 
 	if err != nil {
 		return nil, err
 	}
+	defer m.pauseLocks.lock(string(id))()
+	if m.snapshot(e).State == sandbox.StatePaused {
+		return nil, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is paused; resume or delete it", id)
+	}
 	if err := m.backend.Stop(ctx, id); err != nil {
 		return nil, fmt.Errorf("stop sandbox %s: %w", id, err)
 	}
@@ -29,6 +33,10 @@ func (m *Manager) StartSandbox(ctx context.Context, owner string, id sandbox.ID)
 	e, err := m.entryFor(owner, id)
 	if err != nil {
 		return nil, err
+	}
+	defer m.pauseLocks.lock(string(id))()
+	if m.snapshot(e).State == sandbox.StatePaused {
+		return nil, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is paused; resume it instead", id)
 	}
 	info, err := m.backend.Start(ctx, id)
 	if err != nil {

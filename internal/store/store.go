@@ -38,6 +38,14 @@ type Record struct {
 	// once it is handed out.
 	Pool     string `json:"pool,omitempty"`
 	FromPool bool   `json:"from_pool,omitempty"`
+	// AutoPause pauses the sandbox at its end time instead of destroying it.
+	AutoPause bool `json:"auto_pause,omitempty"`
+	// PausedAt is when the sandbox was paused (zero unless State is
+	// paused). While paused, EndAt is when the paused sandbox is destroyed
+	// (PausedAt + the server's paused TTL, zero: never) and Remaining is
+	// the running time it had left, given back on resume.
+	PausedAt  time.Time     `json:"paused_at,omitempty"`
+	Remaining time.Duration `json:"remaining,omitempty"`
 	// Extra is opaque data of protocol front-ends (agentscope's meta...).
 	Extra map[string]string `json:"extra,omitempty"`
 }

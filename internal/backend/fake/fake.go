@@ -81,7 +81,7 @@ func (b *Backend) count(method string) {
 func (b *Backend) Name() string { return "fake" }
 
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Templates: []string{sandbox.TemplateHost, sandbox.TemplateDir, sandbox.TemplateImage}, Snapshot: true}
+	return backend.Capabilities{Templates: []string{sandbox.TemplateHost, sandbox.TemplateDir, sandbox.TemplateImage}, Snapshot: true, Pause: true}
 }
 
 func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {

@@ -88,7 +88,8 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 		}
 	}
 	if c := bx.container; c != nil {
-		_ = c.Signal(unix.SIGKILL)
+		b.thawForKill(bx)
+		_ = c.Signal(killSignal)
 		if bx.exited != nil {
 			select {
 			case <-bx.exited:
@@ -107,6 +108,7 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 	}
 	_ = os.RemoveAll(filepath.Join(b.stateRoot, string(bx.id)))
 	bx.pid = 0
+	bx.rec.Paused = false
 	if bx.rec.Spec.Network.Mode != "" && bx.rec.Spec.Network.Mode != sandbox.NetworkNone && b.cfg.Network != nil {
 		if err := b.cfg.Network.Teardown(ctx, bx.id); err != nil {
 			b.log.Error("tear down network", "sandbox", bx.id, "err", err)
@@ -251,6 +253,8 @@ func (b *Backend) infoLocked(bx *box) sandbox.Info {
 	if bx.rec.Stopped {
 		info.State = sandbox.StateStopped
 		info.Pid = 0
+	} else if bx.rec.Paused {
+		info.State = sandbox.StatePaused
 	}
 	return info
 }

@@ -107,6 +107,10 @@ type Config struct {
 	PrivateDirs []string
 	// ReadyTimeout bounds how long Create waits for the agent. Default 15s.
 	ReadyTimeout time.Duration
+	// PauseReclaim makes Pause ask the kernel to reclaim the sandbox's
+	// memory at once (page cache without swap; see pause.go), rather than
+	// only when the host runs short.
+	PauseReclaim bool
 	Logger       *slog.Logger
 }
 
@@ -172,7 +176,9 @@ type record struct {
 	AccessToken string       `json:"access_token,omitempty"`
 	CreatedAt   time.Time    `json:"created_at"`
 	Stopped     bool         `json:"stopped"`
-	Reason      string       `json:"reason,omitempty"`
+	// Paused: every process is frozen (see Pause); kept across restarts.
+	Paused bool   `json:"paused,omitempty"`
+	Reason string `json:"reason,omitempty"`
 	// HostIDBase is the first host id of the sandbox's id range, 0 in
 	// records written before sandboxes had ranges of their own.
 	HostIDBase uint32 `json:"host_id_base,omitempty"`
@@ -185,6 +191,9 @@ var (
 	_ backend.NetworkUpdater = (*Backend)(nil)
 	_ backend.LimitCounter   = (*Backend)(nil)
 )
+
+// killSignal ends a sandbox's init, and with it its pid namespace.
+const killSignal = unix.SIGKILL
 
 // New prepares the backend's directories and shared files.
 //
@@ -413,6 +422,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		return backend.Capabilities{RootInUserNS: true, Templates: []string{"host"}, CgroupDriver: driver, Rootless: true}
 	}
 	return backend.Capabilities{
+		Pause:          true,
 		DiskLimit:      true,
 		ResourceLimits: true,
 		RootInUserNS:   true,

@@ -132,8 +132,25 @@ func (b *Backend) reattach(bx *box) bool {
 	}
 	bx.container = c
 	st, err := c.Status()
-	if err != nil || st != libcontainer.Running {
+	if err != nil || (st != libcontainer.Running && st != libcontainer.Paused) {
 		return false
+	}
+	// The freezer follows the record: a daemon that died between saving
+	// "paused" and freezing (or thawing and saving) left them apart, and a
+	// snapshot's short freeze must not outlive the daemon that took it.
+	switch {
+	case bx.rec.Paused && st == libcontainer.Running:
+		if err := c.Pause(); err != nil {
+			b.log.Error("freeze paused sandbox again", "sandbox", bx.id, "err", err)
+			return false
+		}
+		b.pauseReclaim(bx)
+	case !bx.rec.Paused && st == libcontainer.Paused:
+		b.resumeReclaim(bx)
+		if err := c.Resume(); err != nil {
+			b.log.Error("thaw sandbox left frozen", "sandbox", bx.id, "err", err)
+			return false
+		}
 	}
 	state, err := c.State()
 	if err != nil {

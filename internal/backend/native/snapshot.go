@@ -38,14 +38,16 @@ func (b *Backend) SnapshotDiff(ctx context.Context, id sandbox.ID, w io.Writer) 
 	if bx.rec.Stopped || bx.container == nil {
 		return sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is stopped; start it to snapshot it", id)
 	}
-	if err := bx.container.Pause(); err != nil {
-		return fmt.Errorf("freeze sandbox for its snapshot: %w", err)
-	}
-	defer func() {
-		if err := bx.container.Resume(); err != nil {
-			b.log.Error("thaw sandbox after its snapshot", "sandbox", id, "err", err)
+	if !bx.rec.Paused { // a paused sandbox is frozen already and stays so
+		if err := bx.container.Pause(); err != nil {
+			return fmt.Errorf("freeze sandbox for its snapshot: %w", err)
 		}
-	}()
+		defer func() {
+			if err := bx.container.Resume(); err != nil {
+				b.log.Error("thaw sandbox after its snapshot", "sandbox", id, "err", err)
+			}
+		}()
+	}
 	ids := b.idMap(bx.rec)
 	opts := layer.DiffOptions{Exclude: snapshotExclude}
 	if bx.rec.Spec.Template.Kind == sandbox.TemplateDir {

@@ -38,6 +38,7 @@ func newBenchCmd() *cobra.Command {
 		docker     string
 		throughput time.Duration
 		clients    int
+		backends   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -48,6 +49,9 @@ round trip, idle memory), the HTTP API of an in-process server (pool-hit and
 cold create, exec round trip, create+exec+destroy throughput), and the same
 operations with bare fork/exec and Docker as references.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if backends {
+				return runBackendsBench(cmd.Context(), cmd.OutOrStdout(), n)
+			}
 			return runBench(cmd.Context(), cmd.OutOrStdout(), n, docker, throughput, clients)
 		},
 	}
@@ -55,6 +59,7 @@ operations with bare fork/exec and Docker as references.`,
 	cmd.Flags().StringVar(&docker, "docker", "auto", "Docker reference: auto (when an engine answers), on, off")
 	cmd.Flags().DurationVar(&throughput, "throughput-duration", 10*time.Second, "how long the throughput run lasts")
 	cmd.Flags().IntVar(&clients, "clients", 8, "concurrent clients of the throughput run")
+	cmd.Flags().BoolVar(&backends, "backends", false, "only compare the native and the Docker backend (cold create, pool hit, exec) through one server")
 	return cmd
 }
 

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,7 @@ import (
 	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/template"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -70,6 +72,9 @@ func Run(ctx context.Context, opts Options) error {
 
 	b := opts.Backend
 	var netMgr *netpolicy.Manager
+	// The Docker backend loads store templates into its engine; the store
+	// opens after the backends.
+	var dockerStore atomic.Pointer[template.Store]
 	if b == nil {
 		agent, err := FindAgent(cfg.AgentPath)
 		if err != nil {
@@ -101,7 +106,7 @@ func Run(ctx context.Context, opts Options) error {
 			}
 			return err
 		}
-		if b, err = withDocker(ctx, cfg, dataDir, agent, nb, log); err != nil {
+		if b, err = withDocker(ctx, cfg, dataDir, agent, nb, &dockerStore, log); err != nil {
 			nb.Close()
 			if netMgr != nil {
 				netMgr.Close(false)
@@ -129,6 +134,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer templates.Close()
+	dockerStore.Store(templates)
 	templateGate := httpapi.NewTemplateGate(cfg.TemplateMaxPulls)
 	resolver := typeResolver{types: typeTemplates(cfg), next: dockerResolver{enabled: cfg.DockerEnabled && opts.Backend == nil,
 		next: newAutoPull(templates, cfg.TemplateAutoPull, templateGate, log)}}

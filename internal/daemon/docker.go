@@ -3,9 +3,11 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"github.com/distribution/reference"
 
@@ -14,17 +16,30 @@ import (
 	"github.com/agentbox/agentbox/internal/backend/multi"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/template"
 )
 
 // withDocker puts the Docker backend beside nb when the configuration asks
 // for it (DOCKER_BACKEND, CONTAINER_DEPLOYMENT=docker): docker: templates
 // run on it, everything else stays on native.
-func withDocker(ctx context.Context, cfg *config.Config, dataDir, agent string, nb backend.Backend, log *slog.Logger) (backend.Backend, error) {
+//
+// store is the template store once it is open: an image the engine lacks
+// is loaded from the store's template of that name when there is one.
+func withDocker(ctx context.Context, cfg *config.Config, dataDir, agent string, nb backend.Backend, store *atomic.Pointer[template.Store], log *slog.Logger) (backend.Backend, error) {
 	if !cfg.DockerEnabled {
 		return nb, nil
 	}
+	load := func(ctx context.Context, image string, w io.Writer) error {
+		st := store.Load()
+		// Only shared templates: a user's private snapshot (or the
+		// builder's cache) must not become an engine image anyone can run.
+		if st == nil || !template.VisibleTo(image, "") {
+			return sandbox.Errorf(sandbox.ClassNotFound, "no template %q", image)
+		}
+		return st.Export(ctx, image, "docker", w)
+	}
 	db, err := docker.New(ctx, docker.Config{Root: filepath.Join(dataDir, "docker"), AgentPath: agent, Host: cfg.DockerHost,
-		Defaults: cfg.Resources, Pull: cfg.TemplateAutoPull, Logger: log})
+		Defaults: cfg.Resources, Pull: cfg.TemplateAutoPull, Load: load, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("Docker backend (DOCKER_BACKEND, CONTAINER_DEPLOYMENT=docker): %w", err)
 	}

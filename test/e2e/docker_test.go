@@ -175,3 +175,40 @@ func TestDockerSandbox(t *testing.T) {
 		t.Fatalf("sandbox state left in the docker state dir: %d entries", len(entries))
 	}
 }
+
+// TestDockerTemplateFromStore: an agentbox template of the store runs on
+// the Docker backend as docker:NAME — the engine lacks the image, so the
+// backend loads the store's docker export into it.
+func TestDockerTemplateFromStore(t *testing.T) {
+	api, _ := dockerEngine(t)
+	d := startDaemon(t, "DOCKER_BACKEND=true")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := d.sdk(t, "")
+	name := "abxtest-" + strings.ToLower(dockerInstance(d.dataDir))
+	t.Cleanup(func() {
+		_, _ = api.ImageRemove(context.Background(), name+":latest", mobyclient.ImageRemoveOptions{Force: true})
+	})
+	rootfs, err := dockertest.RootfsTar(dockertest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ImportTemplate(ctx, name, rootfs, int64(rootfs.Len()), nil, nil); err != nil {
+		t.Fatalf("import template: %v", err)
+	}
+	sb, err := c.Create(ctx, client.CreateRequest{Template: "docker:" + name})
+	if err != nil {
+		t.Fatalf("create docker:%s: %v", name, err)
+	}
+	defer c.Delete(context.Background(), sb.ID)
+	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "id -u; ls /workspace && echo ok"}})
+	if err != nil || res.Stdout != "1000\nok\n" {
+		t.Fatalf("exec = %+v, %v", res, err)
+	}
+	if _, err := api.ImageInspect(ctx, name+":latest"); err != nil {
+		t.Fatalf("template not loaded into the engine: %v", err)
+	}
+	if err := c.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+}

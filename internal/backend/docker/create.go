@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -173,6 +174,12 @@ func (b *Backend) ensureImage(ctx context.Context, image string) error {
 	if !cerrdefs.IsNotFound(err) {
 		return engineErr(err, "inspect image "+image)
 	}
+	if b.cfg.Load != nil {
+		loaded, err := b.loadFromStore(ctx, image)
+		if err != nil || loaded {
+			return err
+		}
+	}
 	if !b.cfg.Pull {
 		return sandbox.Errorf(sandbox.ClassInvalid, "template docker:%s: the Docker engine has no such image (pulling is off)", image)
 	}
@@ -184,6 +191,44 @@ func (b *Backend) ensureImage(ctx context.Context, image string) error {
 		return sandbox.Wrap(sandbox.ClassInvalid, err, fmt.Sprintf("template docker:%s: pull image: %v", image, err))
 	}
 	return nil
+}
+
+// loadFromStore loads the agentbox template named image into the engine
+// (the store's docker export through ImageLoad). It reports false when
+// the store has no such template.
+func (b *Backend) loadFromStore(ctx context.Context, image string) (bool, error) {
+	b.loadMu.Lock()
+	defer b.loadMu.Unlock()
+	if _, err := b.api.ImageInspect(ctx, image); err == nil {
+		return true, nil // a concurrent create loaded it
+	}
+	pr, pw := io.Pipe()
+	exported := make(chan error, 1)
+	go func() {
+		err := b.cfg.Load(ctx, image, pw)
+		pw.CloseWithError(err)
+		exported <- err
+	}()
+	res, err := b.api.ImageLoad(ctx, pr, client.ImageLoadWithQuiet(true))
+	if err == nil {
+		_, err = io.Copy(io.Discard, res)
+		res.Close()
+	}
+	pr.CloseWithError(io.ErrClosedPipe)
+	if xerr := <-exported; xerr != nil {
+		if sandbox.IsNotFound(xerr) {
+			return false, nil
+		}
+		return false, fmt.Errorf("docker: export template %s: %w", image, xerr)
+	}
+	if err != nil {
+		return false, engineErr(err, "load template "+image+" into the engine")
+	}
+	if _, err := b.api.ImageInspect(ctx, image); err != nil {
+		return false, fmt.Errorf("docker: template %s loaded, but the engine has no image of that name: %w", image, err)
+	}
+	b.log.Info("loaded template into the engine", "image", image)
+	return true, nil
 }
 
 // hostUID is the host uid of container uid id.

@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -87,6 +88,12 @@ type Config struct {
 	EgressNetwork string
 	// Pull lets Create pull an image the engine lacks.
 	Pull bool
+	// Load, when set, writes a docker-loadable tarball of the agentbox
+	// template named image (the template store's docker export), so an
+	// image the engine lacks is loaded from the store before it is
+	// pulled. It returns a sandbox.ClassNotFound error when the store has
+	// no such template.
+	Load func(ctx context.Context, image string, w io.Writer) error
 	// ReadyTimeout bounds how long Create and Start wait for the agent.
 	// Default 30s.
 	ReadyTimeout time.Duration
@@ -106,6 +113,9 @@ type Backend struct {
 	userns   bool
 	seccompU string // "seccomp=<json>" for user sandboxes
 	seccompR string // and for root ones
+
+	// loadMu serialises loads of store templates into the engine.
+	loadMu sync.Mutex
 
 	abandoned atomic.Bool
 	onExit    atomic.Pointer[func(sandbox.ID, string)]

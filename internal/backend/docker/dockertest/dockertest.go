@@ -51,9 +51,10 @@ type Options struct {
 var defaultPrograms = []string{"sh", "dash", "bash", "cat", "id", "hostname", "ls", "sleep", "echo", "pwd",
 	"mkdir", "rm", "head", "tr", "wc", "grep", "sed", "touch", "stat", "env", "kill", "true", "false", "dd", "seq", "nproc", "mount"}
 
-// EnsureImage returns the name of a test image with opts' content,
-// importing it into the engine unless it is there already.
-func EnsureImage(ctx context.Context, api *client.Client, opts Options) (string, error) {
+// RootfsTar returns the root filesystem tarball of a test image with
+// opts' content (what EnsureImage imports; the template store imports it
+// too).
+func RootfsTar(opts Options) (*bytes.Buffer, error) {
 	progs := opts.Programs
 	if len(progs) == 0 {
 		progs = defaultPrograms
@@ -85,6 +86,16 @@ func EnsureImage(ctx context.Context, api *client.Client, opts Options) (string,
 	}
 	var buf bytes.Buffer
 	if err := writeTar(&buf, files, dirs); err != nil {
+		return nil, err
+	}
+	return &buf, nil
+}
+
+// EnsureImage returns the name of a test image with opts' content,
+// importing it into the engine unless it is there already.
+func EnsureImage(ctx context.Context, api *client.Client, opts Options) (string, error) {
+	buf, err := RootfsTar(opts)
+	if err != nil {
 		return "", err
 	}
 	sum := sha256.Sum256(buf.Bytes())
@@ -94,7 +105,7 @@ func EnsureImage(ctx context.Context, api *client.Client, opts Options) (string,
 	} else if !cerrdefs.IsNotFound(err) {
 		return "", fmt.Errorf("inspect %s: %w", name, err)
 	}
-	rc, err := api.ImageImport(ctx, client.ImageImportSource{Source: &buf, SourceName: "-"}, name,
+	rc, err := api.ImageImport(ctx, client.ImageImportSource{Source: buf, SourceName: "-"}, name,
 		client.ImageImportOptions{Changes: []string{"ENV PATH=/usr/local/bin:/usr/bin:/bin"}})
 	if err != nil {
 		return "", fmt.Errorf("import %s: %w", name, err)

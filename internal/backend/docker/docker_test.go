@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,5 +110,28 @@ func TestSecurity(t *testing.T) {
 		Backend:        b,
 		Template:       dockerTemplate(image),
 		AgentInSandbox: agentInSandbox,
+	})
+	// What stands in for native's hidden socket: sandbox code reaches the
+	// agent's socket but not its token (scrubbed from the environment,
+	// PID 1 not dumpable), so every call but /health is refused.
+	t.Run("AgentSocketNeedsToken", func(t *testing.T) {
+		const token = "agentbox-test-token"
+		info := backendtest.Create(t, b, sandbox.Spec{Template: dockerTemplate(image), AccessToken: token})
+		c := backendtest.Client(t, info, token)
+		probe := `python3 -c '
+import socket
+for path in ("/envs", "/health"):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect("/run/agentbox/agent.sock")
+    s.sendall(("GET " + path + " HTTP/1.0\r\nHost: x\r\n\r\n").encode())
+    print(path, s.recv(64).split()[1].decode())
+'; cat /proc/1/environ 2>&1 | head -c 200; echo; env | grep -c AGENTBOX_`
+		r := backendtest.Exec(t, c, probe)
+		if !strings.Contains(r.Stdout, "/envs 401\n") || !strings.Contains(r.Stdout, "/health 204\n") {
+			t.Fatalf("agent socket from inside: %q %q", r.Stdout, r.Stderr)
+		}
+		if strings.Contains(r.Stdout, token) || !strings.HasSuffix(r.Stdout, "\n0\n") {
+			t.Fatalf("the token is visible inside the sandbox: %q", r.Stdout)
+		}
 	})
 }

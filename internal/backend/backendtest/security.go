@@ -309,6 +309,24 @@ except OSError as e:
 		neighbourOK(t)
 	})
 
+	t.Run("NofileLimit", func(t *testing.T) {
+		// A small open-files limit (not the daemon's), that no sandbox
+		// process can raise past its hard limit (native's exact values and
+		// their clamp are checked by its own tests).
+		r := Exec(t, c, `ulimit -Sn; ulimit -Hn; h=$(ulimit -Hn); ulimit -Hn $((h+1)) 2>/dev/null && echo raised || echo refused; ulimit -Sn $((h+1)) 2>/dev/null && echo raised || echo refused`)
+		f := strings.Fields(r.Stdout)
+		if len(f) != 4 {
+			t.Fatalf("unexpected output %q (stderr %q)", r.Stdout, r.Stderr)
+		}
+		var soft, hard int
+		if _, err := fmt.Sscan(f[0]+" "+f[1], &soft, &hard); err != nil || soft > hard || hard > 4096 {
+			t.Errorf("nofile soft/hard = %s/%s, want soft <= hard <= 4096", f[0], f[1])
+		}
+		if f[2] != "refused" || f[3] != "refused" {
+			t.Errorf("a sandbox process raised its nofile limit past the hard limit: %q", r.Stdout)
+		}
+	})
+
 	t.Run("AgentSurvivesSignals", func(t *testing.T) {
 		for _, root := range []bool{false, true} {
 			name := map[bool]string{false: "user", true: "root"}[root]

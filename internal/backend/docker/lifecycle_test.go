@@ -263,3 +263,31 @@ func TestDialPort(t *testing.T) {
 		t.Fatalf("port 70000: %v", err)
 	}
 }
+
+// TestRecoverPaused: a sandbox paused when the daemon went away is found
+// paused by the next one, and resumes.
+func TestRecoverPaused(t *testing.T) {
+	_, image := engine(t)
+	dir := testutil.ShortTempDir(t)
+	b := newTestBackend(t, dir)
+	ctx := ctxT(t)
+	info := backendtest.Create(t, b, sandbox.Spec{Template: dockerTemplate(image)})
+	if err := b.Pause(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.Abandon()
+	b2 := newTestBackend(t, dir)
+	infos, err := b2.Recover(ctx)
+	if err != nil || len(infos) != 1 || infos[0].State != sandbox.StatePaused {
+		t.Fatalf("recover = %+v, %v; want one paused sandbox", infos, err)
+	}
+	if err := b2.Resume(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r := backendtest.Exec(t, backendtest.Client(t, infos[0], ""), "echo back"); r.Stdout != "back\n" {
+		t.Fatalf("after resume: %+v", r)
+	}
+	if err := b2.Destroy(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+}

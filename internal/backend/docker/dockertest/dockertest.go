@@ -98,7 +98,11 @@ func EnsureImage(ctx context.Context, api *client.Client, opts Options) (string,
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(buf.Bytes())
+	changes := []string{"ENV PATH=/usr/local/bin:/usr/bin:/bin", "LABEL io.agentbox.test=1"}
+	h := sha256.New()
+	h.Write(buf.Bytes())
+	h.Write([]byte(strings.Join(changes, "\n")))
+	sum := h.Sum(nil)
 	name := "agentbox-test:" + hex.EncodeToString(sum[:8])
 	if _, err := api.ImageInspect(ctx, name); err == nil {
 		return name, nil
@@ -106,7 +110,7 @@ func EnsureImage(ctx context.Context, api *client.Client, opts Options) (string,
 		return "", fmt.Errorf("inspect %s: %w", name, err)
 	}
 	rc, err := api.ImageImport(ctx, client.ImageImportSource{Source: buf, SourceName: "-"}, name,
-		client.ImageImportOptions{Changes: []string{"ENV PATH=/usr/local/bin:/usr/bin:/bin"}})
+		client.ImageImportOptions{Changes: changes})
 	if err != nil {
 		return "", fmt.Errorf("import %s: %w", name, err)
 	}
@@ -172,11 +176,13 @@ func writeTar(w io.Writer, files map[string]bool, dirs []string) error {
 			return err
 		}
 	}
-	etc := map[string]string{
-		"etc/passwd": "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n",
-		"etc/group":  "root:x:0:\nuser:x:1000:\n",
+	// In a fixed order: the image is named after the tarball's hash.
+	etc := [][2]string{
+		{"etc/group", "root:x:0:\nuser:x:1000:\n"},
+		{"etc/passwd", "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n"},
 	}
-	for name, body := range etc {
+	for _, e := range etc {
+		name, body := e[0], e[1]
 		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/backend/docker"
 	"github.com/agentbox/agentbox/internal/backend/docker/dockertest"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // dockerEngine returns a client of the test engine and a test image with
@@ -37,6 +39,27 @@ func dockerEngine(t *testing.T) (*mobyclient.Client, string) {
 		t.Fatal(err)
 	}
 	return api, image
+}
+
+// checkNoContainers registers, before the daemon's own cleanup (so it
+// runs after the daemon stopped), a check that no container of *d's Docker
+// backend is left; leftovers are removed so a failure does not leak.
+func checkNoContainers(t *testing.T, api *mobyclient.Client, d **daemon) {
+	t.Cleanup(func() {
+		if *d == nil {
+			return
+		}
+		list, err := api.ContainerList(context.Background(), mobyclient.ContainerListOptions{All: true,
+			Filters: mobyclient.Filters{}.Add("label", docker.LabelInstance+"="+dockerInstance((*d).dataDir))})
+		if err != nil {
+			t.Errorf("list containers: %v", err)
+			return
+		}
+		for _, c := range list.Items {
+			t.Errorf("container of sandbox %s left behind", c.Labels[docker.LabelSandbox])
+			_, _ = api.ContainerRemove(context.Background(), c.ID, mobyclient.ContainerRemoveOptions{Force: true})
+		}
+	})
 }
 
 // dockerInstance is the instance label of the Docker backend of d.
@@ -66,12 +89,9 @@ func dockerContainers(t *testing.T, api *mobyclient.Client, dataDir string) []st
 // and delete removing the container.
 func TestDockerSandbox(t *testing.T) {
 	api, image := dockerEngine(t)
-	d := startDaemon(t, "API_KEYS=ka:alice,kb:bob", "DOCKER_BACKEND=true", "AUTO_CLEANUP=false")
-	t.Cleanup(func() {
-		if left := dockerContainers(t, api, d.dataDir); len(left) > 0 {
-			t.Errorf("containers left behind: %v", left)
-		}
-	})
+	var d *daemon
+	checkNoContainers(t, api, &d)
+	d = startDaemon(t, "API_KEYS=ka:alice,kb:bob", "DOCKER_BACKEND=true", "AUTO_CLEANUP=false")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	alice, bob := d.sdk(t, "ka"), d.sdk(t, "kb")
@@ -181,7 +201,9 @@ func TestDockerSandbox(t *testing.T) {
 // backend loads the store's docker export into it.
 func TestDockerTemplateFromStore(t *testing.T) {
 	api, _ := dockerEngine(t)
-	d := startDaemon(t, "DOCKER_BACKEND=true")
+	var d *daemon
+	checkNoContainers(t, api, &d)
+	d = startDaemon(t, "DOCKER_BACKEND=true")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := d.sdk(t, "")
@@ -210,5 +232,48 @@ func TestDockerTemplateFromStore(t *testing.T) {
 	}
 	if err := c.Delete(ctx, sb.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDockerDeploymentAgentscope: with CONTAINER_DEPLOYMENT=docker the
+// agentscope API's sandbox types run agentscope's image names
+// (RUNTIME_SANDBOX_* settings) on the engine — here the test image, tagged
+// under a namespace of this test's own.
+func TestDockerDeploymentAgentscope(t *testing.T) {
+	api, image := dockerEngine(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := "abxtest" + string(sandbox.NewID())[:8]
+	tagged := ns + "/runtime-sandbox-base:t1"
+	if _, err := api.ImageTag(ctx, mobyclient.ImageTagOptions{Source: image, Target: tagged}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = api.ImageRemove(context.Background(), tagged, mobyclient.ImageRemoveOptions{})
+	})
+	var d *daemon
+	checkNoContainers(t, api, &d)
+	d = startDaemon(t, "BEARER_TOKEN="+asToken, "CONTAINER_DEPLOYMENT=docker",
+		"RUNTIME_SANDBOX_IMAGE_NAMESPACE="+ns, "RUNTIME_SANDBOX_IMAGE_TAG=t1", "POOL_SIZE=1")
+	status, body := asCall(t, d, "create", asToken, map[string]any{"sandbox_type": "base"})
+	id, _ := body["data"].(string)
+	if status != 200 || id == "" {
+		t.Fatalf("create: %d %v", status, body)
+	}
+	status, body = asCall(t, d, "call_tool", asToken, map[string]any{"identity": id,
+		"tool_name": "run_shell_command", "arguments": map[string]any{"command": "id -u; test -x /opt/agentbox/agentbox-agent && echo on-docker"}})
+	out, _ := json.Marshal(body)
+	if status != 200 || !strings.Contains(string(out), `"text":"1000\non-docker\n"`) {
+		t.Fatalf("run_shell_command in the docker sandbox: %d %s", status, out)
+	}
+	found := false
+	for _, c := range dockerContainers(t, api, d.dataDir) {
+		found = found || strings.HasSuffix(c, " running")
+	}
+	if !found {
+		t.Fatal("no running container for the agentscope sandbox")
+	}
+	if status, body := asCall(t, d, "release", asToken, map[string]any{"identity": id}); status != 200 {
+		t.Fatalf("release: %d %v", status, body)
 	}
 }

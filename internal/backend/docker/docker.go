@@ -134,6 +134,11 @@ type box struct {
 	stopWatch context.CancelFunc
 	// stopping is set while the backend stops the container on purpose.
 	stopping bool
+	// pid and cgroups are the running agent's host pid and cgroup
+	// directories, read once per boot: exec reads the limit counters
+	// before and after every command, without asking the engine.
+	pid     int
+	cgroups map[string]string
 }
 
 // record is what the backend keeps of a sandbox on disk (0600, root's),

@@ -25,8 +25,20 @@ func (b *Backend) boot(ctx context.Context, bx *box) error {
 		return err
 	}
 	bx.stopping = false
-	b.watch(bx)
+	b.attach(ctx, bx)
 	return nil
+}
+
+// attach notes the running agent's pid and cgroups and watches for its
+// exit. bx.mu held.
+func (b *Backend) attach(ctx context.Context, bx *box) {
+	bx.pid, bx.cgroups = 0, nil
+	if st, err := b.state(ctx, bx); err == nil && st.Pid > 0 {
+		if cg, err := cgroupDirs(st.Pid); err == nil {
+			bx.pid, bx.cgroups = st.Pid, cg
+		}
+	}
+	b.watch(bx)
 }
 
 // waitReady polls the agent's health until it answers, the container
@@ -113,6 +125,7 @@ func (b *Backend) watch(bx *box) {
 			reason += " (out of memory)"
 		}
 		bx.rec.Stopped, bx.rec.Reason = true, reason
+		bx.pid, bx.cgroups = 0, nil
 		if err := b.saveRecord(bx); err != nil {
 			b.log.Error("save record", "sandbox", bx.id, "err", err)
 		}
@@ -127,6 +140,7 @@ func (b *Backend) watch(bx *box) {
 // kill stops the container at once (the agent, PID 1, ignores SIGTERM).
 func (b *Backend) kill(ctx context.Context, bx *box) error {
 	bx.stopping = true
+	bx.pid, bx.cgroups = 0, nil
 	if bx.stopWatch != nil {
 		bx.stopWatch()
 		bx.stopWatch = nil

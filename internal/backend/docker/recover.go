@@ -60,7 +60,7 @@ func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) {
 				bx.rec.Stopped, bx.rec.Reason = true, "agent did not answer after a daemon restart"
 				_ = b.saveRecord(bx)
 			} else {
-				b.watch(bx)
+				b.attach(ctx, bx)
 			}
 		} else if st.Running && !st.Paused && bx.rec.Stopped {
 			// Stopped by us but still running (a stop interrupted by a crash).
@@ -69,7 +69,7 @@ func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) {
 			bx.rec.Stopped, bx.rec.Reason = true, "agent exited while the daemon was down"
 			_ = b.saveRecord(bx)
 		} else if st.Paused {
-			b.watch(bx)
+			b.attach(ctx, bx)
 		}
 		b.mu.Lock()
 		b.boxes[id] = bx

@@ -29,19 +29,19 @@ func cleanLog(b []byte) string {
 	}, string(b))
 }
 
-// runningPid is the host pid of the sandbox's agent, 0 when not running.
-func (b *Backend) runningPid(ctx context.Context, id sandbox.ID) (int, error) {
+// running returns the host pid and cgroup directories of the sandbox's
+// agent, noted at boot; a sandbox that is not running is a conflict.
+func (b *Backend) running(id sandbox.ID) (int, map[string]string, error) {
 	bx, err := b.lookup(id)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
-	st, err := b.state(ctx, bx)
-	if err != nil || !st.Running || bx.rec.Stopped || st.Pid == 0 {
-		return 0, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is not running", id)
+	if bx.rec.Stopped || bx.pid == 0 {
+		return 0, nil, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is not running", id)
 	}
-	return st.Pid, nil
+	return bx.pid, bx.cgroups, nil
 }
 
 // cgroupDirs maps each cgroup controller ("" on v2) of pid to its
@@ -99,13 +99,9 @@ func readKey(path, key string) int64 {
 
 // Stats implements backend.StatsReader from the container's cgroup files.
 func (b *Backend) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, error) {
-	pid, err := b.runningPid(ctx, id)
+	_, p, err := b.running(id)
 	if err != nil {
 		return backend.Stats{}, err
-	}
-	p, err := cgroupDirs(pid)
-	if err != nil {
-		return backend.Stats{}, fmt.Errorf("docker: cgroups of sandbox %s: %w", id, err)
 	}
 	var s backend.Stats
 	if dir, ok := p[""]; ok && len(p) == 1 {
@@ -144,7 +140,7 @@ func (b *Backend) DialPort(ctx context.Context, id sandbox.ID, port int) (net.Co
 	if port < 1 || port > 65535 {
 		return nil, sandbox.Errorf(sandbox.ClassInvalid, "port %d out of range", port)
 	}
-	pid, err := b.runningPid(ctx, id)
+	pid, _, err := b.running(id)
 	if err != nil {
 		return nil, err
 	}

@@ -109,6 +109,17 @@ func (b *Backend) watch(bx *box) {
 			if ctx.Err() != nil {
 				return
 			}
+			// The wait broke (the engine restarted, a connection dropped):
+			// that alone says nothing of the container. Look again, and
+			// keep watching one that still runs.
+			if b.stillRunning(ctx, bx) {
+				bx.mu.Lock()
+				if !bx.stopping && !bx.rec.Stopped && ctx.Err() == nil {
+					b.watch(bx)
+				}
+				bx.mu.Unlock()
+				return
+			}
 			reason = "agent exited: " + err.Error()
 		case <-ctx.Done():
 			return
@@ -135,6 +146,27 @@ func (b *Backend) watch(bx *box) {
 			(*fn)(bx.id, reason)
 		}
 	}()
+}
+
+// stillRunning asks the engine, for a few seconds, whether bx's container
+// runs; false when it does not or the engine does not answer.
+func (b *Backend) stillRunning(ctx context.Context, bx *box) bool {
+	for attempt := 0; attempt < 10 && ctx.Err() == nil; attempt++ {
+		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		res, err := b.api.ContainerInspect(ictx, bx.rec.Container, client.ContainerInspectOptions{})
+		cancel()
+		if err == nil && res.Container.State != nil {
+			return res.Container.State.Running
+		}
+		if cerrdefs.IsNotFound(err) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		}
+	}
+	return false
 }
 
 // kill stops the container at once (the agent, PID 1, ignores SIGTERM).

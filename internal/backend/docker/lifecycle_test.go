@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -289,5 +292,88 @@ func TestRecoverPaused(t *testing.T) {
 	}
 	if err := b2.Destroy(ctx, info.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// cutProxy forwards unix connections to the engine's socket and can cut
+// every open one, as an engine restart or a dropped connection would.
+type cutProxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newCutProxy(t *testing.T, path string) *cutProxy {
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln}
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("unix", "/var/run/docker.sock")
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { io.Copy(up, c); up.Close() }()
+			go func() { io.Copy(c, up); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// TestEngineConnectionLossIsNotAnExit: when the connection the backend
+// waits on breaks while the container runs, the sandbox is not reported
+// dead; it keeps being watched, and a real exit afterwards is reported.
+func TestEngineConnectionLossIsNotAnExit(t *testing.T) {
+	api, image := engine(t)
+	dir := testutil.ShortTempDir(t)
+	proxy := newCutProxy(t, filepath.Join(dir, "engine.sock"))
+	b, err := New(context.Background(), Config{Root: filepath.Join(dir, "state"), AgentPath: testutil.AgentBinary(t), Host: "unix://" + proxy.ln.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { assertNoContainers(t, api, b.instance); b.Close() })
+	exits := make(chan string, 4)
+	b.OnAgentExit(func(id sandbox.ID, reason string) { exits <- reason })
+	ctx := ctxT(t)
+	info := backendtest.Create(t, b, sandbox.Spec{Template: dockerTemplate(image)})
+	proxy.cut()
+	select {
+	case r := <-exits:
+		t.Fatalf("a cut connection was reported as an agent exit: %q", r)
+	case <-time.After(2 * time.Second):
+	}
+	if got, err := b.Inspect(ctx, info.ID); err != nil || got.State != sandbox.StateRunning {
+		t.Fatalf("inspect after the cut = %+v, %v", got, err)
+	}
+	if _, err := api.ContainerKill(ctx, b.containerName(info.ID), client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-exits:
+		if !strings.HasPrefix(r, "agent exited") {
+			t.Fatalf("exit reason %q", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the exit after a cut connection was not reported")
 	}
 }

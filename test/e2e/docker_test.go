@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -100,7 +101,9 @@ func TestDockerSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("server: %+v", info)
+	if info.Backend != "native+docker" || !strings.Contains(fmt.Sprint(info.Capabilities["templates"]), "docker") {
+		t.Fatalf("server info: backend %q capabilities %v", info.Backend, info.Capabilities)
+	}
 
 	sb, err := alice.Create(ctx, client.CreateRequest{Template: "docker:" + image, Env: map[string]string{"GREETING": "hello docker"}})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/agentbox/agentbox/internal/backend"
@@ -56,15 +57,25 @@ func (m *Backend) For(kind string) backend.Backend {
 	return m.all[0]
 }
 
-// Name is the primary's name.
-func (m *Backend) Name() string { return m.all[0].Name() }
+// Name names every backend, primary first ("native+docker").
+func (m *Backend) Name() string {
+	names := make([]string, len(m.all))
+	for i, b := range m.all {
+		names[i] = b.Name()
+	}
+	return strings.Join(names, "+")
+}
 
-// Capabilities are the primary's, with every backend's template kinds.
+// Capabilities are the primary's, with every backend's template kinds;
+// Pause when any backend pauses (a sandbox of one that cannot is refused
+// by Pause).
 func (m *Backend) Capabilities() backend.Capabilities {
 	c := m.all[0].Capabilities()
 	c.Templates = slices.Clone(c.Templates)
 	for _, b := range m.all[1:] {
-		for _, k := range b.Capabilities().Templates {
+		bc := b.Capabilities()
+		c.Pause = c.Pause || bc.Pause
+		for _, k := range bc.Templates {
 			if !slices.Contains(c.Templates, k) {
 				c.Templates = append(c.Templates, k)
 			}

@@ -113,8 +113,11 @@ func TestConformanceSideBySide(t *testing.T) {
 			t.Errorf("network update of a docker sandbox: %v, want unavailable", err)
 		}
 		caps := p.Capabilities()
-		if caps.Templates[len(caps.Templates)-1] != sandbox.TemplateDocker {
-			t.Errorf("capabilities templates = %v", caps.Templates)
+		if caps.Templates[len(caps.Templates)-1] != sandbox.TemplateDocker || !caps.Pause {
+			t.Errorf("capabilities = %+v", caps)
+		}
+		if p.Name() != "native+docker" {
+			t.Errorf("name = %q", p.Name())
 		}
 	})
 }

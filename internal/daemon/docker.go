@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -27,6 +28,12 @@ import (
 // is loaded from the store's template of that name when there is one.
 func withDocker(ctx context.Context, cfg *config.Config, dataDir, agent string, nb backend.Backend, store *atomic.Pointer[template.Store], log *slog.Logger) (backend.Backend, error) {
 	if !cfg.DockerEnabled {
+		if entries, _ := os.ReadDir(filepath.Join(dataDir, "docker", "sb")); len(entries) > 0 {
+			// Their records are dropped by this run; the next one with the
+			// Docker backend removes the containers as orphans.
+			log.Warn("Docker sandboxes of an earlier run are left on the engine: start once with DOCKER_BACKEND=true to remove them",
+				"count", len(entries))
+		}
 		return nb, nil
 	}
 	load := func(ctx context.Context, image string, w io.Writer) error {

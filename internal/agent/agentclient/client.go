@@ -44,6 +44,9 @@ func New(ep Endpoint, accessToken string) *Client {
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			if ep.Network == "unix" {
+				return dialUnix(ctx, dialer, ep.Address)
+			}
 			return dialer.DialContext(ctx, ep.Network, ep.Address)
 		},
 		// Keep a pool of warm connections: every call reuses one.

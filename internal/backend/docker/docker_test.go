@@ -2,8 +2,11 @@ package docker
 
 import (
 	"context"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,6 +135,45 @@ for path in ("/envs", "/health"):
 		}
 		if strings.Contains(r.Stdout, token) || !strings.HasSuffix(r.Stdout, "\n0\n") {
 			t.Fatalf("the token is visible inside the sandbox: %q", r.Stdout)
+		}
+	})
+	// Sandbox code can replace its agent's socket (its directory is the
+	// sandbox user's): a symlink there must not make the daemon, root on
+	// the host, connect to a host socket the link names.
+	t.Run("AgentSocketSymlinkNotFollowed", func(t *testing.T) {
+		hostSock := filepath.Join(testutil.ShortTempDir(t), "host.sock")
+		ln, err := net.Listen("unix", hostSock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		var accepted atomic.Int32
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				accepted.Add(1)
+				c.Close()
+			}
+		}()
+		info := backendtest.Create(t, b, sandbox.Spec{Template: dockerTemplate(image)})
+		c := backendtest.Client(t, info, "")
+		r := backendtest.Exec(t, c, `python3 -c 'import os; os.remove("/run/agentbox/agent.sock"); os.symlink("`+hostSock+`", "/run/agentbox/agent.sock")' && echo replaced`)
+		if r.Stdout != "replaced\n" {
+			t.Fatalf("replace the socket: %+v", r)
+		}
+		fresh := backendtest.Client(t, info, "")
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = fresh.Health(hctx)
+		cancel()
+		if err == nil {
+			t.Fatal("a health check through the symlink succeeded")
+		}
+		time.Sleep(100 * time.Millisecond)
+		if n := accepted.Load(); n != 0 {
+			t.Fatalf("the daemon's client connected to the host socket the sandbox linked (%d connections)", n)
 		}
 	})
 }

@@ -56,7 +56,7 @@ func withDocker(ctx context.Context, cfg *config.Config, dataDir, agent string, 
 
 // dockerResolver resolves "docker:IMAGE" to a template the Docker backend
 // runs (any image the engine has, or pulls with TEMPLATE_AUTO_PULL); other
-// names go to next. Without the Docker backend such names are unknown.
+// names go to next, and so do all names without the Docker backend.
 type dockerResolver struct {
 	enabled bool
 	next    resolver
@@ -64,11 +64,10 @@ type dockerResolver struct {
 
 func (r dockerResolver) Resolve(ctx context.Context, ref string) (sandbox.Template, error) {
 	image, ok := strings.CutPrefix(ref, docker.ImagePrefix)
-	if !ok {
+	if !ok || !r.enabled {
+		// Without the Docker backend "docker:TAG" is what it always was: a
+		// tag of a stored template named docker.
 		return r.next.Resolve(ctx, ref)
-	}
-	if !r.enabled {
-		return sandbox.Template{}, sandbox.Errorf(sandbox.ClassNotFound, "unknown template %q: the Docker backend is off (DOCKER_BACKEND)", ref)
 	}
 	if _, err := reference.ParseNormalizedNamed(image); err != nil {
 		return sandbox.Template{}, sandbox.Errorf(sandbox.ClassInvalid, "template %q: not a Docker image reference: %v", ref, err)

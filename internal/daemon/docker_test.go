@@ -67,7 +67,7 @@ func TestDockerResolver(t *testing.T) {
 		}
 	}
 	off := dockerResolver{next: nameResolver{}}
-	if _, err := off.Resolve(ctx, "docker:python:3.12-slim"); !sandbox.IsNotFound(err) {
-		t.Errorf("Docker backend off: %v, want not found", err)
+	if tmpl, err := off.Resolve(ctx, "docker:3.12"); err != nil || tmpl.Kind != sandbox.TemplateImage {
+		t.Errorf("Docker backend off: a store name docker:TAG = %+v, %v", tmpl, err)
 	}
 }

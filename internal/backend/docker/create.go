@@ -77,8 +77,10 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if spec.Network.Mode == "" {
 		spec.Network.Mode = sandbox.NetworkNone
 	}
-	if spec.Network.Mode != sandbox.NetworkNone && b.cfg.EgressNetwork == "" {
-		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "network mode %q is not available for Docker sandboxes on this server", spec.Network.Mode)
+	if spec.Network.Mode != sandbox.NetworkNone {
+		// agentbox's egress policy lives in native's per-sandbox network
+		// namespaces; an engine network would be egress without it.
+		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "network mode %q is not available for Docker sandboxes (they have no network)", spec.Network.Mode)
 	}
 	if spec.Root && !b.userns {
 		// Without userns-remap, root in the container is root on the host
@@ -132,7 +134,9 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	cfg, hcfg := b.containerConfig(bx)
 	if _, err := b.api.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hcfg, Name: bx.rec.Container}); err != nil {
 		if cerrdefs.IsConflict(err) {
-			// A container of that name this process does not know.
+			// A container of that name this process does not know: not
+			// ours to remove; only the directory made above goes.
+			_ = os.RemoveAll(bx.dir)
 			forget()
 			return sandbox.Info{}, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s already exists", spec.ID)
 		}
@@ -307,9 +311,6 @@ func (b *Backend) containerConfig(bx *box) (*container.Config, *container.HostCo
 	memory := res.MemoryBytes
 	pids := res.PIDs
 	network := container.NetworkMode("none")
-	if spec.Network.Mode == sandbox.NetworkEgress {
-		network = container.NetworkMode(b.cfg.EgressNetwork)
-	}
 	labels := map[string]string{LabelSandbox: string(spec.ID), LabelInstance: b.instance, LabelBackend: "docker"}
 	cfg := &container.Config{
 		Image:      imageOf(spec.Template),

@@ -83,9 +83,6 @@ type Config struct {
 	Host string
 	// Defaults fill zero fields of a spec's Resources.
 	Defaults sandbox.Resources
-	// EgressNetwork, when set, is the Docker network egress-mode sandboxes
-	// join; empty refuses egress mode (sandboxes get no network at all).
-	EgressNetwork string
 	// Pull lets Create pull an image the engine lacks.
 	Pull bool
 	// Load, when set, writes a docker-loadable tarball of the agentbox

@@ -377,3 +377,49 @@ func TestEngineConnectionLossIsNotAnExit(t *testing.T) {
 		t.Fatal("the exit after a cut connection was not reported")
 	}
 }
+
+// TestCreateRefusals: what the Docker backend refuses, each with a clear
+// class and nothing left behind.
+func TestCreateRefusals(t *testing.T) {
+	api, image := engine(t)
+	dir := testutil.ShortTempDir(t)
+	b := newTestBackend(t, dir)
+	ctx := ctxT(t)
+	cases := map[string]sandbox.Spec{
+		"egress":        {Template: dockerTemplate(image), Network: sandbox.Network{Mode: sandbox.NetworkEgress}},
+		"host template": {Template: sandbox.HostTemplate()},
+		"missing image": {Template: dockerTemplate("agentbox-no-such-image:1")},
+		"bad mount":     {Template: dockerTemplate(image), Mounts: []sandbox.Mount{{Source: "/srv", Target: "/run/agentbox"}}},
+	}
+	if !b.UsernsRemap() {
+		cases["root without userns-remap"] = sandbox.Spec{Template: dockerTemplate(image), Root: true}
+	}
+	for name, spec := range cases {
+		spec.ID = sandbox.NewID()
+		if _, err := b.Create(ctx, spec); sandbox.ClassOf(err) != sandbox.ClassInvalid {
+			t.Errorf("%s: %v, want invalid_argument", name, err)
+			_ = b.Destroy(ctx, spec.ID)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "sb", string(spec.ID))); !os.IsNotExist(err) {
+			t.Errorf("%s: sandbox dir left: %v", name, err)
+		}
+	}
+	// A container of the sandbox's name that the backend does not know
+	// (another process's) is a conflict, and is left alone.
+	id := sandbox.NewID()
+	res, err := api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: b.containerName(id),
+		Config: &container.Config{Image: image, Cmd: []string{"sleep", "60"}}, HostConfig: &container.HostConfig{NetworkMode: "none"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { api.ContainerRemove(context.Background(), res.ID, client.ContainerRemoveOptions{Force: true}) })
+	if _, err := b.Create(ctx, sandbox.Spec{ID: id, Template: dockerTemplate(image)}); sandbox.ClassOf(err) != sandbox.ClassConflict {
+		t.Fatalf("create over a foreign container: %v, want conflict", err)
+	}
+	if _, err := api.ContainerInspect(ctx, res.ID, client.ContainerInspectOptions{}); err != nil {
+		t.Fatalf("the foreign container was removed: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sb", string(id))); !os.IsNotExist(err) {
+		t.Errorf("sandbox dir left after the conflict: %v", err)
+	}
+}

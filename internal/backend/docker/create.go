@@ -117,7 +117,10 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		return sandbox.Info{}, fmt.Errorf("create sandbox dir: %w", err)
 	}
 	fail := func(err error) (sandbox.Info, error) {
-		b.teardown(context.WithoutCancel(ctx), bx)
+		if terr := b.teardown(context.WithoutCancel(ctx), bx); terr != nil {
+			// Recover removes what is left (the record stays with it).
+			b.log.Error("clean up a failed create", "sandbox", bx.id, "err", terr)
+		}
 		forget()
 		return sandbox.Info{}, err
 	}

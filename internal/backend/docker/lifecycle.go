@@ -190,16 +190,19 @@ func (b *Backend) kill(ctx context.Context, bx *box) error {
 	return nil
 }
 
-// teardown removes the container and the sandbox's directory. Errors are
-// logged: it must get as far as it can.
-func (b *Backend) teardown(ctx context.Context, bx *box) {
+// teardown removes the container and then the sandbox's directory. When
+// the engine cannot remove the container, the directory (with the record)
+// stays, so a retry, or the next Recover, finds what is left.
+func (b *Backend) teardown(ctx context.Context, bx *box) error {
 	_ = b.kill(ctx, bx)
 	if _, err := b.api.ContainerRemove(ctx, bx.rec.Container, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
 		b.log.Error("remove container", "sandbox", bx.id, "err", err)
+		return engineErr(err, "remove container")
 	}
 	if err := os.RemoveAll(bx.dir); err != nil {
-		b.log.Error("remove sandbox dir", "sandbox", bx.id, "err", err)
+		return fmt.Errorf("docker: remove sandbox dir: %w", err)
 	}
+	return nil
 }
 
 // Stop implements backend.Backend.
@@ -229,7 +232,14 @@ func (b *Backend) Start(ctx context.Context, id sandbox.ID) (sandbox.Info, error
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
 	if st, err := b.state(ctx, bx); err == nil && st.Running {
-		return b.info(ctx, bx), nil
+		if !bx.rec.Stopped {
+			return b.info(ctx, bx), nil
+		}
+		// Recorded stopped but running (the engine was unreachable when
+		// the watcher looked): a fresh boot, so the agent is watched again.
+		if err := b.kill(ctx, bx); err != nil {
+			return sandbox.Info{}, err
+		}
 	}
 	if err := b.makeDirs(bx); err != nil {
 		return sandbox.Info{}, err
@@ -258,7 +268,9 @@ func (b *Backend) Destroy(ctx context.Context, id sandbox.ID) error {
 	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
-	b.teardown(ctx, bx)
+	if err := b.teardown(ctx, bx); err != nil {
+		return err
+	}
 	b.mu.Lock()
 	delete(b.boxes, id)
 	b.mu.Unlock()

@@ -309,7 +309,30 @@ func newCutProxy(t *testing.T, path string) *cutProxy {
 		t.Fatal(err)
 	}
 	p := &cutProxy{ln: ln}
-	t.Cleanup(func() { ln.Close(); p.cut() })
+	t.Cleanup(func() { p.ln.Close(); p.cut() })
+	p.serve()
+	return p
+}
+
+// down closes the proxy: the engine is unreachable until up.
+func (p *cutProxy) down() {
+	p.ln.Close()
+	p.cut()
+}
+
+func (p *cutProxy) up(t *testing.T) {
+	path := p.ln.Addr().String()
+	os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ln = ln
+	p.serve()
+}
+
+func (p *cutProxy) serve() {
+	ln := p.ln
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -328,7 +351,6 @@ func newCutProxy(t *testing.T, path string) *cutProxy {
 			go func() { io.Copy(c, up); c.Close() }()
 		}
 	}()
-	return p
 }
 
 func (p *cutProxy) cut() {
@@ -421,5 +443,40 @@ func TestCreateRefusals(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "sb", string(id))); !os.IsNotExist(err) {
 		t.Errorf("sandbox dir left after the conflict: %v", err)
+	}
+}
+
+// TestDestroyWithoutEngine: a destroy the engine cannot carry out fails
+// and keeps the sandbox, so a retry once the engine is back removes it.
+func TestDestroyWithoutEngine(t *testing.T) {
+	api, image := engine(t)
+	dir := testutil.ShortTempDir(t)
+	proxy := newCutProxy(t, filepath.Join(dir, "engine.sock"))
+	b, err := New(context.Background(), Config{Root: filepath.Join(dir, "state"), AgentPath: testutil.AgentBinary(t), Host: "unix://" + proxy.ln.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { assertNoContainers(t, api, b.instance); b.Close() })
+	ctx := ctxT(t)
+	info, err := b.Create(ctx, sandbox.Spec{ID: sandbox.NewID(), Template: dockerTemplate(image)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.down()
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = b.Destroy(dctx, info.ID)
+	cancel()
+	if err == nil {
+		t.Fatal("destroy without an engine succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state", "sb", string(info.ID), "record.json")); err != nil {
+		t.Fatalf("the record went with a failed destroy: %v", err)
+	}
+	proxy.up(t)
+	if err := b.Destroy(ctx, info.ID); err != nil {
+		t.Fatalf("destroy once the engine is back: %v", err)
+	}
+	if _, err := api.ContainerInspect(ctx, b.containerName(info.ID), client.ContainerInspectOptions{}); err == nil {
+		t.Fatal("container left")
 	}
 }

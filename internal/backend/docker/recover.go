@@ -38,7 +38,9 @@ func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) {
 		if err != nil || bx.rec.Spec.ID != id || bx.rec.Container != b.containerName(id) {
 			b.log.Warn("removing sandbox without a valid record", "sandbox", id, "err", err)
 			bx.rec.Container = b.containerName(id)
-			b.teardown(ctx, bx)
+			if err := b.teardown(ctx, bx); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		bx.rec.Spec.AccessToken = bx.rec.AccessToken
@@ -48,7 +50,9 @@ func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) {
 				return nil, engineErr(err, "inspect container")
 			}
 			b.log.Warn("removing sandbox whose container is gone", "sandbox", id)
-			b.teardown(ctx, bx)
+			if err := b.teardown(ctx, bx); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		known[bx.rec.Container] = true

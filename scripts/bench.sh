@@ -9,5 +9,7 @@ echo "== go test -bench (internal/backend/native)"
 go test -run '^$' -bench . -benchtime "${BENCHTIME:-100x}" ./internal/backend/native/
 echo "== go test -bench Templates (test/e2e: image templates against host, through a daemon)"
 go test -run '^$' -bench Templates -benchtime "${BENCHTIME_TEMPLATES:-50x}" ./test/e2e/
+echo "== go test -bench PauseResumeAPI (test/e2e: pause and resume through a daemon)"
+go test -run '^$' -bench PauseResumeAPI -benchtime "${BENCHTIME:-100x}" ./test/e2e/
 echo "== agentbox bench"
 bin/agentbox bench -n "${BENCH_N:-100}"

@@ -37,7 +37,7 @@ func newLsCmd() *cobra.Command {
 			return printSandboxTable(x, all, time.Now())
 		}),
 	}
-	cmd.Flags().StringSliceVar(&states, "state", nil, "only sandboxes in these states (running, stopped; comma-separated or repeated)")
+	cmd.Flags().StringSliceVar(&states, "state", nil, "only sandboxes in these states (running, paused, stopped; comma-separated or repeated)")
 	cmd.Flags().StringArrayVar(&meta, "meta", nil, "only sandboxes with this metadata KEY=VALUE (repeatable: all must match)")
 	return cmd
 }
@@ -50,6 +50,8 @@ func printSandboxTable(x *cli, sandboxes []*client.Sandbox, now time.Time) error
 		endsIn := "expired"
 		if left := sb.EndAt.Sub(now); left > 0 {
 			endsIn = shortDuration(left)
+		} else if sb.State == "paused" && sb.EndAt.IsZero() {
+			endsIn = "never" // paused, kept until deleted (PAUSED_TTL=0)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Template, sb.State,
 			shortDuration(now.Sub(sb.CreatedAt)), endsIn, formatKV(sb.Metadata))

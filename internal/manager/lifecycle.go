@@ -21,6 +21,9 @@ func (m *Manager) Delete(ctx context.Context, owner string, id sandbox.ID) error
 // destroy removes a sandbox whoever owns it: backend, record, timers. A
 // concurrent second destroy of the same id returns at once.
 func (m *Manager) destroy(ctx context.Context, id sandbox.ID, reason string) error {
+	// Not while a pause or resume of it is under way: each writes the
+	// record when it is done, which must not bring back a deleted one.
+	defer m.pauseLocks.lock(string(id))()
 	m.mu.Lock()
 	e, ok := m.entries[id]
 	if !ok || e.destroying || e.creating {

@@ -50,6 +50,12 @@ func (m *Manager) pause(ctx context.Context, id sandbox.ID, event string) (*stor
 	}
 	now := time.Now().UTC()
 	m.mu.Lock()
+	if m.entries[id] != e || e.destroying {
+		// Deleted meanwhile (the backend killed it frozen or not): no
+		// record may outlive it.
+		m.mu.Unlock()
+		return nil, sandbox.ErrNotFound(id)
+	}
 	if e.timer != nil {
 		e.timer.Stop()
 	}
@@ -117,6 +123,10 @@ func (m *Manager) Resume(ctx context.Context, owner string, id sandbox.ID, timeo
 	}
 	now := time.Now().UTC()
 	m.mu.Lock()
+	if m.entries[id] != e || e.destroying {
+		m.mu.Unlock()
+		return nil, sandbox.ErrNotFound(id)
+	}
 	rec := e.rec.Clone()
 	run := timeout
 	if run == 0 {

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,5 +218,85 @@ func TestPauseAcrossRestart(t *testing.T) {
 	}
 	if out := execOut(t, m2, "u", rec.ID, "echo", "back"); out != "back\n" {
 		t.Fatalf("exec after restart and resume = %q", out)
+	}
+}
+
+// TestPauseConcurrent: pauses, resumes, gets and a delete racing each
+// other leave a consistent end: the sandbox gone from the manager, the
+// backend and the store.
+func TestPauseConcurrent(t *testing.T) {
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	rec, err := e.m.Create(ctx, "u", CreateRequest{Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				switch (g + i) % 3 {
+				case 0:
+					_, _ = e.m.Pause(ctx, "u", rec.ID)
+				case 1:
+					_, _ = e.m.Resume(ctx, "u", rec.ID, 0)
+				default:
+					if r, err := e.m.Get(ctx, "u", rec.ID); err == nil && r.State == sandbox.StatePaused && r.Remaining <= 0 {
+						t.Errorf("paused record without its remaining time: %+v", r)
+					}
+				}
+			}
+		}(g)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := e.m.Delete(ctx, "u", rec.ID); err != nil {
+		t.Errorf("delete during pauses: %v", err)
+	}
+	wg.Wait()
+	if _, err := e.m.Get(ctx, "u", rec.ID); !sandbox.IsNotFound(err) {
+		t.Fatalf("get after delete: %v", err)
+	}
+	if _, err := e.b.Inspect(ctx, rec.ID); !sandbox.IsNotFound(err) {
+		t.Fatalf("backend after delete: %v", err)
+	}
+	if _, err := e.st.Get(ctx, rec.ID); !sandbox.IsNotFound(err) {
+		t.Fatalf("a record outlived the delete: %v", err)
+	}
+}
+
+// TestPausePool: a pooled sandbox belongs to nobody and cannot be
+// paused; one handed out and paused leaves the pool, which keeps handing
+// out running sandboxes; auto-pause asked of a pooled create is kept.
+func TestPausePool(t *testing.T) {
+	e := newEnv(t, Config{PoolTypes: []string{"base"}, PoolSize: 1})
+	ctx := context.Background()
+	waitFor(t, 30*time.Second, "pool fill", func() bool { return e.m.PoolLevels()["host"] == 1 })
+	e.m.mu.Lock()
+	var pooled sandbox.ID
+	for id, en := range e.m.entries {
+		if en.rec.Pool != "" {
+			pooled = id
+		}
+	}
+	e.m.mu.Unlock()
+	if _, err := e.m.Pause(ctx, "", pooled); !sandbox.IsNotFound(err) {
+		t.Fatalf("pause of a pooled sandbox: %v", err)
+	}
+	first, err := e.m.Create(ctx, "u", CreateRequest{AutoPause: true})
+	if err != nil || !first.FromPool || !first.AutoPause {
+		t.Fatalf("pool hit = %+v, %v", first, err)
+	}
+	if _, err := e.m.Pause(ctx, "u", first.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "pool refill", func() bool { return e.m.PoolLevels()["host"] == 1 })
+	second, err := e.m.Create(ctx, "u", CreateRequest{})
+	if err != nil || !second.FromPool || second.ID == first.ID || second.State != sandbox.StateRunning {
+		t.Fatalf("second pool hit = %+v, %v", second, err)
+	}
+	if out := execOut(t, e.m, "u", second.ID, "echo", "fresh"); out != "fresh\n" {
+		t.Fatalf("exec in the second pooled sandbox = %q", out)
 	}
 }

@@ -52,7 +52,7 @@ func (m *Manager) Snapshot(ctx context.Context, owner string, id sandbox.ID, nam
 	if base.Kind == sandbox.TemplateHost {
 		return template.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "sandbox %s runs the host template, whose root filesystem is the host's /usr: only sandboxes of image and dir templates can be snapshotted", id)
 	}
-	if info.State != sandbox.StateRunning {
+	if info.State != sandbox.StateRunning && info.State != sandbox.StatePaused { // a paused one is read as it is
 		return template.Info{}, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is %s; start it to snapshot it", id, info.State)
 	}
 

@@ -77,6 +77,9 @@ func TestPauseResume(t *testing.T) {
 		}
 	})
 
+	if info, err := alice.Info(ctx); err != nil || info.Capabilities["pause"] != true {
+		t.Fatalf("info capabilities = %+v, %v: want pause true", info, err)
+	}
 	sb, err := alice.Create(ctx, client.CreateRequest{Timeout: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -176,11 +179,14 @@ func TestPauseResume(t *testing.T) {
 	}
 
 	// The clock stops while paused; the CLI pauses and resumes.
-	short, err := alice.Create(ctx, client.CreateRequest{Timeout: 2 * time.Second})
+	short, err := alice.Create(ctx, client.CreateRequest{Timeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ids = append(ids, short.ID)
+	if _, err := alice.Pause(ctx, short.ID); err != nil {
+		t.Fatal(err)
+	}
 	daemonBin, _ := binaries(t)
 	cli := func(args ...string) string {
 		t.Helper()
@@ -191,12 +197,12 @@ func TestPauseResume(t *testing.T) {
 		}
 		return string(out)
 	}
-	if out := cli("pause", short.ID); !strings.Contains(out, short.ID+" paused") {
+	if out := cli("pause", short.ID); !strings.Contains(out, short.ID+" paused") { // already paused: a no-op
 		t.Fatalf("agentbox pause: %q", out)
 	}
-	time.Sleep(3 * time.Second) // past its 2 s timeout
+	time.Sleep(4 * time.Second) // past its 3 s timeout
 	got = waitState(t, alice, short.ID, "paused")
-	if got.RemainingSeconds <= 0 || got.RemainingSeconds > 2 {
+	if got.RemainingSeconds <= 0 || got.RemainingSeconds > 3 {
 		t.Fatalf("paused past its timeout: %+v", got)
 	}
 	if out := cli("resume", "--timeout", "1m", short.ID); !strings.Contains(out, short.ID+" running") {
@@ -241,4 +247,67 @@ func TestPauseResume(t *testing.T) {
 	if st := freezerState(d, id); st != "" {
 		t.Fatalf("cgroup of the deleted paused sandbox is still there (%s)", st)
 	}
+}
+
+// TestPausedDeletedAtShutdown: with AUTO_CLEANUP (the default) a clean
+// shutdown deletes paused sandboxes too, leaving no process, cgroup, mount
+// or disk (startDaemon's cleanup checks the data dir and cgroups).
+func TestPausedDeletedAtShutdown(t *testing.T) {
+	d := startDaemon(t)
+	c := d.sdk(t, "")
+	ctx := context.Background()
+	sb, err := c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	d.stop()
+	if left := sandboxProcessList(sb.ID); len(left) > 0 {
+		t.Fatalf("processes of a paused sandbox after shutdown: %v", left)
+	}
+}
+
+// BenchmarkPauseResumeAPI: pause and resume of a running sandbox through
+// the daemon (Go SDK → HTTP → manager → freezer, record written to the
+// store), each timed on its own; the reference in the same run is a GET
+// of the sandbox (the API round trip without the freezer and the store).
+//
+//	go test -run '^$' -bench PauseResumeAPI -benchtime 100x ./test/e2e/
+func BenchmarkPauseResumeAPI(b *testing.B) {
+	base := startBenchDaemon(b)
+	c, err := client.New(base)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	sb, err := c.Create(ctx, client.CreateRequest{Timeout: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Delete(ctx, sb.ID)
+	var pauses, resumes, gets []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if _, err := c.Get(ctx, sb.ID); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := c.Pause(ctx, sb.ID); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		if _, err := c.Resume(ctx, sb.ID, 0); err != nil {
+			b.Fatal(err)
+		}
+		gets, pauses, resumes = append(gets, t1.Sub(t0)), append(pauses, t2.Sub(t1)), append(resumes, time.Since(t2))
+	}
+	b.StopTimer()
+	b.ReportMetric(quantileMs(pauses, 0.5), "pause-p50-ms")
+	b.ReportMetric(quantileMs(pauses, 0.99), "pause-p99-ms")
+	b.ReportMetric(quantileMs(resumes, 0.5), "resume-p50-ms")
+	b.ReportMetric(quantileMs(resumes, 0.99), "resume-p99-ms")
+	b.ReportMetric(quantileMs(gets, 0.5), "get-p50-ms")
 }

@@ -1,6 +1,7 @@
 package native
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -239,10 +240,23 @@ func TestPauseRecoverDestroy(t *testing.T) {
 	}
 }
 
+// anonHolder keeps 48 MiB of random bytes, writes their hash, and writes
+// it again once /workspace/anon-go exists.
+const anonHolder = `import hashlib, os, time
+b = bytearray(os.urandom(48 << 20))
+open("/workspace/anon-before.tmp", "w").write(hashlib.sha256(b).hexdigest())
+os.rename("/workspace/anon-before.tmp", "/workspace/anon-before")
+while not os.path.exists("/workspace/anon-go"):
+    time.sleep(0.02)
+open("/workspace/anon-after.tmp", "w").write(hashlib.sha256(b).hexdigest())
+os.rename("/workspace/anon-after.tmp", "/workspace/anon-after")
+`
+
 // TestPauseMemory: while paused the sandbox's memory is the kernel's
 // first choice to reclaim (v1 soft limit 0, restored on resume), and with
 // PauseReclaim its page cache is reclaimed at once — while a file it
-// wrote and the memory of its processes are all still there on resume.
+// wrote and the memory of its processes (anonymous memory, which stays
+// charged without swap) are all still there on resume.
 func TestPauseMemory(t *testing.T) {
 	testutil.RequireRoot(t)
 	b, err := New(Config{Root: testutil.ShortTempDir(t), AgentPath: testutil.AgentBinary(t), PauseReclaim: true})
@@ -260,6 +274,27 @@ func TestPauseMemory(t *testing.T) {
 	}
 	sum := backendtest.Exec(t, c, "md5sum /workspace/big").Stdout
 	startCounter(t, b, info)
+	// 48 MiB of anonymous memory (random bytes in a Python process): not
+	// reclaimable without swap, and the same bytes after resume.
+	holder, err := c.Start(ctx, agentclient.StartOptions{Cmd: "python3", Args: []string{"-c", anonHolder}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder.Close()
+	bx0, _ := b.lookup(info.ID)
+	waitFile := func(name string) string {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			if data, err := os.ReadFile(filepath.Join(bx0.paths.disk, "workspace", name)); err == nil && len(data) > 0 {
+				return string(data)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("no %s from the memory holder", name)
+		return ""
+	}
+	anonSum := waitFile("anon-before")
 	bx, _ := b.lookup(info.ID)
 	p := b.cgroupPaths(bx)
 	usage := func() int64 {
@@ -277,6 +312,9 @@ func TestPauseMemory(t *testing.T) {
 	if before-after < 32<<20 {
 		t.Errorf("pause reclaimed %d KiB of a sandbox holding 64 MiB of clean page cache", (before-after)>>10)
 	}
+	if after < 48<<20 {
+		t.Errorf("%d MiB charged while paused: less than the 48 MiB of anonymous memory it holds (no swap here: where did it go?)", after>>20)
+	}
 	if !isCgroup2() {
 		if soft := readInt(filepath.Join(p["memory"], "memory.soft_limit_in_bytes")); soft != 0 {
 			t.Errorf("soft limit while paused = %d, want 0", soft)
@@ -293,10 +331,44 @@ func TestPauseMemory(t *testing.T) {
 	}
 	waitCounter(t, b, info.ID, frozenAt+1)
 	checkLog(t, b, info.ID)
+	backendtest.Exec(t, c, "touch /workspace/anon-go")
+	if got := waitFile("anon-after"); got != anonSum {
+		t.Fatalf("anonymous memory after pause and resume hashes to %s, was %s", got, anonSum)
+	}
 	if got := backendtest.Exec(t, c, "md5sum /workspace/big").Stdout; got != sum {
 		t.Fatalf("file after reclaim and resume: %q, want %q", got, sum)
 	}
 	if n := b.oomKills(bx); n != 0 {
 		t.Fatalf("%d OOM kills in the paused sandbox", n)
 	}
+}
+
+// TestSnapshotPaused: a paused sandbox is snapshotted as it is and stays
+// frozen (the snapshot's own short freeze must not thaw it).
+func TestSnapshotPaused(t *testing.T) {
+	testutil.RequireRoot(t)
+	b := newTestBackend(t, testutil.ShortTempDir(t))
+	ctx := ctxT(t)
+	info := backendtest.Create(t, b, sandbox.Spec{Template: imageTemplate(imageLayers(t), sandbox.ImageConfig{}), WritableRoot: true, Root: true})
+	if r := backendtest.Exec(t, backendtest.Client(t, info, ""), "echo paused > /etc/paused-file"); r.Exit.ExitCode != 0 {
+		t.Fatalf("write: %+v", r)
+	}
+	if err := b.Pause(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	var tarball bytes.Buffer
+	if err := b.SnapshotDiff(ctx, info.ID, &tarball); err != nil {
+		t.Fatalf("snapshot of a paused sandbox: %v", err)
+	}
+	if !bytes.Contains(tarball.Bytes(), []byte("paused-file")) {
+		t.Fatal("the snapshot layer lacks the paused sandbox's file")
+	}
+	wantFreezer(t, b, info.ID, true)
+	if in, _ := b.Inspect(ctx, info.ID); in.State != sandbox.StatePaused {
+		t.Fatalf("state after snapshot = %q", in.State)
+	}
+	if err := b.Resume(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantFreezer(t, b, info.ID, false)
 }

@@ -57,7 +57,9 @@ func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) {
 	if b.cfg.Network != nil {
 		var live []sandbox.ID
 		for _, in := range infos {
-			if in.State == sandbox.StateRunning && in.Spec.Network.Mode == sandbox.NetworkEgress {
+			// A paused sandbox keeps its network for when it resumes.
+			up := in.State == sandbox.StateRunning || in.State == sandbox.StatePaused
+			if up && in.Spec.Network.Mode == sandbox.NetworkEgress {
 				live = append(live, in.ID)
 			}
 		}
@@ -156,11 +158,15 @@ func (b *Backend) reattach(bx *box) bool {
 	if err != nil {
 		return false
 	}
-	conn, err := net.DialTimeout("unix", bx.paths.socket(), 2*time.Second)
-	if err != nil {
-		return false
+	if !bx.rec.Paused {
+		// A frozen agent cannot answer; its init is alive (the pidfd
+		// below), which is all a paused sandbox needs to be resumable.
+		conn, err := net.DialTimeout("unix", bx.paths.socket(), 2*time.Second)
+		if err != nil {
+			return false
+		}
+		conn.Close()
 	}
-	conn.Close()
 	pidfd, err := unix.PidfdOpen(state.InitProcessPid, 0)
 	if err != nil {
 		return false

@@ -70,6 +70,8 @@ func rootlessChild() {
 		res.Outputs[name] = out.String()
 	}
 	c.Close()
+	// No freezer without root: pause is refused as unavailable.
+	res.Outputs["pause"] = string(sandbox.ClassOf(b.Pause(ctx, id)))
 	if err := b.Destroy(ctx, id); err != nil {
 		res.Err = "destroy: " + err.Error()
 		return
@@ -127,7 +129,7 @@ func TestRootless(t *testing.T) {
 	if res.Err != "" {
 		t.Fatalf("rootless child: %s", res.Err)
 	}
-	if res.Capabilities["rootless"] != true || res.Capabilities["disk_limit"] == true {
+	if res.Capabilities["rootless"] != true || res.Capabilities["disk_limit"] == true || res.Capabilities["pause"] == true {
 		t.Errorf("capabilities = %v", res.Capabilities)
 	}
 	want := map[string]string{
@@ -136,6 +138,7 @@ func TestRootless(t *testing.T) {
 		"files":    "kept\nhome-ok\n",
 		"network":  "refused\n",
 		"hostroot": "",
+		"pause":    string(sandbox.ClassUnavailable),
 	}
 	for name, w := range want {
 		if res.Outputs[name] != w {

@@ -165,6 +165,18 @@ func TestDockerSandbox(t *testing.T) {
 		t.Fatalf("code context after resume: %+v", x)
 	}
 
+	// Stop and start: a new agent process (a new pid the daemon's client
+	// checks), the files kept.
+	for _, op := range []string{"stop", "start"} {
+		if status, data := d.call(t, "POST", "/v1/sandboxes/"+sb.ID+"/"+op, "ka", map[string]any{}); status != 200 {
+			t.Fatalf("%s: %d %s", op, status, data)
+		}
+	}
+	res, err = alice.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"cat", "/workspace/data.txt"}})
+	if err != nil || res.Stdout != "file body" {
+		t.Fatalf("exec after stop/start = %+v, %v", res, err)
+	}
+
 	// A restarted daemon reattaches to the running container.
 	d.stop()
 	d.start()

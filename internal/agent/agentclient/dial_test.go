@@ -34,7 +34,7 @@ func TestDialUnixRefusesSymlinks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	d := &net.Dialer{}
-	c, err := dialUnix(ctx, d, sock)
+	c, err := dialUnix(ctx, d, sock, 0)
 	if err != nil {
 		t.Fatalf("dial the socket: %v", err)
 	}
@@ -43,18 +43,28 @@ func TestDialUnixRefusesSymlinks(t *testing.T) {
 	if err := os.Symlink(sock, link); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := dialUnix(ctx, d, link); err == nil {
+	if c, err := dialUnix(ctx, d, link, 0); err == nil {
 		c.Close()
 		t.Fatal("dialled through a symlink")
 	}
 	file := filepath.Join(dir, "file")
 	os.WriteFile(file, nil, 0o600)
-	if c, err := dialUnix(ctx, d, file); err == nil {
+	if c, err := dialUnix(ctx, d, file, 0); err == nil {
 		c.Close()
 		t.Fatal("dialled a regular file")
 	}
+	// The listener is this process: its pid passes, another does not.
+	c, err = dialUnix(ctx, d, sock, os.Getpid())
+	if err != nil {
+		t.Fatalf("dial with the listener's pid: %v", err)
+	}
+	c.Close()
+	if c, err := dialUnix(ctx, d, sock, os.Getpid()+1); err == nil {
+		c.Close()
+		t.Fatal("dialled a socket another process listens on")
+	}
 	time.Sleep(100 * time.Millisecond)
-	if n := accepted.Load(); n != 1 {
-		t.Fatalf("the socket accepted %d connections, want 1 (only the direct dial)", n)
+	if n := accepted.Load(); n != 3 {
+		t.Fatalf("the socket accepted %d connections, want 3 (the direct dials)", n)
 	}
 }

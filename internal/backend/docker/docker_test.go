@@ -12,6 +12,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/agentbox/agentbox/internal/agent/agentclient"
 	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/backend/backendtest"
 	"github.com/agentbox/agentbox/internal/backend/docker/dockertest"
@@ -174,6 +175,56 @@ for path in ("/envs", "/health"):
 		time.Sleep(100 * time.Millisecond)
 		if n := accepted.Load(); n != 0 {
 			t.Fatalf("the daemon's client connected to the host socket the sandbox linked (%d connections)", n)
+		}
+	})
+	// Or sandbox code listens where its agent's socket was: the daemon
+	// connects only to a socket the agent (its host pid) listens on.
+	t.Run("AgentImpostorRefused", func(t *testing.T) {
+		info := backendtest.Create(t, b, sandbox.Spec{Template: dockerTemplate(image)})
+		if info.Agent.Pid == 0 {
+			t.Fatal("the Docker backend does not name its agent's pid")
+		}
+		c := backendtest.Client(t, info, "")
+		impostor := `import os, socket
+os.remove("/run/agentbox/agent.sock")
+s = socket.socket(socket.AF_UNIX)
+s.bind("/run/agentbox/agent.sock")
+s.listen(8)
+while True:
+    conn, _ = s.accept()
+    conn.recv(4096)
+    conn.sendall(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+    conn.close()`
+		inode := func() string {
+			return strings.TrimSpace(backendtest.Exec(t, c, "stat -c %i /run/agentbox/agent.sock 2>/dev/null").Stdout)
+		}
+		agentInode := inode()
+		if agentInode == "" {
+			t.Fatal("no agent socket")
+		}
+		ictx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go backendtest.ExecErr(ictx, c, agentclient.StartOptions{Cmd: "python3", Args: []string{"-c", impostor}})
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			// Replaced once another socket inode is there.
+			if n := inode(); n != "" && n != agentInode {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("impostor did not start")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		fresh := backendtest.Client(t, info, "")
+		hctx, hcancel := context.WithTimeout(ctx, 5*time.Second)
+		err := fresh.Health(hctx)
+		hcancel()
+		if err == nil {
+			t.Fatal("the daemon's client talked to the sandbox's impostor agent")
+		}
+		if !strings.Contains(err.Error(), "not the agent") {
+			t.Fatalf("health through the impostor: %v (want a refused peer)", err)
 		}
 	})
 }

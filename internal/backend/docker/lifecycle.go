@@ -21,7 +21,11 @@ func (b *Backend) boot(ctx context.Context, bx *box) error {
 	if _, err := b.api.ContainerStart(ctx, bx.rec.Container, client.ContainerStartOptions{}); err != nil {
 		return engineErr(err, "start container")
 	}
-	if err := b.waitReady(ctx, bx); err != nil {
+	st, err := b.state(ctx, bx)
+	if err != nil {
+		return engineErr(err, "inspect container")
+	}
+	if err := b.waitReady(ctx, bx, st.Pid); err != nil {
 		return err
 	}
 	bx.stopping = false
@@ -42,11 +46,12 @@ func (b *Backend) attach(ctx context.Context, bx *box) {
 }
 
 // waitReady polls the agent's health until it answers, the container
-// exits, or ReadyTimeout passes.
-func (b *Backend) waitReady(ctx context.Context, bx *box) error {
+// exits, or ReadyTimeout passes. pid is the agent's host pid: only a
+// socket it listens on counts.
+func (b *Backend) waitReady(ctx context.Context, bx *box, pid int) error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
 	defer cancel()
-	c := agentclient.New(agentclient.Endpoint{Network: "unix", Address: b.socketPath(bx)}, bx.rec.AccessToken)
+	c := agentclient.New(agentclient.Endpoint{Network: "unix", Address: b.socketPath(bx), Pid: pid}, bx.rec.AccessToken)
 	defer c.Close()
 	delay := 5 * time.Millisecond
 	for attempt := 0; ; attempt++ {
@@ -302,9 +307,9 @@ func (b *Backend) info(ctx context.Context, bx *box) sandbox.Info {
 	case err != nil:
 		in.State, in.Reason = sandbox.StateError, err.Error()
 	case st.Paused:
-		in.State, in.Pid = sandbox.StatePaused, st.Pid
+		in.State, in.Pid, in.Agent.Pid = sandbox.StatePaused, st.Pid, st.Pid
 	case st.Running && !bx.rec.Stopped:
-		in.State, in.Pid = sandbox.StateRunning, st.Pid
+		in.State, in.Pid, in.Agent.Pid = sandbox.StateRunning, st.Pid, st.Pid
 	default:
 		in.State, in.Reason = sandbox.StateStopped, bx.rec.Reason
 	}

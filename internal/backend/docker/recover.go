@@ -58,7 +58,7 @@ func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) {
 		known[bx.rec.Container] = true
 		bx.mu.Lock()
 		if st.Running && !bx.rec.Stopped && !st.Paused {
-			if err := b.waitReady(ctx, bx); err != nil {
+			if err := b.waitReady(ctx, bx, st.Pid); err != nil {
 				b.log.Warn("stopping recovered sandbox whose agent does not answer", "sandbox", id, "err", err)
 				_ = b.kill(ctx, bx)
 				bx.rec.Stopped, bx.rec.Reason = true, "agent did not answer after a daemon restart"

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -89,7 +90,7 @@ func (b *Backend) logTail(bx *box) string {
 	}
 	defer rc.Close()
 	buf := make([]byte, 2048)
-	n, _ := ioReadFull(rc, buf)
+	n, _ := io.ReadFull(rc, buf)
 	if n == 0 {
 		return ""
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,8 +14,6 @@ import (
 	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
-
-func ioReadFull(r io.Reader, buf []byte) (int, error) { return io.ReadFull(r, buf) }
 
 // cleanLog keeps the printable text of a multiplexed log stream (its
 // frame headers are binary).

@@ -5,9 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${TEST_TIMEOUT:=40m}"
-# A real Docker engine, for the test that sandbox networking coexists with
-# Docker's firewall rules (skipped when none can start).
+# A real Docker engine, for the Docker backend's tests and the test that
+# sandbox networking coexists with Docker's firewall rules.
 ./scripts/start-docker.sh
+# The Docker backend's conformance, security and end-to-end tests run on that
+# engine: as root, where start-docker.sh can start one, they must not skip.
+if [[ $(id -u) -eq 0 ]] && command -v dockerd >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+  export AGENTBOX_REQUIRE_DOCKER=1
+fi
 # The unmodified e2b and @e2b/code-interpreter SDKs, from npm, pinned as in
 # test/compat/e2b/package.json: the agent's code-interpreter test and the
 # E2B SDK suite (TestE2BSDK, which installs them itself when this fails).

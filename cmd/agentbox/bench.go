@@ -41,6 +41,7 @@ func newBenchCmd() *cobra.Command {
 		quick      bool
 		asJSON     bool
 		idle       int
+		backends   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -51,6 +52,9 @@ round trip, idle memory), the HTTP API of an in-process server (pool-hit and
 cold create, exec round trip, create+exec+destroy throughput), and the same
 operations with bare fork/exec and Docker as references.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if backends {
+				return runBackendsBench(cmd.Context(), cmd.OutOrStdout(), n)
+			}
 			if idle > 0 {
 				return runBenchIdle(cmd.Context(), cmd.OutOrStdout(), idle, min(n, 20))
 			}
@@ -77,6 +81,7 @@ operations with bare fork/exec and Docker as references.`,
 	cmd.Flags().IntVar(&idle, "idle", 0, "instead: fill a daemon with this many idle sandboxes and print (JSON) create and exec latency with none and with them, and their cost")
 	cmd.Flags().BoolVar(&quick, "quick", false, "the scenarios of --json with few samples: finishes in under a minute")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print one JSON array of {"scenario","target","n","p50_ms","p99_ms"[,"ops_per_s"]} (scenarios cold_create_exec, exec_rtt, pool_create, recycle, cycle_throughput; targets agentbox, baseline, docker)`)
+	cmd.Flags().BoolVar(&backends, "backends", false, "only compare the native and the Docker backend (cold create, pool hit, exec) through one server")
 	return cmd
 }
 

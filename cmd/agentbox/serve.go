@@ -19,9 +19,9 @@ import (
 
 func newServeCmd() *cobra.Command {
 	var (
-		configFile, host, dataDir string
-		port, poolSize            int
-		sets                      []string
+		configFile, host, dataDir, backendName string
+		port, poolSize                         int
+		sets                                   []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -44,6 +44,9 @@ flags. Run "agentbox serve --help-settings" for every setting.`,
 			}
 			if f.Changed("data-dir") {
 				overrides["AGENTBOX_DATA_DIR"] = dataDir
+			}
+			if f.Changed("backend") {
+				overrides["CONTAINER_DEPLOYMENT"] = backendName
 			}
 			if f.Changed("pool-size") {
 				overrides["POOL_SIZE"] = strconv.Itoa(poolSize)
@@ -69,6 +72,7 @@ flags. Run "agentbox serve --help-settings" for every setting.`,
 	f.StringVar(&host, "host", "", "address to listen on (HOST)")
 	f.IntVar(&port, "port", 0, "port to listen on (PORT)")
 	f.StringVar(&dataDir, "data-dir", "", "state directory (AGENTBOX_DATA_DIR)")
+	f.StringVar(&backendName, "backend", "", "backend of the sandbox types: native or docker (CONTAINER_DEPLOYMENT)")
 	f.IntVar(&poolSize, "pool-size", 0, "warm sandboxes per default type (POOL_SIZE)")
 	f.StringArrayVar(&sets, "set", nil, "any setting, NAME=VALUE (repeatable)")
 	f.Bool("help-settings", false, "list every setting with its default")

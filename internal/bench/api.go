@@ -13,13 +13,18 @@ import (
 // the pool to be full before each create, so every sample is a hit, and
 // deletes the sandbox outside the timed section.
 func APIPoolHitCreate(ctx context.Context, c *client.Client, n int, waitPool func() error) ([]time.Duration, error) {
+	return APIPoolHitCreateOf(ctx, c, client.CreateRequest{}, n, waitPool)
+}
+
+// APIPoolHitCreateOf is APIPoolHitCreate with creates of req.
+func APIPoolHitCreateOf(ctx context.Context, c *client.Client, req client.CreateRequest, n int, waitPool func() error) ([]time.Duration, error) {
 	out := make([]time.Duration, 0, n)
 	for i := 0; i < n; i++ {
 		if err := waitPool(); err != nil {
 			return out, err
 		}
 		start := time.Now()
-		sb, err := c.Create(ctx, client.CreateRequest{})
+		sb, err := c.Create(ctx, req)
 		d := time.Since(start)
 		if err != nil {
 			return out, err

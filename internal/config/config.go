@@ -68,6 +68,15 @@ type Config struct {
 	// IDBase and IDRanges place the sandboxes' private host id ranges.
 	IDBase, IDRanges uint32
 
+	// Deployment is CONTAINER_DEPLOYMENT: "native", or "docker" (sandbox
+	// types run Docker images by default).
+	Deployment string
+	// DockerEnabled runs the Docker backend beside native (docker:IMAGE
+	// templates); DockerHost is its engine ("" = DOCKER_HOST or the
+	// default socket).
+	DockerEnabled bool
+	DockerHost    string
+
 	// DiskReserve is space of the data dir's filesystem sandbox disks may
 	// not claim; DiskOvercommit how many times the rest their sparse disks
 	// may add up to.
@@ -299,14 +308,26 @@ var settings = []setting{
 	{"HEADER_TIMEOUT", "10", "seconds a client may take to send a request's headers", seconds(func(c *Config, d time.Duration) { c.HeaderTimeout = d })},
 	{"BODY_TIMEOUT", "60", "seconds a request body may stall (no byte arriving) before the request fails", seconds(func(c *Config, d time.Duration) { c.BodyTimeout = d })},
 	{"CONTAINER_PREFIX_KEY", "", "prefix of sandbox names in the agentscope API", func(c *Config, v string) error { c.ContainerPrefix = v; return nil }},
-	{"CONTAINER_DEPLOYMENT", "native", "sandbox backend: native (docker and k8s are not available yet)", func(c *Config, v string) error {
+	{"CONTAINER_DEPLOYMENT", "native", "sandbox backend of the sandbox types: native, or docker (types run agentscope's images, RUNTIME_SANDBOX_*, on a Docker engine; implies DOCKER_BACKEND=true); k8s is not available", func(c *Config, v string) error {
 		switch v {
 		case "native", "":
+			c.Deployment = "native"
 			return nil
-		case "docker", "k8s", "kubernetes", "agentrun", "fc", "gvisor", "cloud":
-			return fmt.Errorf("backend %q is not available in this build; use native", v)
+		case "docker":
+			c.Deployment, c.DockerEnabled = "docker", true
+			return nil
+		case "k8s", "kubernetes", "agentrun", "fc", "gvisor", "cloud":
+			return fmt.Errorf("backend %q is not available in this build; use native or docker", v)
 		}
 		return fmt.Errorf("unknown backend %q", v)
+	}},
+	{"DOCKER_BACKEND", "false", "run the Docker backend beside native: templates named docker:IMAGE run as Docker containers (see docs/docker.md)", boolSetting(func(c *Config, b bool) { c.DockerEnabled = c.DockerEnabled || b })},
+	{"DOCKER_HOST", "", "the Docker engine of the Docker backend (unix:///path or tcp://host:port; empty: the default socket); it must run on this host", func(c *Config, v string) error {
+		if v != "" && !strings.HasPrefix(v, "unix://") && !strings.HasPrefix(v, "tcp://") {
+			return fmt.Errorf("want unix:///path or tcp://host:port, not %q", v)
+		}
+		c.DockerHost = v
+		return nil
 	}},
 	{"WORKERS", "1", "server processes; agentbox serves all requests from one process", func(c *Config, v string) error {
 		if n, err := strconv.Atoi(v); err != nil || n != 1 {
@@ -631,6 +652,12 @@ func (c *Config) TypeTemplate(t string) string {
 	if tmpl, ok := c.Templates[t]; ok {
 		return tmpl
 	}
+	return c.RuntimeImage(t)
+}
+
+// RuntimeImage is agentscope's image name of sandbox type t,
+// [registry/][namespace/]runtime-sandbox-<t>:<tag>.
+func (c *Config) RuntimeImage(t string) string {
 	name := "runtime-sandbox-" + t + ":" + c.RuntimeTag
 	if c.RuntimeNamespace != "" {
 		name = c.RuntimeNamespace + "/" + name

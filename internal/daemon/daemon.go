@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,7 @@ import (
 	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/template"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -71,6 +73,9 @@ func Run(ctx context.Context, opts Options) error {
 
 	b := opts.Backend
 	var netMgr *netpolicy.Manager
+	// The Docker backend loads store templates into its engine; the store
+	// opens after the backends.
+	var dockerStore atomic.Pointer[template.Store]
 	if b == nil {
 		agent, err := FindAgent(cfg.AgentPath)
 		if err != nil {
@@ -102,7 +107,13 @@ func Run(ctx context.Context, opts Options) error {
 			}
 			return err
 		}
-		b = nb
+		if b, err = withDocker(ctx, cfg, dataDir, agent, nb, &dockerStore, log); err != nil {
+			nb.Close()
+			if netMgr != nil {
+				netMgr.Close(false)
+			}
+			return err
+		}
 	}
 	st, err := store.OpenBolt(filepath.Join(dataDir, "agentbox.db"))
 	if err != nil {
@@ -124,8 +135,10 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	defer templates.Close()
+	dockerStore.Store(templates)
 	templateGate := httpapi.NewTemplateGate(cfg.TemplateMaxPulls)
-	resolver := typeResolver{types: typeTemplates(cfg), next: newAutoPull(templates, cfg.TemplateAutoPull, templateGate, log)}
+	resolver := typeResolver{types: typeTemplates(cfg), next: dockerResolver{enabled: cfg.DockerEnabled && opts.Backend == nil,
+		next: newAutoPull(templates, cfg.TemplateAutoPull, templateGate, log)}}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

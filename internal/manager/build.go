@@ -64,7 +64,7 @@ func (m *Manager) RunBuildSandbox(ctx context.Context, spec sandbox.Spec, fn fun
 	if err != nil {
 		return fmt.Errorf("create build sandbox: %w", err)
 	}
-	client := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address}, spec.AccessToken)
+	client := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address, Pid: info.Agent.Pid}, spec.AccessToken)
 	defer func() {
 		client.Close()
 		// A cancelled build must not leave its sandbox: destroy without ctx.

@@ -351,7 +351,7 @@ func (m *Manager) entryFor(owner string, id sandbox.ID) (*entry, error) {
 // clientLocked returns the entry's agent client, creating it on first use.
 func (m *Manager) clientLocked(e *entry) *agentclient.Client {
 	if e.client == nil {
-		e.client = agentclient.New(agentclient.Endpoint{Network: e.agent.Network, Address: e.agent.Address}, e.rec.AccessToken)
+		e.client = agentclient.New(agentclient.Endpoint{Network: e.agent.Network, Address: e.agent.Address, Pid: e.agent.Pid}, e.rec.AccessToken)
 	}
 	return e.client
 }

@@ -32,7 +32,7 @@ func (m *Manager) waitService(ctx context.Context, id sandbox.ID, info sandbox.I
 		timeout = defaultServiceStartTimeout
 	}
 	start := time.Now()
-	c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address}, token)
+	c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address, Pid: info.Agent.Pid}, token)
 	defer c.Close()
 	st, err := c.WaitService(ctx, timeout)
 	m.metrics.phase("service_ready", time.Since(start))

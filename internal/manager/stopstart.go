@@ -44,6 +44,12 @@ func (m *Manager) StartSandbox(ctx context.Context, owner string, id sandbox.ID)
 	}
 	m.mu.Lock()
 	e.agent = info.Agent
+	if e.client != nil {
+		// The agent is a new process (on Docker at a new pid): clients
+		// are made for an endpoint.
+		e.client.Close()
+		e.client = nil
+	}
 	m.mu.Unlock()
 	return m.setState(ctx, e, sandbox.StateRunning, "started")
 }

@@ -158,6 +158,10 @@ type Network struct {
 type Endpoint struct {
 	Network string `json:"network"` // "unix" or "tcp"
 	Address string `json:"address"` // socket path or host:port
+	// Pid, when set, is the host pid that listens on a unix socket: a
+	// client connects only to a socket that process listens on (the Docker
+	// backend's sandboxes can replace their agent's socket).
+	Pid int `json:"pid,omitempty"`
 }
 
 // Info is what a backend reports about one sandbox.

@@ -11,6 +11,9 @@ const (
 	// TemplateImage: layers of the template store (an OCI image, a
 	// Dockerfile build, a snapshot).
 	TemplateImage = "image"
+	// TemplateDocker: an image of a Docker engine, run by the Docker
+	// backend (Ref is the image reference, "python:3.12-slim").
+	TemplateDocker = "docker"
 )
 
 // Template is a resolved template: everything a backend needs to build a

@@ -24,6 +24,9 @@ import (
 type Endpoint struct {
 	Network string // "unix" or "tcp"
 	Address string // socket path, or host:port
+	// Pid, when set, is the host pid that must be listening on the unix
+	// socket (see dialUnix).
+	Pid int
 }
 
 // Client talks to one agent. It is safe for concurrent use.
@@ -44,6 +47,9 @@ func New(ep Endpoint, accessToken string) *Client {
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			if ep.Network == "unix" {
+				return dialUnix(ctx, dialer, ep.Address, ep.Pid)
+			}
 			return dialer.DialContext(ctx, ep.Network, ep.Address)
 		},
 		// Keep a pool of warm connections: every call reuses one.

@@ -69,7 +69,7 @@ func Create(t *testing.T, b backend.Backend, spec sandbox.Spec) sandbox.Info {
 
 // Client returns an agent client for a sandbox, closed at cleanup.
 func Client(t *testing.T, info sandbox.Info, token string) *agentclient.Client {
-	c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address}, token)
+	c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address, Pid: info.Agent.Pid}, token)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -223,7 +223,7 @@ func testConcurrent(t *testing.T, h Harness) {
 				return
 			}
 			defer b.Destroy(context.Background(), id)
-			c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address}, "")
+			c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address, Pid: info.Agent.Pid}, "")
 			defer c.Close()
 			r, err := ExecErr(ctx, c, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", "echo $((6*7)) > /workspace/n; cat /workspace/n; hostname"}})
 			if err != nil || !strings.HasPrefix(r.Stdout, "42\n") || !strings.Contains(r.Stdout, string(id)) {

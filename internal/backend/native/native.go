@@ -409,6 +409,11 @@ func (b *Backend) Close() error {
 	return nil
 }
 
+// Abandon makes the backend stop reacting to its sandboxes without
+// touching them, as if its process had died: tests of Recover through
+// other packages use it.
+func (b *Backend) Abandon() { b.abandoned.Store(true) }
+
 // maxSocketPath is the longest unix socket path the kernel accepts.
 const maxSocketPath = 107
 

@@ -1,81 +1,13 @@
 package native
 
 import (
-	"fmt"
-	"slices"
-
-	profiles "github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/seccompprofile"
 )
 
-// deniedSyscalls are refused with EPERM whatever the base profile or the
-// sandbox's capabilities allow: kernel attack surface no agent needs
-// (namespaces, the mount API, tracing, BPF, io_uring, keyrings, modules,
-// clocks, swap, reboot).
-var deniedSyscalls = []string{
-	"unshare", "setns",
-	"mount", "umount", "umount2", "pivot_root", "chroot",
-	"fsopen", "fsmount", "fsconfig", "fspick", "move_mount", "open_tree", "mount_setattr",
-	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
-	"bpf", "perf_event_open", "userfaultfd",
-	"io_uring_setup", "io_uring_enter", "io_uring_register",
-	"keyctl", "add_key", "request_key",
-	"kexec_load", "kexec_file_load",
-	"init_module", "finit_module", "delete_module", "create_module",
-	"open_by_handle_at", "name_to_handle_at",
-	"swapon", "swapoff", "reboot", "acct", "quotactl", "quotactl_fd",
-	"iopl", "ioperm", "syslog",
-	"settimeofday", "stime", "clock_settime", "clock_settime64", "clock_adjtime", "clock_adjtime64",
-	"lookup_dcookie", "fanotify_init", "vhangup", "nfsservctl",
-}
-
-// seccompProfile returns Docker's default profile, evaluated for the given
-// capability set, with deniedSyscalls removed from every allow rule and
-// refused explicitly, and clone3 failing with ENOSYS so glibc falls back to
-// clone (where the namespace flags are filtered) instead of failing thread
-// creation.
+// seccompProfile is agentbox's profile (shared with the other backends)
+// evaluated for the given capability set.
 func seccompProfile(capabilities []string) (*specs.LinuxSeccomp, error) {
-	rs := &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{Bounding: capabilities}}}
-	prof, err := profiles.GetDefaultProfile(rs)
-	if err != nil {
-		return nil, fmt.Errorf("load default seccomp profile: %w", err)
-	}
-	denied := make(map[string]bool, len(deniedSyscalls)+1)
-	for _, name := range deniedSyscalls {
-		denied[name] = true
-	}
-	denied["clone3"] = true
-
-	var rules []specs.LinuxSyscall
-	for _, rule := range prof.Syscalls {
-		if rule.Action == specs.ActAllow || rule.Action == specs.ActLog {
-			rule.Names = slices.DeleteFunc(slices.Clone(rule.Names), func(n string) bool { return denied[n] })
-			if len(rule.Names) == 0 {
-				continue
-			}
-		}
-		rules = append(rules, rule)
-	}
-	eperm, enosys := uint(unix.EPERM), uint(unix.ENOSYS)
-	explicit := []specs.LinuxSyscall{
-		{Names: slices.Clone(deniedSyscalls), Action: specs.ActErrno, ErrnoRet: &eperm},
-		{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &enosys},
-	}
-	// Explicit refusals go first; libseccomp resolves overlapping rules by
-	// action precedence anyway (errno beats allow), but readers look at order.
-	prof.Syscalls = append(explicit, withoutNames(rules, "clone3")...)
-	return prof, nil
-}
-
-// withoutNames drops names from every rule (used to keep a single clone3 rule).
-func withoutNames(rules []specs.LinuxSyscall, names ...string) []specs.LinuxSyscall {
-	out := rules[:0]
-	for _, r := range rules {
-		r.Names = slices.DeleteFunc(r.Names, func(n string) bool { return slices.Contains(names, n) })
-		if len(r.Names) > 0 {
-			out = append(out, r)
-		}
-	}
-	return out
+	return seccompprofile.OCI(capabilities)
 }

@@ -38,6 +38,8 @@ type Record struct {
 	// once it is handed out.
 	Pool     string `json:"pool,omitempty"`
 	FromPool bool   `json:"from_pool,omitempty"`
+	// Uses counts the users a recycled pooled sandbox served before.
+	Uses int `json:"uses,omitempty"`
 	// Extra is opaque data of protocol front-ends (agentscope's meta...).
 	Extra map[string]string `json:"extra,omitempty"`
 }

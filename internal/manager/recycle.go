@@ -64,9 +64,12 @@ func (m *Manager) recycle(ctx context.Context, id sandbox.ID) (ok bool, err erro
 		Network:     sandbox.Network{Mode: m.cfg.DefaultNetworkMode},
 		AccessToken: newToken(), Pool: p.Key(), Uses: prev.Uses + 1,
 	}
-	err = r.Recycle(context.WithoutCancel(ctx), id, backend.RecycleRequest{AccessToken: rec.AccessToken, Network: rec.Network})
+	// The pooled record replaces the user's first: a daemon that dies
+	// during the reset recovers an ownerless pooled sandbox (re-pooled or
+	// dropped), never the previous user's half-reset one.
+	err = m.store.Put(context.WithoutCancel(ctx), rec)
 	if err == nil {
-		err = m.store.Put(context.WithoutCancel(ctx), rec)
+		err = r.Recycle(context.WithoutCancel(ctx), id, backend.RecycleRequest{AccessToken: rec.AccessToken, Network: rec.Network})
 	}
 	if err != nil {
 		m.log.Warn("recycle failed: destroying the sandbox", "sandbox", id, "err", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
 	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/backend/backendtest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
@@ -173,4 +174,29 @@ func BenchmarkRecycle(b *testing.B) {
 	}
 	fmt.Fprintf(&t, "| **recycle total** (n=%d) | **%.2f** |\n| create + destroy, same run | %.2f |\n", len(recycles), med(recycles), med(cycles))
 	fmt.Println(t.String())
+}
+
+// TestRecycleImageTemplate: a recycled image sandbox has the image's root
+// filesystem again (a file root wrote gone, one root deleted back), on a
+// fresh writable layer.
+func TestRecycleImageTemplate(t *testing.T) {
+	testutil.RequireRoot(t)
+	be := newTestBackend(t, testutil.ShortTempDir(t))
+	if err := be.idmappedOverlaySupported(); err != nil {
+		t.Fatalf("this kernel (6.x) should support idmapped overlay layers: %v", err)
+	}
+	tmpl := imageTemplate(imageLayers(t), sandbox.ImageConfig{Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}})
+	a := backendtest.Create(t, be, sandbox.Spec{Template: tmpl, WritableRoot: true, Root: true, AccessToken: "img-one"})
+	ca := backendtest.Client(t, a, "img-one")
+	if r := backendtest.Exec(t, ca, `echo mine > /etc/written && rm /etc/image-only && echo x > /opt/data/new && echo ok`); r.Stdout != "ok\n" {
+		t.Fatalf("writes: %+v", r)
+	}
+	if err := be.Recycle(ctxT(t), a.ID, backend.RecycleRequest{AccessToken: "img-two"}); err != nil {
+		t.Fatal(err)
+	}
+	cb := backendtest.Client(t, a, "img-two")
+	r := backendtest.Exec(t, cb, `test -e /etc/written && echo leaked; cat /etc/image-only /opt/data/new; id -u`)
+	if r.Stdout != "from the lower layer\nlayer 2\n0\n" {
+		t.Fatalf("recycled image sandbox = %+v", r)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -117,22 +118,24 @@ func runBenchRows(ctx context.Context, out io.Writer, tmp, agentPath string, opt
 	return nil
 }
 
-// benchAPIRows starts an in-process daemon (warm pool of 2) and measures
-// pool_create, exec_rtt, recycle and cycle_throughput through its API.
-func benchAPIRows(ctx context.Context, tmp, agentPath string, opts rowOptions, log *slog.Logger,
-	add func(string, string, []time.Duration, float64, error) error) error {
+// benchDaemon starts an in-process daemon (data under dir, settings on top
+// of the defaults) and returns a client of it and its stop function.
+func benchDaemon(ctx context.Context, dir, agentPath string, settings map[string]string, log *slog.Logger) (*client.Client, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	const poolSize = 2
-	cfg, err := config.Load("", nil, map[string]string{
-		"AGENTBOX_DATA_DIR": filepath.Join(tmp, "api"), "AGENT_PATH": agentPath,
-		"POOL_SIZE": strconv.Itoa(poolSize), "AUTO_CLEANUP": "true", "PORT": strconv.Itoa(ln.Addr().(*net.TCPAddr).Port),
-	})
+	env := map[string]string{
+		"AGENTBOX_DATA_DIR": dir, "AGENT_PATH": agentPath,
+		"AUTO_CLEANUP": "true", "PORT": strconv.Itoa(ln.Addr().(*net.TCPAddr).Port),
+	}
+	for k, v := range settings {
+		env[k] = v
+	}
+	cfg, err := config.Load("", nil, env)
 	if err != nil {
 		ln.Close()
-		return err
+		return nil, nil, err
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	ready := make(chan string, 1)
@@ -140,30 +143,53 @@ func benchAPIRows(ctx context.Context, tmp, agentPath string, opts rowOptions, l
 	go func() {
 		done <- daemon.Run(runCtx, daemon.Options{Config: cfg, Logger: log, Listener: ln, Ready: ready})
 	}()
-	defer func() { stop(); <-done }()
+	var once sync.Once
+	stopAll := func() { once.Do(func() { stop(); <-done }) }
 	select {
 	case <-ready:
 	case err := <-done:
-		return err
+		stop()
+		return nil, nil, err
 	}
 	c, err := client.New("http://" + ln.Addr().String())
 	if err != nil {
-		return err
+		stopAll()
+		return nil, nil, err
 	}
-	waitPool := func() error {
+	return c, stopAll, nil
+}
+
+// waitPoolOf returns a func waiting (at most a minute) until the host
+// pool of c's daemon holds at least size sandboxes.
+func waitPoolOf(ctx context.Context, c *client.Client, size int) func() error {
+	return func() error {
 		deadline := time.Now().Add(time.Minute)
 		for time.Now().Before(deadline) {
 			info, err := c.Info(ctx)
 			if err != nil {
 				return err
 			}
-			if info.Pools["host"] >= poolSize {
+			if info.Pools["host"] >= size {
 				return nil
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
 		return fmt.Errorf("pool did not refill within a minute")
 	}
+}
+
+// benchAPIRows starts an in-process daemon (warm pool of 2) and measures
+// pool_create, exec_rtt and cycle_throughput through its API, then one
+// whose pool recycles (POOL_MAX_USES) for the recycle row.
+func benchAPIRows(ctx context.Context, tmp, agentPath string, opts rowOptions, log *slog.Logger,
+	add func(string, string, []time.Duration, float64, error) error) error {
+	const poolSize = 2
+	c, stop, err := benchDaemon(ctx, filepath.Join(tmp, "api"), agentPath, map[string]string{"POOL_SIZE": strconv.Itoa(poolSize)}, log)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	waitPool := waitPoolOf(ctx, c, poolSize)
 	samples, err := bench.APIPoolHitCreate(ctx, c, opts.n, waitPool)
 	if err := add(bench.ScenarioPoolCreate, bench.TargetAgentbox, samples, 0, err); err != nil {
 		return err
@@ -181,7 +207,20 @@ func benchAPIRows(ctx context.Context, tmp, agentPath string, opts rowOptions, l
 	c.Delete(ctx, sb.ID)
 
 	rate, samples, err := bench.ParallelThroughput(ctx, opts.clients, opts.tput, func(ctx context.Context) error { return bench.Cycle(ctx, c) })
-	return add(bench.ScenarioCycleThroughput, bench.TargetAgentbox, samples, rate, err)
+	if err := add(bench.ScenarioCycleThroughput, bench.TargetAgentbox, samples, rate, err); err != nil {
+		return err
+	}
+	stop()
+
+	// recycle: a pool of 1 whose sandboxes serve (nearly) unlimited users.
+	rc, rstop, err := benchDaemon(ctx, filepath.Join(tmp, "recycle"), agentPath,
+		map[string]string{"POOL_SIZE": "1", "POOL_MAX_USES": "1000000"}, log)
+	if err != nil {
+		return err
+	}
+	defer rstop()
+	samples, err = bench.APIRecycle(ctx, rc, opts.n, waitPoolOf(ctx, rc, 1))
+	return add(bench.ScenarioRecycle, bench.TargetAgentbox, samples, 0, err)
 }
 
 // runBenchScenarios sets up what runBenchRows needs (agent, scratch dir,

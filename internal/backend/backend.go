@@ -67,6 +67,27 @@ type Capabilities struct {
 	CgroupDriver string   `json:"cgroup_driver,omitempty"`
 }
 
+// RecycleRequest is what a recycled sandbox starts again with.
+type RecycleRequest struct {
+	// AccessToken replaces the agent's token: the previous user's stops
+	// working. Required.
+	AccessToken string
+	// Network is the egress policy to start with (the pool's default); its
+	// mode must be the sandbox's.
+	Network sandbox.Network
+}
+
+// Recycler is implemented by backends that can reset a used sandbox in
+// place to the state of a fresh one of the same spec, so a warm pool can
+// hand it out again: every process killed, the agent restarted with a new
+// access token and none of its state (env, code contexts, PTYs), the
+// writable layer, home, workspace and /tmp back to the template's content,
+// limits and egress policy as at create. A sandbox whose reset failed may
+// be stopped; the caller destroys it.
+type Recycler interface {
+	Recycle(ctx context.Context, id sandbox.ID, req RecycleRequest) error
+}
+
 // Pauser is implemented by backends that can freeze a sandbox in place.
 type Pauser interface {
 	Pause(ctx context.Context, id sandbox.ID) error

@@ -40,6 +40,59 @@ func APIPoolHitCreateOf(ctx context.Context, c *client.Client, req client.Create
 	return out, nil
 }
 
+// APIRecycle measures what recycling costs a client of a daemon whose pool
+// recycles (POOL_MAX_USES > 1): the delete of a used pooled sandbox, which
+// resets it and returns it to the pool, plus the next pool take. Each
+// sample is delete + take; the pool is full before each delete, so the take
+// never waits for a refill. It fails unless deleted sandboxes come out of
+// the pool again (they were recycled, not destroyed).
+func APIRecycle(ctx context.Context, c *client.Client, n int, waitPool func() error) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, n)
+	if err := waitPool(); err != nil {
+		return out, err
+	}
+	sb, err := c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		return out, err
+	}
+	deleted := map[string]bool{}
+	reused := 0
+	for i := 0; i < n; i++ {
+		// Use it: a file, a background process, as a user would.
+		if _, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo x > /workspace/f; (sleep 600 >/dev/null 2>&1 &)"}}); err != nil {
+			return out, err
+		}
+		if err := waitPool(); err != nil {
+			return out, err
+		}
+		start := time.Now()
+		if err := c.Delete(ctx, sb.ID); err != nil {
+			return out, err
+		}
+		deleted[sb.ID] = true
+		next, err := c.Create(ctx, client.CreateRequest{})
+		d := time.Since(start)
+		if err != nil {
+			return out, err
+		}
+		if !next.FromPool {
+			return out, fmt.Errorf("take %d was not a pool hit", i)
+		}
+		if deleted[next.ID] {
+			reused++
+		}
+		out = append(out, d)
+		sb = next
+	}
+	if err := c.Delete(ctx, sb.ID); err != nil {
+		return out, err
+	}
+	if n > 1 && reused == 0 {
+		return out, fmt.Errorf("no deleted sandbox came out of the pool again: the server did not recycle (POOL_MAX_USES)")
+	}
+	return out, nil
+}
+
 // APIColdCreate measures creates that boot a new sandbox (no pool).
 func APIColdCreate(ctx context.Context, c *client.Client, n int) ([]time.Duration, error) {
 	out := make([]time.Duration, 0, n)

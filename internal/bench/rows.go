@@ -33,7 +33,7 @@ const (
 
 // Scenarios lists every scenario `agentbox bench --json` reports for
 // target agentbox.
-var Scenarios = []string{ScenarioColdCreateExec, ScenarioExecRTT, ScenarioPoolCreate, ScenarioCycleThroughput}
+var Scenarios = []string{ScenarioColdCreateExec, ScenarioExecRTT, ScenarioPoolCreate, ScenarioRecycle, ScenarioCycleThroughput}
 
 // NewRow summarizes samples as a Row; rate > 0 sets OpsPerS.
 func NewRow(scenario, target string, samples []time.Duration, rate float64) Row {

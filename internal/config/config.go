@@ -40,6 +40,9 @@ type Config struct {
 	// DefaultTypes get a warm pool each (POOL_SIZE sandboxes).
 	DefaultTypes []string
 	PoolSize     int
+	// PoolMaxUses is how many users a pooled sandbox serves: above 1 a
+	// deleted pooled sandbox is reset in place and goes back to its pool.
+	PoolMaxUses int
 
 	AutoCleanup      bool
 	DefaultMountDir  string
@@ -222,6 +225,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"POOL_SIZE", "0", "warm sandboxes kept ready per default sandbox type", intIn(0, 1000, func(c *Config, n int) { c.PoolSize = n })},
+	{"POOL_MAX_USES", "1", "users a pooled sandbox serves before it is destroyed; above 1 a deleted pooled sandbox is reset in place (processes, disk, /tmp, env, network policy, access token) and returned to its pool (docs/pools.md)", intIn(1, 1000000, func(c *Config, n int) { c.PoolMaxUses = n })},
 	{"AUTO_CLEANUP", "true", "destroy every sandbox on shutdown (otherwise they survive a restart)", boolSetting(func(c *Config, b bool) { c.AutoCleanup = b })},
 	{"DEFAULT_MOUNT_DIR", "", "host dir for per-sandbox workspaces (<dir>/<id>), kept after release", func(c *Config, v string) error { c.DefaultMountDir = v; return nil }},
 	{"READONLY_MOUNTS", "", `JSON map of host path to sandbox path, mounted read-only in every sandbox`, func(c *Config, v string) error {

@@ -310,12 +310,15 @@ func (s *Server) checkSandboxToken(r *http.Request, id sandbox.ID, tok string) (
 	return rec.EndAt, nil
 }
 
-// A preview token is "<unix expiry>.<hex HMAC-SHA256(secret, id|port|expiry)>":
+// A preview token is "<unix expiry>.<hex HMAC-SHA256(secret, id|port|expiry|access token)>":
 // bound to one sandbox port, useless after it expires, unforgeable without
-// the server's secret. A sandbox's access token is accepted as well.
-func (s *Server) signPreview(id sandbox.ID, port int, exp int64) string {
+// the server's secret. The sandbox's access token is in the MAC so that a
+// sandbox recycled for another user under the same id (warm pools with
+// POOL_MAX_USES, which rotate the access token) refuses the previous
+// user's preview tokens. A sandbox's access token is accepted as well.
+func (s *Server) signPreview(id sandbox.ID, port int, exp int64, accessToken string) string {
 	mac := hmac.New(sha256.New, s.cfg.PreviewSecret)
-	fmt.Fprintf(mac, "%s|%d|%d", id, port, exp)
+	fmt.Fprintf(mac, "%s|%d|%d|%s", id, port, exp, accessToken)
 	return strconv.FormatInt(exp, 10) + "." + hex.EncodeToString(mac.Sum(nil))
 }
 
@@ -329,12 +332,12 @@ func (s *Server) checkPreviewToken(r *http.Request, id sandbox.ID, port int, tok
 	if time.Now().Unix() > exp {
 		return time.Time{}, sandbox.Errorf(sandbox.ClassUnauth, "preview token expired")
 	}
-	if !hmac.Equal([]byte(s.signPreview(id, port, exp)), []byte(tok)) {
-		return time.Time{}, sandbox.Errorf(sandbox.ClassUnauth, "invalid preview token")
-	}
 	rec, err := s.m.Lookup(id)
 	if err != nil {
 		return time.Time{}, err
+	}
+	if !hmac.Equal([]byte(s.signPreview(id, port, exp, rec.AccessToken)), []byte(tok)) {
+		return time.Time{}, sandbox.Errorf(sandbox.ClassUnauth, "invalid preview token")
 	}
 	SetUser(r, rec.Owner)
 	return time.Unix(exp, 0), nil
@@ -363,11 +366,12 @@ func (s *Server) createPreviewToken(w http.ResponseWriter, r *http.Request) erro
 		return badRequest("ttl", "ttl must be at most %s", maxPreviewTokenTTL)
 	}
 	id := sandboxID(r)
-	if _, err := s.m.Get(r.Context(), userOf(r), id); err != nil {
+	rec, err := s.m.Get(r.Context(), userOf(r), id)
+	if err != nil {
 		return err
 	}
 	exp := time.Now().Add(ttl).Unix()
-	tok := s.signPreview(id, body.Port, exp)
+	tok := s.signPreview(id, body.Port, exp, rec.AccessToken)
 	out := map[string]any{
 		"token":      tok,
 		"expires_at": time.Unix(exp, 0).UTC(),

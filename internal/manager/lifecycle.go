@@ -10,9 +10,13 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-// Delete destroys one of owner's sandboxes.
+// Delete destroys one of owner's sandboxes, or, when it came from a warm
+// pool that recycles (PoolMaxUses), resets it and returns it to the pool.
 func (m *Manager) Delete(ctx context.Context, owner string, id sandbox.ID) error {
 	if _, err := m.entryFor(owner, id); err != nil {
+		return err
+	}
+	if ok, err := m.recycle(ctx, id); ok {
 		return err
 	}
 	return m.destroy(ctx, id, "deleted")

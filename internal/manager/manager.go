@@ -36,6 +36,10 @@ type Config struct {
 	// PoolTypes are the sandbox types that get a warm pool of PoolSize.
 	PoolTypes []string
 	PoolSize  int
+	// PoolMaxUses > 1: a deleted sandbox that came from a pool is reset
+	// in place and returned to it, until it served that many users (needs
+	// a backend.Recycler).
+	PoolMaxUses int
 
 	DefaultTimeout time.Duration
 	MaxTimeout     time.Duration

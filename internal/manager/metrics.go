@@ -13,6 +13,7 @@ type Metrics struct {
 	createSeconds  *prometheus.HistogramVec
 	phaseSeconds   *prometheus.HistogramVec
 	destroyedTotal *prometheus.CounterVec
+	recycledTotal  *prometheus.CounterVec
 	poolHits       *prometheus.CounterVec
 	poolMisses     *prometheus.CounterVec
 	live           prometheus.Gauge
@@ -42,6 +43,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		destroyedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentbox_sandboxes_destroyed_total", Help: "Sandboxes destroyed, by reason.",
 		}, []string{"reason"}),
+		recycledTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentbox_sandboxes_recycled_total", Help: "Deleted pooled sandboxes reset in place and returned to their pool (POOL_MAX_USES), by template.",
+		}, []string{"template"}),
 		poolHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentbox_pool_hits_total", Help: "Creates served from a warm pool.",
 		}, []string{"template"}),
@@ -57,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.createdTotal, m.createFailures, m.createSeconds, m.phaseSeconds,
-			m.destroyedTotal, m.poolHits, m.poolMisses, m.live, m.execSeconds)
+			m.destroyedTotal, m.recycledTotal, m.poolHits, m.poolMisses, m.live, m.execSeconds)
 	}
 	return m
 }
@@ -72,6 +76,7 @@ func (m *Metrics) phase(name string, d time.Duration) {
 	m.phaseSeconds.WithLabelValues(name).Observe(d.Seconds())
 }
 func (m *Metrics) destroyed(reason string)  { m.destroyedTotal.WithLabelValues(reason).Inc() }
+func (m *Metrics) recycled(template string) { m.recycledTotal.WithLabelValues(template).Inc() }
 func (m *Metrics) poolHit(template string)  { m.poolHits.WithLabelValues(template).Inc() }
 func (m *Metrics) poolMiss(template string) { m.poolMisses.WithLabelValues(template).Inc() }
 func (m *Metrics) setLive(n int)            { m.live.Set(float64(n)) }

@@ -46,6 +46,8 @@ type Record struct {
 	// the running time it had left, given back on resume.
 	PausedAt  time.Time     `json:"paused_at,omitempty"`
 	Remaining time.Duration `json:"remaining,omitempty"`
+	// Uses counts the users a recycled pooled sandbox served before.
+	Uses int `json:"uses,omitempty"`
 	// Extra is opaque data of protocol front-ends (agentscope's meta...).
 	Extra map[string]string `json:"extra,omitempty"`
 }

@@ -17,7 +17,8 @@ import (
 // refill a take started), and it has not served PoolMaxUses users yet.
 func (m *Manager) recycleTarget(e *entry) (*pool.Pool, backend.Recycler) {
 	r, ok := m.backend.(backend.Recycler)
-	if !ok || m.cfg.PoolMaxUses <= 1 || !e.rec.FromPool || e.rec.Uses+1 >= m.cfg.PoolMaxUses {
+	// A paused sandbox is destroyed: its frozen processes are not reset.
+	if !ok || m.cfg.PoolMaxUses <= 1 || !e.rec.FromPool || e.rec.State == sandbox.StatePaused || e.rec.Uses+1 >= m.cfg.PoolMaxUses {
 		return nil, nil
 	}
 	p := m.pools[e.rec.Template]

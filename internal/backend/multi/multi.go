@@ -298,3 +298,17 @@ func (m *Backend) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Recycle implements backend.Recycler for the sandboxes of a backend that
+// can reset them in place; the others are destroyed by the manager instead.
+func (m *Backend) Recycle(ctx context.Context, id sandbox.ID, req backend.RecycleRequest) error {
+	b, err := m.Of(id)
+	if err != nil {
+		return err
+	}
+	r, ok := b.(backend.Recycler)
+	if !ok {
+		return unavailable(b, "recycle sandboxes")
+	}
+	return r.Recycle(ctx, id, req)
+}

@@ -3,6 +3,9 @@
 #   make run     build and serve on 127.0.0.1:8000 with the embedded defaults
 #   make test    install what the tests need (Debian/Ubuntu, as root) and run them all
 #   make bench   benchmarks (see docs/benchmarks.md)
+#   make fuzz    every fuzz target for FUZZTIME each (default 30s; docs/reliability.md)
+#   make load    the long load test (LOAD_CLIENTS=32, LOAD_DURATION=2m)
+#   make soak    the soak test (SOAK_DURATION=30m)
 #   make templates  build the built-in templates (templates/) on a running daemon
 
 GO       ?= go
@@ -15,7 +18,7 @@ TEST_TIMEOUT ?= 40m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test deps vet bench clean agent daemon templates
+.PHONY: all build run test deps vet bench clean agent daemon templates fuzz load soak
 
 all: build
 
@@ -40,7 +43,12 @@ deps:
 
 vet:
 	$(GO) vet ./...
-	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt-clean: $$unformatted"; exit 1; fi
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt-# Reliability suites (docs/reliability.md).
+FUZZTIME ?= 30s
+fuzz:
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
+
+clean: $$unformatted"; exit 1; fi
 
 test: deps build vet
 	./scripts/test.sh
@@ -64,6 +72,11 @@ templates: build
 	$(BIN)/agentbox template bootstrap debian:bookworm
 	$(BIN)/agentbox template build -t base $(TEMPLATE_SECRETS) templates/base
 	$(BIN)/agentbox template build -t code-interpreter $(TEMPLATE_SECRETS) templates/code-interpreter
+
+# Reliability suites (docs/reliability.md).
+FUZZTIME ?= 30s
+fuzz:
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
 clean:
 	rm -rf $(BIN)

@@ -10,6 +10,7 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -757,10 +758,17 @@ func ParseSize(v string) (int64, error) {
 		}
 	}
 	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil || f <= 0 {
+	// !(f > 0) also refuses NaN; sizes must fit an int64 and be at least
+	// a byte (converting NaN, Inf or 1e30 to int64 gives garbage, often a
+	// negative size: found by FuzzParseSize).
+	if err != nil || !(f > 0) {
 		return 0, fmt.Errorf("want a size such as 512M or 2G, got %q", v)
 	}
-	return int64(f * float64(mult)), nil
+	b := f * float64(mult)
+	if b < 1 || b >= math.MaxInt64 {
+		return 0, fmt.Errorf("size %q is out of range (1 byte to 8 EiB)", v)
+	}
+	return int64(b), nil
 }
 
 // ParseDotenv reads KEY=VALUE lines: blank lines and # comments are

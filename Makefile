@@ -43,12 +43,7 @@ deps:
 
 vet:
 	$(GO) vet ./...
-	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt-# Reliability suites (docs/reliability.md).
-FUZZTIME ?= 30s
-fuzz:
-	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
-
-clean: $$unformatted"; exit 1; fi
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt-clean: $$unformatted"; exit 1; fi
 
 test: deps build vet
 	./scripts/test.sh
@@ -77,6 +72,17 @@ templates: build
 FUZZTIME ?= 30s
 fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
+
+# The long load (32 clients, 2 minutes) and the soak (30 minutes, daemon
+# restarts): e2e tests with their knobs, against freshly built binaries.
+LOAD_CLIENTS  ?= 32
+LOAD_DURATION ?= 2m
+SOAK_DURATION ?= 30m
+load: build
+	LOAD_CLIENTS=$(LOAD_CLIENTS) LOAD_DURATION=$(LOAD_DURATION) $(GO) test -count=1 -v -timeout 30m -run '^TestLoad$$' ./test/e2e/
+
+soak: build
+	AGENTBOX_SOAK=1 SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -v -timeout 3h -run '^TestSoak$$' ./test/e2e/
 
 clean:
 	rm -rf $(BIN)

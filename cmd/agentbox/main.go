@@ -36,7 +36,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	addClientFlags(root)
-	root.AddCommand(newServeCmd(), newRunCmd(), newBenchCmd())
+	root.AddCommand(newServeCmd(), newRunCmd(), newBenchCmd(), newLoadCmd())
 	addClientCommands(root)
 
 	err := root.Execute()

@@ -250,7 +250,7 @@ var settings = []setting{
 	{"SANDBOX_ID_BASE", "1073741824", "first host uid/gid of the sandboxes' id ranges (65536 ids each); must not overlap host accounts", intIn(65536, 1<<32-1<<16, func(c *Config, n int) { c.IDBase = uint32(n) })},
 	{"SANDBOX_ID_RANGES", "16384", "number of sandbox id ranges: the most sandboxes (stopped ones included) the server holds", intIn(1, 1<<16, func(c *Config, n int) { c.IDRanges = uint32(n) })},
 	{"DEFAULT_DISK", "1G", "size of a sandbox's disk (/workspace, home)", size(func(c *Config, n int64) { c.Resources.DiskBytes = n })},
-	{"DEFAULT_TMP", "256M", "size of a sandbox's /tmp (memory-backed)", size(func(c *Config, n int64) { c.Resources.TmpBytes = n })},
+	{"DEFAULT_TMP", "256M", "size of a sandbox's /tmp (memory-backed: at most half the sandbox's memory)", size(func(c *Config, n int64) { c.Resources.TmpBytes = n })},
 	{"MAX_MEMORY", "8G", "largest memory limit a caller may ask for", size(func(c *Config, n int64) { c.MaxResources.MemoryBytes = n })},
 	{"MAX_CPUS", "8", "largest CPU quota a caller may ask for", func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)

@@ -62,7 +62,7 @@ func WriteSVG(w io.Writer, title string, series []Series, markers []float64) err
 		}
 		for k := 0; k <= 6; k++ {
 			x := maxX * float64(k) / 6
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%ss</text>`+"\n", sx(x), y0+panelH+15, trimFloat(x))
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%.0fs</text>`+"\n", sx(x), y0+panelH+15, x)
 		}
 		for _, m := range markers {
 			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#c66" stroke-dasharray="4,3"/>`+"\n", sx(m), y0, sx(m), y0+panelH)

@@ -14,13 +14,14 @@ import (
 )
 
 // TestSoak is `make soak`: mixed load (native and agentscope clients) for
-// SOAK_DURATION (default 30m), the daemon restarted every
-// SOAK_RESTART_EVERY (default 5m), alternately SIGTERM and SIGKILL, with
-// AUTO_CLEANUP=false so sandboxes outlive restarts. The daemon's RSS, fds
-// and goroutines are sampled every 5 s; at the end the same leak checks as
-// TestLoad run against the first baseline, and a report and an SVG of the
-// RSS and fd curves are written to SOAK_OUT (default a new directory under
-// /tmp, printed). Long: it runs only with AGENTBOX_SOAK=1.
+// SOAK_DURATION (default 30m), in segments of SOAK_RESTART_EVERY (default
+// 5m) with a daemon restart between segments, alternately SIGTERM and
+// SIGKILL, with AUTO_CLEANUP=false so sandboxes outlive restarts (a kill
+// in the middle of the load is TestFaultKillDuringLoad). The daemon's RSS,
+// fds and goroutines are sampled every 5 s; at the end the same leak checks
+// as TestLoad run against the first baseline, and a report, the samples
+// (CSV) and an SVG of the curves are written to SOAK_OUT (default a new
+// directory under /tmp, printed). Long: it runs only with AGENTBOX_SOAK=1.
 func TestSoak(t *testing.T) {
 	if os.Getenv("AGENTBOX_SOAK") == "" {
 		t.Skip("the soak test runs with make soak (AGENTBOX_SOAK=1)")
@@ -137,6 +138,13 @@ func TestSoak(t *testing.T) {
 	}
 	t.Log(report)
 	if err := os.WriteFile(filepath.Join(out, "soak-report.txt"), []byte(report), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	csv := "seconds,rss_mib,fds,goroutines\n"
+	for i := range rss {
+		csv += fmt.Sprintf("%.1f,%.1f,%.0f,%.0f\n", rss[i][0], rss[i][1], fds[i][1], gor[i][1])
+	}
+	if err := os.WriteFile(filepath.Join(out, "soak-samples.csv"), []byte(csv), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.Create(filepath.Join(out, "soak.svg"))

@@ -271,7 +271,7 @@ var settings = []setting{
 		c.DiskReserve = n
 		return err
 	}},
-	{"DISK_OVERCOMMIT", "1", "how many times the data dir's free space (minus DISK_RESERVE) sandbox disks may add up to; 1 = every disk can fill up", func(c *Config, v string) error {
+	{"DISK_OVERCOMMIT", "1", "how many times the data dir's free space (minus DISK_RESERVE) sandbox disks may add up to; 1 = every disk can fill up (its blocks are reserved at create)", func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f < 0.1 || f > 100 {
 			return fmt.Errorf("want a number from 0.1 to 100")

@@ -386,17 +386,24 @@ func TestFaultDataDirFull(t *testing.T) {
 	}
 	want := randomFile(t, c, running.ID, "/workspace/before.bin", 1<<20)
 
-	// Fill the filesystem, leaving a few blocks.
+	// Fill the filesystem: fallocate what any user may use, then write
+	// zeroes until ENOSPC, since the daemon is root and ext4's reserved
+	// blocks are its too.
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(mnt, &st); err != nil {
 		t.Fatal(err)
 	}
 	filler := filepath.Join(mnt, "filler")
 	free := int64(st.Bavail) * st.Bsize
-	if out, err := exec.Command("fallocate", "-l", fmt.Sprint(free-64<<10), filler).CombinedOutput(); err != nil {
+	if out, err := exec.Command("fallocate", "-l", fmt.Sprint(free-4<<20), filler).CombinedOutput(); err != nil {
 		t.Fatalf("fallocate: %v %s", err, out)
 	}
-
+	// Each dd ends with ENOSPC; blocks are counted once written back.
+	_ = exec.Command("sh", "-c", "dd if=/dev/zero of="+filler+"2 bs=1M; sync; dd if=/dev/zero of="+filler+"3 bs=4k; sync").Run()
+	// ext4 keeps ~16 MiB of reserved clusters that no file data can use.
+	if err := syscall.Statfs(mnt, &st); err != nil || st.Bfree*uint64(st.Bsize) > 32<<20 {
+		t.Fatalf("the filesystem is not full: %d bytes free (%v)", st.Bfree*uint64(st.Bsize), err)
+	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	_, err = c.Create(cctx, client.CreateRequest{})
 	cancel()
@@ -419,8 +426,27 @@ func TestFaultDataDirFull(t *testing.T) {
 		t.Fatal("running sandbox's file changed")
 	}
 
-	if err := os.Remove(filler); err != nil {
+	// The running sandbox keeps writing: its disk was promised, so the
+	// write either works and survives, or fails loudly; it is never
+	// reported done and then lost on its way to the full filesystem.
+	w, err := c.Exec(ctx, running.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c",
+		"head -c 20000000 /dev/urandom > /workspace/during && sync && sha256sum < /workspace/during"}})
+	if err != nil {
 		t.Fatal(err)
+	}
+	t.Logf("write during the full data dir: exit %d, %q", w.ExitCode, w.Stderr)
+	for _, f := range []string{filler, filler + "2", filler + "3"} {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.ExitCode == 0 {
+		// Read it back from the disk, not from the page cache.
+		exec.Command("sh", "-c", "sync; echo 3 > /proc/sys/vm/drop_caches").Run()
+		r, err := c.Exec(ctx, running.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "sha256sum < /workspace/during"}})
+		if err != nil || r.ExitCode != 0 || r.Stdout != w.Stdout {
+			t.Fatalf("a write reported done while the data dir was full was lost: then %q, now %+v %v", w.Stdout, r, err)
+		}
 	}
 	again, err := c.Create(ctx, client.CreateRequest{})
 	if err != nil {

@@ -150,12 +150,10 @@ func Leaks(before, after Snapshot, b Bounds) []string {
 	if after.NftRules > before.NftRules {
 		out = append(out, fmt.Sprintf("nftables table grew: %d -> %d lines", before.NftRules, after.NftRules))
 	}
-	if after.Processes > before.Processes && len(after.Sandboxes) <= len(before.Sandboxes) {
-		// Sandboxes run a varying number of processes (code kernels start
-		// lazily): only more processes than the baseline in no more
-		// sandboxes is reported.
-		out = append(out, fmt.Sprintf("sandbox processes %d -> %d", before.Processes, after.Processes))
-	}
+	// Processes are shown, not compared: a warm sandbox starts its code
+	// kernel lazily, so the count per live sandbox varies (a soak flagged
+	// 3 -> 4 in the same two pool sandboxes). A process outliving its
+	// sandbox keeps the sandbox's cgroup, which is checked above.
 	return out
 }
 

@@ -3,6 +3,9 @@
 #   make run     build and serve on 127.0.0.1:8000 with the embedded defaults
 #   make test    install what the tests need (Debian/Ubuntu, as root) and run them all
 #   make bench   benchmarks (see docs/benchmarks.md)
+#   make fuzz    every fuzz target for FUZZTIME each (default 30s; docs/reliability.md)
+#   make load    the long load test (LOAD_CLIENTS=32, LOAD_DURATION=2m)
+#   make soak    the soak test (SOAK_DURATION=30m)
 #   make templates  build the built-in templates (templates/) on a running daemon
 
 GO       ?= go
@@ -15,7 +18,7 @@ TEST_TIMEOUT ?= 40m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test deps vet bench clean agent daemon templates console
+.PHONY: all build run test deps vet bench clean agent daemon templates console fuzz load soak
 
 all: build
 
@@ -79,6 +82,22 @@ templates: build
 	$(BIN)/agentbox template bootstrap debian:bookworm
 	$(BIN)/agentbox template build -t base $(TEMPLATE_SECRETS) templates/base
 	$(BIN)/agentbox template build -t code-interpreter $(TEMPLATE_SECRETS) templates/code-interpreter
+
+# Reliability suites (docs/reliability.md).
+FUZZTIME ?= 30s
+fuzz:
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
+
+# The long load (32 clients, 2 minutes) and the soak (30 minutes, daemon
+# restarts): e2e tests with their knobs, against freshly built binaries.
+LOAD_CLIENTS  ?= 32
+LOAD_DURATION ?= 2m
+SOAK_DURATION ?= 30m
+load: build
+	LOAD_CLIENTS=$(LOAD_CLIENTS) LOAD_DURATION=$(LOAD_DURATION) $(GO) test -count=1 -v -timeout 30m -run '^TestLoad$$' ./test/e2e/
+
+soak: build
+	AGENTBOX_SOAK=1 SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -v -timeout 3h -run '^TestSoak$$' ./test/e2e/
 
 clean:
 	rm -rf $(BIN)

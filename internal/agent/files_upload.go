@@ -70,13 +70,30 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) uploadMultipart(u *User, pathParam string, mr *multipart.Reader) ([]uploadedFile, error) {
 	var out []uploadedFile
+	err := eachUploadPart(pathParam, mr, func(dest string, r io.Reader) error {
+		f, err := s.uploadOne(u, dest, r)
+		if err != nil {
+			return err
+		}
+		out = append(out, f)
+		return nil
+	})
+	return out, err
+}
+
+// eachUploadPart calls store with the destination and content of every
+// "file" part of a multipart upload, in order: ?path= when given, else
+// the part's own filename. Other parts are skipped; a body with no file
+// part is an error.
+func eachUploadPart(pathParam string, mr *multipart.Reader, store func(dest string, r io.Reader) error) error {
+	n := 0
 	for {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("read multipart body: %w", err))
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("read multipart body: %w", err))
 		}
 		if part.FormName() != "file" {
 			part.Close()
@@ -86,17 +103,17 @@ func (s *Server) uploadMultipart(u *User, pathParam string, mr *multipart.Reader
 		if dest == "" {
 			dest = rawFileName(part)
 		}
-		f, err := s.uploadOne(u, dest, part)
+		err = store(dest, part)
 		part.Close()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		out = append(out, f)
+		n++
 	}
-	if len(out) == 0 {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New(`multipart body has no "file" part`))
+	if n == 0 {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New(`multipart body has no "file" part`))
 	}
-	return out, nil
+	return nil
 }
 
 // rawFileName returns a part's filename parameter unmodified:

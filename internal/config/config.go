@@ -10,6 +10,7 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -274,7 +275,7 @@ var settings = []setting{
 	{"SANDBOX_ID_BASE", "1073741824", "first host uid/gid of the sandboxes' id ranges (65536 ids each); must not overlap host accounts", intIn(65536, 1<<32-1<<16, func(c *Config, n int) { c.IDBase = uint32(n) })},
 	{"SANDBOX_ID_RANGES", "16384", "number of sandbox id ranges: the most sandboxes (stopped ones included) the server holds", intIn(1, 1<<16, func(c *Config, n int) { c.IDRanges = uint32(n) })},
 	{"DEFAULT_DISK", "1G", "size of a sandbox's disk (/workspace, home)", size(func(c *Config, n int64) { c.Resources.DiskBytes = n })},
-	{"DEFAULT_TMP", "256M", "size of a sandbox's /tmp (memory-backed)", size(func(c *Config, n int64) { c.Resources.TmpBytes = n })},
+	{"DEFAULT_TMP", "256M", "size of a sandbox's /tmp (memory-backed: at most half the sandbox's memory)", size(func(c *Config, n int64) { c.Resources.TmpBytes = n })},
 	{"MAX_MEMORY", "8G", "largest memory limit a caller may ask for", size(func(c *Config, n int64) { c.MaxResources.MemoryBytes = n })},
 	{"MAX_CPUS", "8", "largest CPU quota a caller may ask for", func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)
@@ -295,7 +296,7 @@ var settings = []setting{
 		c.DiskReserve = n
 		return err
 	}},
-	{"DISK_OVERCOMMIT", "1", "how many times the data dir's free space (minus DISK_RESERVE) sandbox disks may add up to; 1 = every disk can fill up", func(c *Config, v string) error {
+	{"DISK_OVERCOMMIT", "1", "how many times the data dir's free space (minus DISK_RESERVE) sandbox disks may add up to; 1 = every disk can fill up (its blocks are reserved at create)", func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f < 0.1 || f > 100 {
 			return fmt.Errorf("want a number from 0.1 to 100")
@@ -800,10 +801,17 @@ func ParseSize(v string) (int64, error) {
 		}
 	}
 	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil || f <= 0 {
+	// !(f > 0) also refuses NaN; sizes must fit an int64 and be at least
+	// a byte (converting NaN, Inf or 1e30 to int64 gives garbage, often a
+	// negative size: found by FuzzParseSize).
+	if err != nil || !(f > 0) {
 		return 0, fmt.Errorf("want a size such as 512M or 2G, got %q", v)
 	}
-	return int64(f * float64(mult)), nil
+	b := f * float64(mult)
+	if b < 1 || b >= math.MaxInt64 {
+		return 0, fmt.Errorf("size %q is out of range (1 byte to 8 EiB)", v)
+	}
+	return int64(b), nil
 }
 
 // ParseDotenv reads KEY=VALUE lines: blank lines and # comments are

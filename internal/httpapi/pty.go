@@ -3,9 +3,12 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -86,9 +89,8 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 					return
 				}
 			case websocket.MessageText:
-				var c ptyControl
-				if json.Unmarshal(data, &c) == nil && c.Type == "resize" && c.Cols > 0 && c.Rows > 0 {
-					_ = p.Resize(ctx, c.Cols, c.Rows)
+				if cols, rows, ok := parseResize(data); ok {
+					_ = p.Resize(ctx, cols, rows)
 				}
 			}
 		}
@@ -117,10 +119,33 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-// truncateReason keeps a websocket close reason within its 123-byte limit.
-func truncateReason(s string) string {
-	if len(s) > 120 {
-		return s[:120]
+// parseResize reads a {"type":"resize","cols":C,"rows":R} text frame.
+// A terminal size is two 16-bit numbers (struct winsize): larger values
+// would wrap around in the agent's ioctl, so they are ignored like any
+// other malformed frame.
+func parseResize(data []byte) (cols, rows uint32, ok bool) {
+	var c ptyControl
+	if json.Unmarshal(data, &c) != nil || c.Type != "resize" {
+		return 0, 0, false
 	}
-	return s
+	if c.Cols == 0 || c.Rows == 0 || c.Cols > math.MaxUint16 || c.Rows > math.MaxUint16 {
+		return 0, 0, false
+	}
+	return c.Cols, c.Rows, true
+}
+
+// truncateReason keeps a websocket close reason within its 123-byte limit
+// and valid UTF-8 (RFC 6455 7.4: a peer may fail a connection whose close
+// reason is not): the cut never splits a character, and bytes that are
+// not UTF-8 become U+FFFD first.
+func truncateReason(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= 120 {
+		return s
+	}
+	n := 120
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

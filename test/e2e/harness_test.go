@@ -97,7 +97,15 @@ func freePort(t *testing.T) int {
 func startDaemon(t *testing.T, settings ...string) *daemon {
 	t.Helper()
 	testutil.RequireRoot(t)
-	d := &daemon{t: t, dataDir: testutil.ShortTempDir(t)}
+	return startDaemonIn(t, testutil.ShortTempDir(t), settings...)
+}
+
+// startDaemonIn is startDaemon on a data dir the test made (a small
+// filesystem of its own, say).
+func startDaemonIn(t *testing.T, dataDir string, settings ...string) *daemon {
+	t.Helper()
+	testutil.RequireRoot(t)
+	d := &daemon{t: t, dataDir: dataDir}
 	d.env = append([]string{"HOST=127.0.0.1", "AGENTBOX_DATA_DIR=" + d.dataDir, "LOG_LEVEL=debug"}, settings...)
 	d.start()
 	t.Cleanup(func() {

@@ -159,6 +159,9 @@ func (s *frameStream) recv(msg proto.Message) error {
 		return fmt.Errorf("unsupported stream frame flags %#x (compressed?)", hdr[0])
 	}
 	if err := proto.Unmarshal(buf, msg); err != nil {
+		// A message that does not parse ends the stream: what follows
+		// would be read out of its context (found by FuzzConnectFrames).
+		s.done = true
 		return fmt.Errorf("unmarshal stream message: %w", err)
 	}
 	return nil

@@ -162,15 +162,45 @@ func (b *Backend) copyDiskTemplate(size int64, dst string) error {
 			return err
 		}
 		err = sparseCopy(image, dst)
+		if err == nil && b.cfg.DiskOvercommit <= 1 {
+			err = preallocate(dst, size)
+		}
 		if err == nil {
 			return nil
 		}
 		_ = os.Remove(dst)
 		// Evicted between lookup and copy by another create: build it again.
 		if !errors.Is(err, os.ErrNotExist) || attempt > 0 {
+			if sandbox.ClassOf(err) == sandbox.ClassNoSpace {
+				return err
+			}
 			return fmt.Errorf("copy disk image: %w", err)
 		}
 	}
+}
+
+// preallocate reserves every block of a sandbox's disk image in the data
+// dir's filesystem. Without overcommit every disk is promised its full
+// size; a sparse image only keeps that promise while nothing else fills
+// the filesystem: once it is full, the sandbox's writes succeed inside it
+// and are lost when written back (I/O errors later, data gone; found by
+// TestFaultDataDirFull). fallocate allocates unwritten extents: fast, no
+// data written, reads still return zeroes. Filesystems without fallocate
+// keep the sparse image.
+func preallocate(image string, size int64) error {
+	f, err := os.OpenFile(image, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	err = unix.Fallocate(int(f.Fd()), 0, 0, size)
+	switch {
+	case err == nil, errors.Is(err, unix.EOPNOTSUPP):
+		return nil
+	case errors.Is(err, unix.ENOSPC):
+		return sandbox.Errorf(sandbox.ClassNoSpace, "not enough disk space on the server for a %s sandbox disk", units.FormatBytes(size))
+	}
+	return fmt.Errorf("preallocate disk image: %w", err)
 }
 
 // admitDisk refuses a sandbox whose disk would take the sandboxes' sparse

@@ -232,6 +232,14 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl sandbox.Template, iu *imageUse
 
 func (b *Backend) mounts(spec sandbox.Spec, tmpl sandbox.Template, p boxPaths, ids idMap) []specs.Mount {
 	tmpSize := spec.Resources.TmpBytes
+	// /tmp is memory, charged to the sandbox's memory cgroup and never
+	// reclaimable (no swap): a /tmp as large as the memory limit, once
+	// full, leaves the OOM killer nothing to kill but the agent (found by
+	// TestFaultNoisyNeighbour: 128 MiB of memory, the default 256 MiB
+	// /tmp). Half the memory at most keeps room for the processes.
+	if m := spec.Resources.MemoryBytes; m > 0 && tmpSize > m/2 {
+		tmpSize = max(m/2, 1<<20)
+	}
 	ms := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},

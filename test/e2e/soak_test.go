@@ -1,0 +1,181 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/loadtest"
+)
+
+// TestSoak is `make soak`: mixed load (native and agentscope clients) for
+// SOAK_DURATION (default 30m), in segments of SOAK_RESTART_EVERY (default
+// 5m) with a daemon restart between segments, alternately SIGTERM and
+// SIGKILL, with AUTO_CLEANUP=false so sandboxes outlive restarts (a kill
+// in the middle of the load is TestFaultKillDuringLoad). The daemon's RSS,
+// fds and goroutines are sampled every 5 s; at the end the same leak checks
+// as TestLoad run against the first baseline, and a report, the samples
+// (CSV) and an SVG of the curves are written to SOAK_OUT (default a new
+// directory under /tmp, printed). Long: it runs only with AGENTBOX_SOAK=1.
+func TestSoak(t *testing.T) {
+	if os.Getenv("AGENTBOX_SOAK") == "" {
+		t.Skip("the soak test runs with make soak (AGENTBOX_SOAK=1)")
+	}
+	duration := loadDuration(t, "SOAK_DURATION", 30*time.Minute)
+	every := loadDuration(t, "SOAK_RESTART_EVERY", 5*time.Minute)
+	clients := loadInt(t, "SOAK_CLIENTS", 8)
+	out := os.Getenv("SOAK_OUT")
+	if out == "" {
+		var err error
+		if out, err = os.MkdirTemp("", "agentbox-soak-"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	d, tg := loadDaemon(t, "10.82.0.0/16", "AUTO_CLEANUP=false", fmt.Sprintf("MAX_SANDBOXES_PER_USER=%d", clients))
+	before := waitPool(t, tg, 2)
+	t.Logf("baseline: %s", before)
+
+	var mu sync.Mutex
+	target := tg
+	start := time.Now()
+	var rss, fds, gor [][2]float64
+	var restarts []float64
+	sctx, stopSampling := context.WithCancel(context.Background())
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		loadtest.Sample(sctx, func() loadtest.Target { mu.Lock(); defer mu.Unlock(); return target }, 5*time.Second, func(s loadtest.Snapshot) {
+			x := time.Since(start).Seconds()
+			mu.Lock()
+			defer mu.Unlock()
+			rss = append(rss, [2]float64{x, float64(s.RSS) / (1 << 20)})
+			fds = append(fds, [2]float64{x, float64(s.FDs)})
+			gor = append(gor, [2]float64{x, float64(s.Goroutines)})
+		})
+	}()
+
+	total := &loadtest.Result{Ops: map[string]*loadtest.OpStats{}, Errors: map[string]int{}}
+	var segments []*loadtest.Result
+	deadline := start.Add(duration)
+	for seg := 0; time.Now().Before(deadline); seg++ {
+		left := time.Until(deadline)
+		res, err := loadtest.Run(context.Background(), loadtest.Config{URL: d.url, APIKey: asToken, AgentscopeToken: asToken,
+			Clients: clients, Duration: min(every, left), MaxFileBytes: 16 << 20, Interval: 30 * time.Second,
+			Out: testWriter{t}, Seed: uint64(seg)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		segments = append(segments, res)
+		total.Elapsed += res.Elapsed
+		for k, v := range res.Errors {
+			total.Errors[k] += v
+		}
+		for _, s := range res.Samples {
+			if len(total.Samples) < 10 {
+				total.Samples = append(total.Samples, s)
+			}
+		}
+		if !time.Now().Before(deadline) {
+			break
+		}
+		how := "SIGTERM"
+		if seg%2 == 1 {
+			how = "SIGKILL"
+			d.kill()
+		} else {
+			d.stop()
+		}
+		d.start()
+		mu.Lock()
+		target.PID, target.URL = d.cmd.Process.Pid, d.url
+		restarts = append(restarts, time.Since(start).Seconds())
+		mu.Unlock()
+		t.Logf("restart %d (%s) at %s", len(restarts), how, time.Since(start).Round(time.Second))
+		// Every sandbox the restarted daemon lists must work.
+		checkEveryRecordUsable(t, d.sdk(t, asToken))
+	}
+	stopSampling()
+	<-sampled
+	mu.Lock()
+	tg = target
+	mu.Unlock()
+
+	for sb, err := range d.sdk(t, asToken).ListAll(context.Background(), client.ListOptions{}) {
+		if err == nil {
+			d.sdk(t, asToken).Delete(context.Background(), sb.ID)
+		}
+	}
+	after, leaks, err := loadtest.Settle(context.Background(), tg, before, loadtest.DefaultBounds, 90*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, errs := 0, 0
+	for _, r := range segments {
+		o, e := r.Total()
+		ops, errs = ops+o, errs+e
+	}
+	report := fmt.Sprintf("soak: %s, %d clients, %d restarts, %d operations, %d errors (%d unexpected)\nbaseline: %s\nafter:    %s\nleaks: %d\n",
+		time.Since(start).Round(time.Second), clients, len(restarts), ops, errs, total.Unexpected(), before, after, len(leaks))
+	for k, v := range total.Errors {
+		report += fmt.Sprintf("error %s: %d (expected %v)\n", k, v, loadtest.Expected(k))
+	}
+	for _, l := range leaks {
+		report += "leak: " + l + "\n"
+	}
+	for i, r := range segments {
+		o, e := r.Total()
+		report += fmt.Sprintf("segment %d: %d operations in %s, %d errors; create p50 %s p99 %s\n", i, o, r.Elapsed.Round(time.Second), e,
+			opPct(r, "create", 50), opPct(r, "create", 99))
+	}
+	t.Log(report)
+	if err := os.WriteFile(filepath.Join(out, "soak-report.txt"), []byte(report), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	csv := "seconds,rss_mib,fds,goroutines\n"
+	for i := range rss {
+		csv += fmt.Sprintf("%.1f,%.1f,%.0f,%.0f\n", rss[i][0], rss[i][1], fds[i][1], gor[i][1])
+	}
+	if err := os.WriteFile(filepath.Join(out, "soak-samples.csv"), []byte(csv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(out, "soak.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	title := fmt.Sprintf("agentbox soak: daemon RSS, open fds and goroutines over %s (%d clients, restarts dashed)", time.Since(start).Round(time.Second), clients)
+	err = loadtest.WriteSVG(f, title, []loadtest.Series{
+		{Name: "daemon RSS", Unit: "MiB", Color: "#1f77b4", Points: rss},
+		{Name: "daemon open fds", Unit: "count", Color: "#ff7f0e", Points: fds},
+		{Name: "daemon goroutines", Unit: "count", Color: "#2ca02c", Points: gor},
+	}, restarts)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("soak report and chart: %s", out)
+	restartCleaning(t, d)
+	if n := total.Unexpected(); n > 0 {
+		t.Errorf("%d unexpected errors", n)
+	}
+	for _, l := range leaks {
+		t.Errorf("leak: %s", l)
+	}
+}
+
+func opPct(r *loadtest.Result, op string, p float64) time.Duration {
+	if o := r.Ops[op]; o != nil {
+		return o.Percentile(p).Round(time.Millisecond)
+	}
+	return 0
+}

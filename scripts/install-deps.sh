@@ -9,7 +9,7 @@ need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in build-essential pkg-config libseccomp-dev e2fsprogs iproute2 nftables \
          git python3 python3-matplotlib python3-requests ca-certificates curl \
-         docker.io iptables mmdebstrap; do
+         docker.io iptables mmdebstrap redis-server; do
   have_pkg "$p" || need+=("$p")
 done
 

@@ -81,6 +81,7 @@ type Server struct {
 	// patterns are the /v1 route patterns, for checking them against the
 	// OpenAPI document.
 	patterns []string
+	nodes    NodeLister // see SetNodes
 }
 
 // DefaultUser is who callers are when no API keys are configured.
@@ -170,6 +171,7 @@ func (s *Server) routes() {
 	v1("POST /v1/sessions/{session_id}/connect", s.connectSession)
 	v1("POST /v1/sessions/{session_id}/release", s.releaseSession)
 	s.templatesRoutes(v1)
+	s.nodesRoutes(v1)
 	v1("GET /v1/info", s.info)
 	v1("GET /v1/openapi.yaml", func(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Content-Type", "application/yaml")

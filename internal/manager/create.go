@@ -262,6 +262,7 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 		CreatedAt: now, EndAt: now.Add(req.Timeout), LastActive: now,
 		Metadata: req.Metadata, Env: req.Env, Network: req.Network,
 		AccessToken: newToken(), SessionKey: req.SessionKey, Pool: poolKey, Extra: req.Extra,
+		Node: m.cfg.NodeID,
 	}
 	if poolKey != "" {
 		rec.EndAt = time.Time{} // pooled sandboxes wait without a deadline

@@ -38,6 +38,9 @@ type Record struct {
 	// once it is handed out.
 	Pool     string `json:"pool,omitempty"`
 	FromPool bool   `json:"from_pool,omitempty"`
+	// Node is the daemon that runs the sandbox (NODE_ID), so replicas that
+	// share a store each recover only their own sandboxes.
+	Node string `json:"node,omitempty"`
 	// Extra is opaque data of protocol front-ends (agentscope's meta...).
 	Extra map[string]string `json:"extra,omitempty"`
 }

@@ -6,6 +6,7 @@ package cluster
 import (
 	"context"
 	"log/slog"
+	"sort"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/store"
@@ -92,10 +93,26 @@ func (r *Registry) Run(ctx context.Context) {
 	}
 }
 
-// List returns the registered nodes; a lone daemon lists itself.
+// List returns the registered nodes, by ID; a lone daemon lists itself.
+// This node's entry is current; the others' are as of their last
+// heartbeat (at most a third of the TTL old).
 func (r *Registry) List(ctx context.Context) ([]store.Node, error) {
 	if r.nodes == nil {
 		return []store.Node{r.now()}, nil
 	}
-	return r.nodes.Nodes(ctx)
+	nodes, err := r.nodes.Nodes(ctx)
+	if err != nil || r.self == nil {
+		return nodes, err
+	}
+	self := r.now()
+	for i := range nodes {
+		if nodes[i].ID == self.ID {
+			nodes[i] = self
+			return nodes, nil
+		}
+	}
+	// Not announced yet (or its lease lapsed while the store was down).
+	nodes = append(nodes, self)
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
+	return nodes, nil
 }

@@ -1,0 +1,173 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+// A daemon on Redis (REDIS_ENABLED): sandboxes live in Redis with their
+// owner and node; a second replica on the same Redis neither drops nor
+// shows them; /v1/nodes lists both to the operator; with Redis down,
+// requests that need state fail fast with 503 while running sandboxes keep
+// working, and everything resumes when Redis is back; a restarted daemon
+// finds its sandboxes in Redis.
+func TestRedisDaemon(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	settings := []string{"REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", srv.Port),
+		"REDIS_TIMEOUT=1", "API_KEYS=k1:alice,ko:ops", "TEMPLATE_ADMIN_USERS=ops", "AUTO_CLEANUP=false", "POOL_SIZE=0"}
+	d := startDaemon(t, append(settings, "NODE_ID=replica-a")...)
+	ctx := context.Background()
+	rs, err := store.OpenRedis(ctx, store.RedisConfig{Addr: srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+
+	c := d.sdk(t, "k1")
+	var created []string
+	// AUTO_CLEANUP is off (for the restart): a failing test must still
+	// destroy its sandboxes (runs before the daemon's stop).
+	t.Cleanup(func() {
+		for _, id := range created {
+			_ = d.sdk(t, "k1").Delete(context.Background(), id)
+		}
+	})
+	sb, err := c.Create(ctx, client.CreateRequest{Metadata: map[string]string{"keep": "me"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created = append(created, sb.ID)
+	if _, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo state > /workspace/f"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := rs.Get(ctx, sandbox.ID(sb.ID))
+	if err != nil || rec.Owner != "alice" || rec.Node != "replica-a" || rec.AccessToken != sb.AccessToken || rec.Metadata["keep"] != "me" {
+		t.Fatalf("record in Redis: %+v %v", rec, err)
+	}
+
+	// A second replica on the same Redis starts, recovers only its own
+	// (none) and leaves replica-a's record alone.
+	d2 := startDaemon(t, append(settings, "NODE_ID=replica-b")...)
+	if _, err := rs.Get(ctx, sandbox.ID(sb.ID)); err != nil {
+		t.Fatalf("replica-b's start dropped replica-a's record: %v", err)
+	}
+	// Each replica lists both; its own entry is current (the other's is as
+	// of its last heartbeat).
+	for _, r := range []*daemon{d, d2} {
+		nodes := listNodes(t, r, "ko", http.StatusOK)
+		if len(nodes) != 2 || nodes[0].ID != "replica-a" || nodes[1].ID != "replica-b" ||
+			nodes[0].Address != d.url || nodes[1].Address != d2.url || nodes[0].Backends[0] != "native" {
+			t.Fatalf("nodes: %+v", nodes)
+		}
+		if r == d && (nodes[0].Sandboxes != 1 || nodes[0].MemoryBytes <= 0) {
+			t.Fatalf("replica-a's load: %+v", nodes[0])
+		}
+	}
+	listNodes(t, d, "k1", http.StatusForbidden)
+	d2.stop()
+	// A clean stop leaves the registry at once.
+	if nodes := listNodes(t, d, "ko", http.StatusOK); len(nodes) != 1 || nodes[0].ID != "replica-a" {
+		t.Fatalf("nodes after replica-b stopped: %+v", nodes)
+	}
+
+	// Redis down.
+	srv.Stop()
+	start := time.Now()
+	code, body := d.call(t, "POST", "/v1/sandboxes", "k1", map[string]any{})
+	if code != http.StatusServiceUnavailable || mustJSON(t, body)["code"] != "unavailable" {
+		t.Fatalf("create with Redis down: %d %s", code, body)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("create with Redis down took %s", took)
+	}
+	assertNoSandboxesBut(t, d, c, sb.ID)
+	code, body = d.call(t, "GET", "/v1/nodes", "ko", nil)
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("nodes with Redis down: %d %s", code, body)
+	}
+	// The running sandbox is unharmed: exec and file reads need no state.
+	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"cat", "/workspace/f"}})
+	if err != nil || res.Stdout != "state\n" {
+		t.Fatalf("exec with Redis down: %+v %v", res, err)
+	}
+
+	// Redis back: creates work again (the client redials within seconds).
+	srv.Start()
+	var sb2 *client.Sandbox
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sb2, err = c.Create(ctx, client.CreateRequest{})
+		if err == nil {
+			created = append(created, sb2.ID)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create after Redis came back: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	page, err := c.List(ctx, client.ListOptions{})
+	if err != nil || len(page.Sandboxes) != 2 {
+		t.Fatalf("list: %+v %v", page, err)
+	}
+
+	// Restart: the daemon reattaches to both sandboxes from Redis.
+	d.stop()
+	d.start()
+	c = d.sdk(t, "k1")
+	got, err := c.Get(ctx, sb.ID)
+	if err != nil || got.Metadata["keep"] != "me" || got.AccessToken != sb.AccessToken {
+		t.Fatalf("after restart: %+v %v", got, err)
+	}
+	res, err = c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"cat", "/workspace/f"}})
+	if err != nil || res.Stdout != "state\n" {
+		t.Fatalf("exec after restart: %+v %v", res, err)
+	}
+	for _, id := range []string{sb.ID, sb2.ID} {
+		if err := c.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rs.Get(ctx, sandbox.ID(id)); !sandbox.IsNotFound(err) {
+			t.Fatalf("record of deleted %s: %v", id, err)
+		}
+	}
+	if all, err := rs.List(ctx); err != nil || len(all) != 0 {
+		t.Fatalf("records left in Redis: %d %v", len(all), err)
+	}
+}
+
+// assertNoSandboxesBut checks the failed create left nothing behind.
+func assertNoSandboxesBut(t *testing.T, d *daemon, c *client.Client, id string) {
+	t.Helper()
+	page, err := c.List(context.Background(), client.ListOptions{})
+	if err != nil || len(page.Sandboxes) != 1 || page.Sandboxes[0].ID != id {
+		t.Fatalf("after a failed create: %+v %v", page, err)
+	}
+	if n := sandboxProcesses(t, id); n == 0 {
+		t.Fatal("the running sandbox lost its processes")
+	}
+}
+
+func listNodes(t *testing.T, d *daemon, key string, want int) []store.Node {
+	t.Helper()
+	code, body := d.call(t, "GET", "/v1/nodes", key, nil)
+	if code != want {
+		t.Fatalf("GET /v1/nodes as %s: %d %s", key, code, body)
+	}
+	var out struct{ Nodes []store.Node }
+	if code == http.StatusOK {
+		if err := json.Unmarshal(body, &out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out.Nodes
+}

@@ -1,6 +1,10 @@
 package manager
 
-import "github.com/agentbox/agentbox/internal/store"
+import (
+	"context"
+
+	"github.com/agentbox/agentbox/internal/store"
+)
 
 // ownRecord reports whether rec is this daemon's to recover. Records
 // without a node predate node names (a single daemon's bbolt file) and are
@@ -31,4 +35,14 @@ func (m *Manager) Load() Load {
 		l.MemoryBytes += e.rec.Resources.MemoryBytes
 	}
 	return l
+}
+
+// stateReady fails fast (ClassUnavailable, 503) when the state store is a
+// server that does not answer: a create would boot a sandbox only to fail
+// at its record, or hand a pooled one over and fail after.
+func (m *Manager) stateReady(ctx context.Context) error {
+	if p, ok := m.store.(store.Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
 }

@@ -413,3 +413,11 @@ func backoff(attempt int) {
 	d := time.Duration(min(attempt+1, 20)) * 200 * time.Microsecond
 	time.Sleep(d + rand.N(d))
 }
+
+// Ping checks the server answers (ClassUnavailable when not).
+func (r *Redis) Ping(ctx context.Context) error {
+	if err := r.c.Ping(ctx).Err(); err != nil {
+		return r.unavailable("ping", err)
+	}
+	return nil
+}

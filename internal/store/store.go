@@ -79,3 +79,10 @@ type Store interface {
 	List(ctx context.Context) ([]*Record, error)
 	Close() error
 }
+
+// Pinger is a Store on a server that can be away (Redis): Ping fails with a
+// ClassUnavailable error then, so work that would end in a write can be
+// refused before it starts.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}

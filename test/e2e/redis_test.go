@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,9 +24,15 @@ import (
 func TestRedisDaemon(t *testing.T) {
 	srv := testutil.StartRedis(t)
 	settings := []string{"REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", srv.Port),
-		"REDIS_TIMEOUT=1", "API_KEYS=k1:alice,ko:ops", "TEMPLATE_ADMIN_USERS=ops", "AUTO_CLEANUP=false", "POOL_SIZE=0"}
+		"REDIS_TIMEOUT=1", "API_KEYS=k1:alice,ko:ops", "TEMPLATE_ADMIN_USERS=ops", "AUTO_CLEANUP=false", "POOL_SIZE=1"}
 	d := startDaemon(t, append(settings, "NODE_ID=replica-a")...)
 	ctx := context.Background()
+	// The last start of the daemon cleans up (its pooled sandbox included).
+	t.Cleanup(func() {
+		d.env = append(d.env, "AUTO_CLEANUP=true")
+		d.stop()
+		d.start()
+	})
 	rs, err := store.OpenRedis(ctx, store.RedisConfig{Addr: srv.Addr()})
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +63,7 @@ func TestRedisDaemon(t *testing.T) {
 
 	// A second replica on the same Redis starts, recovers only its own
 	// (none) and leaves replica-a's record alone.
-	d2 := startDaemon(t, append(settings, "NODE_ID=replica-b")...)
+	d2 := startDaemon(t, append(settings, "NODE_ID=replica-b", "POOL_SIZE=0")...)
 	if _, err := rs.Get(ctx, sandbox.ID(sb.ID)); err != nil {
 		t.Fatalf("replica-b's start dropped replica-a's record: %v", err)
 	}
@@ -68,9 +75,15 @@ func TestRedisDaemon(t *testing.T) {
 			nodes[0].Address != d.url || nodes[1].Address != d2.url || nodes[0].Backends[0] != "native" {
 			t.Fatalf("nodes: %+v", nodes)
 		}
-		if r == d && (nodes[0].Sandboxes != 1 || nodes[0].MemoryBytes <= 0) {
+		if r == d && (nodes[0].Sandboxes != 1+nodes[0].Pooled || nodes[0].MemoryBytes <= 0) {
 			t.Fatalf("replica-a's load: %+v", nodes[0])
 		}
+	}
+	// Wait (bounded) for replica-a's warm pool, then check its member is in
+	// Redis.
+	pooled := waitPooled(t, d, 1)
+	if ids, err := rs.PoolMembers(ctx, "host"); err != nil || len(ids) != 1 {
+		t.Fatalf("pool membership in Redis: %v %v (node says %d pooled)", ids, err, pooled)
 	}
 	listNodes(t, d, "k1", http.StatusForbidden)
 	d2.stop()
@@ -79,18 +92,36 @@ func TestRedisDaemon(t *testing.T) {
 		t.Fatalf("nodes after replica-b stopped: %+v", nodes)
 	}
 
-	// Redis down.
+	poolIDs, _ := rs.PoolMembers(ctx, "host")
+
+	// Redis down, under a few concurrent creates: each fails with 503
+	// (class unavailable) before touching a sandbox; the pooled one is not
+	// handed out or destroyed.
 	srv.Stop()
-	start := time.Now()
-	code, body := d.call(t, "POST", "/v1/sandboxes", "k1", map[string]any{})
-	if code != http.StatusServiceUnavailable || mustJSON(t, body)["code"] != "unavailable" {
-		t.Fatalf("create with Redis down: %d %s", code, body)
+	var wg sync.WaitGroup
+	codes := make(chan string, 6)
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, body := d.call(t, "POST", "/v1/sandboxes", "k1", map[string]any{})
+			var e struct{ Code string }
+			_ = json.Unmarshal(body, &e)
+			codes <- fmt.Sprintf("%d %s", code, e.Code)
+		}()
 	}
-	if took := time.Since(start); took > 30*time.Second {
-		t.Fatalf("create with Redis down took %s", took)
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		if c != "503 unavailable" {
+			t.Fatalf("create with Redis down: %s", c)
+		}
+	}
+	if n := sandboxProcesses(t, string(poolIDs[0])); n == 0 {
+		t.Fatal("the pooled sandbox died while Redis was down")
 	}
 	assertNoSandboxesBut(t, d, c, sb.ID)
-	code, body = d.call(t, "GET", "/v1/nodes", "ko", nil)
+	code, body := d.call(t, "GET", "/v1/nodes", "ko", nil)
 	if code != http.StatusServiceUnavailable {
 		t.Fatalf("nodes with Redis down: %d %s", code, body)
 	}
@@ -114,6 +145,13 @@ func TestRedisDaemon(t *testing.T) {
 			t.Fatalf("create after Redis came back: %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	// It came from the pool that survived the outage.
+	if sb2.ID != string(poolIDs[0]) {
+		t.Fatalf("create after the outage got %s, not the pooled %s", sb2.ID, poolIDs[0])
+	}
+	if rec, err := rs.Get(ctx, sandbox.ID(sb2.ID)); err != nil || rec.Owner != "alice" || rec.Pool != "" || !rec.FromPool {
+		t.Fatalf("handed-over record in Redis: %+v %v", rec, err)
 	}
 	page, err := c.List(ctx, client.ListOptions{})
 	if err != nil || len(page.Sandboxes) != 2 {
@@ -140,8 +178,33 @@ func TestRedisDaemon(t *testing.T) {
 			t.Fatalf("record of deleted %s: %v", id, err)
 		}
 	}
-	if all, err := rs.List(ctx); err != nil || len(all) != 0 {
-		t.Fatalf("records left in Redis: %d %v", len(all), err)
+	// Only the pool's refill is left.
+	all, err := rs.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range all {
+		if r.Pool == "" {
+			t.Fatalf("record left in Redis: %+v", r)
+		}
+	}
+}
+
+// waitPooled waits (bounded) until d reports n pooled sandboxes.
+func waitPooled(t *testing.T, d *daemon, n int) int {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		nodes := listNodes(t, d, "ko", http.StatusOK)
+		for _, nd := range nodes {
+			if nd.Address == d.url && nd.Pooled == n {
+				return n
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool not filled: %+v", nodes)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -250,6 +250,9 @@ func (m *Manager) dropOrphanPooled(ctx context.Context) {
 func (m *Manager) poolFill(ref string) pool.FillFunc {
 	return func(ctx context.Context) (sandbox.ID, error) {
 		start := time.Now()
+		if err := m.stateReady(ctx); err != nil {
+			return "", err // no boot that could not be recorded; the pool backs off
+		}
 		t, err := m.cfg.Resolver.Resolve(ctx, ref)
 		if err != nil {
 			return "", fmt.Errorf("resolve template %q: %w", ref, err)

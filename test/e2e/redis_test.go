@@ -20,7 +20,7 @@ import (
 // shows them; /v1/nodes lists both to the operator; with Redis down,
 // requests that need state fail fast with 503 while running sandboxes keep
 // working, and everything resumes when Redis is back; a restarted daemon
-// finds its sandboxes in Redis.
+// killed with SIGKILL finds its sandboxes and sessions in Redis.
 func TestRedisDaemon(t *testing.T) {
 	srv := testutil.StartRedis(t)
 	settings := []string{"REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", srv.Port),
@@ -158,10 +158,25 @@ func TestRedisDaemon(t *testing.T) {
 		t.Fatalf("list: %+v %v", page, err)
 	}
 
-	// Restart: the daemon reattaches to both sandboxes from Redis.
-	d.stop()
+	// An agentscope-style session: its mapping (session key) is in Redis.
+	sess, err := c.ConnectSession(ctx, "chat-1", client.ConnectSessionRequest{UserID: "u1"})
+	if err != nil || len(sess.Sandboxes) != 1 {
+		t.Fatalf("connect session: %+v %v", sess, err)
+	}
+	created = append(created, sess.Sandboxes[0].ID)
+	if rec, err := rs.Get(ctx, sandbox.ID(sess.Sandboxes[0].ID)); err != nil || rec.SessionKey != "chat-1_u1" || rec.Owner != "alice" {
+		t.Fatalf("session record in Redis: %+v %v", rec, err)
+	}
+
+	// kill -9 and restart: the daemon reattaches to every sandbox from
+	// Redis, the session finds its sandbox again.
+	d.kill()
 	d.start()
 	c = d.sdk(t, "k1")
+	sess2, err := c.ConnectSession(ctx, "chat-1", client.ConnectSessionRequest{UserID: "u1"})
+	if err != nil || len(sess2.Sandboxes) != 1 || sess2.Sandboxes[0].ID != sess.Sandboxes[0].ID {
+		t.Fatalf("session after restart: %+v %v (was %s)", sess2, err, sess.Sandboxes[0].ID)
+	}
 	got, err := c.Get(ctx, sb.ID)
 	if err != nil || got.Metadata["keep"] != "me" || got.AccessToken != sb.AccessToken {
 		t.Fatalf("after restart: %+v %v", got, err)
@@ -170,7 +185,7 @@ func TestRedisDaemon(t *testing.T) {
 	if err != nil || res.Stdout != "state\n" {
 		t.Fatalf("exec after restart: %+v %v", res, err)
 	}
-	for _, id := range []string{sb.ID, sb2.ID} {
+	for _, id := range created {
 		if err := c.Delete(ctx, id); err != nil {
 			t.Fatal(err)
 		}

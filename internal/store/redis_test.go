@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -335,5 +336,38 @@ func TestRedisNodes(t *testing.T) {
 	}
 	if nodes, _ := a.Nodes(ctx); len(nodes) != 0 {
 		t.Fatalf("deleted node listed: %+v", nodes)
+	}
+}
+
+// REDIS_USER and REDIS_PASSWORD reach the server: an ACL user with a
+// password gets in, a wrong password is a clear unavailable error.
+func TestRedisAuth(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	ctx := context.Background()
+	admin := openRedis(t, srv)
+	if err := admin.c.Do(ctx, "ACL", "SETUSER", "agentbox", "on", ">s3cret", "~*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.c.Do(ctx, "ACL", "SETUSER", "default", "off").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenRedis(ctx, RedisConfig{Addr: srv.Addr(), Username: "agentbox", Password: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Put(ctx, &Record{ID: "x", Owner: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = OpenRedis(ctx, RedisConfig{Addr: srv.Addr(), Username: "agentbox", Password: "not-the-pw-123"})
+	if sandbox.ClassOf(err) != sandbox.ClassUnavailable || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("wrong password: %v", err)
+	}
+	if strings.Contains(err.Error(), "not-the-pw-123") {
+		t.Fatalf("error shows the password: %v", err)
+	}
+	// The test server's shutdown logs in as the default user.
+	if err := s.c.Do(ctx, "ACL", "SETUSER", "default", "on").Err(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -265,7 +265,6 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 		CreatedAt: now, EndAt: now.Add(req.Timeout), LastActive: now,
 		Metadata: req.Metadata, Env: req.Env, Network: req.Network,
 		AccessToken: newToken(), SessionKey: req.SessionKey, Pool: poolKey, Extra: req.Extra,
-		Node: m.cfg.NodeID,
 	}
 	if poolKey != "" {
 		rec.EndAt = time.Time{} // pooled sandboxes wait without a deadline
@@ -291,6 +290,7 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 		spec.WorkspaceDir = dir
 	}
 	rec.WorkspaceDir = spec.WorkspaceDir
+	rec.Node = m.cfg.NodeID
 	rec.Resources = spec.Resources
 	svc, err := serviceFor(template, req)
 	if err != nil {

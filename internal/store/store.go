@@ -38,11 +38,12 @@ type Record struct {
 	// once it is handed out.
 	Pool     string `json:"pool,omitempty"`
 	FromPool bool   `json:"from_pool,omitempty"`
+	// Extra is opaque data of protocol front-ends (agentscope's meta...).
+	Extra map[string]string `json:"extra,omitempty"`
+
 	// Node is the daemon that runs the sandbox (NODE_ID), so replicas that
 	// share a store each recover only their own sandboxes.
 	Node string `json:"node,omitempty"`
-	// Extra is opaque data of protocol front-ends (agentscope's meta...).
-	Extra map[string]string `json:"extra,omitempty"`
 }
 
 // Clone returns a deep copy, so callers can hand records out without sharing maps.

@@ -74,6 +74,7 @@ type Server struct {
 	mux     *http.ServeMux
 	handler http.Handler
 	reqDur  *prometheus.HistogramVec
+	nodes   NodeLister // GET /v1/nodes (nodes.go)
 
 	previewTransport *http.Transport
 	// bodyRules are POST routes whose body is not JSON (see AllowBody).
@@ -81,7 +82,6 @@ type Server struct {
 	// patterns are the /v1 route patterns, for checking them against the
 	// OpenAPI document.
 	patterns []string
-	nodes    NodeLister // see SetNodes
 }
 
 // DefaultUser is who callers are when no API keys are configured.
@@ -171,8 +171,8 @@ func (s *Server) routes() {
 	v1("POST /v1/sessions/{session_id}/connect", s.connectSession)
 	v1("POST /v1/sessions/{session_id}/release", s.releaseSession)
 	s.templatesRoutes(v1)
-	s.nodesRoutes(v1)
 	v1("GET /v1/info", s.info)
+	s.nodesRoutes(v1)
 	v1("GET /v1/openapi.yaml", func(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, err := w.Write(api.OpenAPI)

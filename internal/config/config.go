@@ -313,7 +313,7 @@ var settings = []setting{
 		}
 		return fmt.Errorf("unknown backend %q", v)
 	}},
-	{"WORKERS", "1", "server processes; agentbox serves all requests from one process (more than 1 is not available yet: see docs/scale-out.md)", func(c *Config, v string) error {
+	{"WORKERS", "1", "server processes; agentbox serves all requests from one process", func(c *Config, v string) error {
 		if n, err := strconv.Atoi(v); err != nil || n != 1 {
 			return fmt.Errorf("only 1 is supported (agentbox is one multi-threaded process)")
 		}

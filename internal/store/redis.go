@@ -333,7 +333,8 @@ func (r *Redis) get(ctx context.Context, c getter, id sandbox.ID) (*Record, erro
 	}
 	rec := &Record{}
 	if err := json.Unmarshal(data, rec); err != nil {
-		return nil, fmt.Errorf("decode record %s: %w", id, err)
+		// Not the store being away: a value someone else wrote there.
+		return nil, sandbox.Wrap(sandbox.ClassInternal, err, fmt.Sprintf("decode record %s", id))
 	}
 	return rec, nil
 }
@@ -349,6 +350,11 @@ func (r *Redis) update(ctx context.Context, id sandbox.ID, watch []string, next 
 	for attempt := 0; attempt < maxTxAttempts; attempt++ {
 		err := r.c.Watch(ctx, func(tx *redis.Tx) error {
 			old, err := r.get(ctx, tx, id)
+			if err != nil && sandbox.ClassOf(err) == sandbox.ClassInternal {
+				// An undecodable value may be replaced or deleted: better
+				// than a record nobody can ever remove.
+				old, err = nil, nil
+			}
 			if err != nil {
 				return err
 			}

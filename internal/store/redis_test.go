@@ -371,3 +371,33 @@ func TestRedisAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A value that is not a record is an internal error, not "unavailable",
+// and can still be replaced or deleted.
+func TestRedisCorruptRecord(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	ctx := context.Background()
+	s := openRedis(t, srv)
+	if err := s.c.Set(ctx, s.recKey("bad"), "{not json", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "bad"); sandbox.ClassOf(err) != sandbox.ClassInternal {
+		t.Fatalf("get: %v", err)
+	}
+	// It can still be replaced and deleted.
+	if err := s.Put(ctx, &Record{ID: "bad", Owner: "alice"}); err != nil {
+		t.Fatalf("put over it: %v", err)
+	}
+	if r, err := s.Get(ctx, "bad"); err != nil || r.Owner != "alice" {
+		t.Fatalf("get after put: %+v %v", r, err)
+	}
+	if err := s.c.Set(ctx, s.recKey("bad2"), "garbage", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "bad2"); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, err := s.Get(ctx, "bad2"); !sandbox.IsNotFound(err) {
+		t.Fatalf("after delete: %v", err)
+	}
+}

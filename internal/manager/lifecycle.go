@@ -15,6 +15,11 @@ func (m *Manager) Delete(ctx context.Context, owner string, id sandbox.ID) error
 	if _, err := m.entryFor(owner, id); err != nil {
 		return err
 	}
+	// With the state store away the record could not go: refuse (503)
+	// rather than leave a record pointing at nothing; the caller retries.
+	if err := m.stateReady(ctx); err != nil {
+		return err
+	}
 	return m.destroy(ctx, id, "deleted")
 }
 
@@ -128,6 +133,9 @@ func (m *Manager) Refresh(ctx context.Context, owner string, id sandbox.ID, d ti
 }
 
 func (m *Manager) updateEnd(ctx context.Context, owner string, id sandbox.ID, next func(time.Time) time.Time) (*store.Record, error) {
+	if err := m.stateReady(ctx); err != nil {
+		return nil, err // before the end time changes in memory only
+	}
 	e, err := m.entryFor(owner, id)
 	if err != nil {
 		return nil, err

@@ -125,6 +125,20 @@ func TestRedisDaemon(t *testing.T) {
 	if code != http.StatusServiceUnavailable {
 		t.Fatalf("nodes with Redis down: %d %s", code, body)
 	}
+	// Delete and extend need state: 503, and nothing changed.
+	before, err := c.Get(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, sb.ID); !client.IsUnavailable(err) {
+		t.Fatalf("delete with Redis down: %v", err)
+	}
+	if _, err := c.Refresh(ctx, sb.ID, time.Hour); !client.IsUnavailable(err) {
+		t.Fatalf("refresh with Redis down: %v", err)
+	}
+	if after, err := c.Get(ctx, sb.ID); err != nil || !after.EndAt.Equal(before.EndAt) {
+		t.Fatalf("after refused refresh: %+v %v (end was %s)", after, err, before.EndAt)
+	}
 	// The running sandbox is unharmed: exec and file reads need no state.
 	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"cat", "/workspace/f"}})
 	if err != nil || res.Stdout != "state\n" {

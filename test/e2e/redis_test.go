@@ -86,10 +86,13 @@ func TestRedisDaemon(t *testing.T) {
 		t.Fatalf("pool membership in Redis: %v %v (node says %d pooled)", ids, err, pooled)
 	}
 	listNodes(t, d, "k1", http.StatusForbidden)
+	if _, err := d.sdk(t, "k1").Nodes(ctx); !client.IsPermissionDenied(err) {
+		t.Fatalf("SDK nodes as a tenant: %v", err)
+	}
 	d2.stop()
-	// A clean stop leaves the registry at once.
-	if nodes := listNodes(t, d, "ko", http.StatusOK); len(nodes) != 1 || nodes[0].ID != "replica-a" {
-		t.Fatalf("nodes after replica-b stopped: %+v", nodes)
+	// A clean stop leaves the registry at once (listed with the Go SDK).
+	if nodes, err := d.sdk(t, "ko").Nodes(ctx); err != nil || len(nodes) != 1 || nodes[0].ID != "replica-a" || nodes[0].Sandboxes < 1 {
+		t.Fatalf("nodes after replica-b stopped: %+v %v", nodes, err)
 	}
 
 	poolIDs, _ := rs.PoolMembers(ctx, "host")

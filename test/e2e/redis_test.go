@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -265,4 +266,50 @@ func listNodes(t *testing.T, d *daemon, key string, want int) []store.Node {
 		}
 	}
 	return out.Nodes
+}
+
+// agentscope's own Python suite against a daemon whose state (sandbox
+// records, sessions, agentscope's meta, pool membership) is in Redis.
+func TestAgentscopePythonSuiteOnRedis(t *testing.T) {
+	requirePythonRequests(t)
+	srv := testutil.StartRedis(t)
+	storage := filepath.Join(testutil.ShortTempDir(t), "storage")
+	d := startDaemon(t, "BEARER_TOKEN="+asToken, "API_KEYS="+asOtherToken+":bob", "CONTAINER_PREFIX_KEY="+asPrefix,
+		fmt.Sprintf("HEARTBEAT_TIMEOUT=%d", asHeartbeat), fmt.Sprintf("MAX_SANDBOX_INSTANCES=%d", asMax),
+		"POOL_SIZE=1", "DEFAULT_SANDBOX_TYPE=base", "STORAGE_FOLDER="+storage,
+		"REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", srv.Port))
+	runPythonSuite(t, d, "test*.py", "AGENTBOX_OTHER_TOKEN="+asOtherToken, "AGENTBOX_PREFIX="+asPrefix,
+		fmt.Sprintf("AGENTBOX_MAX_INSTANCES=%d", asMax), fmt.Sprintf("AGENTBOX_HEARTBEAT=%d", asHeartbeat),
+		"AGENTBOX_STORAGE="+storage)
+	// The state is in Redis: nothing the suite released is left there, and
+	// the warm pool's refill (bounded wait: it may still be booting) is
+	// recorded there with its node.
+	rs, err := store.OpenRedis(context.Background(), store.RedisConfig{Addr: srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		recs, err := rs.List(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pooled := 0
+		for _, r := range recs {
+			if r.Pool == "" {
+				t.Fatalf("record of a sandbox the suite released: %+v", r)
+			}
+			if r.Node != "" {
+				pooled++
+			}
+		}
+		if pooled == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pooled records in Redis, want 1 (POOL_SIZE=1)", pooled)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

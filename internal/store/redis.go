@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 
@@ -150,7 +151,9 @@ func (r *Redis) List(ctx context.Context) ([]*Record, error) {
 			}
 			rec := &Record{}
 			if err := json.Unmarshal([]byte(s), rec); err != nil {
-				return nil, fmt.Errorf("decode record %s: %w", ids[i], err)
+				// One bad value must not keep every replica from starting.
+				slog.Warn("skipping undecodable sandbox record in Redis", "key", keys[i], "err", err)
+				continue
 			}
 			out = append(out, rec)
 		}
@@ -243,14 +246,37 @@ func (r *Redis) TakePooled(ctx context.Context, pool, owner string, maxPerOwner 
 		case stale:
 			// A member whose record left the pool (or vanished) without the
 			// set knowing: drop it and pick again.
-			if err := r.c.SRem(ctx, set, id).Err(); err != nil {
-				return nil, r.unavailable("take from pool", err)
+			if err := r.dropStale(ctx, pool, sandbox.ID(id)); err != nil {
+				return nil, err
 			}
 		default:
 			return nil, err
 		}
 	}
 	return nil, sandbox.Errorf(sandbox.ClassUnavailable, "warm pool %s too contended; retry", pool)
+}
+
+// dropStale removes id from pool's set unless its record is (again) in
+// that pool, checked and removed in one transaction.
+func (r *Redis) dropStale(ctx context.Context, pool string, id sandbox.ID) error {
+	err := r.c.Watch(ctx, func(tx *redis.Tx) error {
+		rec, err := r.get(ctx, tx, id)
+		if err != nil && sandbox.ClassOf(err) != sandbox.ClassInternal {
+			return err
+		}
+		if rec != nil && rec.Pool == pool {
+			return nil
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.SRem(ctx, r.poolSetKey(pool), string(id))
+			return nil
+		})
+		return err
+	}, r.recKey(id))
+	if err != nil && !errors.Is(err, redis.TxFailedErr) { // changed meanwhile: the caller picks again
+		return r.unavailable("take from pool", err)
+	}
+	return nil
 }
 
 // PoolMembers returns the IDs waiting in pool (for counting pools

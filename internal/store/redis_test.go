@@ -384,6 +384,16 @@ func TestRedisCorruptRecord(t *testing.T) {
 	if _, err := s.Get(ctx, "bad"); sandbox.ClassOf(err) != sandbox.ClassInternal {
 		t.Fatalf("get: %v", err)
 	}
+	// List skips it (one bad value must not stop a replica's recovery).
+	if err := s.Put(ctx, &Record{ID: "good"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.SAdd(ctx, s.allKey(), "bad").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if all, err := s.List(ctx); err != nil || len(all) != 1 || all[0].ID != "good" {
+		t.Fatalf("list: %+v %v", all, err)
+	}
 	// It can still be replaced and deleted.
 	if err := s.Put(ctx, &Record{ID: "bad", Owner: "alice"}); err != nil {
 		t.Fatalf("put over it: %v", err)

@@ -105,14 +105,16 @@ func (r *Registry) List(ctx context.Context) ([]store.Node, error) {
 		return nodes, err
 	}
 	self := r.now()
+	found := false
 	for i := range nodes {
 		if nodes[i].ID == self.ID {
-			nodes[i] = self
-			return nodes, nil
+			nodes[i], found = self, true
 		}
 	}
-	// Not announced yet (or its lease lapsed while the store was down).
-	nodes = append(nodes, self)
+	if !found {
+		// Not announced yet (or its lease lapsed while the store was down).
+		nodes = append(nodes, self)
+	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
 	return nodes, nil
 }

@@ -13,9 +13,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/cluster"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/version"
 )
@@ -48,6 +50,22 @@ func openStore(ctx context.Context, cfg *config.Config, dataDir string, log *slo
 	}
 	log.Info("state store: Redis", "addr", addr, "db", cfg.Redis.DB, "key_prefix", cfg.Redis.KeyPrefix)
 	return rs, rs, func() { rs.Close(); unlock() }, nil
+}
+
+// closeBackend releases a backend and its networking that never served
+// (a start that failed after creating them); sandboxes of an earlier run
+// stay as they are.
+func closeBackend(b backend.Backend, netMgr *netpolicy.Manager, log *slog.Logger) {
+	if c, ok := b.(backend.Closer); ok {
+		if err := c.Close(); err != nil {
+			log.Error("close backend", "err", err)
+		}
+	}
+	if netMgr != nil {
+		if err := netMgr.Close(false); err != nil {
+			log.Error("close sandbox networking", "err", err)
+		}
+	}
 }
 
 // lockDataDir takes an exclusive lock on DATA_DIR/agentbox.lock for the

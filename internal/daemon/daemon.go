@@ -104,6 +104,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	st, nodes, closeStore, err := openStore(ctx, cfg, dataDir, log)
 	if err != nil {
+		// Nothing runs yet: undo what the backend set up (its state mount).
+		closeBackend(b, netMgr, log)
 		return err
 	}
 	defer closeStore()

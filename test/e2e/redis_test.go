@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -311,5 +312,35 @@ func TestAgentscopePythonSuiteOnRedis(t *testing.T) {
 			t.Fatalf("%d pooled records in Redis, want 1 (POOL_SIZE=1)", pooled)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A daemon told to use a Redis that does not answer stops at start with an
+// error naming the setting, instead of serving without its state.
+func TestRedisUnreachableAtStart(t *testing.T) {
+	testutil.RequireRoot(t)
+	daemonBin, agentBin := binaries(t)
+	dataDir := testutil.ShortTempDir(t)
+	cmd := execCommand(daemonBin, "serve")
+	cmd.Env = append(cmd.Env, "HOST=127.0.0.1", fmt.Sprintf("PORT=%d", freePort(t)), "AGENT_PATH="+agentBin,
+		"AGENTBOX_DATA_DIR="+dataDir, "NETWORK=off",
+		"REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", freePort(t)), "REDIS_TIMEOUT=1")
+	out := &testutil.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(out.String(), "REDIS_ENABLED") || !strings.Contains(out.String(), "Redis") {
+			t.Fatalf("exit %v, output:\n%s", err, out.String())
+		}
+		assertNoLeftovers(t, dataDir)
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("daemon still running without its Redis:\n%s", out.String())
 	}
 }

@@ -344,3 +344,105 @@ func TestRedisUnreachableAtStart(t *testing.T) {
 		t.Fatalf("daemon still running without its Redis:\n%s", out.String())
 	}
 }
+
+// Redis stopped and started under load: three clients create, exec in and
+// delete sandboxes while Redis goes away and comes back. Every refusal is
+// a 503 (never a 500 or a hang), exec in a sandbox that exists always
+// works, and after a restart of the daemon nothing in Redis points at a
+// sandbox that is gone.
+func TestRedisOutageUnderLoad(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	d := startDaemon(t, "REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", srv.Port),
+		"REDIS_TIMEOUT=1", "API_KEYS=k1:alice", "POOL_SIZE=0")
+	ctx := context.Background()
+	c := d.sdk(t, "k1")
+
+	var mu sync.Mutex
+	var problems []string
+	ok, refused := 0, 0
+	note := func(op string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			ok++
+		case client.IsUnavailable(err):
+			refused++
+		default:
+			problems = append(problems, fmt.Sprintf("%s: %v", op, err))
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 3; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []string // sandboxes whose delete was refused
+			for i := 0; i < 200; i++ {
+				select {
+				case <-stop:
+					i = 200
+					continue
+				default:
+				}
+				sb, err := c.Create(ctx, client.CreateRequest{})
+				note("create", err)
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"echo", "hi"}})
+				if err != nil || res.Stdout != "hi\n" {
+					note("exec", fmt.Errorf("%+v %v", res, err))
+				}
+				err = c.Delete(ctx, sb.ID)
+				note("delete", err)
+				if err != nil {
+					mine = append(mine, sb.ID)
+				}
+			}
+			// Redis is back by now: retry the refused deletes (bounded).
+			for _, id := range mine {
+				var err error
+				for try := 0; try < 100; try++ {
+					if err = c.Delete(ctx, id); err == nil || client.IsNotFound(err) {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				if err != nil && !client.IsNotFound(err) {
+					note("late delete", err)
+				}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	srv.Stop()
+	time.Sleep(1500 * time.Millisecond)
+	srv.Start()
+	time.Sleep(1500 * time.Millisecond) // the client redials within about a second
+	close(stop)
+	wg.Wait()
+	if len(problems) > 0 {
+		t.Fatalf("%d failures that were not 503:\n%s", len(problems), strings.Join(problems, "\n"))
+	}
+	if ok == 0 || refused == 0 {
+		t.Fatalf("ok %d, refused %d: the outage was not under load", ok, refused)
+	}
+	if page, err := c.List(ctx, client.ListOptions{}); err != nil || len(page.Sandboxes) != 0 {
+		t.Fatalf("sandboxes left: %+v %v", page, err)
+	}
+	// Records whose delete hit the outage are dropped at the next start.
+	d.stop()
+	d.start()
+	rs, err := store.OpenRedis(ctx, store.RedisConfig{Addr: srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	if recs, err := rs.List(ctx); err != nil || len(recs) != 0 {
+		t.Fatalf("records left in Redis after the restart: %d %v", len(recs), err)
+	}
+	t.Logf("%d requests served, %d refused with 503 during the outage", ok, refused)
+}

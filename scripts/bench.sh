@@ -11,3 +11,6 @@ echo "== go test -bench Templates (test/e2e: image templates against host, throu
 go test -run '^$' -bench Templates -benchtime "${BENCHTIME_TEMPLATES:-50x}" ./test/e2e/
 echo "== agentbox bench"
 bin/agentbox bench -n "${BENCH_N:-100}"
+echo "== go test -bench Store (internal/store) and StateStoreCreates (test/e2e): bbolt against Redis"
+go test -run '^$' -bench Store -benchtime "${BENCHTIME_STORE:-2000x}" ./internal/store/
+go test -run '^$' -bench StateStoreCreates -benchtime "${BENCHTIME_CREATES:-40x}" ./test/e2e/

@@ -12,7 +12,9 @@ import (
 )
 
 // RedisServer is a real redis-server (Debian's package) run by a test on a
-// free loopback port, with its files in a temp dir and no persistence.
+// free loopback port, with its files in a temp dir: no snapshots and no
+// append-only file while it runs, one save when Stop shuts it down (so a
+// Start after a Stop has the data back, as a production Redis would).
 type RedisServer struct {
 	Port int
 	dir  string

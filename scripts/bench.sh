@@ -13,3 +13,6 @@ echo "== go test -bench PauseResumeAPI (test/e2e: pause and resume through a dae
 go test -run '^$' -bench PauseResumeAPI -benchtime "${BENCHTIME:-100x}" ./test/e2e/
 echo "== agentbox bench"
 bin/agentbox bench -n "${BENCH_N:-100}"
+echo "== go test -bench Store (internal/store) and StateStoreCreates (test/e2e): bbolt against Redis"
+go test -run '^$' -bench Store -benchtime "${BENCHTIME_STORE:-2000x}" ./internal/store/
+go test -run '^$' -bench StateStoreCreates -benchtime "${BENCHTIME_CREATES:-40x}" ./test/e2e/

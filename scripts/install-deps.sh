@@ -17,6 +17,8 @@ for p in build-essential pkg-config libseccomp-dev e2fsprogs iproute2 nftables \
          docker.io iptables mmdebstrap chromium; do
   have_pkg "$p" || need+=("$p")
 done
+# The scale-out tests start a real redis-server (docs/scale-out.md).
+have_pkg redis-server || need+=(redis-server)
 
 # Node.js and npm build the web console (make build) and drive the official
 # E2B SDK in a compatibility test; any installation will do (a

@@ -147,9 +147,26 @@ type Config struct {
 	// sandbox images: [registry/][namespace/]runtime-sandbox-<type>:<tag>.
 	RuntimeRegistry, RuntimeNamespace, RuntimeTag string
 
+	// Redis is the shared state store (REDIS_*); NodeID and NodeAddress
+	// name this daemon among replicas.
+	Redis       RedisConfig
+	NodeID      string
+	NodeAddress string
+
 	// Settings that were given but have no effect on this deployment, for a
 	// warning at start.
 	Ignored []string
+}
+
+// RedisConfig is the REDIS_* settings.
+type RedisConfig struct {
+	Enabled        bool
+	Server         string
+	Port, DB       int
+	User, Password string
+	KeyPrefix      string
+	PoolKey        string
+	Timeout        time.Duration
 }
 
 // minNofile is the smallest open-file limit a sandbox can be given.
@@ -340,11 +357,29 @@ var settings = []setting{
 		}
 		return nil
 	}},
-	{"REDIS_ENABLED", "false", "shared state in Redis for several daemons (not available yet)", boolSetting(func(c *Config, b bool) {
-		if b {
-			c.Ignored = append(c.Ignored, "REDIS_ENABLED")
+	{"REDIS_ENABLED", "false", "keep sandbox records, sessions, pool membership and the node list in Redis (shared by several daemons) instead of the local bbolt file; see docs/scale-out.md", boolSetting(func(c *Config, b bool) { c.Redis.Enabled = b })},
+	{"REDIS_SERVER", "localhost", "Redis host name or address", func(c *Config, v string) error {
+		if v == "" || strings.ContainsAny(v, "/ \t") {
+			return fmt.Errorf("want a host name or address")
 		}
-	})},
+		c.Redis.Server = v
+		return nil
+	}},
+	{"REDIS_PORT", "6379", "Redis port", intIn(1, 65535, func(c *Config, n int) { c.Redis.Port = n })},
+	{"REDIS_DB", "0", "Redis database number", intIn(0, 1<<20, func(c *Config, n int) { c.Redis.DB = n })},
+	{"REDIS_USER", "", "Redis ACL user name (empty: the default user)", func(c *Config, v string) error { c.Redis.User = v; return nil }},
+	{"REDIS_PASSWORD", "", "Redis password", func(c *Config, v string) error { c.Redis.Password = v; return nil }},
+	{"REDIS_KEY_PREFIX", "agentbox", "first part of every Redis key of records and nodes; deployments sharing one Redis database need different prefixes", redisKey(func(c *Config, v string) { c.Redis.KeyPrefix = v })},
+	{"REDIS_CONTAINER_POOL_KEY", "_runtime_sandbox_container_container_pool", "first part of the Redis keys of warm-pool membership (one set per pool), as in agentscope", redisKey(func(c *Config, v string) { c.Redis.PoolKey = v })},
+	{"REDIS_TIMEOUT", "2", "seconds a Redis command may take; with Redis down, requests that need state fail with 503 after it", seconds(func(c *Config, d time.Duration) { c.Redis.Timeout = d })},
+	{"NODE_ID", "", "this daemon's name among the replicas sharing a Redis; empty: host name and a hash of the data dir (stable across restarts)", func(c *Config, v string) error {
+		if len(v) > 128 || strings.ContainsAny(v, " \t\n\r") {
+			return fmt.Errorf("want at most 128 characters without spaces")
+		}
+		c.NodeID = v
+		return nil
+	}},
+	{"NODE_ADDRESS", "", "URL other replicas and operators reach this daemon at, shown in GET /v1/nodes; empty: http://HOST:PORT", func(c *Config, v string) error { c.NodeAddress = v; return nil }},
 	{"STORAGE_FOLDER", "", "where released workspaces are copied (with FILE_SYSTEM=local)", func(c *Config, v string) error { c.StorageFolder = v; return nil }},
 	{"FILE_SYSTEM", "local", "storage for STORAGE_FOLDER: local", func(c *Config, v string) error {
 		if v != "local" && v != "" {
@@ -530,8 +565,7 @@ var settings = []setting{
 
 // Names that agentscope deployments set but that mean nothing for this
 // backend. Accepted (so existing .env files load) and reported as ignored.
-var ignoredNames = []string{"PORT_RANGE", "REDIS_SERVER", "REDIS_PORT", "REDIS_DB", "REDIS_USER",
-	"REDIS_PASSWORD", "REDIS_PORT_KEY", "REDIS_CONTAINER_POOL_KEY", "K8S_NAMESPACE", "KUBECONFIG_PATH",
+var ignoredNames = []string{"PORT_RANGE", "REDIS_PORT_KEY", "K8S_NAMESPACE", "KUBECONFIG_PATH",
 	"OSS_ENDPOINT", "OSS_ACCESS_KEY_ID", "OSS_ACCESS_KEY_SECRET", "OSS_BUCKET_NAME"}
 
 // Settings lists the known setting names with their defaults and help, for
@@ -737,6 +771,22 @@ func imageNamePart(set func(*Config, string)) func(*Config, string) error {
 		v = strings.Trim(v, "/")
 		if strings.ContainsAny(v, " \t@\\") || strings.Contains(v, "//") || strings.Contains(v, "..") {
 			return fmt.Errorf("want a registry host or image namespace such as registry.example.com or agentscope")
+		}
+		set(c, v)
+		return nil
+	}
+}
+
+// redisKey accepts a key prefix: printable, no spaces, not empty.
+func redisKey(set func(*Config, string)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		if v == "" || len(v) > 200 {
+			return fmt.Errorf("want 1 to 200 characters")
+		}
+		for _, r := range v {
+			if r <= ' ' || r == 0x7f {
+				return fmt.Errorf("want no spaces or control characters")
+			}
 		}
 		set(c, v)
 		return nil

@@ -29,7 +29,6 @@ import (
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/sandbox"
-	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/template"
 	"github.com/agentbox/agentbox/internal/version"
 )
@@ -115,11 +114,14 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	st, err := store.OpenBolt(filepath.Join(dataDir, "agentbox.db"))
+	st, nodes, closeStore, err := openStore(ctx, cfg, dataDir, log)
 	if err != nil {
+		// Nothing runs yet: undo what the backend set up (its state mount).
+		closeBackend(b, netMgr, log)
 		return err
 	}
-	defer st.Close()
+	defer closeStore()
+	node := nodeID(cfg, dataDir)
 	// The store counts a template's users from the manager's records; the
 	// manager is made after the store, so the count is bound late.
 	var m *manager.Manager
@@ -153,7 +155,7 @@ func Run(ctx context.Context, opts Options) error {
 		MaxExecOutput: cfg.MaxExecOutputBytes, Logger: log, Metrics: manager.NewMetrics(reg),
 		MaxRequestsPerUser: cfg.MaxRequestsPerUser, RequestMemory: cfg.RequestMemory,
 		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: netMgr != nil,
-		ValidateNetwork: netpolicy.Validate, Resolver: resolver, Committer: templates,
+		ValidateNetwork: netpolicy.Validate, Resolver: resolver, Committer: templates, NodeID: node,
 	}, b, st)
 	if cfg.DefaultNetworkMode == string(sandbox.NetworkEgress) && netMgr == nil && opts.Backend == nil {
 		return fmt.Errorf("setting DEFAULT_NETWORK_MODE=egress: sandbox networking is unavailable (see NETWORK)")
@@ -191,6 +193,8 @@ func Run(ctx context.Context, opts Options) error {
 			return fmt.Errorf("listen: %w", err)
 		}
 	}
+	registry := newRegistry(cfg, node, ln.Addr().String(), b.Name(), nodes, m, log)
+	api.SetNodes(registry.List)
 	ln = newLimitListener(ln, maxConns, maxConnsPerIP, log)
 	srv := &http.Server{
 		Handler:           withBodyTimeout(api.Handler(), cfg.BodyTimeout),
@@ -216,6 +220,10 @@ func Run(ctx context.Context, opts Options) error {
 		srv.Close()
 		return err
 	}
+	regCtx, stopRegistry := context.WithCancel(context.WithoutCancel(ctx))
+	regDone := make(chan struct{})
+	go func() { defer close(regDone); registry.Run(regCtx) }()
+	defer func() { stopRegistry(); <-regDone }()
 	if opts.Ready != nil {
 		opts.Ready <- ln.Addr().String()
 	}

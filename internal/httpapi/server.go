@@ -74,6 +74,7 @@ type Server struct {
 	mux     *http.ServeMux
 	handler http.Handler
 	reqDur  *prometheus.HistogramVec
+	nodes   NodeLister // GET /v1/nodes (nodes.go)
 
 	previewTransport *http.Transport
 	tickets          ptyTickets // the console's terminal tickets (console.go)
@@ -179,6 +180,7 @@ func (s *Server) routes() {
 	s.templatesRoutes(v1)
 	s.consoleRoutes(v1)
 	v1("GET /v1/info", s.info)
+	s.nodesRoutes(v1)
 	v1("GET /v1/openapi.yaml", func(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, err := w.Write(api.OpenAPI)

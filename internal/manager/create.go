@@ -193,6 +193,9 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if err != nil {
 		return nil, err
 	}
+	if err := m.stateReady(ctx); err != nil {
+		return nil, err
+	}
 	if m.poolEligible(req) {
 		if p := m.poolFor(template.Ref); p != nil {
 			if rec, ok, err := m.takeFromPool(ctx, p, owner, typ, template, req); ok || err != nil {
@@ -290,6 +293,7 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 		spec.WorkspaceDir = dir
 	}
 	rec.WorkspaceDir = spec.WorkspaceDir
+	rec.Node = m.cfg.NodeID
 	rec.Resources = spec.Resources
 	svc, err := serviceFor(template, req)
 	if err != nil {
@@ -349,6 +353,11 @@ func (m *Manager) takeFromPool(ctx context.Context, p *pool.Pool, owner, typ str
 			return rec, true, nil
 		}
 		if sandbox.ClassOf(err) == sandbox.ClassQuota {
+			return nil, true, err
+		}
+		if sandbox.ClassOf(err) == sandbox.ClassUnavailable && m.stateReady(ctx) != nil {
+			// The state store went away mid-hand-over: the sandbox is not
+			// broken, keep it.
 			return nil, true, err
 		}
 		// A pooled sandbox that cannot be personalised is broken: drop it and

@@ -16,6 +16,11 @@ func (m *Manager) Delete(ctx context.Context, owner string, id sandbox.ID) error
 	if _, err := m.entryFor(owner, id); err != nil {
 		return err
 	}
+	// With the state store away the record could not go: refuse (503)
+	// rather than leave a record pointing at nothing; the caller retries.
+	if err := m.stateReady(ctx); err != nil {
+		return err
+	}
 	if ok, err := m.recycle(ctx, id); ok {
 		return err
 	}
@@ -135,6 +140,9 @@ func (m *Manager) Refresh(ctx context.Context, owner string, id sandbox.ID, d ti
 }
 
 func (m *Manager) updateEnd(ctx context.Context, owner string, id sandbox.ID, next func(time.Time) time.Time) (*store.Record, error) {
+	if err := m.stateReady(ctx); err != nil {
+		return nil, err // before the end time changes in memory only
+	}
 	e, err := m.entryFor(owner, id)
 	if err != nil {
 		return nil, err
@@ -264,6 +272,9 @@ func (m *Manager) dropOrphanPooled(ctx context.Context) {
 func (m *Manager) poolFill(ref string) pool.FillFunc {
 	return func(ctx context.Context) (sandbox.ID, error) {
 		start := time.Now()
+		if err := m.stateReady(ctx); err != nil {
+			return "", err // no boot that could not be recorded; the pool backs off
+		}
 		t, err := m.cfg.Resolver.Resolve(ctx, ref)
 		if err != nil {
 			return "", fmt.Errorf("resolve template %q: %w", ref, err)

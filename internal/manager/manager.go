@@ -82,6 +82,10 @@ type Config struct {
 	// buffers together (one user at most half of it); 0 = no limit.
 	RequestMemory int64
 
+	// NodeID names this daemon among replicas sharing a store: its records
+	// carry it, and recovery leaves other nodes' records alone.
+	NodeID string
+
 	Logger  *slog.Logger
 	Metrics *Metrics
 }
@@ -268,6 +272,9 @@ func (m *Manager) recover(ctx context.Context) error {
 	}
 	now := time.Now()
 	for _, rec := range recs {
+		if !m.ownRecord(rec) {
+			continue // another replica's sandbox
+		}
 		in, ok := live[rec.ID]
 		delete(live, rec.ID)
 		switch {

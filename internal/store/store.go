@@ -50,6 +50,10 @@ type Record struct {
 	Uses int `json:"uses,omitempty"`
 	// Extra is opaque data of protocol front-ends (agentscope's meta...).
 	Extra map[string]string `json:"extra,omitempty"`
+
+	// Node is the daemon that runs the sandbox (NODE_ID), so replicas that
+	// share a store each recover only their own sandboxes.
+	Node string `json:"node,omitempty"`
 }
 
 // Clone returns a deep copy, so callers can hand records out without sharing maps.
@@ -85,4 +89,11 @@ type Store interface {
 	// List returns every record.
 	List(ctx context.Context) ([]*Record, error)
 	Close() error
+}
+
+// Pinger is a Store on a server that can be away (Redis): Ping fails with a
+// ClassUnavailable error then, so work that would end in a write can be
+// refused before it starts.
+type Pinger interface {
+	Ping(ctx context.Context) error
 }

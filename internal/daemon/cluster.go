@@ -1,0 +1,114 @@
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/cluster"
+	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/netpolicy"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/version"
+)
+
+// openStore opens the state store: Redis (shared by replicas) with
+// REDIS_ENABLED, else the local bbolt file. The returned Nodes is nil
+// without Redis. release closes the store and frees the data dir.
+func openStore(ctx context.Context, cfg *config.Config, dataDir string, log *slog.Logger) (store.Store, cluster.Nodes, func(), error) {
+	if !cfg.Redis.Enabled {
+		st, err := store.OpenBolt(filepath.Join(dataDir, "agentbox.db"))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return st, nil, func() { st.Close() }, nil
+	}
+	// bbolt's file lock kept a second daemon off this data dir (its
+	// sandboxes); with the records in Redis a lock file does that job.
+	unlock, err := lockDataDir(dataDir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	addr := net.JoinHostPort(cfg.Redis.Server, strconv.Itoa(cfg.Redis.Port))
+	octx, cancel := context.WithTimeout(ctx, cfg.Redis.Timeout+time.Second)
+	defer cancel()
+	rs, err := store.OpenRedis(octx, store.RedisConfig{Addr: addr, DB: cfg.Redis.DB, Username: cfg.Redis.User,
+		Password: cfg.Redis.Password, KeyPrefix: cfg.Redis.KeyPrefix, PoolKey: cfg.Redis.PoolKey, Timeout: cfg.Redis.Timeout})
+	if err != nil {
+		unlock()
+		return nil, nil, nil, fmt.Errorf("REDIS_ENABLED: %w", err)
+	}
+	log.Info("state store: Redis", "addr", addr, "db", cfg.Redis.DB, "key_prefix", cfg.Redis.KeyPrefix)
+	return rs, rs, func() { rs.Close(); unlock() }, nil
+}
+
+// closeBackend releases a backend and its networking that never served
+// (a start that failed after creating them); sandboxes of an earlier run
+// stay as they are.
+func closeBackend(b backend.Backend, netMgr *netpolicy.Manager, log *slog.Logger) {
+	if c, ok := b.(backend.Closer); ok {
+		if err := c.Close(); err != nil {
+			log.Error("close backend", "err", err)
+		}
+	}
+	if netMgr != nil {
+		if err := netMgr.Close(false); err != nil {
+			log.Error("close sandbox networking", "err", err)
+		}
+	}
+}
+
+// lockDataDir takes an exclusive lock on DATA_DIR/agentbox.lock for the
+// daemon's lifetime: two daemons on one data dir would destroy each other's
+// sandboxes at recovery.
+func lockDataDir(dataDir string) (func(), error) {
+	path := filepath.Join(dataDir, "agentbox.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s (is another agentbox using this data dir?): %w", path, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// nodeID is NODE_ID, or the host name with a hash of the data dir: stable
+// across restarts (a restarted daemon finds its records) and distinct for
+// two daemons on one host (they need distinct data dirs anyway).
+func nodeID(cfg *config.Config, dataDir string) string {
+	if cfg.NodeID != "" {
+		return cfg.NodeID
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "agentbox"
+	}
+	sum := sha256.Sum256([]byte(dataDir))
+	return host + "-" + hex.EncodeToString(sum[:4])
+}
+
+// newRegistry announces this daemon, with its load, to the other replicas.
+func newRegistry(cfg *config.Config, id, addr, backendName string, nodes cluster.Nodes, m *manager.Manager, log *slog.Logger) *cluster.Registry {
+	address := cfg.NodeAddress
+	if address == "" {
+		address = "http://" + addr
+	}
+	started := time.Now().UTC()
+	return cluster.New(nodes, func() store.Node {
+		l := m.Load()
+		return store.Node{ID: id, Address: address, Backends: []string{backendName}, Version: version.Version,
+			Sandboxes: l.Sandboxes, Pooled: l.Pooled, MemoryBytes: l.MemoryBytes, StartedAt: started}
+	}, cluster.DefaultTTL, log)
+}

@@ -1,0 +1,36 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// NodeLister lists the daemons (replicas) sharing this server's state.
+type NodeLister func(ctx context.Context) ([]store.Node, error)
+
+// SetNodes gives GET /v1/nodes its source (the daemon's node registry).
+func (s *Server) SetNodes(list NodeLister) { s.nodes = list }
+
+func (s *Server) nodesRoutes(v1 func(string, func(http.ResponseWriter, *http.Request) error)) {
+	v1("GET /v1/nodes", s.listNodes)
+}
+
+// listNodes shows the replicas and their load. Operators only: a node's
+// address and load say nothing a tenant needs, and much about the others.
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) error {
+	if !s.isTemplateAdmin(r) {
+		return sandbox.Errorf(sandbox.ClassForbidden, "only the server's operator (TEMPLATE_ADMIN_USERS) may list its nodes")
+	}
+	if s.nodes == nil {
+		return sandbox.Errorf(sandbox.ClassUnavailable, "this server has no node registry")
+	}
+	nodes, err := s.nodes(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"nodes": nodes})
+	return nil
+}

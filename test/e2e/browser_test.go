@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
+	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
@@ -334,6 +337,34 @@ func checkBrowser(t *testing.T, d *daemon) {
 			t.Errorf("/cdp with key %q: %d %s, want %d", c.key, status, data, c.want)
 		}
 	}
+	checkBrowserSDK(t, d, alice, id)
+
+	// Chromium's own sandbox cannot start inside an agentbox sandbox (no
+	// user namespaces, no setuid): why the template passes --no-sandbox
+	// (docs/browser.md). If this ever starts, drop the flag.
+	if out, code := sbRunAs(t, d, alice, id, `timeout 20 chromium --headless --disable-gpu --user-data-dir=/tmp/sbcheck --dump-dom about:blank 2>&1 | tail -3; exit ${PIPESTATUS[0]}`); code == 0 {
+		t.Errorf("Chromium with its own sandbox started in an agentbox sandbox: %s", out)
+	} else {
+		t.Logf("Chromium with its own sandbox (refused, as documented): %s", out)
+	}
+
+	// A sandbox without a desktop: a clear refusal, not a hang.
+	start = time.Now()
+	plain := createRaw(t, d, alice, map[string]any{"template": builtinBase})
+	t.Logf("reference: create from base: %s", time.Since(start).Round(time.Millisecond))
+	defer deleteSandbox(t, d, alice, plain)
+	time.Sleep(2 * time.Second)
+	if status, data := d.call(t, "GET", "/v1/sandboxes/"+plain+"/stats", alice, nil); status == http.StatusOK {
+		st := mustJSON(t, data)
+		t.Logf("reference: idle base sandbox: memory %.0f MiB, %v pids", st["memory_bytes"].(float64)/(1<<20), st["pids"])
+	}
+	if status, data := computer(t, d, alice, plain, map[string]any{"action": "screen_size"}); status != http.StatusConflict {
+		t.Errorf("/computer in a base sandbox: %d %s, want 409", status, data)
+	}
+	if status, data := d.call(t, "GET", "/v1/sandboxes/"+plain+"/cdp", alice, nil, upgrade...); status != http.StatusServiceUnavailable {
+		t.Errorf("/cdp in a base sandbox: %d %s, want 503", status, data)
+	}
+
 	// /cdp is a WebSocket endpoint only.
 	if status, data := d.call(t, "GET", "/v1/sandboxes/"+id+"/cdp", alice, nil); status != http.StatusBadRequest {
 		t.Errorf("/cdp without an upgrade: %d %s, want 400", status, data)
@@ -358,6 +389,67 @@ func templateCLIAs(t *testing.T, ctx context.Context, d *daemon, key string, arg
 		t.Fatalf("agentbox %s: %v\n%s", strings.Join(args, " "), err, lastLines(string(out), 60))
 	}
 	return string(out), took
+}
+
+// checkBrowserSDK drives the same sandbox with the Go SDK: a raw CDP
+// command over DialCDP, the screen's size, a move and a screenshot.
+func checkBrowserSDK(t *testing.T, d *daemon, key, id string) {
+	ctx := waitCtx(t, 2*time.Minute)
+	c := d.sdk(t, key)
+	ws, err := c.DialCDP(ctx, id)
+	if err != nil {
+		t.Fatalf("DialCDP: %v", err)
+	}
+	defer ws.CloseNow()
+	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"id":1,"method":"Browser.getVersion"}`)); err != nil {
+		t.Fatalf("CDP write: %v", err)
+	}
+	for range 20 { // events may come first
+		_, msg, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("CDP read: %v", err)
+		}
+		var resp struct {
+			ID     int `json:"id"`
+			Result struct {
+				Product string `json:"product"`
+			} `json:"result"`
+		}
+		if json.Unmarshal(msg, &resp) == nil && resp.ID == 1 {
+			if !strings.HasPrefix(resp.Result.Product, "Chrome/") {
+				t.Errorf("Browser.getVersion over DialCDP: %s", msg)
+			}
+			break
+		}
+	}
+	ws.Close(websocket.StatusNormalClosure, "")
+	if u, h := c.CDPEndpoint(id); !strings.HasPrefix(u, "ws://") || !strings.HasSuffix(u, "/v1/sandboxes/"+id+"/cdp") || h.Get("Authorization") != "Bearer "+key {
+		t.Errorf("CDPEndpoint: %s %v", u, h)
+	}
+
+	size, err := c.Computer(ctx, id, client.ComputerAction{Action: "screen_size"})
+	if err != nil || size.Width != 1280 || size.Height != 800 {
+		t.Fatalf("Computer screen_size: %+v %v", size, err)
+	}
+	if _, err := c.Computer(ctx, id, client.ComputerAction{Action: "move", At: &client.Point{X: 640, Y: 400}}); err != nil {
+		t.Fatalf("Computer move: %v", err)
+	}
+	if pos, err := c.Computer(ctx, id, client.ComputerAction{Action: "cursor_position"}); err != nil || pos.X != 640 || pos.Y != 400 {
+		t.Errorf("Computer cursor_position: %+v %v", pos, err)
+	}
+	if _, err := c.Computer(ctx, id, client.ComputerAction{Action: "key", Keys: "--version"}); err == nil || !strings.Contains(err.Error(), "key combination") {
+		t.Errorf("Computer with a bad key: %v", err)
+	}
+	png, err := c.Screenshot(ctx, id)
+	if err != nil {
+		t.Fatalf("Screenshot: %v", err)
+	}
+	if cfg, err := pngpkg.DecodeConfig(bytes.NewReader(png)); err != nil || cfg.Width != 1280 || cfg.Height != 800 {
+		t.Errorf("Screenshot: %+v %v", cfg, err)
+	}
+	if _, err := d.sdk(t, "k-bob").Screenshot(ctx, id); !client.IsNotFound(err) {
+		t.Errorf("another tenant's Screenshot: %v, want not found", err)
+	}
 }
 
 // sbRunAs is sbRun as key's user.

@@ -76,6 +76,31 @@ func TestBrowserTemplate(t *testing.T) {
 		t.Fatalf("first screenshot of a pooled browser sandbox: %d %s", status, data)
 	}
 	t.Logf("pool hit: create %s; create to first screenshot %s", created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+
+	// This daemon has no API keys: the browser guard keeps web pages off
+	// both routes (a page cannot open the DevTools WebSocket or post an
+	// action).
+	upgrade := []string{"Connection", "Upgrade", "Upgrade", "websocket", "Sec-WebSocket-Version", "13", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="}
+	if status, data := d2.call(t, "GET", "/v1/sandboxes/"+id+"/cdp", "", nil, append(upgrade, "Origin", "http://evil.example")...); status != http.StatusForbidden {
+		t.Errorf("/cdp from a foreign origin: %d %s, want 403", status, data)
+	}
+	if status, data := d2.call(t, "POST", "/v1/sandboxes/"+id+"/computer", "", `{"action":"click"}`, "Content-Type", "text/plain"); status == http.StatusOK {
+		t.Errorf("/computer with a text/plain body (a page's simple request): %d %s", status, data)
+	}
+
+	// The browser is a supervised service: if Chromium dies, the agent
+	// restarts it and /cdp works again.
+	if out, code := sbRunAs(t, d2, "", id, `pkill -o -x chromium; echo killed`); code != 0 {
+		t.Fatalf("kill chromium: %d %s", code, out)
+	}
+	waitFor(t, "Chromium restarted by the service", func() (bool, string) {
+		out, _ := sbRunAs(t, d2, "", id, `curl -sf http://127.0.0.1:9222/json/version >/dev/null && echo up`)
+		return out == "up", out
+	})
+	mods := playwrightDir(t)
+	if st := runCDP(t, d2, mods, "", id, "state"); st["scrollY"] != 0.0 {
+		t.Errorf("the restarted browser over /cdp: %v", st)
+	}
 }
 
 // browserPage is served inside the sandbox; its script records what the

@@ -21,10 +21,6 @@ import (
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
-// browserResources fit a Chromium: the server's defaults (512 MiB, 256
-// pids) are a code sandbox's (docs/browser.md).
-var browserResources = map[string]any{"memory": "2G", "pids": 1024}
-
 // TestBrowserTemplate builds templates/browser (FROM base) as `make
 // templates` does, on a daemon whose TEMPLATE_DIR is the test cache's, so
 // only a first run downloads Debian's packages, then drives a sandbox of
@@ -55,11 +51,11 @@ func TestBrowserTemplate(t *testing.T) {
 	checkBrowser(t, d)
 
 	// A warm pool of browser sandboxes (the type "browser" mapped to the
-	// built template, with a browser's resources as the server's
-	// defaults): create hands out a sandbox whose browser already runs.
+	// built template, whose labels give the pooled sandboxes a browser's
+	// resources): create hands out a sandbox whose browser already runs.
 	d.stop()
 	d2 := startDaemon(t, "TEMPLATE_DIR="+tmplDir, `SANDBOX_TEMPLATES={"base":"host","filesystem":"host","browser":"browser:latest"}`,
-		"DEFAULT_SANDBOX_TYPE=browser", "POOL_SIZE=1", "DEFAULT_MEMORY=2G", "DEFAULT_PIDS=1024")
+		"DEFAULT_SANDBOX_TYPE=browser", "POOL_SIZE=1")
 	level := func() float64 {
 		_, data := d2.call(t, "GET", "/v1/info", "", nil)
 		pools, _ := mustJSON(t, data)["pools"].(map[string]any)
@@ -76,6 +72,13 @@ func TestBrowserTemplate(t *testing.T) {
 		t.Fatalf("first screenshot of a pooled browser sandbox: %d %s", status, data)
 	}
 	t.Logf("pool hit: create %s; create to first screenshot %s", created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	if level() != 0 {
+		t.Errorf("the pool still holds a sandbox after the create: it was not a pool hit")
+	}
+	_, data = d2.call(t, "GET", "/v1/sandboxes/"+id, "", nil)
+	if res, _ := mustJSON(t, data)["resources"].(map[string]any); res["memory"] != float64(2<<30) || res["pids"] != 1024.0 {
+		t.Errorf("resources of a pooled browser sandbox: %v, want the template's", res)
+	}
 
 	// This daemon has no API keys: the browser guard keeps web pages off
 	// both routes (a page cannot open the DevTools WebSocket or post an
@@ -237,13 +240,19 @@ func checkBrowser(t *testing.T, d *daemon) {
 	const alice, bob = "k-alice", "k-bob"
 
 	start := time.Now()
-	status, data := d.call(t, "POST", "/v1/sandboxes", alice, map[string]any{"template": "browser", "resources": browserResources})
+	status, data := d.call(t, "POST", "/v1/sandboxes", alice, map[string]any{"template": "browser"})
 	if status != http.StatusCreated {
 		t.Fatalf("create from browser: %d %s", status, data)
 	}
-	id := mustJSON(t, data)["id"].(string)
 	created := time.Since(start)
+	rec := mustJSON(t, data)
+	id := rec["id"].(string)
 	defer deleteSandbox(t, d, alice, id)
+	// The template's labels set its default resources, not the server's
+	// 512 MiB and 256 pids.
+	if res, _ := rec["resources"].(map[string]any); res["memory"] != float64(2<<30) || res["pids"] != 1024.0 {
+		t.Errorf("resources of a browser sandbox: %v, want the template's 2 GiB and 1024 pids", rec["resources"])
+	}
 
 	// Create returned with the browser ready: the first screenshot works.
 	status, png1 := computer(t, d, alice, id, map[string]any{"action": "screenshot"})
@@ -408,6 +417,14 @@ func checkBrowser(t *testing.T, d *daemon) {
 	}
 
 	// A sandbox without a desktop: a clear refusal, not a hang.
+	// Explicit resources win over the template's.
+	small := createRaw(t, d, alice, map[string]any{"template": "browser", "resources": map[string]any{"memory": "1G"}})
+	defer deleteSandbox(t, d, alice, small)
+	_, data = d.call(t, "GET", "/v1/sandboxes/"+small, alice, nil)
+	if res, _ := mustJSON(t, data)["resources"].(map[string]any); res["memory"] != float64(1<<30) || res["pids"] != 1024.0 {
+		t.Errorf("resources of a browser sandbox created with memory 1G: %v", res)
+	}
+
 	start = time.Now()
 	plain := createRaw(t, d, alice, map[string]any{"template": builtinBase})
 	t.Logf("reference: create from base: %s", time.Since(start).Round(time.Millisecond))

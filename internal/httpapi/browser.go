@@ -43,6 +43,13 @@ const maxTypeText = 2000
 
 func (s *Server) browserRoutes(v1 func(string, func(http.ResponseWriter, *http.Request) error)) {
 	v1("GET /v1/sandboxes/{id}/cdp", s.cdp)
+	// The discovery document CDP clients ask an http:// endpoint for:
+	// Playwright's connectOverCDP("http://.../cdp") asks for
+	// .../cdp/json/version/, Puppeteer's browserURL for .../json/version.
+	v1("GET /v1/sandboxes/{id}/cdp/json/version", s.cdpVersion)
+	// The same with Playwright's trailing slash (one route in the OpenAPI
+	// document, so registered beside v1's list).
+	s.mux.Handle("GET /v1/sandboxes/{id}/cdp/json/version/{$}", s.instrument("GET /v1/sandboxes/{id}/cdp/json/version", s.authenticated(s.cdpVersion)))
 	v1("POST /v1/sandboxes/{id}/computer", s.computer)
 }
 
@@ -59,7 +66,7 @@ func (s *Server) cdp(w http.ResponseWriter, r *http.Request) error {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		return sandbox.Errorf(sandbox.ClassInvalid, "/cdp is a WebSocket endpoint (Chrome DevTools protocol): connect with ws:// or wss://, e.g. Playwright's chromium.connectOverCDP(url, {headers}) or Puppeteer's connect({browserWSEndpoint, headers})")
 	}
-	path, err := s.browserEndpoint(r.Context(), id)
+	path, _, err := s.browserEndpoint(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -90,37 +97,67 @@ func (s *Server) cdp(w http.ResponseWriter, r *http.Request) error {
 // devtoolsPath is what a browser endpoint's path looks like.
 var devtoolsPath = regexp.MustCompile(`^/devtools/browser/[A-Za-z0-9-]{1,64}$`)
 
+// versionFields are the fields of Chromium's /json/version passed on (as
+// strings); webSocketDebuggerUrl is the daemon's own.
+var versionFields = []string{"Browser", "Protocol-Version", "User-Agent", "V8-Version", "WebKit-Version"}
+
+// cdpVersion serves GET /v1/sandboxes/{id}/cdp/json/version: Chromium's
+// version document with the daemon's /cdp WebSocket as the browser
+// endpoint, on the scheme and host the caller reached the daemon by.
+func (s *Server) cdpVersion(w http.ResponseWriter, r *http.Request) error {
+	id := sandboxID(r)
+	if _, err := s.m.Get(r.Context(), userOf(r), id); err != nil {
+		return err
+	}
+	_, doc, err := s.browserEndpoint(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	scheme := "ws"
+	if r.TLS != nil {
+		scheme = "wss"
+	}
+	out := map[string]string{"webSocketDebuggerUrl": fmt.Sprintf("%s://%s/v1/sandboxes/%s/cdp", scheme, r.Host, id)}
+	for _, k := range versionFields {
+		if v, ok := doc[k].(string); ok {
+			out[k] = v
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
 // browserEndpoint asks the sandbox's Chromium for its browser WebSocket
-// path. The answer comes from code in the sandbox, so only a path of the
-// expected shape is used (never its host).
-func (s *Server) browserEndpoint(ctx context.Context, id sandbox.ID) (string, error) {
+// path, and returns it with the whole /json/version document. The answer
+// comes from code in the sandbox, so only a path of the expected shape is
+// used (never its host).
+func (s *Server) browserEndpoint(ctx context.Context, id sandbox.ID) (string, map[string]any, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s.%d.sandbox/json/version", id, cdpPort), nil)
 	if err != nil {
-		return "", fmt.Errorf("devtools request: %w", err)
+		return "", nil, fmt.Errorf("devtools request: %w", err)
 	}
 	req.Host = fmt.Sprintf("127.0.0.1:%d", cdpPort)
 	noBrowser := fmt.Sprintf("no browser answers on port %d in sandbox %s (create it from the browser template: docs/browser.md)", cdpPort, id)
 	resp, err := s.previewTransport.RoundTrip(req)
 	if err != nil {
-		return "", sandbox.Wrap(sandbox.ClassUnavailable, err, noBrowser)
+		return "", nil, sandbox.Wrap(sandbox.ClassUnavailable, err, noBrowser)
 	}
 	defer resp.Body.Close()
-	var v struct {
-		URL string `json:"webSocketDebuggerUrl"`
-	}
 	if resp.StatusCode != http.StatusOK {
-		return "", sandbox.Errorf(sandbox.ClassUnavailable, "%s: /json/version answered %s", noBrowser, resp.Status)
+		return "", nil, sandbox.Errorf(sandbox.ClassUnavailable, "%s: /json/version answered %s", noBrowser, resp.Status)
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&v); err != nil {
-		return "", sandbox.Wrap(sandbox.ClassUnavailable, err, noBrowser+": bad /json/version")
+	var doc map[string]any
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&doc); err != nil {
+		return "", nil, sandbox.Wrap(sandbox.ClassUnavailable, err, noBrowser+": bad /json/version")
 	}
-	u, err := url.Parse(v.URL)
+	raw, _ := doc["webSocketDebuggerUrl"].(string)
+	u, err := url.Parse(raw)
 	if err != nil || !devtoolsPath.MatchString(u.Path) {
-		return "", sandbox.Errorf(sandbox.ClassUnavailable, "%s: unexpected webSocketDebuggerUrl %q", noBrowser, v.URL)
+		return "", nil, sandbox.Errorf(sandbox.ClassUnavailable, "%s: unexpected webSocketDebuggerUrl %q", noBrowser, raw)
 	}
-	return u.Path, nil
+	return u.Path, doc, nil
 }
 
 // computerAction is the body of POST /v1/sandboxes/{id}/computer.

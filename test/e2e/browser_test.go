@@ -186,12 +186,18 @@ func playwrightDir(t *testing.T) string {
 	return mods
 }
 
-// runCDP runs cdpScript's step against sandbox id and decodes its output.
+// runCDP runs cdpScript's step against sandbox id over its ws:// /cdp
+// URL and decodes its output.
 func runCDP(t *testing.T, d *daemon, mods, key, id, step string) map[string]any {
+	t.Helper()
+	return runCDPAt(t, mods, "ws"+strings.TrimPrefix(d.url, "http")+"/v1/sandboxes/"+id+"/cdp", key, step)
+}
+
+// runCDPAt runs cdpScript's step with endpoint given to connectOverCDP.
+func runCDPAt(t *testing.T, mods, ws, key, step string) map[string]any {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ws := "ws" + strings.TrimPrefix(d.url, "http") + "/v1/sandboxes/" + id + "/cdp"
 	cmd := exec.CommandContext(ctx, "node", "-e", cdpScript, ws, key, step)
 	cmd.Env = append(os.Environ(), "NODE_PATH="+mods)
 	var stderr bytes.Buffer
@@ -297,6 +303,19 @@ func checkBrowser(t *testing.T, d *daemon) {
 		t.Fatalf("device pixel ratio %v: the coordinates below assume 1", opened["dpr"])
 	}
 	t.Logf("browser: %v; viewport at screen offset (%v, %v)", opened["version"], opened["ox"], opened["oy"])
+	// The http:// form: Playwright asks .../cdp/json/version/ for the
+	// WebSocket, which the daemon names on the host it was reached by.
+	if st := runCDPAt(t, mods, d.url+"/v1/sandboxes/"+id+"/cdp", alice, "state"); st["title"] != "agentbox browser test" {
+		t.Errorf("title over the http:// form of /cdp: %v", st)
+	}
+	status, data = d.call(t, "GET", "/v1/sandboxes/"+id+"/cdp/json/version", alice, nil)
+	if v := mustJSON(t, data); status != http.StatusOK || v["webSocketDebuggerUrl"] != "ws"+strings.TrimPrefix(d.url, "http")+"/v1/sandboxes/"+id+"/cdp" ||
+		!strings.HasPrefix(fmt.Sprint(v["Browser"]), "Chrome/") {
+		t.Errorf("/cdp/json/version: %d %s", status, data)
+	}
+	if status, data := d.call(t, "GET", "/v1/sandboxes/"+id+"/cdp/json/version/", bob, nil); status != http.StatusNotFound {
+		t.Errorf("/cdp/json/version/ as another tenant: %d %s, want 404", status, data)
+	}
 	ox, oy := int(opened["ox"].(float64)), int(opened["oy"].(float64))
 	at := func(x, y int) (int, int) { return ox + x, oy + y }
 

@@ -91,9 +91,10 @@ func TestBrowserTemplate(t *testing.T) {
 		t.Errorf("/computer with a text/plain body (a page's simple request): %d %s", status, data)
 	}
 
-	// The browser is a supervised service: if Chromium dies, the agent
-	// restarts it and /cdp works again.
-	if out, code := sbRunAs(t, d2, "", id, `pkill -o -x chromium; echo killed`); code != 0 {
+	// The browser is a supervised service: if Chromium dies (SIGKILL: its
+	// profile lock stays behind), the agent restarts it and /cdp works
+	// again.
+	if out, code := sbRunAs(t, d2, "", id, `pkill -KILL -o -x chromium; echo killed`); code != 0 {
 		t.Fatalf("kill chromium: %d %s", code, out)
 	}
 	waitFor(t, "Chromium restarted by the service", func() (bool, string) {
@@ -436,6 +437,23 @@ func checkBrowser(t *testing.T, d *daemon) {
 	}
 
 	// A sandbox without a desktop: a clear refusal, not a hang.
+	// A snapshot of a browser sandbox (its Chromium profile included, with
+	// the lock naming this sandbox's host name and pid) starts a browser.
+	status, data = d.call(t, "POST", "/v1/sandboxes/"+id+"/snapshot", alice, map[string]any{"name": "browser-snap-" + id})
+	if status != http.StatusCreated {
+		t.Fatalf("snapshot of a browser sandbox: %d %s", status, data)
+	}
+	defer d.call(t, "DELETE", "/v1/templates/browser-snap-"+id, alice, nil)
+	status, data = d.call(t, "POST", "/v1/sandboxes", alice, map[string]any{"template": "browser-snap-" + id})
+	if status != http.StatusCreated {
+		t.Fatalf("create from the snapshot of a browser sandbox: %d %s", status, data)
+	}
+	snap := mustJSON(t, data)["id"].(string)
+	defer deleteSandbox(t, d, alice, snap)
+	if st := runCDP(t, d, mods, alice, snap, "state"); st["scrollY"] == nil {
+		t.Errorf("the browser of a sandbox made from a snapshot: %v", st)
+	}
+
 	// Explicit resources win over the template's.
 	small := createRaw(t, d, alice, map[string]any{"template": "browser", "resources": map[string]any{"memory": "1G"}})
 	defer deleteSandbox(t, d, alice, small)

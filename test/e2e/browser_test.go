@@ -437,6 +437,20 @@ func checkBrowser(t *testing.T, d *daemon) {
 	}
 
 	// A sandbox without a desktop: a clear refusal, not a hang.
+	// Stopped and started again, the sandbox runs its browser again before
+	// start returns.
+	for _, op := range []string{"stop", "start"} {
+		if status, data := d.call(t, "POST", "/v1/sandboxes/"+id+"/"+op, alice, map[string]any{}); status != http.StatusOK {
+			t.Fatalf("%s a browser sandbox: %d %s", op, status, data)
+		}
+	}
+	if size := mustComputer(t, d, alice, id, map[string]any{"action": "screen_size"}); size["width"] != 1280.0 {
+		t.Errorf("screen_size after stop and start: %v", size)
+	}
+	if st := runCDP(t, d, mods, alice, id, "state"); st["scrollY"] == nil {
+		t.Errorf("the browser after stop and start: %v", st)
+	}
+
 	// A snapshot of a browser sandbox (its Chromium profile included, with
 	// the lock naming this sandbox's host name and pid) starts a browser.
 	status, data = d.call(t, "POST", "/v1/sandboxes/"+id+"/snapshot", alice, map[string]any{"name": "browser-snap-" + id})

@@ -48,6 +48,9 @@ func TestBrowserTemplate(t *testing.T) {
 		t.Logf("build %s: %s, %d steps run, %d cached", name, took.Round(time.Millisecond),
 			strings.Count(out, "---> Running in"), strings.Count(out, "---> Using cache"))
 	}
+	if info := getTemplate(t, d, "k-alice", "browser"); info["size"] != nil {
+		t.Logf("browser template: %.0f MiB unpacked (base: %.0f MiB)", info["size"].(float64)/(1<<20), getTemplate(t, d, "k-alice", "base")["size"].(float64)/(1<<20))
+	}
 	checkBrowser(t, d)
 
 	// A warm pool of browser sandboxes (the type "browser" mapped to the

@@ -65,7 +65,7 @@ func TestBrowserTemplate(t *testing.T) {
 		n, _ := pools["browser"].(float64)
 		return n
 	}
-	waitFor(t, "a warm browser sandbox in the pool", func() (bool, string) { return level() == 1, fmt.Sprint(level()) })
+	waitForN(t, 300, "a warm browser sandbox in the pool", func() (bool, string) { return level() == 1, fmt.Sprint(level()) })
 	start := time.Now()
 	id := createRaw(t, d2, "", map[string]any{"template": "browser"})
 	created := time.Since(start)
@@ -75,11 +75,12 @@ func TestBrowserTemplate(t *testing.T) {
 		t.Fatalf("first screenshot of a pooled browser sandbox: %d %s", status, data)
 	}
 	t.Logf("pool hit: create %s; create to first screenshot %s", created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-	if level() != 0 {
-		t.Errorf("the pool still holds a sandbox after the create: it was not a pool hit")
-	}
 	_, data = d2.call(t, "GET", "/v1/sandboxes/"+id, "", nil)
-	if res, _ := mustJSON(t, data)["resources"].(map[string]any); res["memory"] != float64(2<<30) || res["pids"] != 1024.0 {
+	rec := mustJSON(t, data)
+	if rec["from_pool"] != true {
+		t.Errorf("the create was not a pool hit: %s", data)
+	}
+	if res, _ := rec["resources"].(map[string]any); res["memory"] != float64(2<<30) || res["pids"] != 1024.0 {
 		t.Errorf("resources of a pooled browser sandbox: %v, want the template's", res)
 	}
 
@@ -100,7 +101,7 @@ func TestBrowserTemplate(t *testing.T) {
 	if out, code := sbRunAs(t, d2, "", id, `pkill -KILL -o -x chromium; echo killed`); code != 0 {
 		t.Fatalf("kill chromium: %d %s", code, out)
 	}
-	waitFor(t, "Chromium restarted by the service", func() (bool, string) {
+	waitForN(t, 150, "Chromium restarted by the service", func() (bool, string) {
 		out, _ := sbRunAs(t, d2, "", id, `curl -sf http://127.0.0.1:9222/json/version >/dev/null && echo up`)
 		return out == "up", out
 	})
@@ -232,8 +233,15 @@ func mustComputer(t *testing.T, d *daemon, key, id string, action map[string]any
 // it last saw.
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
+	waitForN(t, 50, what, cond)
+}
+
+// waitForN is waitFor with tries tries, for what a busy machine may take
+// longer to do (a pool fill, a service restart).
+func waitForN(t *testing.T, tries int, what string, cond func() (bool, string)) {
+	t.Helper()
 	last := ""
-	for range 50 {
+	for range tries {
 		ok, seen := cond()
 		if ok {
 			return

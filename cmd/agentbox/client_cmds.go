@@ -43,6 +43,7 @@ func addClientCommands(root *cobra.Command) {
 	root.AddCommand(
 		newCreateCmd(), newLsCmd(), newExecCmd(), newCpCmd(), newShellCmd(),
 		newKillCmd(), newLogsCmd(), newTimeoutCmd(), newStatsCmd(), newTemplateCmd(), newSnapshotCmd(),
+		newScreenshotCmd(),
 	)
 }
 

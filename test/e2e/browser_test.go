@@ -438,6 +438,21 @@ func checkBrowser(t *testing.T, d *daemon) {
 	}
 	checkBrowserSDK(t, d, alice, id)
 
+	// The CLI saves the same screenshot.
+	shot := filepath.Join(t.TempDir(), "screen.png")
+	if out := cli(t, d, alice, "screenshot", id, "-o", shot); !strings.HasPrefix(out, shot+"\t") {
+		t.Errorf("agentbox screenshot: %q", out)
+	}
+	if f, err := os.Open(shot); err != nil {
+		t.Errorf("agentbox screenshot saved nothing: %v", err)
+	} else {
+		cfg, err := pngpkg.DecodeConfig(f)
+		f.Close()
+		if err != nil || cfg.Width != 1280 || cfg.Height != 800 {
+			t.Errorf("agentbox screenshot's file: %+v %v", cfg, err)
+		}
+	}
+
 	// Chromium's own sandbox cannot start inside an agentbox sandbox (no
 	// user namespaces, no setuid): why the template passes --no-sandbox
 	// (docs/browser.md). If this ever starts, drop the flag.

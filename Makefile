@@ -82,6 +82,7 @@ templates: build
 	$(BIN)/agentbox template bootstrap debian:bookworm
 	$(BIN)/agentbox template build -t base $(TEMPLATE_SECRETS) templates/base
 	$(BIN)/agentbox template build -t code-interpreter $(TEMPLATE_SECRETS) templates/code-interpreter
+	$(BIN)/agentbox template build -t browser $(TEMPLATE_SECRETS) templates/browser
 
 # Reliability suites (docs/reliability.md).
 FUZZTIME ?= 30s

@@ -44,6 +44,7 @@ func addClientCommands(root *cobra.Command) {
 		newCreateCmd(), newLsCmd(), newExecCmd(), newCpCmd(), newShellCmd(),
 		newKillCmd(), newLogsCmd(), newTimeoutCmd(), newStatsCmd(), newTemplateCmd(), newSnapshotCmd(),
 		newPauseCmd(), newResumeCmd(), newE2BCmd(),
+		newScreenshotCmd(),
 	)
 }
 

@@ -179,6 +179,7 @@ func (s *Server) routes() {
 	v1("POST /v1/sessions/{session_id}/release", s.releaseSession)
 	s.templatesRoutes(v1)
 	s.consoleRoutes(v1)
+	s.browserRoutes(v1)
 	v1("GET /v1/info", s.info)
 	s.nodesRoutes(v1)
 	v1("GET /v1/openapi.yaml", func(w http.ResponseWriter, r *http.Request) error {

@@ -274,7 +274,7 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 	}
 	spec := sandbox.Spec{
 		ID: id, Template: template, Env: req.Env, AccessToken: rec.AccessToken, Network: req.Network,
-		Resources: req.Resources.WithDefaults(m.cfg.DefaultResources),
+		Resources: req.Resources.WithDefaults(templateDefaults(template, m.cfg.DefaultResources, m.cfg.MaxResources)),
 		Mounts:    m.cfg.ReadonlyMounts, WorkspaceDir: req.WorkspaceDir,
 		Labels: map[string]string{"owner": owner},
 		// An image's root is writable (on the sandbox's disk), so that

@@ -50,8 +50,19 @@ func (m *Manager) StartSandbox(ctx context.Context, owner string, id sandbox.ID)
 		e.client.Close()
 		e.client = nil
 	}
+	token := e.rec.AccessToken
 	m.mu.Unlock()
-	return m.setState(ctx, e, sandbox.StateRunning, "started")
+	rec, err := m.setState(ctx, e, sandbox.StateRunning, "started")
+	if err != nil {
+		return nil, err
+	}
+	// The boot ran the template's service again: as create, start returns
+	// once it is ready (at once for a sandbox without one). A service that
+	// does not get ready leaves the sandbox running, with the error.
+	if err := m.waitService(ctx, id, info, token); err != nil {
+		return nil, fmt.Errorf("sandbox %s started, but: %w", id, err)
+	}
+	return rec, nil
 }
 
 // agentExited follows a backend whose sandbox agent died on its own (OOM

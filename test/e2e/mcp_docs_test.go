@@ -96,7 +96,7 @@ func TestDocsMCPConfigs(t *testing.T) {
 		}
 		id := sessionSandbox(t, cs)
 		cs.Close()
-		waitGone(t, d.sdk(t, mcpAliceKey), id)
+		waitSandboxGone(t, d.sdk(t, mcpAliceKey), id)
 	}
 }
 

@@ -426,7 +426,7 @@ func TestMCPHTTP(t *testing.T) {
 		t.Errorf("explicit sandbox_id: %q", got)
 	}
 	mustTool(t, cs2, "sandbox_kill", map[string]any{"sandbox_id": x[1]})
-	waitGone(t, sdk, x[1])
+	waitSandboxGone(t, sdk, x[1])
 	mustTool(t, cs2, "shell_exec", map[string]any{"command": "true"})
 	if def := sessionSandbox(t, cs2); def == x[1] || def == b {
 		t.Errorf("default after killing it = %s", def)
@@ -436,7 +436,7 @@ func TestMCPHTTP(t *testing.T) {
 	if err := cs.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, sdk, a)
+	waitSandboxGone(t, sdk, a)
 	if _, err := sdk.Get(context.Background(), b); err != nil {
 		t.Errorf("session 2's sandbox went with session 1: %v", err)
 	}
@@ -456,11 +456,11 @@ func TestMCPStdio(t *testing.T) {
 	if err := cs.Close(); err != nil {
 		t.Logf("close: %v", err)
 	}
-	waitGone(t, sdk, id)
+	waitSandboxGone(t, sdk, id)
 }
 
-// waitGone waits (bounded) until sandbox id no longer exists.
-func waitGone(t *testing.T, sdk *client.Client, id string) {
+// waitSandboxGone waits (bounded) until sandbox id no longer exists.
+func waitSandboxGone(t *testing.T, sdk *client.Client, id string) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -484,7 +484,7 @@ func TestMCPSessionIdleTimeout(t *testing.T) {
 	// only the session's end can destroy it within the wait below.
 	mustTool(t, cs, "sandbox_create", map[string]any{"timeout": 600})
 	id := sessionSandbox(t, cs)
-	waitGone(t, d.sdk(t, mcpAliceKey), id)
+	waitSandboxGone(t, d.sdk(t, mcpAliceKey), id)
 	// The session is gone too: calls on it are refused.
 	deadline := time.Now().Add(time.Minute)
 	for {

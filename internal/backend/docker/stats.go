@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/cgroupfs"
 	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -67,33 +68,6 @@ func cgroupDirs(pid int) (map[string]string, error) {
 	return out, sc.Err()
 }
 
-func readInt(path string) int64 {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	s := strings.TrimSpace(string(data))
-	if s == "max" {
-		return -1
-	}
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return n
-}
-
-func readKey(path, key string) int64 {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if k, v, ok := strings.Cut(line, " "); ok && k == key {
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
 // Stats implements backend.StatsReader from the container's cgroup files.
 func (b *Backend) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, error) {
 	_, p, err := b.running(id)
@@ -102,25 +76,25 @@ func (b *Backend) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, erro
 	}
 	var s backend.Stats
 	if dir, ok := p[""]; ok && len(p) == 1 {
-		s.MemoryBytes = readInt(filepath.Join(dir, "memory.current"))
-		s.MemoryMaxBytes = readInt(filepath.Join(dir, "memory.peak"))
-		s.MemoryLimit = readInt(filepath.Join(dir, "memory.max"))
-		s.OOMKills = readKey(filepath.Join(dir, "memory.events"), "oom_kill")
-		s.CPUSeconds = float64(readKey(filepath.Join(dir, "cpu.stat"), "usage_usec")) / 1e6
-		s.Pids = readInt(filepath.Join(dir, "pids.current"))
-		s.PidsLimit = readInt(filepath.Join(dir, "pids.max"))
-		s.PidsLimitHits = readKey(filepath.Join(dir, "pids.events"), "max")
+		s.MemoryBytes = cgroupfs.ReadInt(filepath.Join(dir, "memory.current"))
+		s.MemoryMaxBytes = cgroupfs.ReadInt(filepath.Join(dir, "memory.peak"))
+		s.MemoryLimit = cgroupfs.ReadInt(filepath.Join(dir, "memory.max"))
+		s.OOMKills = cgroupfs.ReadKey(filepath.Join(dir, "memory.events"), "oom_kill")
+		s.CPUSeconds = float64(cgroupfs.ReadKey(filepath.Join(dir, "cpu.stat"), "usage_usec")) / 1e6
+		s.Pids = cgroupfs.ReadInt(filepath.Join(dir, "pids.current"))
+		s.PidsLimit = cgroupfs.ReadInt(filepath.Join(dir, "pids.max"))
+		s.PidsLimitHits = cgroupfs.ReadKey(filepath.Join(dir, "pids.events"), "max")
 		return s, nil
 	}
 	mem := p["memory"]
-	s.MemoryBytes = readInt(filepath.Join(mem, "memory.usage_in_bytes"))
-	s.MemoryMaxBytes = readInt(filepath.Join(mem, "memory.max_usage_in_bytes"))
-	s.MemoryLimit = readInt(filepath.Join(mem, "memory.limit_in_bytes"))
-	s.OOMKills = readKey(filepath.Join(mem, "memory.oom_control"), "oom_kill")
-	s.CPUSeconds = float64(readInt(filepath.Join(p["cpuacct"], "cpuacct.usage"))) / 1e9
-	s.Pids = readInt(filepath.Join(p["pids"], "pids.current"))
-	s.PidsLimit = readInt(filepath.Join(p["pids"], "pids.max"))
-	s.PidsLimitHits = readKey(filepath.Join(p["pids"], "pids.events"), "max")
+	s.MemoryBytes = cgroupfs.ReadInt(filepath.Join(mem, "memory.usage_in_bytes"))
+	s.MemoryMaxBytes = cgroupfs.ReadInt(filepath.Join(mem, "memory.max_usage_in_bytes"))
+	s.MemoryLimit = cgroupfs.ReadInt(filepath.Join(mem, "memory.limit_in_bytes"))
+	s.OOMKills = cgroupfs.ReadKey(filepath.Join(mem, "memory.oom_control"), "oom_kill")
+	s.CPUSeconds = float64(cgroupfs.ReadInt(filepath.Join(p["cpuacct"], "cpuacct.usage"))) / 1e9
+	s.Pids = cgroupfs.ReadInt(filepath.Join(p["pids"], "pids.current"))
+	s.PidsLimit = cgroupfs.ReadInt(filepath.Join(p["pids"], "pids.max"))
+	s.PidsLimitHits = cgroupfs.ReadKey(filepath.Join(p["pids"], "pids.events"), "max")
 	return s, nil
 }
 

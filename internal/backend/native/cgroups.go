@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/cgroupfs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -103,53 +104,22 @@ func (b *Backend) cgroupPaths(bx *box) map[string]string {
 	return paths
 }
 
-func readInt(path string) int64 {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	s := strings.TrimSpace(string(data))
-	if s == "max" {
-		return -1
-	}
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return n
-}
-
-// readKey returns the value of "key N" in a flat-keyed cgroup file.
-func readKey(path, key string) int64 {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 2 && fields[0] == key {
-			n, _ := strconv.ParseInt(fields[1], 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
 // oomKills returns how many processes the OOM killer killed in the sandbox.
 func (b *Backend) oomKills(bx *box) int64 {
 	p := b.cgroupPaths(bx)
 	if isCgroup2() {
-		return readKey(filepath.Join(p[""], "memory.events"), "oom_kill")
+		return cgroupfs.ReadKey(filepath.Join(p[""], "memory.events"), "oom_kill")
 	}
-	return readKey(filepath.Join(p["memory"], "memory.oom_control"), "oom_kill")
+	return cgroupfs.ReadKey(filepath.Join(p["memory"], "memory.oom_control"), "oom_kill")
 }
 
 // pidsLimitHits returns how many forks the pids limit refused.
 func (b *Backend) pidsLimitHits(bx *box) int64 {
 	p := b.cgroupPaths(bx)
 	if isCgroup2() {
-		return readKey(filepath.Join(p[""], "pids.events"), "max")
+		return cgroupfs.ReadKey(filepath.Join(p[""], "pids.events"), "max")
 	}
-	return readKey(filepath.Join(p["pids"], "pids.events"), "max")
+	return cgroupfs.ReadKey(filepath.Join(p["pids"], "pids.events"), "max")
 }
 
 // LimitCounters implements backend.LimitCounter: the two counters an exec
@@ -176,24 +146,24 @@ func (b *Backend) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, erro
 	p := b.cgroupPaths(bx)
 	if isCgroup2() {
 		dir := p[""]
-		s.MemoryBytes = readInt(filepath.Join(dir, "memory.current"))
-		s.MemoryMaxBytes = readInt(filepath.Join(dir, "memory.peak"))
-		s.MemoryLimit = readInt(filepath.Join(dir, "memory.max"))
-		s.OOMKills = readKey(filepath.Join(dir, "memory.events"), "oom_kill")
-		s.CPUSeconds = float64(readKey(filepath.Join(dir, "cpu.stat"), "usage_usec")) / 1e6
-		s.Pids = readInt(filepath.Join(dir, "pids.current"))
-		s.PidsLimit = readInt(filepath.Join(dir, "pids.max"))
-		s.PidsLimitHits = readKey(filepath.Join(dir, "pids.events"), "max")
+		s.MemoryBytes = cgroupfs.ReadInt(filepath.Join(dir, "memory.current"))
+		s.MemoryMaxBytes = cgroupfs.ReadInt(filepath.Join(dir, "memory.peak"))
+		s.MemoryLimit = cgroupfs.ReadInt(filepath.Join(dir, "memory.max"))
+		s.OOMKills = cgroupfs.ReadKey(filepath.Join(dir, "memory.events"), "oom_kill")
+		s.CPUSeconds = float64(cgroupfs.ReadKey(filepath.Join(dir, "cpu.stat"), "usage_usec")) / 1e6
+		s.Pids = cgroupfs.ReadInt(filepath.Join(dir, "pids.current"))
+		s.PidsLimit = cgroupfs.ReadInt(filepath.Join(dir, "pids.max"))
+		s.PidsLimitHits = cgroupfs.ReadKey(filepath.Join(dir, "pids.events"), "max")
 	} else {
 		mem := p["memory"]
-		s.MemoryBytes = readInt(filepath.Join(mem, "memory.usage_in_bytes"))
-		s.MemoryMaxBytes = readInt(filepath.Join(mem, "memory.max_usage_in_bytes"))
-		s.MemoryLimit = readInt(filepath.Join(mem, "memory.limit_in_bytes"))
-		s.OOMKills = readKey(filepath.Join(mem, "memory.oom_control"), "oom_kill")
-		s.CPUSeconds = float64(readInt(filepath.Join(p["cpuacct"], "cpuacct.usage"))) / 1e9
-		s.Pids = readInt(filepath.Join(p["pids"], "pids.current"))
-		s.PidsLimit = readInt(filepath.Join(p["pids"], "pids.max"))
-		s.PidsLimitHits = readKey(filepath.Join(p["pids"], "pids.events"), "max")
+		s.MemoryBytes = cgroupfs.ReadInt(filepath.Join(mem, "memory.usage_in_bytes"))
+		s.MemoryMaxBytes = cgroupfs.ReadInt(filepath.Join(mem, "memory.max_usage_in_bytes"))
+		s.MemoryLimit = cgroupfs.ReadInt(filepath.Join(mem, "memory.limit_in_bytes"))
+		s.OOMKills = cgroupfs.ReadKey(filepath.Join(mem, "memory.oom_control"), "oom_kill")
+		s.CPUSeconds = float64(cgroupfs.ReadInt(filepath.Join(p["cpuacct"], "cpuacct.usage"))) / 1e9
+		s.Pids = cgroupfs.ReadInt(filepath.Join(p["pids"], "pids.current"))
+		s.PidsLimit = cgroupfs.ReadInt(filepath.Join(p["pids"], "pids.max"))
+		s.PidsLimitHits = cgroupfs.ReadKey(filepath.Join(p["pids"], "pids.events"), "max")
 	}
 	if b.cfg.Network != nil && bx.rec.Spec.Network.Mode == sandbox.NetworkEgress {
 		s.NetworkDenials = b.cfg.Network.Denials(id)

@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer"
 
 	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/cgroupfs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -150,7 +151,7 @@ func (b *Backend) pauseReclaim(bx *box) {
 	if isCgroup2() {
 		if b.cfg.PauseReclaim {
 			dir := p[""]
-			if usage := readInt(filepath.Join(dir, "memory.current")); usage > 0 {
+			if usage := cgroupfs.ReadInt(filepath.Join(dir, "memory.current")); usage > 0 {
 				// EAGAIN when not all of it could be reclaimed: expected
 				// without swap (anonymous memory stays).
 				_ = os.WriteFile(filepath.Join(dir, "memory.reclaim"), []byte(strconv.FormatInt(usage, 10)), 0)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
 	"github.com/agentbox/agentbox/internal/backend/backendtest"
+	"github.com/agentbox/agentbox/internal/cgroupfs"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
@@ -299,9 +300,9 @@ func TestPauseMemory(t *testing.T) {
 	p := b.cgroupPaths(bx)
 	usage := func() int64 {
 		if isCgroup2() {
-			return readInt(filepath.Join(p[""], "memory.current"))
+			return cgroupfs.ReadInt(filepath.Join(p[""], "memory.current"))
 		}
-		return readInt(filepath.Join(p["memory"], "memory.usage_in_bytes"))
+		return cgroupfs.ReadInt(filepath.Join(p["memory"], "memory.usage_in_bytes"))
 	}
 	before := usage()
 	if err := b.Pause(ctx, info.ID); err != nil {
@@ -316,7 +317,7 @@ func TestPauseMemory(t *testing.T) {
 		t.Errorf("%d MiB charged while paused: less than the 48 MiB of anonymous memory it holds (no swap here: where did it go?)", after>>20)
 	}
 	if !isCgroup2() {
-		if soft := readInt(filepath.Join(p["memory"], "memory.soft_limit_in_bytes")); soft != 0 {
+		if soft := cgroupfs.ReadInt(filepath.Join(p["memory"], "memory.soft_limit_in_bytes")); soft != 0 {
 			t.Errorf("soft limit while paused = %d, want 0", soft)
 		}
 	}
@@ -325,7 +326,7 @@ func TestPauseMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !isCgroup2() {
-		if soft := readInt(filepath.Join(p["memory"], "memory.soft_limit_in_bytes")); soft < 1<<40 {
+		if soft := cgroupfs.ReadInt(filepath.Join(p["memory"], "memory.soft_limit_in_bytes")); soft < 1<<40 {
 			t.Errorf("soft limit after resume = %d, want unlimited", soft)
 		}
 	}

@@ -193,18 +193,12 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request, user string) error
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, user string) error {
-	var in struct {
-		Timeout *float64 `json:"timeout"`
-	}
-	if err := decodeBody(w, r, &in); err != nil {
-		return err
-	}
-	if in.Timeout == nil {
-		return sandbox.Errorf(sandbox.ClassInvalid, "timeout is required")
-	}
-	d, err := seconds("timeout", in.Timeout)
+	d, given, err := decodeTimeout(w, r)
 	if err != nil {
 		return err
+	}
+	if !given {
+		return sandbox.Errorf(sandbox.ClassInvalid, "timeout is required")
 	}
 	if _, err := s.m.SetTimeout(r.Context(), user, sandboxID(r), d); err != nil {
 		return err
@@ -240,13 +234,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, user string) er
 // connect returns a running sandbox (200) or resumes a paused one (201);
 // a timeout makes it live at least that long from now.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request, user string) error {
-	var in struct {
-		Timeout *float64 `json:"timeout"`
-	}
-	if err := decodeBody(w, r, &in); err != nil {
-		return err
-	}
-	d, err := seconds("timeout", in.Timeout)
+	d, _, err := decodeTimeout(w, r)
 	if err != nil {
 		return err
 	}
@@ -294,13 +282,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request, user string) erro
 // resume is E2B's deprecated POST /sandboxes/{id}/resume: 201 with the
 // sandbox, 409 when it is not paused.
 func (s *Server) resume(w http.ResponseWriter, r *http.Request, user string) error {
-	var in struct {
-		Timeout *float64 `json:"timeout"`
-	}
-	if err := decodeBody(w, r, &in); err != nil {
-		return err
-	}
-	d, err := seconds("timeout", in.Timeout)
+	d, _, err := decodeTimeout(w, r)
 	if err != nil {
 		return err
 	}
@@ -406,4 +388,17 @@ func (s *Server) listOut(recs []*store.Record) []sandboxOut {
 		}
 	}
 	return out
+}
+
+// decodeTimeout reads the {"timeout": seconds} body of setTimeout, connect
+// and resume; given says whether the field was there at all.
+func decodeTimeout(w http.ResponseWriter, r *http.Request) (d time.Duration, given bool, err error) {
+	var in struct {
+		Timeout *float64 `json:"timeout"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		return 0, false, err
+	}
+	d, err = seconds("timeout", in.Timeout)
+	return d, in.Timeout != nil, err
 }

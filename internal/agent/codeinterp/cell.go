@@ -63,11 +63,10 @@ func (k *kernel) run(c cell, s *sink) cellOutcome {
 					ev := ErrorEvent("", strconv.Itoa(m.RC), "")
 					out.err = &ev
 				}
-				k.writeMarkers(seq)
-				k.awaitOutput(seq, [2]bool{true, true})
+				k.syncOutput()
 				return out
 			}
-			started = k.handle(m, seq, started, &out, s)
+			started = k.handle(m, seq, started, &out, s, true)
 		case <-k.proc.Done():
 			return k.died(out, started, s)
 		}
@@ -77,7 +76,11 @@ func (k *kernel) run(c cell, s *sink) cellOutcome {
 // handle processes one event of the running execution and reports
 // whether the execution has started. Events before its start are left
 // over from an earlier one (a background thread's display) and dropped.
-func (k *kernel) handle(m driverMsg, seq uint64, started bool, out *cellOutcome, s *sink) bool {
+// With ordered set, a result waits until the output written before it
+// was delivered: results travel on fd 4 and output on fds 1 and 2, read
+// by different goroutines, and clients (E2B's callbacks, Jupyter's
+// order) expect print() before the value of the cell's last line.
+func (k *kernel) handle(m driverMsg, seq uint64, started bool, out *cellOutcome, s *sink, ordered bool) bool {
 	switch m.Ev {
 	case "start":
 		if m.Seq == seq {
@@ -86,6 +89,9 @@ func (k *kernel) handle(m driverMsg, seq uint64, started bool, out *cellOutcome,
 		}
 	case "result":
 		if started {
+			if ordered {
+				k.syncOutput()
+			}
 			s.event(ResultEvent(m.Data, m.Main))
 		}
 	case "error":
@@ -108,7 +114,7 @@ drain:
 			if !ok {
 				break drain
 			}
-			started = k.handle(m, k.seq, started, &out, s)
+			started = k.handle(m, k.seq, started, &out, s, false)
 		case <-t.C:
 			break drain
 		}

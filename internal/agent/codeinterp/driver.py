@@ -160,6 +160,13 @@ def _limit_bundle(data):
 def _publish(data, main):
     data = _limit_bundle(dict(data))
     if data:
+        # What was printed before the result reaches the pipe before the
+        # agent hears of the result: the agent keeps that order.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
         _send({"ev": "result", "main": bool(main), "data": data})
 
 

@@ -63,6 +63,7 @@ type kernel struct {
 
 	engine     string // reported by the driver ("ipython", "builtin", "node", "bash")
 	seq        uint64 // last execution's sequence number (owned by the running execution)
+	marks      uint64 // last output marker's number (owned by the running execution)
 	count      int    // bash: executions so far
 	killReason atomic.Pointer[string]
 	teardownMu sync.Once

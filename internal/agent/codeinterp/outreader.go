@@ -97,9 +97,18 @@ func (o *outReader) state(seq uint64) (reached bool, last time.Time) {
 	return o.seen >= seq, o.last
 }
 
-// writeMarkers appends the marker of execution seq to both output pipes.
-// The interpreter reported done after flushing its output, so the marker
-// follows everything it wrote. The writes block only while the pipe is
+// syncOutput returns once both readers delivered everything the
+// interpreter wrote before its last event on fd 4 (it flushes its streams
+// before reporting a result or the end), bounded as awaitOutput is.
+func (k *kernel) syncOutput() {
+	k.marks++
+	k.writeMarkers(k.marks)
+	k.awaitOutput(k.marks, [2]bool{true, true})
+}
+
+// writeMarkers appends marker seq to both output pipes. The interpreter
+// flushed its output before the event that made the agent write it, so
+// the marker follows everything it wrote. The writes block only while the pipe is
 // full (its reader busy), so they run on their own goroutine; closing the
 // pipes at teardown ends them.
 func (k *kernel) writeMarkers(seq uint64) {
@@ -124,7 +133,7 @@ const (
 
 // awaitOutput waits until the readers in want have delivered everything
 // up to marker seq (see above), so the execution's output precedes its
-// end.
+// end or its results.
 func (k *kernel) awaitOutput(seq uint64, want [2]bool) {
 	start := time.Now()
 	for {

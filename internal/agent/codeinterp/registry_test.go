@@ -3,6 +3,7 @@ package codeinterp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -209,5 +210,47 @@ func TestRegistryConcurrentContexts(t *testing.T) {
 	wg.Wait()
 	if n := len(r.List()); n != 3 { // the default and two restarted ones
 		t.Fatalf("%d contexts left", n)
+	}
+}
+
+// TestRegistryOutputBeforeResult: what a cell printed before a result
+// reaches the client before that result, although the two travel on
+// different pipes read by different goroutines. Repeated, because losing
+// the order is a race.
+func TestRegistryOutputBeforeResult(t *testing.T) {
+	r := newTestRegistry(t)
+	c, err := r.Default("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := "print('a')\nimport sys\nsys.stdout.write('partial')\n" +
+		"try:\n    from IPython.display import display\n    display(1)\nexcept ImportError:\n    print(1)\nprint('b')\n2"
+	for i := range 30 {
+		// Output chunks may be split anywhere: consecutive ones are joined.
+		var order []string
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := c.Execute(ctx, ExecRequest{Code: code}, func(ev Event) error {
+			switch {
+			case ev.Type == TypeStdout && len(order) > 0 && strings.HasPrefix(order[len(order)-1], "out:"):
+				order[len(order)-1] += *ev.Text
+			case ev.Type == TypeStdout:
+				order = append(order, "out:"+*ev.Text)
+			case ev.Type == TypeResult:
+				order = append(order, "result:"+*ev.Text)
+			}
+			return nil
+		})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := fmt.Sprintf("%q", order)
+		// With IPython, display(1) is a result between the two prints;
+		// without it the cell prints 1.
+		withIPython := fmt.Sprintf("%q", []string{"out:a\npartial", "result:1", "out:b\n", "result:2"})
+		without := fmt.Sprintf("%q", []string{"out:a\npartial1\nb\n", "result:2"})
+		if got != withIPython && got != without {
+			t.Fatalf("run %d: events in order %s, want %s or %s", i, got, withIPython, without)
+		}
 	}
 }

@@ -38,6 +38,40 @@ if ((${#need[@]})); then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+# The console's build (vite) needs Node 20.19 or newer; Debian 12's nodejs is
+# 18. Then a current Node comes from the npm registry (the same place every
+# other front-end package comes from): the node-linux-<arch> package holds the
+# official binary, and npm checks its integrity against the registry's
+# metadata. It is installed under /usr/local, ahead of /usr/bin in PATH.
+NODE_FALLBACK=22.23.3
+node_recent() {
+  command -v node >/dev/null 2>&1 &&
+    node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=19)?0:1)'
+}
+if ! node_recent; then
+  case $(uname -m) in
+    x86_64) node_arch=x64 ;;
+    aarch64) node_arch=arm64 ;;
+    *) node_arch= ;;
+  esac
+  if [[ $(id -u) -ne 0 || -z $node_arch ]]; then
+    echo "install-deps: Node.js 20.19 or newer is needed (this is $(node -v 2>/dev/null || echo none)); install Debian 13's nodejs or NodeSource's" >&2
+    exit 1
+  fi
+  echo "install-deps: installing Node.js $NODE_FALLBACK from the npm registry (node-linux-$node_arch)"
+  dest=/usr/local/lib/agentbox-node/$NODE_FALLBACK
+  if [[ ! -x $dest/bin/node ]]; then
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    (cd "$tmp" && npm pack --silent "node-linux-$node_arch@$NODE_FALLBACK" >/dev/null)
+    mkdir -p "$dest"
+    tar -xzf "$tmp"/node-linux-*.tgz -C "$dest" --strip-components=1 package/bin/node package/LICENSE
+  fi
+  ln -sf "$dest/bin/node" /usr/local/bin/node
+  hash -r
+  node_recent || { echo "install-deps: the Node.js from the npm registry does not run here" >&2; exit 1; }
+fi
+
 if ! command -v go >/dev/null 2>&1; then
   echo "install-deps: Go is not installed; install Go 1.26 or newer (https://go.dev/dl/)" >&2
   exit 1

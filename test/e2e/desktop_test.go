@@ -70,6 +70,52 @@ func TestDesktopTemplate(t *testing.T) {
 		failOrSkip(t, "needs Chromium on the host (apt-get install chromium): %v", err)
 	}
 
+	checkDesktopSandbox(t, d, mods, alice, bob)
+
+	// A warm pool of desktop sandboxes: create hands out a sandbox whose
+	// desktop already runs.
+	d.stop()
+	d2 := startDaemon(t, "TEMPLATE_DIR="+tmplDir, `SANDBOX_TEMPLATES={"base":"host","filesystem":"host","desktop":"desktop:latest"}`,
+		"DEFAULT_SANDBOX_TYPE=desktop", "POOL_SIZE=1")
+	level := func() float64 {
+		_, data := d2.call(t, "GET", "/v1/info", "", nil)
+		pools, _ := mustJSON(t, data)["pools"].(map[string]any)
+		n, _ := pools["desktop"].(float64)
+		return n
+	}
+	waitForN(t, 600, "a warm desktop sandbox in the pool", func() (bool, string) { return level() == 1, fmt.Sprint(level()) })
+	start := time.Now()
+	pooled := createRaw(t, d2, "", map[string]any{"template": "desktop"})
+	created := time.Since(start)
+	defer deleteSandbox(t, d2, "", pooled)
+	if status, data := computer(t, d2, "", pooled, map[string]any{"action": "screenshot"}); status != http.StatusOK {
+		t.Fatalf("first screenshot of a pooled desktop sandbox: %d %s", status, data)
+	}
+	t.Logf("pool hit: create %s; create to first screenshot %s", created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	_, data := d2.call(t, "GET", "/v1/sandboxes/"+pooled, "", nil)
+	if mustJSON(t, data)["from_pool"] != true {
+		t.Errorf("the create was not a pool hit: %s", data)
+	}
+	// A keyless daemon: the page and its WebSocket keep the browser guard
+	// (a foreign page cannot open the socket even with a link).
+	status, data := d2.call(t, "POST", "/v1/sandboxes/"+pooled+"/desktop/links", "", map[string]any{"mode": "interactive"})
+	if status != http.StatusCreated {
+		t.Fatalf("desktop link on a keyless daemon: %d %s", status, data)
+	}
+	path := mustJSON(t, data)["path"].(string)
+	upgrade := []string{"Connection", "Upgrade", "Upgrade", "websocket", "Sec-WebSocket-Version", "13", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="}
+	wsPath := strings.Replace(path, "/desktop?", "/desktop/ws?", 1)
+	if status, data := d2.call(t, "GET", wsPath, "", nil, append(upgrade, "Origin", "http://evil.example")...); status != http.StatusForbidden {
+		t.Errorf("desktop WebSocket from a foreign origin: %d %s, want 403", status, data)
+	}
+	if status, data := d2.call(t, "GET", path, "", nil, "Host", "evil.example"); status != http.StatusForbidden {
+		t.Errorf("desktop page under a foreign host name on a keyless daemon: %d %s, want 403", status, data)
+	}
+}
+
+// checkDesktopSandbox creates desktop sandboxes on d and checks them from
+// outside; everything it creates is gone when it returns.
+func checkDesktopSandbox(t *testing.T, d *daemon, mods, alice, bob string) {
 	start := time.Now()
 	id := createRaw(t, d, alice, map[string]any{"template": "desktop"})
 	created := time.Since(start)
@@ -103,9 +149,11 @@ func TestDesktopTemplate(t *testing.T) {
 	// Idle memory, next to an idle base sandbox's (the reference).
 	plain := createRaw(t, d, alice, map[string]any{"template": "base:latest"})
 	defer deleteSandbox(t, d, alice, plain)
+	browser := createRaw(t, d, alice, map[string]any{"template": "browser"})
+	defer deleteSandbox(t, d, alice, browser)
 	idle := createRaw(t, d, alice, map[string]any{"template": "desktop"})
 	defer deleteSandbox(t, d, alice, idle)
-	for _, s := range []struct{ name, id string }{{"desktop", idle}, {"base (reference)", plain}} {
+	for _, s := range []struct{ name, id string }{{"desktop", idle}, {"browser (reference)", browser}, {"base (reference)", plain}} {
 		var mem float64
 		var pids any
 		waitForN(t, 150, "an idle "+s.name+" sandbox's stats", func() (bool, string) {
@@ -124,45 +172,6 @@ func TestDesktopTemplate(t *testing.T) {
 		t.Errorf("recording a base sandbox: %d %s, want 409", status, data)
 	}
 
-	// A warm pool of desktop sandboxes: create hands out a sandbox whose
-	// desktop already runs.
-	d.stop()
-	d2 := startDaemon(t, "TEMPLATE_DIR="+tmplDir, `SANDBOX_TEMPLATES={"base":"host","filesystem":"host","desktop":"desktop:latest"}`,
-		"DEFAULT_SANDBOX_TYPE=desktop", "POOL_SIZE=1")
-	level := func() float64 {
-		_, data := d2.call(t, "GET", "/v1/info", "", nil)
-		pools, _ := mustJSON(t, data)["pools"].(map[string]any)
-		n, _ := pools["desktop"].(float64)
-		return n
-	}
-	waitForN(t, 600, "a warm desktop sandbox in the pool", func() (bool, string) { return level() == 1, fmt.Sprint(level()) })
-	start = time.Now()
-	pooled := createRaw(t, d2, "", map[string]any{"template": "desktop"})
-	created = time.Since(start)
-	defer deleteSandbox(t, d2, "", pooled)
-	if status, data := computer(t, d2, "", pooled, map[string]any{"action": "screenshot"}); status != http.StatusOK {
-		t.Fatalf("first screenshot of a pooled desktop sandbox: %d %s", status, data)
-	}
-	t.Logf("pool hit: create %s; create to first screenshot %s", created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-	_, data = d2.call(t, "GET", "/v1/sandboxes/"+pooled, "", nil)
-	if mustJSON(t, data)["from_pool"] != true {
-		t.Errorf("the create was not a pool hit: %s", data)
-	}
-	// A keyless daemon: the page and its WebSocket keep the browser guard
-	// (a foreign page cannot open the socket even with a link).
-	status, data = d2.call(t, "POST", "/v1/sandboxes/"+pooled+"/desktop/links", "", map[string]any{"mode": "interactive"})
-	if status != http.StatusCreated {
-		t.Fatalf("desktop link on a keyless daemon: %d %s", status, data)
-	}
-	path := mustJSON(t, data)["path"].(string)
-	upgrade := []string{"Connection", "Upgrade", "Upgrade", "websocket", "Sec-WebSocket-Version", "13", "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="}
-	wsPath := strings.Replace(path, "/desktop?", "/desktop/ws?", 1)
-	if status, data := d2.call(t, "GET", wsPath, "", nil, append(upgrade, "Origin", "http://evil.example")...); status != http.StatusForbidden {
-		t.Errorf("desktop WebSocket from a foreign origin: %d %s, want 403", status, data)
-	}
-	if status, data := d2.call(t, "GET", path, "", nil, "Host", "evil.example"); status != http.StatusForbidden {
-		t.Errorf("desktop page under a foreign host name on a keyless daemon: %d %s, want 403", status, data)
-	}
 }
 
 // chromiumPath is the host's Chromium the page tests drive.

@@ -367,6 +367,35 @@ func checkDesktopLinks(t *testing.T, d *daemon, mods, alice, bob, id string) {
 	if status, body := d.call(t, "GET", "/v1/sandboxes/"+id+"/desktop/ws?"+with("sig", flipped).Encode(), "", nil, upgrade...); status != http.StatusUnauthorized {
 		t.Errorf("desktop WebSocket with a bad signature: %d %s, want 401", status, body)
 	}
+	// Another site's page cannot open the socket, even with a valid link;
+	// a plain GET of it is a clear error.
+	if status, body := d.call(t, "GET", "/v1/sandboxes/"+id+"/desktop/ws?"+q.Encode(), "", nil, append(upgrade, "Origin", "http://evil.example")...); status != http.StatusForbidden {
+		t.Errorf("desktop WebSocket with a valid link from another origin: %d %s, want 403", status, body)
+	}
+	if status, body := d.call(t, "GET", "/v1/sandboxes/"+id+"/desktop/ws?"+q.Encode(), "", nil); status != http.StatusBadRequest {
+		t.Errorf("desktop WebSocket without an upgrade: %d %s, want 400", status, body)
+	}
+	// A session ends when its link expires: the VNC server's greeting
+	// arrives, then the daemon closes the socket.
+	status, brief := link(alice, map[string]any{"mode": "view", "ttl": 3})
+	if status != http.StatusCreated {
+		t.Fatalf("a three-second link: %d %v", status, brief)
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer wcancel()
+	ws, _, err := websocket.Dial(wctx, "ws"+strings.TrimPrefix(d.url, "http")+strings.Replace(brief["path"].(string), "/desktop?", "/desktop/ws?", 1),
+		&websocket.DialOptions{Subprotocols: []string{"binary"}})
+	if err != nil {
+		t.Fatalf("desktop WebSocket with a valid link: %v", err)
+	}
+	defer ws.CloseNow()
+	if _, greeting, err := ws.Read(wctx); err != nil || !strings.HasPrefix(string(greeting), "RFB 003.") {
+		t.Fatalf("the VNC server's greeting: %q %v", greeting, err)
+	}
+	if _, _, err := ws.Read(wctx); websocket.CloseStatus(err) != websocket.StatusPolicyViolation || !strings.Contains(err.Error(), "expired") {
+		t.Errorf("a session past its link's expiry: %v, want closed as expired", err)
+	}
+
 	// An expired link: a link of one second, refused once it is past.
 	status, short := link(alice, map[string]any{"mode": "view", "ttl": 1})
 	if status != http.StatusCreated {

@@ -257,7 +257,9 @@ func (s *Server) desktopSocket(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(1 << 20)
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), exp)
+	// The bridge outlives the request's context (the connection is
+	// hijacked); the link's expiry ends it with a close frame that says so.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	defer cancel()
 	stream := websocket.NetConn(ctx, ws, websocket.MessageBinary)
 	var toVNC io.Writer = vnc
@@ -275,16 +277,19 @@ func (s *Server) desktopSocket(w http.ResponseWriter, r *http.Request) error {
 		_, err := io.Copy(stream, vnc)
 		done <- err
 	}()
+	expiry := time.NewTimer(time.Until(exp))
+	defer expiry.Stop()
+	expired := false
 	select {
 	case err = <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
+	case <-expiry.C:
+		expired = true
 	}
 	if filter != nil && filter.Dropped > 0 {
 		logger(r).Info("desktop view: input dropped", "sandbox", id, "messages", filter.Dropped)
 	}
 	switch {
-	case errors.Is(err, context.DeadlineExceeded):
+	case expired:
 		ws.Close(websocket.StatusPolicyViolation, "the desktop link expired")
 	case errors.Is(err, rfbview.ErrProtocol):
 		ws.Close(websocket.StatusPolicyViolation, "view-only: unexpected message")

@@ -137,6 +137,11 @@ func checkDesktopSandbox(t *testing.T, d *daemon, mods, alice, bob string) {
 	if res, _ := mustJSON(t, data)["resources"].(map[string]any); res["memory"] != float64(2<<30) || res["pids"] != 1024.0 {
 		t.Errorf("resources of a desktop sandbox: %v, want the template's labels (2G, 1024)", res)
 	}
+	// A Chromium started on the desktop (Debian's wrapper reads the
+	// template's flags) runs.
+	if out, code := sbRunAs(t, d, alice, id, `timeout 60 chromium --headless --disable-gpu --dump-dom 'data:text/html,<title>on the desktop</title>' 2>/dev/null`); code != 0 || !strings.Contains(out, "<title>on the desktop</title>") {
+		t.Errorf("chromium in a desktop sandbox: exit %d: %.300s", code, out)
+	}
 	// VNC listens on the sandbox's loopback only.
 	if out, _ := sbRunAs(t, d, alice, id, `netstat -tln | awk '$4 ~ /:591[01]$/ {print $4}' | sort`); out != "127.0.0.1:5910\n127.0.0.1:5911" {
 		t.Errorf("VNC listeners: %q, want 127.0.0.1:5910 and 127.0.0.1:5911 only", out)

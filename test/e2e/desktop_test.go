@@ -723,4 +723,25 @@ func TestE2BDesktop(t *testing.T) {
 		t.Errorf("the stream's first message: %q %v", greeting, err)
 	}
 	ws.Close(websocket.StatusNormalClosure, "")
+
+	// A person opens the stream's page in Chromium (over http, with the
+	// owner's key): noVNC connects and draws the desktop.
+	pw := playwrightDir(t)
+	if _, err := os.Stat(chromiumPath()); err != nil {
+		failOrSkip(t, "needs Chromium on the host (apt-get install chromium): %v", err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer pcancel()
+	streamURL.Scheme = "http"
+	viewer := exec.CommandContext(pctx, "node", filepath.Join(root, "test", "e2e", "testdata", "e2b_stream.cjs"), streamURL.String(), key)
+	viewer.Env = append(os.Environ(), "NODE_PATH="+pw, "CHROMIUM="+chromiumPath())
+	stderr.Reset()
+	viewer.Stderr = &stderr
+	pout, err := viewer.Output()
+	if err != nil {
+		t.Fatalf("the stream's page in Chromium: %v\n%s", err, lastLines(stderr.String(), 30))
+	}
+	if r := mustJSON(t, pout); r["connected"] != true || r["status"] != 200.0 {
+		t.Errorf("the stream's page in Chromium: %s", pout)
+	}
 }

@@ -83,6 +83,7 @@ templates: build
 	$(BIN)/agentbox template build -t base $(TEMPLATE_SECRETS) templates/base
 	$(BIN)/agentbox template build -t code-interpreter $(TEMPLATE_SECRETS) templates/code-interpreter
 	$(BIN)/agentbox template build -t browser $(TEMPLATE_SECRETS) templates/browser
+	$(BIN)/agentbox template build -t desktop $(TEMPLATE_SECRETS) templates/desktop
 
 # Reliability suites (docs/reliability.md).
 FUZZTIME ?= 30s

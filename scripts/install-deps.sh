@@ -19,6 +19,9 @@ for p in build-essential pkg-config libseccomp-dev e2fsprogs iproute2 nftables \
 done
 # The scale-out tests start a real redis-server (docs/scale-out.md).
 have_pkg redis-server || need+=(redis-server)
+# The daemon serves noVNC's client (Debian's novnc, /usr/share/novnc) for
+# the desktop page of desktop sandboxes (docs/desktop.md, DESKTOP_NOVNC_DIR).
+have_pkg novnc || need+=(novnc)
 
 # Node.js and npm build the web console (make build) and drive the official
 # E2B SDK in a compatibility test; any installation will do (a

@@ -45,6 +45,7 @@ func addClientCommands(root *cobra.Command) {
 		newKillCmd(), newLogsCmd(), newTimeoutCmd(), newStatsCmd(), newTemplateCmd(), newSnapshotCmd(),
 		newPauseCmd(), newResumeCmd(), newE2BCmd(),
 		newScreenshotCmd(),
+		newDesktopCmd(),
 	)
 }
 

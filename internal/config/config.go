@@ -123,6 +123,9 @@ type Config struct {
 	// PreviewDomain, when set, serves sandbox ports at <port>-<id>.<domain>.
 	PreviewDomain string
 
+	// NoVNCDir is the host directory of noVNC's client, which the desktop
+	// page of desktop sandboxes loads (docs/desktop.md).
+	NoVNCDir string
 	// MetricsToken is the operator's bearer token for /metrics.
 	MetricsToken string
 
@@ -474,6 +477,13 @@ var settings = []setting{
 			return fmt.Errorf("want a DNS name whose subdomains reach this server, optionally with :port")
 		}
 		c.PreviewDomain = strings.ToLower(v)
+		return nil
+	}},
+	{"DESKTOP_NOVNC_DIR", "/usr/share/novnc", "host directory of noVNC's client (Debian's novnc package), served to the desktop page of desktop sandboxes; never the sandbox's copy", func(c *Config, v string) error {
+		if v != "" && !filepath.IsAbs(v) {
+			return fmt.Errorf("want an absolute path")
+		}
+		c.NoVNCDir = v
 		return nil
 	}},
 	{"METRICS_TOKEN", "", "bearer token the operator reads /metrics with; without it /metrics is refused when API keys are set", func(c *Config, v string) error {

@@ -48,6 +48,9 @@ type Config struct {
 	// PreviewSecret signs preview tokens; keep it across restarts so issued
 	// tokens stay valid.
 	PreviewSecret []byte
+	// NoVNCDir holds noVNC's client for the desktop page (default
+	// DefaultNoVNCDir).
+	NoVNCDir string
 
 	// Templates is the template store (nil: the template routes answer
 	// unavailable).
@@ -180,6 +183,8 @@ func (s *Server) routes() {
 	s.templatesRoutes(v1)
 	s.consoleRoutes(v1)
 	s.browserRoutes(v1)
+	s.desktopRoutes(v1)
+	s.recordRoutes(v1)
 	v1("GET /v1/info", s.info)
 	s.nodesRoutes(v1)
 	v1("GET /v1/openapi.yaml", func(w http.ResponseWriter, r *http.Request) error {

@@ -55,7 +55,7 @@ func (s *Server) createSandbox(ctx context.Context, owner string, o createOpts) 
 			s.log.Warn("agentscope create refused by a limit", "owner", owner, "err", err)
 			return nil, errLimit
 		}
-		return nil, err
+		return nil, desktopTypeHint(o.typ, err)
 	}
 	now := time.Now()
 	r := &record{

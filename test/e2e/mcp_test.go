@@ -36,6 +36,7 @@ var kitTools = []string{
 	"git_clone", "git_commit", "git_diff", "git_init", "git_log", "git_push", "git_status",
 	"http_request", "npm_install", "pip_install", "preview_url", "process_kill", "process_list",
 	"run_code", "sandbox_create", "sandbox_kill", "sandbox_list", "shell_exec", "shell_interactive",
+	"browser_open", "screenshot",
 }
 
 // bearer adds an API key to every request.

@@ -124,12 +124,16 @@ func (s *Server) browserSession(ctx context.Context, r *record) (*mcp.ClientSess
 // dropBrowserSession forgets cs (it failed): the next call starts a new
 // server.
 func (s *Server) dropBrowserSession(id sandbox.ID, cs *mcp.ClientSession) {
-	c := s.browsers.get(id)
-	c.mu.Lock()
-	if c.cs == cs {
-		c.cs = nil
+	s.browsers.mu.Lock()
+	c := s.browsers.conns[id]
+	s.browsers.mu.Unlock()
+	if c != nil {
+		c.mu.Lock()
+		if c.cs == cs {
+			c.cs = nil
+		}
+		c.mu.Unlock()
 	}
-	c.mu.Unlock()
 	_ = cs.Close()
 }
 

@@ -121,6 +121,23 @@ func (s *Server) browserSession(ctx context.Context, r *record) (*mcp.ClientSess
 	return cs, nil
 }
 
+// prestartBrowser starts r's Playwright MCP server in the background right
+// after the create, so the node process is up by the time the agent's
+// first browser call comes (an agent usually thinks between the two).
+// Failures are left to that call, which retries and reports them.
+func (s *Server) prestartBrowser(r *record) {
+	if !hasBrowserTools(r.Type) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(s.ctx, mcpConnectTimeout)
+		defer cancel()
+		if _, err := s.browserSession(ctx, r); err != nil {
+			s.log.Debug("agentscope browser tools: early start failed", "sandbox", r.Name, "err", err)
+		}
+	}()
+}
+
 // dropBrowserSession forgets cs (it failed): the next call starts a new
 // server.
 func (s *Server) dropBrowserSession(id sandbox.ID, cs *mcp.ClientSession) {

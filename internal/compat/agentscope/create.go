@@ -74,6 +74,7 @@ func (s *Server) createSandbox(ctx context.Context, owner string, o createOpts) 
 		return nil, err
 	}
 	s.reg.put(r)
+	s.prestartBrowser(r)
 	s.log.Info("agentscope sandbox created", "sandbox", r.Name, "type", r.Type, "session", r.Session, "owner", owner)
 	return r, nil
 }

@@ -42,6 +42,24 @@ function press() {
 </script></body></html>
 """
 
+FORM = """<!doctype html>
+<html><head><title>form page</title></head>
+<body>
+<input aria-label="Name" oninput="document.getElementById('echo').textContent = 'Name is ' + this.value">
+<p id="echo">Name is nobody</p>
+<select aria-label="Color" onchange="document.getElementById('color').textContent = 'Color is ' + this.value">
+<option value="red">Red</option><option value="blue">Blue</option></select>
+<p id="color">Color is red</p>
+<button onmouseover="document.getElementById('hov').textContent = 'Hovered'">Hover me</button>
+<p id="hov">Not hovered</p>
+<button onclick="alert('hello dialog'); document.getElementById('dlg').textContent = 'Dialog closed'">Alert me</button>
+<p id="dlg">No dialog</p>
+<input type="file" aria-label="Upload" onchange="document.getElementById('file').textContent = 'File ' + this.files[0].name">
+<p id="file">No file</p>
+<script>console.log('console says hi'); fetch('/ping?from=page');</script>
+</body></html>
+"""
+
 # A page whose one button fills the viewport, for computer clicks at a
 # screen point: any point below the browser's toolbar hits it.
 GUI_PAGE = """<!doctype html>
@@ -164,16 +182,59 @@ class BrowserTypeTest(DesktopSandboxTest):
         res = self.call("browser_take_screenshot", {"raw": False, "filename": "", "element": "", "ref": ""})
         self.assertEqual(images(res)[0]["mimeType"], "image/jpeg")
 
+    def ref(self, snap, role, name):
+        m = re.search(r'%s "%s"[^\n]*\[ref=([^\]]+)\]' % (re.escape(role), re.escape(name)), snap)
+        self.assertIsNotNone(m, "no %s %r in the snapshot:\n%s" % (role, name, snap))
+        return m.group(1)
+
+    def snap(self):
+        return texts(self.call("browser_snapshot", {}))
+
+    def test_forms_dialogs_and_the_rest(self):
+        self.serve(self.sid, {"form.html": FORM})
+        self.call("browser_navigate", {"url": "http://127.0.0.1:%d/form.html" % PORT})
+        snap = self.snap()
+        # BrowserSandbox.browser_type sends submit and slowly.
+        self.call("browser_type", {"element": "Name", "ref": self.ref(snap, "textbox", "Name"), "text": "Ada",
+                                   "submit": False, "slowly": False})
+        self.call("browser_press_key", {"key": "End"})
+        self.call("browser_select_option", {"element": "Color", "ref": self.ref(snap, "combobox", "Color"), "values": ["blue"]})
+        self.call("browser_hover", {"element": "Hover me", "ref": self.ref(snap, "button", "Hover me")})
+        snap2 = self.snap()
+        for want in ("Name is Ada", "Color is blue", "Hovered"):
+            self.assertIn(want, snap2)
+
+        res = self.call("browser_click", {"element": "Alert me", "ref": self.ref(snap, "button", "Alert me")})
+        self.assertIn("hello dialog", texts(res))
+        self.call("browser_handle_dialog", {"accept": True, "promptText": ""})
+        self.assertIn("Dialog closed", self.snap())
+
+        res = self.call("browser_click", {"element": "Upload", "ref": self.ref(snap, "button", "Upload")})
+        self.call("browser_file_upload", {"paths": [SITE + "/form.html"]})
+        self.assertIn("File form.html", self.snap())
+
+        self.assertIn("console says hi", texts(self.call("browser_console_messages", {})))
+        self.assertIn("/ping?from=page", texts(self.call("browser_network_requests", {})))
+
+        self.call("browser_resize", {"width": 800, "height": 600})
+        res = self.call("browser_take_screenshot", {"raw": True, "filename": "", "element": "", "ref": ""})
+        self.assertEqual(png_size(base64.b64decode(images(res)[0]["data"])), (800, 600))
+
     def test_tabs_and_back(self):
         self.serve(self.sid, {"index.html": PAGE, "two.html": "<title>second page</title><p>Two</p>\n"})
         base = "http://127.0.0.1:%d/" % PORT
         self.call("browser_navigate", {"url": base + "index.html"})
         self.call("browser_navigate", {"url": base + "two.html"})
         self.assertIn("agentbox browser page", texts(self.call("browser_navigate_back", {})))
+        self.assertIn("second page", texts(self.call("browser_navigate_forward", {})))
+        self.call("browser_navigate_back", {})
         self.call("browser_tab_new", {"url": base + "two.html"})
         listing = texts(self.call("browser_tab_list", {}))
         self.assertIn("second page", listing)
         self.assertIn("agentbox browser page", listing)
+        # Tabs are numbered from 1, as browser_tab_list shows them.
+        self.assertIn("agentbox browser page", texts(self.call("browser_tab_select", {"index": 1})))
+        self.call("browser_tab_select", {"index": 2})
         # BrowserSandbox.browser_tab_close(): index None closes the current tab.
         self.call("browser_tab_close", {"index": None})
         self.assertNotIn("second page", texts(self.call("browser_tab_list", {})))

@@ -56,6 +56,10 @@ FORM = """<!doctype html>
 <p id="dlg">No dialog</p>
 <input type="file" aria-label="Upload" onchange="document.getElementById('file').textContent = 'File ' + this.files[0].name">
 <p id="file">No file</p>
+<div role="button" aria-label="Source" draggable="true" ondragstart="event.dataTransfer.setData('text/plain', 'x')">Drag me</div>
+<div role="button" aria-label="Target" ondragover="event.preventDefault()"
+  ondrop="event.preventDefault(); document.getElementById('drop').textContent = 'Dropped'">Drop here</div>
+<p id="drop">Not dropped</p>
 <script>console.log('console says hi'); fetch('/ping?from=page');</script>
 </body></html>
 """
@@ -213,6 +217,10 @@ class BrowserTypeTest(DesktopSandboxTest):
         self.call("browser_file_upload", {"paths": [SITE + "/form.html"]})
         self.assertIn("File form.html", self.snap())
 
+        self.call("browser_drag", {"startElement": "Source", "startRef": self.ref(snap, "button", "Source"),
+                                   "endElement": "Target", "endRef": self.ref(snap, "button", "Target")})
+        self.assertIn("Dropped", self.snap())
+
         self.assertIn("console says hi", texts(self.call("browser_console_messages", {})))
         self.assertIn("/ping?from=page", texts(self.call("browser_network_requests", {})))
 
@@ -243,6 +251,15 @@ class BrowserTypeTest(DesktopSandboxTest):
         self.assertIsNotNone(m, texts(res))
         head = self.shell(self.sid, "head -c 5 %s" % m.group(1))["content"][0]["text"]
         self.assertEqual(head, "%PDF-")
+
+    def test_close_then_navigate(self):
+        self.serve(self.sid, {"index.html": PAGE})
+        url = "http://127.0.0.1:%d/index.html" % PORT
+        self.call("browser_navigate", {"url": url})
+        self.call("browser_close", {})
+        # The next call opens the browser's page again.
+        self.assertIn("agentbox browser page", texts(self.call("browser_navigate", {"url": url})))
+        self.assertIn("Hello from the sandbox", self.snap())
 
     def test_bad_calls_are_tool_errors(self):
         res = self.tool(self.sid, "browser_click", element="nothing", ref="e999")

@@ -74,6 +74,9 @@ bench: build
 APT_SOURCES ?= $(wildcard /etc/apt/sources.list.d/debian.sources)
 APT_CONF    ?=
 comma := ,
+# The browser template's build context, staged outside the checkout with
+# its npm packages (scripts/stage-browser.sh).
+BROWSER_CONTEXT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox/browser-context
 # A host without a deb822 debian.sources gives none by default: a
 # bootstrapped image already lists the host's Debian sources.
 TEMPLATE_SECRETS = $(if $(APT_SOURCES),--secret id=apt-sources$(comma)src=$(APT_SOURCES)) $(if $(APT_CONF),--secret id=apt-conf$(comma)src=$(APT_CONF))
@@ -82,7 +85,8 @@ templates: build
 	$(BIN)/agentbox template bootstrap debian:bookworm
 	$(BIN)/agentbox template build -t base $(TEMPLATE_SECRETS) templates/base
 	$(BIN)/agentbox template build -t code-interpreter $(TEMPLATE_SECRETS) templates/code-interpreter
-	$(BIN)/agentbox template build -t browser $(TEMPLATE_SECRETS) templates/browser
+	./scripts/stage-browser.sh $(BROWSER_CONTEXT)
+	$(BIN)/agentbox template build -t browser $(TEMPLATE_SECRETS) $(BROWSER_CONTEXT)
 	$(BIN)/agentbox template build -t desktop $(TEMPLATE_SECRETS) templates/desktop
 
 # Reliability suites (docs/reliability.md).

@@ -16,3 +16,5 @@ bin/agentbox bench -n "${BENCH_N:-100}"
 echo "== go test -bench Store (internal/store) and StateStoreCreates (test/e2e): bbolt against Redis"
 go test -run '^$' -bench Store -benchtime "${BENCHTIME_STORE:-2000x}" ./internal/store/
 go test -run '^$' -bench StateStoreCreates -benchtime "${BENCHTIME_CREATES:-40x}" ./test/e2e/
+echo "== TestAgentscopeBrowserBench (test/e2e: agentscope browser type, create to first screenshot)"
+AGENTBOX_BENCH=1 go test -count=1 -timeout 40m -run 'TestAgentscopeBrowserBench$' -v ./test/e2e/ | grep -A4 'create to first screenshot'

@@ -94,12 +94,17 @@ func TestTypeTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.TypeTemplate("gui"); got != "registry.example.com:5000/team/sandboxes/runtime-sandbox-gui:v2" {
-		t.Errorf("gui: %q", got)
+	if got := c.TypeTemplate("mobile"); got != "registry.example.com:5000/team/sandboxes/runtime-sandbox-mobile:v2" {
+		t.Errorf("mobile: %q", got)
+	}
+	// By default browser and gui are the browser template's
+	// (templates/browser; gui until a desktop template exists).
+	if c.TypeTemplate("browser") != "browser" || c.TypeTemplate("gui") != "browser" {
+		t.Errorf("browser, gui: %q, %q", c.TypeTemplate("browser"), c.TypeTemplate("gui"))
 	}
 	c, err = Load("", nil, map[string]string{"RUNTIME_SANDBOX_IMAGE_NAMESPACE": ""})
-	if err != nil || c.TypeTemplate("gui") != "runtime-sandbox-gui:latest" {
-		t.Errorf("no namespace: %q %v", c.TypeTemplate("gui"), err)
+	if err != nil || c.TypeTemplate("mobile") != "runtime-sandbox-mobile:latest" {
+		t.Errorf("no namespace: %q %v", c.TypeTemplate("mobile"), err)
 	}
 	c, err = Load("", nil, map[string]string{"REGISTRY_MIRRORS": `{"docker.io":["https://m1.example","http://127.0.0.1:5000"]}`,
 		"TEMPLATE_ADMIN_USERS": "default, ops", "AGENTBOX_REGISTRY_AUTH": `{"r.example":{"token":"x"}}`})

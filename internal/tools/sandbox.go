@@ -149,7 +149,7 @@ func runSandboxKill(ctx context.Context, s *Session, _ string, raw json.RawMessa
 // allTools is the kit, in presentation order.
 func allTools() []*Tool {
 	var all []*Tool
-	for _, g := range [][]*Tool{sandboxTools(), codeTools(), shellTools(), terminalTools(), fileTools(), gitTools()} {
+	for _, g := range [][]*Tool{sandboxTools(), codeTools(), shellTools(), terminalTools(), fileTools(), gitTools(), browserTools()} {
 		all = append(all, g...)
 	}
 	return all

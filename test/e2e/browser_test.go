@@ -43,7 +43,7 @@ func TestBrowserTemplate(t *testing.T) {
 	}
 	for _, name := range []string{"base", "browser"} {
 		args := append([]string{"template", "build", "-t", name}, builtinSecrets()...)
-		args = append(args, "templates/"+name)
+		args = append(args, templateContext(t, ctx, name))
 		out, took := templateCLIAs(t, ctx, d, "k-alice", args...)
 		t.Logf("build %s: %s, %d steps run, %d cached", name, took.Round(time.Millisecond),
 			strings.Count(out, "---> Running in"), strings.Count(out, "---> Using cache"))

@@ -32,10 +32,10 @@ const (
 
 // kitTools are the tools every session-mode MCP endpoint offers.
 var kitTools = []string{
-	"env_get", "env_set", "file_delete", "file_edit", "file_list", "file_read", "file_search", "file_write",
+	"browser_open", "env_get", "env_set", "file_delete", "file_edit", "file_list", "file_read", "file_search", "file_write",
 	"git_clone", "git_commit", "git_diff", "git_init", "git_log", "git_push", "git_status",
 	"http_request", "npm_install", "pip_install", "preview_url", "process_kill", "process_list",
-	"run_code", "sandbox_create", "sandbox_kill", "sandbox_list", "shell_exec", "shell_interactive",
+	"run_code", "sandbox_create", "sandbox_kill", "sandbox_list", "screenshot", "shell_exec", "shell_interactive",
 }
 
 // bearer adds an API key to every request.

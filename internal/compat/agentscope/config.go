@@ -33,7 +33,11 @@ type Config struct {
 	MaxUploadBytes int64
 	// Version is reported by GET /health.
 	Version string
-	Logger  *slog.Logger
+	// DesktopLink mints the signed noVNC link GET /desktop/{id}/...
+	// redirects to (desktop.go); nil: the route answers that the desktop
+	// is not available.
+	DesktopLink DesktopLinkFunc
+	Logger      *slog.Logger
 }
 
 func (c *Config) setDefaults() {

@@ -55,7 +55,7 @@ func (s *Server) createSandbox(ctx context.Context, owner string, o createOpts) 
 			s.log.Warn("agentscope create refused by a limit", "owner", owner, "err", err)
 			return nil, errLimit
 		}
-		return nil, err
+		return nil, desktopTypeHint(o.typ, err)
 	}
 	now := time.Now()
 	r := &record{
@@ -74,6 +74,7 @@ func (s *Server) createSandbox(ctx context.Context, owner string, o createOpts) 
 		return nil, err
 	}
 	s.reg.put(r)
+	s.prestartBrowser(r)
 	s.log.Info("agentscope sandbox created", "sandbox", r.Name, "type", r.Type, "session", r.Session, "owner", owner)
 	return r, nil
 }

@@ -99,4 +99,5 @@ func (s *Server) stopProcesses(id sandbox.ID) {
 	if g != nil {
 		g.close()
 	}
+	s.browsers.stop(id)
 }

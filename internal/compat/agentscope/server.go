@@ -29,6 +29,8 @@ type Server struct {
 	procMu sync.Mutex
 	mcps   map[sandbox.ID]*mcpGroup // MCP servers added to each sandbox
 
+	browsers browserConns // browser sandboxes' Playwright MCP servers (browser.go)
+
 	ctx    context.Context // ends at Close: bounds background processes
 	cancel context.CancelFunc
 }
@@ -64,6 +66,7 @@ func (s *Server) Close() {
 	for _, g := range mcps {
 		g.close()
 	}
+	s.browsers.stopAll()
 }
 
 // Register adds the agentscope routes to mux (the native API's, so both
@@ -79,6 +82,8 @@ func (s *Server) Register(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("/proxy/{identity}/{path...}", s.serveProxy)
 	mux.HandleFunc("/proxy/{identity}", s.serveProxy)
+	mux.HandleFunc("GET /desktop/{identity}/{path...}", s.serveDesktop)
+	mux.HandleFunc("GET /desktop/{identity}", s.serveDesktop)
 }
 
 // IsMultipartUpload reports whether r is the sandbox API's batch upload

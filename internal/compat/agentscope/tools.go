@@ -70,8 +70,11 @@ func groupOf(specs []toolSpec) map[string]any {
 
 // builtinGroups are the tool groups a sandbox type has besides generic.
 func builtinGroups(typ string) map[string][]toolSpec {
-	if typ == "filesystem" {
+	switch {
+	case typ == "filesystem":
 		return map[string][]toolSpec{groupFilesystem: fsTools}
+	case hasGUITools(typ):
+		return map[string][]toolSpec{groupGUI: guiTools}
 	}
 	return map[string][]toolSpec{}
 }
@@ -82,6 +85,13 @@ func (s *Server) mcpToolGroups(ctx context.Context, r *record) (map[string]any, 
 	out := map[string]any{}
 	for name, specs := range builtinGroups(r.Type) {
 		out[name] = groupOf(specs)
+	}
+	if hasBrowserTools(r.Type) {
+		specs, err := s.browserToolSpecs(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		out[groupBrowser] = groupOf(specs)
 	}
 	if g := s.mcpGroupOf(r.ID); g != nil {
 		servers, err := g.listTools(ctx)
@@ -163,11 +173,15 @@ func (s *Server) callTool(ctx context.Context, r *record, name string, args map[
 	case "run_ipython_cell":
 		return s.runIPythonCell(ctx, r, args), nil
 	}
-	for _, specs := range builtinGroups(r.Type) {
-		for _, t := range specs {
-			if t.Name == name {
-				return s.runFSTool(ctx, r, name, args), nil
-			}
+	if res, ok := s.callBrowserTool(ctx, r, name, args); ok {
+		return res, nil
+	}
+	if res, ok := s.callGUITool(ctx, r, name, args); ok {
+		return res, nil
+	}
+	for _, t := range builtinGroups(r.Type)[groupFilesystem] {
+		if t.Name == name {
+			return s.runFSTool(ctx, r, name, args), nil
 		}
 	}
 	if g := s.mcpGroupOf(r.ID); g != nil {

@@ -176,7 +176,7 @@ func Run(ctx context.Context, opts Options) error {
 	api.RegisterBuilds(httpapi.BuildConfig{Builder: bld, Store: templates})
 	as := agentscope.New(agentscope.Config{APIKeys: cfg.APIKeys, Prefix: cfg.ContainerPrefix, DefaultTypes: cfg.DefaultTypes,
 		StorageFolder: cfg.StorageFolder, SandboxTimeout: cfg.MaxTimeout, MaxOutput: cfg.MaxExecOutputBytes,
-		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log}, m)
+		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log, DesktopLink: api.DesktopLink}, m)
 	as.Register(api.Mux())
 	api.AllowBody("multipart/form-data", agentscope.IsMultipartUpload)
 	defer as.Close()

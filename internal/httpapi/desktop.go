@@ -160,23 +160,13 @@ func (s *Server) createDesktopLink(w http.ResponseWriter, r *http.Request) error
 		return badRequest("ttl", "ttl must be at most %s", maxDesktopLinkTTL)
 	}
 	id := sandboxID(r)
-	rec, err := s.m.Get(r.Context(), userOf(r), id)
-	if err != nil {
-		return err
-	}
-	// A link to a sandbox without a desktop would open a page that never
-	// connects: say so now.
-	conn, err := s.dialVNC(r.Context(), id, body.Mode)
-	if err != nil {
-		return err
-	}
-	conn.Close()
-	exp := time.Now().Add(ttl).Unix()
-	q := url.Values{"mode": {body.Mode}, "exp": {strconv.FormatInt(exp, 10)}, "sig": {s.signDesktop(id, body.Mode, exp, rec.AccessToken)}}
-	p := fmt.Sprintf("/v1/sandboxes/%s/desktop?%s", id, q.Encode())
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
+	}
+	p, exp, err := s.desktopLink(r.Context(), userOf(r), id, body.Mode, ttl)
+	if err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"url":        scheme + "://" + r.Host + p,
@@ -185,6 +175,35 @@ func (s *Server) createDesktopLink(w http.ResponseWriter, r *http.Request) error
 		"expires_at": time.Unix(exp, 0).UTC(),
 	})
 	return nil
+}
+
+// desktopLink mints the path (with its query) of a signed link to the
+// noVNC page of owner's sandbox id, after checking the sandbox has a
+// desktop: a link that opens a page that never connects helps no one.
+func (s *Server) desktopLink(ctx context.Context, owner string, id sandbox.ID, mode string, ttl time.Duration) (string, int64, error) {
+	rec, err := s.m.Get(ctx, owner, id)
+	if err != nil {
+		return "", 0, err
+	}
+	conn, err := s.dialVNC(ctx, id, mode)
+	if err != nil {
+		return "", 0, err
+	}
+	conn.Close()
+	exp := time.Now().Add(ttl).Unix()
+	q := url.Values{"mode": {mode}, "exp": {strconv.FormatInt(exp, 10)}, "sig": {s.signDesktop(id, mode, exp, rec.AccessToken)}}
+	return fmt.Sprintf("/v1/sandboxes/%s/desktop?%s", id, q.Encode()), exp, nil
+}
+
+// DesktopLink returns base followed by a signed, interactive link to the
+// noVNC page of owner's sandbox id, valid for an hour: agentscope's
+// desktop URL (GET /desktop/{id}/...) redirects there.
+func (s *Server) DesktopLink(ctx context.Context, owner string, id sandbox.ID, base string) (string, error) {
+	p, _, err := s.desktopLink(ctx, owner, id, "interactive", defaultDesktopLinkTTL)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(base, "/") + p, nil
 }
 
 // dialVNC connects to the sandbox's VNC server for mode.

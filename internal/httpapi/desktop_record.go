@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/computer"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -115,7 +116,7 @@ func (s *Server) recordStatus(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) runRecord(w http.ResponseWriter, r *http.Request, cmd []string) error {
 	id := sandboxID(r)
 	noDesktop := sandbox.Errorf(sandbox.ClassConflict, "sandbox %s cannot record its screen (agentbox-record not found): create it from the desktop template (docs/desktop.md)", id)
-	res, err := s.m.ExecBuffered(r.Context(), userOf(r), id, manager.ExecRequest{Cmd: cmd, Timeout: computerTimeout})
+	res, err := s.m.ExecBuffered(r.Context(), userOf(r), id, manager.ExecRequest{Cmd: cmd, Timeout: computer.Timeout})
 	if err != nil {
 		if sandbox.ClassOf(err) == sandbox.ClassInvalid && strings.Contains(err.Error(), "not found") {
 			return noDesktop

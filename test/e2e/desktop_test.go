@@ -41,7 +41,7 @@ func buildDesktop(t *testing.T, ctx context.Context, d *daemon, key string) {
 	}
 	for _, name := range []string{"base", "browser", "desktop"} {
 		args := append([]string{"template", "build", "-t", name}, builtinSecrets()...)
-		args = append(args, "templates/"+name)
+		args = append(args, templateContext(t, ctx, name))
 		out, took := templateCLIAs(t, ctx, d, key, args...)
 		t.Logf("build %s: %s, %d steps run, %d cached", name, took.Round(time.Millisecond),
 			strings.Count(out, "---> Running in"), strings.Count(out, "---> Using cache"))

@@ -122,29 +122,33 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		}
 		bx.phases.mark("disk: sparse copy of the ext4 template")
 	}
-	ids := b.idMap(bx.rec)
-	release, err := b.userNamespace(&ids)
-	if err != nil {
-		return fail(err)
-	}
-	defer release()
-	bx.phases.mark("user namespace holder (fork+exec, maps)")
-	if err := b.mountDisk(bx, tmpl, ids, true); err != nil {
-		return fail(err)
-	}
-	bx.phases.mark("disk: loop attach + mount ext4 + overlay")
-	if spec.WorkspaceDir != "" && ids.userns && !b.rootless {
-		if err := b.reownTree(spec.WorkspaceDir, ids); err != nil {
-			return fail(err)
+	var diskDone time.Time
+	err := b.privately(func() error {
+		ids := b.idMap(bx.rec)
+		release, err := b.userNamespace(&ids)
+		if err != nil {
+			return err
 		}
-	}
-	// Only the daemon may reach the agent's socket: root's, not mounted
-	// into the sandbox (the agent gets the listening socket as a fd).
-	if err := os.Mkdir(bx.paths.run, 0o700); err != nil {
-		return fail(err)
-	}
-	diskDone := time.Now()
-	if err := b.boot(ctx, bx, tmpl, ids); err != nil {
+		defer release()
+		bx.phases.mark("user namespace holder (fork+exec, maps)")
+		if err := b.mountDisk(bx, tmpl, ids, true); err != nil {
+			return err
+		}
+		bx.phases.mark("disk: loop attach + mount ext4 + overlay")
+		if spec.WorkspaceDir != "" && ids.userns && !b.rootless {
+			if err := b.reownTree(spec.WorkspaceDir, ids); err != nil {
+				return err
+			}
+		}
+		// Only the daemon may reach the agent's socket: root's, not mounted
+		// into the sandbox (the agent gets the listening socket as a fd).
+		if err := os.Mkdir(bx.paths.run, 0o700); err != nil {
+			return err
+		}
+		diskDone = time.Now()
+		return b.boot(ctx, bx, tmpl, ids)
+	})
+	if err != nil {
 		return fail(err)
 	}
 	bx.phases.mark("record, info")
@@ -375,6 +379,13 @@ func (b *Backend) mountDisk(bx *box, tmpl sandbox.Template, ids idMap, fresh boo
 		}
 		bx.loopDev = dev
 	}
+	if bx.disk == nil {
+		f, err := openDiskRoot(p.disk)
+		if err != nil {
+			return err
+		}
+		bx.disk = f
+	}
 	if fresh && ids.userns {
 		// Root sandboxes see host ids shifted by the user namespace; give the
 		// disk's directories to the ids they map to.
@@ -602,7 +613,7 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 	runDone := time.Now()
 	bx.phases.mark("container.Run: re-exec init, nsenter, cgroups, rootfs, seccomp, exec agent")
 	if err := waitReady(ctx, readyR, b.cfg.ReadyTimeout); err != nil {
-		return fmt.Errorf("agent did not start: %w%s", err, logTail(bx.paths.log))
+		return fmt.Errorf("agent did not start: %w%s", err, logTail(bx.diskPath("agent.log")))
 	}
 	bx.phases.mark("agent start until ready byte")
 	if bx.phases != nil {

@@ -122,8 +122,12 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		}
 		bx.phases.mark("disk: sparse copy of the ext4 template")
 	}
+	net, err := b.setupNetwork(ctx, bx)
+	if err != nil {
+		return fail(err)
+	}
 	var diskDone time.Time
-	err := b.privately(func() error {
+	err = b.privately(func() error {
 		ids := b.idMap(bx.rec)
 		release, err := b.userNamespace(&ids)
 		if err != nil {
@@ -146,7 +150,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 			return err
 		}
 		diskDone = time.Now()
-		return b.boot(ctx, bx, tmpl, ids)
+		return b.boot(ctx, bx, tmpl, ids, net)
 	})
 	if err != nil {
 		return fail(err)
@@ -488,20 +492,35 @@ func overlayOptions(lower, upper, work string) (string, error) {
 // copy, which a snapshot (layer.Diff) cannot turn into an image layer.
 const overlayFeaturesOff = ",redirect_dir=off,metacopy=off"
 
-// boot starts the sandbox's init (the agent) and waits until it serves.
-func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids idMap) error {
+// sandboxNet is a sandbox's network namespace (none: "") and nameservers.
+type sandboxNet struct {
+	nsPath      string
+	nameservers []string
+}
+
+// setupNetwork gives the sandbox its network. It runs before the private
+// mount namespace of boot is made (mountns.go): the network namespace is a
+// bind mount in the daemon's namespace, which the private copy, and so the
+// sandbox's init, must already see.
+func (b *Backend) setupNetwork(ctx context.Context, bx *box) (sandboxNet, error) {
 	spec := bx.rec.Spec
-	spec.AccessToken = bx.rec.AccessToken
-	var netnsPath string
-	nameservers := []string(nil)
+	var n sandboxNet
 	if spec.Network.Mode != sandbox.NetworkNone {
 		var err error
-		netnsPath, nameservers, err = b.cfg.Network.Setup(ctx, spec.ID, spec.Network)
+		n.nsPath, n.nameservers, err = b.cfg.Network.Setup(ctx, spec.ID, spec.Network)
 		if err != nil {
-			return fmt.Errorf("set up network: %w", err)
+			return n, fmt.Errorf("set up network: %w", err)
 		}
 	}
 	bx.phases.mark("network setup")
+	return n, nil
+}
+
+// boot starts the sandbox's init (the agent) and waits until it serves.
+func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids idMap, net sandboxNet) error {
+	spec := bx.rec.Spec
+	spec.AccessToken = bx.rec.AccessToken
+	netnsPath, nameservers := net.nsPath, net.nameservers
 	if err := writeSandboxEtc(bx.paths.etc, string(spec.ID), nameservers); err != nil {
 		return fmt.Errorf("write /etc: %w", err)
 	}

@@ -194,6 +194,11 @@ func (b *Backend) Start(ctx context.Context, id sandbox.ID) (sandbox.Info, error
 	if err := b.CheckTemplate(tmpl); err != nil {
 		return sandbox.Info{}, sandbox.Wrap(sandbox.ClassConflict, err, "template of stopped sandbox is gone")
 	}
+	net, err := b.setupNetwork(ctx, bx)
+	if err != nil {
+		b.teardown(context.WithoutCancel(ctx), bx, false)
+		return sandbox.Info{}, err
+	}
 	err = b.privately(func() error {
 		ids := b.idMap(bx.rec)
 		release, err := b.userNamespace(&ids)
@@ -204,7 +209,7 @@ func (b *Backend) Start(ctx context.Context, id sandbox.ID) (sandbox.Info, error
 		if err := b.mountDisk(bx, tmpl, ids, false); err != nil {
 			return err
 		}
-		return b.boot(ctx, bx, tmpl, ids)
+		return b.boot(ctx, bx, tmpl, ids, net)
 	})
 	if err != nil {
 		b.teardown(context.WithoutCancel(ctx), bx, false)

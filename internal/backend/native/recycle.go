@@ -78,6 +78,12 @@ func (b *Backend) Recycle(ctx context.Context, id sandbox.ID, req backend.Recycl
 	spec.AccessToken = ""
 	bx.rec.Spec = spec
 	bx.rec.AccessToken = req.AccessToken
+	net, err := b.setupNetwork(ctx, bx)
+	if err != nil {
+		b.teardown(context.WithoutCancel(ctx), bx, false)
+		_ = b.saveRecord(bx)
+		return fmt.Errorf("recycle: %w", err)
+	}
 	err = b.privately(func() error {
 		ids := b.idMap(bx.rec)
 		release, err := b.userNamespace(&ids)
@@ -90,7 +96,7 @@ func (b *Backend) Recycle(ctx context.Context, id sandbox.ID, req backend.Recycl
 			return fmt.Errorf("recycle: mount fresh disk: %w", err)
 		}
 		bx.phases.mark("disk: loop attach + mount ext4 + overlay")
-		if err := b.boot(ctx, bx, tmpl, ids); err != nil {
+		if err := b.boot(ctx, bx, tmpl, ids, net); err != nil {
 			return fmt.Errorf("recycle: %w", err)
 		}
 		return nil

@@ -26,21 +26,25 @@ import (
 // operation with no other sandbox and with N idle ones, and what the N
 // idle sandboxes cost the machine and the daemon.
 type idleReport struct {
-	Idle              int     `json:"idle"`
-	CreateP50At0      float64 `json:"create_p50_ms_at_0"`
-	CreateP50AtN      float64 `json:"create_p50_ms_at_n"`
-	ExecP50At0        float64 `json:"exec_p50_ms_at_0"`
-	ExecP50AtN        float64 `json:"exec_p50_ms_at_n"`
-	FillSeconds       float64 `json:"fill_seconds"`
-	FillLastP50       float64 `json:"fill_last_100_create_p50_ms"`
-	DaemonRSSMiB0     float64 `json:"daemon_rss_mib_at_0"`
-	DaemonRSSMiBN     float64 `json:"daemon_rss_mib_at_n"`
-	DaemonThreads0    int     `json:"daemon_threads_at_0"`
-	DaemonThreadsN    int     `json:"daemon_threads_at_n"`
-	DaemonFDs0        int     `json:"daemon_fds_at_0"`
-	DaemonFDsN        int     `json:"daemon_fds_at_n"`
-	Goroutines0       int     `json:"daemon_goroutines_at_0"`
-	GoroutinesN       int     `json:"daemon_goroutines_at_n"`
+	Idle           int     `json:"idle"`
+	CreateP50At0   float64 `json:"create_p50_ms_at_0"`
+	CreateP50AtN   float64 `json:"create_p50_ms_at_n"`
+	ExecP50At0     float64 `json:"exec_p50_ms_at_0"`
+	ExecP50AtN     float64 `json:"exec_p50_ms_at_n"`
+	FillSeconds    float64 `json:"fill_seconds"`
+	FillLastP50    float64 `json:"fill_last_100_create_p50_ms"`
+	DaemonRSSMiB0  float64 `json:"daemon_rss_mib_at_0"`
+	DaemonRSSMiBN  float64 `json:"daemon_rss_mib_at_n"`
+	DaemonThreads0 int     `json:"daemon_threads_at_0"`
+	DaemonThreadsN int     `json:"daemon_threads_at_n"`
+	DaemonFDs0     int     `json:"daemon_fds_at_0"`
+	DaemonFDsN     int     `json:"daemon_fds_at_n"`
+	Goroutines0    int     `json:"daemon_goroutines_at_0"`
+	GoroutinesN    int     `json:"daemon_goroutines_at_n"`
+	// Mounts in the daemon's mount namespace: what every new sandbox's
+	// namespace starts as a copy of.
+	DaemonMounts0     int     `json:"daemon_mounts_at_0"`
+	DaemonMountsN     int     `json:"daemon_mounts_at_n"`
 	PerSandboxPSSKiB  float64 `json:"per_sandbox_pss_kib"`
 	PerSandboxMemKiB  float64 `json:"per_sandbox_cgroup_charge_kib"`
 	PerSandboxKmemKiB float64 `json:"per_sandbox_kernel_memory_kib"`
@@ -172,6 +176,7 @@ func runBenchIdle(ctx context.Context, out io.Writer, count, n int) error {
 	rec.mu.Unlock()
 	memAvail0 := memAvailableKiB()
 	r.DaemonRSSMiB0, r.DaemonThreads0, r.DaemonFDs0, r.Goroutines0 = selfStats()
+	r.DaemonMounts0 = selfMounts()
 	fmt.Fprintf(os.Stderr, "at 0: create p50 %.2f ms, exec p50 %.2f ms; filling %d idle sandboxes\n", r.CreateP50At0, r.ExecP50At0, count)
 	fillStart := time.Now()
 	var last []time.Duration
@@ -202,6 +207,7 @@ func runBenchIdle(ctx context.Context, out io.Writer, count, n int) error {
 		r.Phases[k] = [2]float64{at0[k], v}
 	}
 	r.DaemonRSSMiBN, r.DaemonThreadsN, r.DaemonFDsN, r.GoroutinesN = selfStats()
+	r.DaemonMountsN = selfMounts()
 	var pss, charge, kmem float64
 	for _, id := range ids {
 		p, c, k := sandboxIdleCost(id)
@@ -245,6 +251,12 @@ func selfStats() (rss float64, threads, fds, goroutines int) {
 	}
 	entries, _ := os.ReadDir("/proc/self/fd")
 	return rss, threads, len(entries), runtime.NumGoroutine()
+}
+
+// selfMounts counts the mounts of this process's mount namespace.
+func selfMounts() int {
+	data, _ := os.ReadFile("/proc/self/mountinfo")
+	return strings.Count(string(data), "\n")
 }
 
 func memAvailableKiB() int64 {

@@ -169,7 +169,7 @@ func (b *Backend) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, erro
 		s.NetworkDenials = b.cfg.Network.Denials(id)
 	}
 	var fs unix.Statfs_t
-	if err := unix.Statfs(filepath.Join(bx.paths.disk, "workspace"), &fs); err == nil && isMountPoint(bx.paths.disk) {
+	if err := unix.Statfs(bx.diskPath("workspace"), &fs); err == nil && bx.diskMounted() {
 		s.DiskTotalBytes = int64(fs.Blocks) * fs.Bsize
 		s.DiskUsedBytes = int64(fs.Blocks-fs.Bfree) * fs.Bsize
 	}

@@ -122,29 +122,37 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		}
 		bx.phases.mark("disk: sparse copy of the ext4 template")
 	}
-	ids := b.idMap(bx.rec)
-	release, err := b.userNamespace(&ids)
+	net, err := b.setupNetwork(ctx, bx)
 	if err != nil {
 		return fail(err)
 	}
-	defer release()
-	bx.phases.mark("user namespace holder (fork+exec, maps)")
-	if err := b.mountDisk(bx, tmpl, ids, true); err != nil {
-		return fail(err)
-	}
-	bx.phases.mark("disk: loop attach + mount ext4 + overlay")
-	if spec.WorkspaceDir != "" && ids.userns && !b.rootless {
-		if err := b.reownTree(spec.WorkspaceDir, ids); err != nil {
-			return fail(err)
+	var diskDone time.Time
+	err = b.privately(func() error {
+		ids := b.idMap(bx.rec)
+		release, err := b.userNamespace(&ids)
+		if err != nil {
+			return err
 		}
-	}
-	// Only the daemon may reach the agent's socket: root's, not mounted
-	// into the sandbox (the agent gets the listening socket as a fd).
-	if err := os.Mkdir(bx.paths.run, 0o700); err != nil {
-		return fail(err)
-	}
-	diskDone := time.Now()
-	if err := b.boot(ctx, bx, tmpl, ids); err != nil {
+		defer release()
+		bx.phases.mark("user namespace holder (fork+exec, maps)")
+		if err := b.mountDisk(bx, tmpl, ids, true); err != nil {
+			return err
+		}
+		bx.phases.mark("disk: loop attach + mount ext4 + overlay")
+		if spec.WorkspaceDir != "" && ids.userns && !b.rootless {
+			if err := b.reownTree(spec.WorkspaceDir, ids); err != nil {
+				return err
+			}
+		}
+		// Only the daemon may reach the agent's socket: root's, not mounted
+		// into the sandbox (the agent gets the listening socket as a fd).
+		if err := os.Mkdir(bx.paths.run, 0o700); err != nil {
+			return err
+		}
+		diskDone = time.Now()
+		return b.boot(ctx, bx, tmpl, ids, net)
+	})
+	if err != nil {
 		return fail(err)
 	}
 	bx.phases.mark("record, info")
@@ -375,6 +383,13 @@ func (b *Backend) mountDisk(bx *box, tmpl sandbox.Template, ids idMap, fresh boo
 		}
 		bx.loopDev = dev
 	}
+	if bx.disk == nil {
+		f, err := openDiskRoot(p.disk)
+		if err != nil {
+			return err
+		}
+		bx.disk = f
+	}
 	if fresh && ids.userns {
 		// Root sandboxes see host ids shifted by the user namespace; give the
 		// disk's directories to the ids they map to.
@@ -477,20 +492,35 @@ func overlayOptions(lower, upper, work string) (string, error) {
 // copy, which a snapshot (layer.Diff) cannot turn into an image layer.
 const overlayFeaturesOff = ",redirect_dir=off,metacopy=off"
 
-// boot starts the sandbox's init (the agent) and waits until it serves.
-func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids idMap) error {
+// sandboxNet is a sandbox's network namespace (none: "") and nameservers.
+type sandboxNet struct {
+	nsPath      string
+	nameservers []string
+}
+
+// setupNetwork gives the sandbox its network. It runs before the private
+// mount namespace of boot is made (mountns.go): the network namespace is a
+// bind mount in the daemon's namespace, which the private copy, and so the
+// sandbox's init, must already see.
+func (b *Backend) setupNetwork(ctx context.Context, bx *box) (sandboxNet, error) {
 	spec := bx.rec.Spec
-	spec.AccessToken = bx.rec.AccessToken
-	var netnsPath string
-	nameservers := []string(nil)
+	var n sandboxNet
 	if spec.Network.Mode != sandbox.NetworkNone {
 		var err error
-		netnsPath, nameservers, err = b.cfg.Network.Setup(ctx, spec.ID, spec.Network)
+		n.nsPath, n.nameservers, err = b.cfg.Network.Setup(ctx, spec.ID, spec.Network)
 		if err != nil {
-			return fmt.Errorf("set up network: %w", err)
+			return n, fmt.Errorf("set up network: %w", err)
 		}
 	}
 	bx.phases.mark("network setup")
+	return n, nil
+}
+
+// boot starts the sandbox's init (the agent) and waits until it serves.
+func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids idMap, net sandboxNet) error {
+	spec := bx.rec.Spec
+	spec.AccessToken = bx.rec.AccessToken
+	netnsPath, nameservers := net.nsPath, net.nameservers
 	if err := writeSandboxEtc(bx.paths.etc, string(spec.ID), nameservers); err != nil {
 		return fmt.Errorf("write /etc: %w", err)
 	}
@@ -602,7 +632,7 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 	runDone := time.Now()
 	bx.phases.mark("container.Run: re-exec init, nsenter, cgroups, rootfs, seccomp, exec agent")
 	if err := waitReady(ctx, readyR, b.cfg.ReadyTimeout); err != nil {
-		return fmt.Errorf("agent did not start: %w%s", err, logTail(bx.paths.log))
+		return fmt.Errorf("agent did not start: %w%s", err, logTail(bx.diskPath("agent.log")))
 	}
 	bx.phases.mark("agent start until ready byte")
 	if bx.phases != nil {

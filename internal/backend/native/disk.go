@@ -402,8 +402,19 @@ func attachLoop(image string) (*os.File, error) {
 	}
 	defer ctl.Close()
 	// GET_FREE then CONFIGURE races with other attachers; EBUSY means someone
-	// took the device first, so ask again.
-	for attempt := 0; attempt < 64; attempt++ {
+	// took the device first, so ask again. It also means a device a
+	// teardown has just released that the old filesystem still claims for
+	// a moment (see mountImage): GET_FREE hands the same device out again
+	// until the claim is gone, so after a few quick retries wait a little
+	// between them, for up to a second.
+	deadline := time.Now().Add(time.Second)
+	for attempt := 0; attempt < 256; attempt++ {
+		if attempt >= 4 {
+			if time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
 			return nil, fmt.Errorf("find free loop device: %w", err)
@@ -424,7 +435,7 @@ func attachLoop(image string) (*os.File, error) {
 			return nil, fmt.Errorf("configure %s: %w", name, err)
 		}
 	}
-	return nil, errors.New("no free loop device after 64 attempts")
+	return nil, errors.New("no free loop device: every one offered was busy for a second")
 }
 
 // openLoopDevice opens /dev/loopN, creating the node when /dev is not a

@@ -58,7 +58,7 @@ func (b *Backend) onInitExit(bx *box, exited chan struct{}, reason string) {
 	}
 	// The agent's log lives on the sandbox disk, which teardown unmounts:
 	// keep its tail in our own log.
-	b.log.Warn("sandbox init exited unexpectedly", "sandbox", bx.id, "reason", reason, "agent_log", logTail(bx.paths.log))
+	b.log.Warn("sandbox init exited unexpectedly", "sandbox", bx.id, "reason", reason, "agent_log", logTail(bx.diskPath("agent.log")))
 	b.teardown(context.Background(), bx, false)
 	bx.rec.Stopped = true
 	bx.rec.Reason = reason
@@ -121,6 +121,9 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 			b.log.Error("unmount", "sandbox", bx.id, "path", m, "err", err)
 		}
 	}
+	// With the sandbox dead, this is the disk's last holder: the disk is
+	// unmounted when it closes (see mountns.go).
+	bx.closeDisk()
 	_ = os.Remove(bx.paths.socket())
 	bx.phases.mark("unmount overlay + disk")
 	if removeAll && !b.rootless {
@@ -191,17 +194,24 @@ func (b *Backend) Start(ctx context.Context, id sandbox.ID) (sandbox.Info, error
 	if err := b.CheckTemplate(tmpl); err != nil {
 		return sandbox.Info{}, sandbox.Wrap(sandbox.ClassConflict, err, "template of stopped sandbox is gone")
 	}
-	ids := b.idMap(bx.rec)
-	release, err := b.userNamespace(&ids)
+	net, err := b.setupNetwork(ctx, bx)
 	if err != nil {
+		b.teardown(context.WithoutCancel(ctx), bx, false)
 		return sandbox.Info{}, err
 	}
-	defer release()
-	if err := b.mountDisk(bx, tmpl, ids, false); err != nil {
-		b.teardown(ctx, bx, false)
-		return sandbox.Info{}, err
-	}
-	if err := b.boot(ctx, bx, tmpl, ids); err != nil {
+	err = b.privately(func() error {
+		ids := b.idMap(bx.rec)
+		release, err := b.userNamespace(&ids)
+		if err != nil {
+			return err
+		}
+		defer release()
+		if err := b.mountDisk(bx, tmpl, ids, false); err != nil {
+			return err
+		}
+		return b.boot(ctx, bx, tmpl, ids, net)
+	})
+	if err != nil {
 		b.teardown(context.WithoutCancel(ctx), bx, false)
 		return sandbox.Info{}, err
 	}

@@ -172,6 +172,10 @@ type box struct {
 	// loopDev is the loop device of the sandbox's disk mount ("" when not
 	// known: not mounted, or mounted by an earlier daemon process).
 	loopDev string
+	// disk is an O_PATH descriptor of the root of the sandbox's mounted
+	// disk, which lives in the sandbox's mount namespace, not the
+	// daemon's (nil when not mounted, or rootless): see mountns.go.
+	disk *os.File
 	// phases times the steps of a create or destroy in progress (nil
 	// unless a phase hook is set).
 	phases *phaseTimer

@@ -45,7 +45,7 @@ func hostCounter(t *testing.T, b *Backend, id sandbox.ID) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(bx.paths.disk, "workspace", "counter"))
+	data, err := os.ReadFile(bx.diskPath("workspace", "counter"))
 	if err != nil {
 		return 0
 	}
@@ -107,7 +107,7 @@ func wantFreezer(t *testing.T, b *Backend, id sandbox.ID, frozen bool) {
 func checkLog(t *testing.T, b *Backend, id sandbox.ID) int {
 	t.Helper()
 	bx, _ := b.lookup(id)
-	data, err := os.ReadFile(filepath.Join(bx.paths.disk, "workspace", "log"))
+	data, err := os.ReadFile(bx.diskPath("workspace", "log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestPauseMemory(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
-			if data, err := os.ReadFile(filepath.Join(bx0.paths.disk, "workspace", name)); err == nil && len(data) > 0 {
+			if data, err := os.ReadFile(bx0.diskPath("workspace", name)); err == nil && len(data) > 0 {
 				return string(data)
 			}
 			time.Sleep(20 * time.Millisecond)

@@ -174,6 +174,11 @@ func (b *Backend) reattach(bx *box) bool {
 	bx.pid = state.InitProcessPid
 	bx.exited = make(chan struct{})
 	go b.watchPidfd(bx, pidfd, bx.exited)
+	if err := b.reopenDisk(bx); err != nil {
+		// The sandbox runs; only the daemon's view of its disk (usage,
+		// snapshots) is missing.
+		b.log.Error("reopen sandbox disk after restart", "sandbox", bx.id, "err", err)
+	}
 	return true
 }
 

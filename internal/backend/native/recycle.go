@@ -78,24 +78,33 @@ func (b *Backend) Recycle(ctx context.Context, id sandbox.ID, req backend.Recycl
 	spec.AccessToken = ""
 	bx.rec.Spec = spec
 	bx.rec.AccessToken = req.AccessToken
-	ids := b.idMap(bx.rec)
-	release, err := b.userNamespace(&ids)
+	net, err := b.setupNetwork(ctx, bx)
 	if err != nil {
-		_ = b.saveRecord(bx)
-		return err
-	}
-	defer release()
-	bx.phases.mark("user namespace holder (fork+exec, maps)")
-	if err := b.mountDisk(bx, tmpl, ids, true); err != nil {
-		b.teardown(context.WithoutCancel(ctx), bx, false)
-		_ = b.saveRecord(bx)
-		return fmt.Errorf("recycle: mount fresh disk: %w", err)
-	}
-	bx.phases.mark("disk: loop attach + mount ext4 + overlay")
-	if err := b.boot(ctx, bx, tmpl, ids); err != nil {
 		b.teardown(context.WithoutCancel(ctx), bx, false)
 		_ = b.saveRecord(bx)
 		return fmt.Errorf("recycle: %w", err)
+	}
+	err = b.privately(func() error {
+		ids := b.idMap(bx.rec)
+		release, err := b.userNamespace(&ids)
+		if err != nil {
+			return err
+		}
+		defer release()
+		bx.phases.mark("user namespace holder (fork+exec, maps)")
+		if err := b.mountDisk(bx, tmpl, ids, true); err != nil {
+			return fmt.Errorf("recycle: mount fresh disk: %w", err)
+		}
+		bx.phases.mark("disk: loop attach + mount ext4 + overlay")
+		if err := b.boot(ctx, bx, tmpl, ids, net); err != nil {
+			return fmt.Errorf("recycle: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		b.teardown(context.WithoutCancel(ctx), bx, false)
+		_ = b.saveRecord(bx)
+		return err
 	}
 	bx.rec.Stopped = false
 	bx.rec.Reason = ""

@@ -2,7 +2,6 @@ package native
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,7 +63,7 @@ func TestRootSandboxIsUserNamespaced(t *testing.T) {
 	}
 	// Files it creates belong to its mapped range on the host, not to root.
 	bx, _ := b.lookup(box.ID)
-	st, err := os.Stat(filepath.Join(bx.paths.disk, "workspace", "f"))
+	st, err := os.Stat(bx.diskPath("workspace", "f"))
 	if err != nil {
 		t.Fatal(err)
 	}

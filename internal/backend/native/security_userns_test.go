@@ -113,7 +113,7 @@ func TestSecuritySandboxesHaveOwnHostIDs(t *testing.T) {
 	hostUID, hostGID := hostUIDs(t, a.Pid)
 	bx, _ := b.lookup(a.ID)
 	for _, f := range []string{"workspace/w", "home/h"} {
-		if uid, gid := fileOwner(t, filepath.Join(bx.paths.disk, f)); uid != hostUID || gid != hostGID {
+		if uid, gid := fileOwner(t, bx.diskPath(f)); uid != hostUID || gid != hostGID {
 			t.Errorf("%s is owned by %d:%d on the host, want the sandbox user's %d:%d", f, uid, gid, hostUID, hostGID)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path/filepath"
 
 	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -57,7 +56,7 @@ func (b *Backend) SnapshotDiff(ctx context.Context, id sandbox.ID, w io.Writer) 
 	if ids.userns {
 		opts.UIDBase, opts.GIDBase = ids.base, ids.gidBase
 	}
-	if err := layer.Diff(ctx, filepath.Join(bx.paths.disk, "upper"), w, opts); err != nil {
+	if err := layer.Diff(ctx, bx.diskPath("upper"), w, opts); err != nil {
 		return fmt.Errorf("snapshot sandbox %s: %w", id, err)
 	}
 	return nil

@@ -510,11 +510,27 @@ func mountNetnsSysfs(netnsPath, dir string) error {
 		return fmt.Errorf("open sandbox netns: %w", err)
 	}
 	defer ns.Close()
+	// The caller's mount namespace, where the mount must go: it is the
+	// sandbox's private one (mountns.go), not the daemon's that a fresh
+	// thread is in.
+	mnt, err := os.Open("/proc/thread-self/ns/mnt")
+	if err != nil {
+		return fmt.Errorf("open mount namespace: %w", err)
+	}
+	defer mnt.Close()
 	done := make(chan error, 1)
 	go func() {
 		// This thread joins the sandbox's network namespace and never leaves
 		// it: it stays locked, and Go ends it when the goroutine returns.
 		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			done <- fmt.Errorf("unshare fs: %w", err)
+			return
+		}
+		if err := unix.Setns(int(mnt.Fd()), unix.CLONE_NEWNS); err != nil {
+			done <- fmt.Errorf("join mount namespace: %w", err)
+			return
+		}
 		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
 			done <- fmt.Errorf("join sandbox netns: %w", err)
 			return

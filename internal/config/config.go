@@ -216,7 +216,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"AGENT_PATH", "", "path of the agentbox-agent binary (default: next to the agentbox binary)", func(c *Config, v string) error { c.AgentPath = v; return nil }},
-	{"SANDBOX_TEMPLATES", `{"base":"host","filesystem":"host","browser":"browser","gui":"browser"}`, `JSON map of sandbox type to template: "host", "dir:/abs/rootfs" (the operator's directory, registered as a template of the type's name) or a template of the store (NAME[:TAG]); a type mapped to host uses a stored template of its own name once there is one; other types map to agentscope's image names (RUNTIME_SANDBOX_*)`, func(c *Config, v string) error {
+	{"SANDBOX_TEMPLATES", `{"base":"host","filesystem":"host","browser":"browser","gui":"desktop"}`, `JSON map of sandbox type to template: "host", "dir:/abs/rootfs" (the operator's directory, registered as a template of the type's name) or a template of the store (NAME[:TAG]); a type mapped to host uses a stored template of its own name once there is one; other types map to agentscope's image names (RUNTIME_SANDBOX_*)`, func(c *Config, v string) error {
 		m := map[string]string{}
 		if err := json.Unmarshal([]byte(v), &m); err != nil {
 			return fmt.Errorf("want a JSON object: %v", err)

@@ -97,9 +97,10 @@ func TestTypeTemplate(t *testing.T) {
 	if got := c.TypeTemplate("mobile"); got != "registry.example.com:5000/team/sandboxes/runtime-sandbox-mobile:v2" {
 		t.Errorf("mobile: %q", got)
 	}
-	// By default browser and gui are the browser template's
-	// (templates/browser; gui until a desktop template exists).
-	if c.TypeTemplate("browser") != "browser" || c.TypeTemplate("gui") != "browser" {
+	// By default browser is the browser template's (templates/browser),
+	// gui the desktop template's (templates/desktop: computer on a whole
+	// desktop, and the noVNC desktop URL).
+	if c.TypeTemplate("browser") != "browser" || c.TypeTemplate("gui") != "desktop" {
 		t.Errorf("browser, gui: %q, %q", c.TypeTemplate("browser"), c.TypeTemplate("gui"))
 	}
 	c, err = Load("", nil, map[string]string{"RUNTIME_SANDBOX_IMAGE_NAMESPACE": ""})

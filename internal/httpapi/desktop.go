@@ -206,6 +206,10 @@ func (s *Server) DesktopLink(ctx context.Context, owner string, id sandbox.ID, b
 	return strings.TrimSuffix(base, "/") + p, nil
 }
 
+// ErrNoDesktop is in the chain of the error of a desktop link or socket
+// for a sandbox that has no VNC server (its template has no desktop).
+var ErrNoDesktop = errors.New("no desktop")
+
 // dialVNC connects to the sandbox's VNC server for mode.
 func (s *Server) dialVNC(ctx context.Context, id sandbox.ID, mode string) (io.ReadWriteCloser, error) {
 	port := vncViewPort
@@ -219,7 +223,7 @@ func (s *Server) dialVNC(ctx context.Context, id sandbox.ID, mode string) (io.Re
 		if c := sandbox.ClassOf(err); c == sandbox.ClassNotFound || c == sandbox.ClassConflict {
 			return nil, err
 		}
-		return nil, sandbox.Wrap(sandbox.ClassConflict, err, fmt.Sprintf("sandbox %s has no desktop (no VNC server on its port %d): create it from the desktop template (docs/desktop.md)", id, port))
+		return nil, sandbox.Wrap(sandbox.ClassConflict, fmt.Errorf("%w: %w", ErrNoDesktop, err), fmt.Sprintf("sandbox %s has no desktop (no VNC server on its port %d): create it from the desktop template (docs/desktop.md)", id, port))
 	}
 	return conn, nil
 }

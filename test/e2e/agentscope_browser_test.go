@@ -48,6 +48,18 @@ func buildBrowserTemplate(t *testing.T, ctx context.Context) string {
 	return tmplDir
 }
 
+// buildDesktopTemplate is buildBrowserTemplate with templates/desktop
+// (FROM browser) as well (buildDesktop), for agentscope's gui type.
+func buildDesktopTemplate(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	tmplDir := filepath.Join(testCache(t), "templates")
+	lockCache(t, ctx, tmplDir+".lock")
+	d := startDaemon(t, "TEMPLATE_DIR="+tmplDir, "API_KEYS=k-alice:alice", "TEMPLATE_ADMIN_USERS=alice", "MAX_DISK=6G")
+	defer d.stop()
+	buildDesktop(t, ctx, d, "k-alice")
+	return tmplDir
+}
+
 // templateContext is the build context of built-in template name: the
 // browser template's is staged in the test cache with its npm packages
 // (scripts/stage-browser.sh, as `make templates` does); the caller holds
@@ -73,12 +85,13 @@ func templateContext(t *testing.T, ctx context.Context, name string) string {
 // the way agentscope-runtime's BrowserSandbox and GuiSandbox do (the
 // Python suite test/compat/agentscope/browser_suite.py): the browser_*
 // tools served by Playwright's MCP server in the sandbox, computer for
-// gui, the desktop URL the client builds.
+// gui on the desktop template (the default SANDBOX_TEMPLATES), the
+// desktop URL the client builds (a noVNC page for gui, 409 for browser).
 func TestAgentscopeBrowser(t *testing.T) {
 	requireRootAndMmdebstrap(t)
 	requirePythonRequests(t)
-	ctx := waitCtx(t, 25*time.Minute)
-	tmplDir := buildBrowserTemplate(t, ctx)
+	ctx := waitCtx(t, 30*time.Minute)
+	tmplDir := buildDesktopTemplate(t, ctx)
 	d := startDaemon(t, "TEMPLATE_DIR="+tmplDir, "BEARER_TOKEN="+asToken, "API_KEYS="+asOtherToken+":bob",
 		"CONTAINER_PREFIX_KEY="+asPrefix)
 	runPythonSuite(t, d, "browser_suite.py", "AGENTBOX_OTHER_TOKEN="+asOtherToken, "AGENTBOX_PREFIX="+asPrefix)

@@ -170,8 +170,9 @@ func checkDesktopSandbox(t *testing.T, d *daemon, mods, alice, bob string) {
 		})
 		t.Logf("idle %s sandbox: memory %.0f MiB, %v pids", s.name, mem/(1<<20), pids)
 	}
-	if status, data := d.call(t, "POST", "/v1/sandboxes/"+plain+"/desktop/links", alice, map[string]any{}); status != http.StatusConflict {
-		t.Errorf("a desktop link to a base sandbox: %d %s, want 409", status, data)
+	if status, data := d.call(t, "POST", "/v1/sandboxes/"+plain+"/desktop/links", alice, map[string]any{}); status != http.StatusConflict ||
+		!strings.Contains(string(data), "sandbox "+plain+" has no desktop") || !strings.Contains(string(data), "desktop template") {
+		t.Errorf("a desktop link to a base sandbox: %d %s, want 409 saying it has no desktop", status, data)
 	}
 	if status, data := d.call(t, "POST", "/v1/sandboxes/"+plain+"/desktop/record", alice, map[string]any{"action": "start"}); status != http.StatusConflict {
 		t.Errorf("recording a base sandbox: %d %s, want 409", status, data)

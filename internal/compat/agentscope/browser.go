@@ -222,10 +222,12 @@ func browserArgs(name string, args map[string]any) map[string]any {
 }
 
 // desktopTypeHint explains a missing template of the browser and gui
-// types (SANDBOX_TEMPLATES maps both to the browser template by default).
+// types (SANDBOX_TEMPLATES maps them to the browser and desktop templates
+// by default).
 func desktopTypeHint(typ string, err error) error {
 	if (typ == "browser" || typ == "gui") && sandbox.IsNotFound(err) {
-		return fmt.Errorf("sandbox type '%s' needs its template (SANDBOX_TEMPLATES), which this server does not have: build it with `make templates` (docs/browser.md): %w", typ, err)
+		doc := map[string]string{"browser": "docs/browser.md", "gui": "docs/desktop.md"}[typ]
+		return fmt.Errorf("sandbox type '%s' needs its template (SANDBOX_TEMPLATES), which this server does not have: build it with `make templates` (%s): %w", typ, doc, err)
 	}
 	return err
 }

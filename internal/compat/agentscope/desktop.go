@@ -2,9 +2,12 @@ package agentscope
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
+	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -44,6 +47,12 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	link, err := s.cfg.DesktopLink(r.Context(), rec.Owner, rec.ID, baseURL(r))
+	if errors.Is(err, httpapi.ErrNoDesktop) {
+		// Said in agentscope's terms: the sandbox's name and type, not the
+		// native API's id and template.
+		writeDetail(w, http.StatusConflict, fmt.Sprintf("sandbox %s has no desktop: its template (sandbox type '%s') runs no VNC server; GuiSandbox's desktop needs the desktop template (sandbox type 'gui', docs/desktop.md)", rec.Name, rec.Type))
+		return
+	}
 	if err != nil {
 		s.writeSandboxError(w, r, rec, err)
 		return

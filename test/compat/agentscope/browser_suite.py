@@ -2,8 +2,9 @@
 BrowserSandbox and GuiSandbox drive them: create_from_pool with the type,
 call_tool with the exact argument dicts their methods send (defaults
 included: "" and None for what the caller left out), and the desktop URL
-GUIMixin.desktop_url builds. Needs a server whose browser and gui types
-have the browser template (run from test/e2e's TestAgentscopeBrowser).
+GUIMixin.desktop_url builds. Needs a server whose browser type has the
+browser template and whose gui type has the desktop template (the
+default SANDBOX_TEMPLATES; run from test/e2e's TestAgentscopeBrowser).
 
 A page is served inside the sandbox by python3 -m http.server; its
 script reports clicks back to that server, so a click is observed inside
@@ -65,12 +66,25 @@ FORM = """<!doctype html>
 """
 
 # A page whose one button fills the viewport, for computer clicks at a
-# screen point: any point below the browser's toolbar hits it.
+# screen point: any point below the browser's toolbar hits it. What is
+# typed on it is reported when Return is pressed.
 GUI_PAGE = """<!doctype html>
 <html><head><title>gui page</title></head>
 <body style="margin:0">
 <button style="position:fixed;left:0;top:0;width:100vw;height:100vh;font-size:40px"
   onclick="fetch('/clicked?via=computer')">Big button</button>
+<script>
+let typed = '';
+document.addEventListener('keydown', e => {
+  if (e.key === 'Enter') {
+    e.preventDefault();
+    fetch('/typed?text=' + encodeURIComponent(typed));
+    typed = '';
+  } else if (e.key.length === 1) {
+    typed += e.key;
+  }
+});
+</script>
 </body></html>
 """
 
@@ -261,6 +275,18 @@ class BrowserTypeTest(DesktopSandboxTest):
         self.assertIn("agentbox browser page", texts(self.call("browser_navigate", {"url": url})))
         self.assertIn("Hello from the sandbox", self.snap())
 
+    def test_desktop_url_without_a_desktop(self):
+        # The browser template has no VNC server: GUIMixin's desktop URL
+        # of a browser sandbox says so rather than redirecting to a page
+        # that never connects.
+        info = data("get_info", identity=self.sid)
+        url = "%s/desktop/%s/vnc/vnc_relay.html?%s" % (URL, self.sid, urllib.parse.urlencode({"password": info["runtime_token"]}))
+        r = requests.get(url, allow_redirects=False, timeout=30)
+        self.assertEqual(r.status_code, 409, r.text)
+        detail = r.json()["detail"]
+        self.assertIn("sandbox %s has no desktop" % self.sid, detail)
+        self.assertIn("desktop template", detail)
+
     def test_bad_calls_are_tool_errors(self):
         res = self.tool(self.sid, "browser_click", element="nothing", ref="e999")
         self.assertIs(res["isError"], True, res)
@@ -298,12 +324,12 @@ class GuiTypeTest(DesktopSandboxTest):
         self.assertEqual(img[0]["mimeType"], "image/png")
         self.assertEqual(png_size(base64.b64decode(img[0]["data"])), (dims["display_width_px"], dims["display_height_px"]))
 
-        # Open the page the way a person would: the address bar.
-        self.assertEqual(texts(self.computer(action="key", text="ctrl+l")), "Pressed key: ctrl+l")
-        self.computer(action="type", text="http://127.0.0.1:%d/gui.html" % PORT)
-        self.computer(action="key", text="Return")
-        # (Chromium may ask more than once while the address is typed.)
-        self.wait_shell(self.sid, "grep -q 'GET /gui.html' /tmp/http.log && echo loaded", "loaded", "the page load")
+        # The desktop has no browser open: the agent starts one from its
+        # shell, whose DISPLAY is the desktop's (the one computer drives).
+        self.assertEqual(self.shell(self.sid, "echo $DISPLAY")["content"][0]["text"].strip(), ":0")
+        self.shell(self.sid, "setsid chromium --start-maximized http://127.0.0.1:%d/gui.html "
+                             ">/tmp/chromium.log 2>&1 </dev/null &" % PORT)
+        self.wait_shell(self.sid, "grep -q 'GET /gui.html' /tmp/http.log && echo loaded", "loaded", "the page load", tries=120)
 
         x, y = dims["display_width_px"] // 2, dims["display_height_px"] * 2 // 3
         res = self.computer(action="mouse_move", coordinate=[x, y])
@@ -319,6 +345,11 @@ class GuiTypeTest(DesktopSandboxTest):
             if self.clicks_seen(self.sid, "computer") > 0:
                 break
         self.assertGreater(self.clicks_seen(self.sid, "computer"), 0, "the click never reached the page")
+
+        # Typing goes to the focused window (the page just clicked).
+        self.assertEqual(texts(self.computer(action="type", text="hello")), "Typed text: hello")
+        self.assertEqual(texts(self.computer(action="key", text="Return")), "Pressed key: Return")
+        self.wait_shell(self.sid, "grep -c 'GET /typed?text=hello ' /tmp/http.log", "1", "the typed text's request")
 
     def test_bad_actions(self):
         res = self.computer(action="explode")
@@ -338,13 +369,25 @@ class GuiTypeTest(DesktopSandboxTest):
         info = data("get_info", identity=self.sid)
         url = "%s/desktop/%s/vnc/vnc_relay.html?%s" % (URL, self.sid, urllib.parse.urlencode({"password": info["runtime_token"]}))
         r = requests.get(url, allow_redirects=False, timeout=30)
-        if r.status_code in (302, 303, 307):
-            loc = r.headers["Location"]
-            self.assertIn("/v1/sandboxes/", loc)
-            self.assertIn("/desktop", loc)
-        else:
-            self.assertEqual(r.status_code, 409, r.text)
-            self.assertIn("desktop", r.json()["detail"])
+        self.assertEqual(r.status_code, 302, r.text)
+        self.assertEqual(r.headers.get("Cache-Control"), "no-store")
+        loc = r.headers["Location"]
+        # The native API's signed, interactive noVNC link, on this server.
+        m = re.match(r"^(https?://[^/]+)/v1/sandboxes/([^/?]+)/desktop\?(.+)$", loc)
+        self.assertIsNotNone(m, loc)
+        self.assertEqual(m.group(1), URL)
+        query = urllib.parse.parse_qs(m.group(3))
+        self.assertEqual(query["mode"], ["interactive"], loc)
+        self.assertTrue(query["sig"][0] and query["exp"][0], loc)
+        # The link alone opens the page (a person's browser sends no token).
+        page = requests.get(loc, allow_redirects=False, timeout=30)
+        self.assertEqual(page.status_code, 200, page.text)
+        self.assertTrue(page.headers["Content-Type"].startswith("text/html"), page.headers)
+        self.assertIn("<title>agentbox desktop</title>", page.text)
+        self.assertIn("/desktop/assets/desktop.js", page.text)
+        # Its signature is checked: tampered, refused.
+        bad = requests.get(loc.replace("sig=" + query["sig"][0], "sig=" + "0" * 64), allow_redirects=False, timeout=30)
+        self.assertEqual(bad.status_code, 401, bad.text)
         # Without the token, or with another sandbox's: refused, nothing leaked.
         r = requests.get("%s/desktop/%s/vnc/vnc_relay.html" % (URL, self.sid), allow_redirects=False, timeout=30)
         self.assertEqual(r.status_code, 401, r.text)

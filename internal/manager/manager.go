@@ -278,6 +278,14 @@ func (m *Manager) recover(ctx context.Context) error {
 		in, ok := live[rec.ID]
 		delete(live, rec.ID)
 		switch {
+		case rec.State == sandbox.StateCreating:
+			// The placeholder of a create the daemon died in (shared store):
+			// whatever booted has no usable record.
+			m.log.Warn("dropping sandbox whose create did not finish", "sandbox", rec.ID)
+			if ok {
+				_ = m.backend.Destroy(ctx, rec.ID)
+			}
+			_ = m.store.Delete(ctx, rec.ID)
 		case !ok:
 			m.log.Warn("dropping record of a sandbox the backend no longer has", "sandbox", rec.ID)
 			_ = m.store.Delete(ctx, rec.ID)

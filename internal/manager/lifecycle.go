@@ -14,6 +14,9 @@ import (
 // pool that recycles (PoolMaxUses), resets it and returns it to the pool.
 func (m *Manager) Delete(ctx context.Context, owner string, id sandbox.ID) error {
 	if _, err := m.entryFor(owner, id); err != nil {
+		if sandbox.ClassOf(err) == sandbox.ClassNotFound && m.atomicStore() != nil {
+			return m.deleteRemote(ctx, owner, id)
+		}
 		return err
 	}
 	// With the state store away the record could not go: refuse (503)

@@ -95,6 +95,7 @@ type Manager struct {
 	cfg     Config
 	backend backend.Backend
 	store   store.Store
+	nodes   NodeLister // the node registry (nil: a lone daemon)
 	log     *slog.Logger
 	metrics *Metrics
 

@@ -1,0 +1,117 @@
+package manager
+
+import (
+	"context"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// Other replicas' sandboxes. With a shared store every replica lists every
+// sandbox of a user (their records are in the store); requests to a
+// sandbox another daemon runs are forwarded there before they reach the
+// manager (cluster.Forwarder), except for a sandbox whose daemon is lost:
+// it is shown in state lost and a delete drops its record.
+
+// NodeLister returns the live nodes of the registry.
+type NodeLister func(ctx context.Context) ([]store.Node, error)
+
+// SetNodes gives the manager the node registry, so it can tell a live
+// replica's sandbox from a lost one. Call it before serving.
+func (m *Manager) SetNodes(list NodeLister) { m.nodes = list }
+
+// liveNodes returns the ids of the live nodes (nil when unknown).
+func (m *Manager) liveNodes(ctx context.Context) map[string]bool {
+	if m.nodes == nil {
+		return nil
+	}
+	nodes, err := m.nodes(ctx)
+	if err != nil {
+		return nil
+	}
+	live := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		live[n.ID] = true
+	}
+	return live
+}
+
+// remote reports whether rec is another live-or-lost replica's handed-out
+// sandbox, and marks it lost when its node is not live.
+func (m *Manager) remote(rec *store.Record, live map[string]bool) bool {
+	if rec.Node == "" || rec.Node == m.cfg.NodeID || rec.Pool != "" || rec.State == sandbox.StateCreating {
+		return false
+	}
+	if live != nil && !live[rec.Node] {
+		rec.State = sandbox.StateLost
+	}
+	return true
+}
+
+// remoteRecords returns owner's sandboxes on other replicas. The store
+// being away only hides them: this daemon's own list needs no store.
+func (m *Manager) remoteRecords(ctx context.Context, owner string) []*store.Record {
+	if m.atomicStore() == nil {
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	recs, err := m.store.List(lctx)
+	if err != nil {
+		m.log.Warn("list other replicas' sandboxes", "err", err)
+		return nil
+	}
+	live := m.liveNodes(lctx)
+	out := recs[:0]
+	for _, rec := range recs {
+		if rec.Owner == owner && m.remote(rec, live) {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// remoteRecord returns owner's sandbox id on another replica (its state
+// lost when that replica is), or a not-found error.
+func (m *Manager) remoteRecord(ctx context.Context, owner string, id sandbox.ID) (*store.Record, error) {
+	if m.atomicStore() == nil || id.Validate() != nil {
+		return nil, sandbox.ErrNotFound(id)
+	}
+	rec, err := m.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Owner != owner || !m.remote(rec, m.liveNodes(ctx)) {
+		return nil, sandbox.ErrNotFound(id)
+	}
+	return rec, nil
+}
+
+// deleteRemote deletes owner's sandbox id on another replica: the record
+// of a lost one goes (its daemon, when it comes back, destroys a sandbox
+// without a record); a live replica's is refused, as a request this
+// daemon could not forward.
+func (m *Manager) deleteRemote(ctx context.Context, owner string, id sandbox.ID) error {
+	rec, err := m.remoteRecord(ctx, owner, id)
+	if err != nil {
+		return err
+	}
+	if rec.State != sandbox.StateLost {
+		return sandbox.Errorf(sandbox.ClassUnavailable, "sandbox %s runs on node %s; this daemon cannot forward to it (set CLUSTER_SECRET on every replica)", id, rec.Node)
+	}
+	if err := m.store.Delete(context.WithoutCancel(ctx), id); err != nil {
+		return err
+	}
+	m.log.Info("record of a lost sandbox deleted", "sandbox", id, "node", rec.Node)
+	return nil
+}
+
+// Hosts reports whether this daemon runs sandbox id (in any state), so a
+// request for it needs no store read to know it is served here.
+func (m *Manager) Hosts(id sandbox.ID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.entries[id]
+	return ok
+}

@@ -1,0 +1,308 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+// clusterSecret is the CLUSTER_SECRET of the scale-out tests' replicas.
+const clusterSecret = "0123456789abcdef0123456789abcdef-test"
+
+// startReplicas starts a Redis and n daemons on it (NODE_ID r0, r1...),
+// sharing API keys and the cluster secret.
+func startReplicas(t *testing.T, n int, extra ...string) (*testutil.RedisServer, *store.Redis, []*daemon) {
+	t.Helper()
+	srv := testutil.StartRedis(t)
+	settings := append([]string{"REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", srv.Port),
+		"API_KEYS=k1:alice,k2:bob,ko:ops", "TEMPLATE_ADMIN_USERS=ops", "CLUSTER_SECRET=" + clusterSecret}, extra...)
+	var ds []*daemon
+	for i := 0; i < n; i++ {
+		ds = append(ds, startDaemon(t, append(settings, fmt.Sprintf("NODE_ID=r%d", i))...))
+	}
+	rs, err := store.OpenRedis(context.Background(), store.RedisConfig{Addr: srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	// Every replica sees every other one before the test goes on.
+	for _, d := range ds {
+		waitNodes(t, d, n)
+	}
+	return srv, rs, ds
+}
+
+// waitNodes waits (bounded) until d lists n live nodes.
+func waitNodes(t *testing.T, d *daemon, n int) []store.Node {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		nodes := listNodes(t, d, "ko", http.StatusOK)
+		if len(nodes) == n {
+			return nodes
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s lists %d nodes, want %d: %+v", d.url, len(nodes), n, nodes)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A sandbox created through replica A is used entirely through replica B:
+// exec (streamed as it runs, not buffered), PTY over WebSocket, upload and
+// download, list, extend, code context and delete; the owner check holds
+// on the forwarded requests, and a forged forwarding header is refused.
+func TestScaleOutForwarding(t *testing.T) {
+	_, rs, ds := startReplicas(t, 2, "CLUSTER_PLACEMENT=local", "POOL_SIZE=0")
+	a, b := ds[0], ds[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ca, cb := a.sdk(t, "k1"), b.sdk(t, "k1")
+	sb, err := ca.Create(ctx, client.CreateRequest{Metadata: map[string]string{"via": "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Delete(context.Background(), sb.ID)
+	if rec, err := rs.Get(ctx, sandbox.ID(sb.ID)); err != nil || rec.Node != "r0" {
+		t.Fatalf("record: %+v %v", rec, err)
+	}
+
+	// Exec streamed through B: the first line arrives while the command
+	// still waits for a file that a second exec (through B too) creates.
+	st, err := cb.ExecStream(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c",
+		"echo first; i=0; while [ ! -f /tmp/go ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo second"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var out strings.Builder
+	for !strings.Contains(out.String(), "first") {
+		ev, err := st.Next()
+		if err != nil {
+			t.Fatalf("stream through B before the first line: %v (got %q)", err, out.String())
+		}
+		if ev.Type == "exit" {
+			t.Fatalf("command ended before it was released: the stream was buffered (%q)", out.String())
+		}
+		out.WriteString(ev.Data)
+	}
+	if _, err := cb.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"touch", "/tmp/go"}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := st.Next()
+		if err != nil {
+			t.Fatalf("stream through B: %v", err)
+		}
+		out.WriteString(ev.Data)
+		if ev.Type == "exit" {
+			if ev.ExitCode != 0 || !strings.Contains(out.String(), "second") {
+				t.Fatalf("exec through B: exit %d, %q", ev.ExitCode, out.String())
+			}
+			break
+		}
+	}
+
+	// PTY (a WebSocket upgrade) through B.
+	pty, err := cb.PTY(ctx, sb.ID, client.PTYOptions{Cmd: "/bin/sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pty.Write([]byte("echo pty-$((40+2)); exit\n")); err != nil {
+		t.Fatal(err)
+	}
+	all, _ := io.ReadAll(io.LimitReader(pty, 1<<20))
+	pty.Close()
+	if !strings.Contains(string(all), "pty-42") {
+		t.Fatalf("PTY through B: %q", all)
+	}
+
+	// Upload through B, download through A and B.
+	payload := bytes.Repeat([]byte("agentbox-scale-out "), 200<<10/19)
+	if _, err := cb.Upload(ctx, sb.ID, "/workspace/big.txt", bytes.NewReader(payload), int64(len(payload)), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*client.Client{ca, cb} {
+		rd, _, err := c.Download(ctx, sb.ID, "/workspace/big.txt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(rd)
+		rd.Close()
+		if err != nil || !bytes.Equal(got, payload) {
+			t.Fatalf("download: %d bytes (want %d), %v", len(got), len(payload), err)
+		}
+	}
+
+	// Code contexts through B.
+	if _, err := cb.CreateCodeContext(ctx, sb.ID, "python", ""); err != nil && !strings.Contains(err.Error(), "python") {
+		t.Fatalf("code context through B: %v", err)
+	}
+
+	// List through B shows A's sandbox to its owner only.
+	page, err := cb.List(ctx, client.ListOptions{})
+	if err != nil || len(page.Sandboxes) != 1 || page.Sandboxes[0].ID != sb.ID || page.Sandboxes[0].State != "running" {
+		t.Fatalf("list through B: %+v %v", page, err)
+	}
+	if page, err := b.sdk(t, "k2").List(ctx, client.ListOptions{}); err != nil || len(page.Sandboxes) != 0 {
+		t.Fatalf("bob's list through B: %+v %v", page, err)
+	}
+	// Another tenant gets 404 through the forwarder too.
+	for _, path := range []string{"/v1/sandboxes/" + sb.ID, "/v1/sandboxes/" + sb.ID + "/files?path=/workspace/big.txt"} {
+		if code, body := b.call(t, "GET", path, "k2", nil); code != http.StatusNotFound {
+			t.Fatalf("bob GET %s through B: %d %s", path, code, body)
+		}
+	}
+
+	// Extend through B: A's sandbox (and its record) gets the new end.
+	ext, err := cb.SetTimeout(ctx, sb.ID, 42*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ca.Get(ctx, sb.ID)
+	if err != nil || !got.EndAt.Equal(ext.EndAt) || time.Until(got.EndAt) < 40*time.Minute {
+		t.Fatalf("after extend through B, A says %+v %v (B said %v)", got, err, ext.EndAt)
+	}
+
+	// A forged forwarding header, from outside, is refused on both.
+	for _, d := range ds {
+		for _, h := range []string{"r0;" + fmt.Sprint(time.Now().Unix()) + ";00", "garbage", "r1;1;" + strings.Repeat("ab", 32)} {
+			code, body := d.call(t, "GET", "/v1/sandboxes/"+sb.ID, "k1", nil, "X-Agentbox-Forwarded", h)
+			if code != http.StatusForbidden {
+				t.Fatalf("forged header %q: %d %s", h, code, body)
+			}
+		}
+	}
+
+	// Delete through B.
+	if err := cb.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ca.Get(ctx, sb.ID); !client.IsNotFound(err) {
+		t.Fatalf("get through A after delete through B: %v", err)
+	}
+	if _, err := rs.Get(ctx, sandbox.ID(sb.ID)); sandbox.ClassOf(err) != sandbox.ClassNotFound {
+		t.Fatalf("record after delete: %v", err)
+	}
+	if n := sandboxProcesses(t, sb.ID); n != 0 {
+		t.Fatalf("%d processes of the deleted sandbox", n)
+	}
+}
+
+// Without CLUSTER_SECRET nothing is forwarded: a request for another
+// replica's sandbox answers 503 saying what to set.
+func TestScaleOutNoSecret(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	settings := []string{"REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", srv.Port),
+		"API_KEYS=k1:alice,ko:ops", "TEMPLATE_ADMIN_USERS=ops", "POOL_SIZE=0"}
+	a := startDaemon(t, append(settings, "NODE_ID=r0")...)
+	b := startDaemon(t, append(settings, "NODE_ID=r1")...)
+	waitNodes(t, a, 2)
+	waitNodes(t, b, 2)
+	ctx := context.Background()
+	sb, err := a.sdk(t, "k1").Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.sdk(t, "k1").Delete(ctx, sb.ID)
+	code, body := b.call(t, "POST", "/v1/sandboxes/"+sb.ID+"/exec", "k1", map[string]any{"cmd": []string{"true"}})
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "CLUSTER_SECRET") {
+		t.Fatalf("exec through B without a secret: %d %s", code, body)
+	}
+	// Any forwarding header is refused when there is no secret to check it.
+	if code, _ := b.call(t, "GET", "/v1/sandboxes", "k1", nil, "X-Agentbox-Forwarded", "r0;1;00"); code != http.StatusForbidden {
+		t.Fatalf("forwarding header without a secret: %d", code)
+	}
+}
+
+// 2 × 16 concurrent creates through two replicas, served from their warm
+// pools (per replica, taken through the shared store): no sandbox is handed
+// out twice, each record has its one owner, and creates placed by load
+// spread over both replicas.
+func TestScaleOutPoolTakes(t *testing.T) {
+	_, rs, ds := startReplicas(t, 2, "POOL_SIZE=4", "MAX_SANDBOXES_PER_USER=16")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	for _, d := range ds {
+		waitPooled(t, d, 4)
+	}
+	var (
+		mu  sync.Mutex
+		ids = map[string]string{}
+		wg  sync.WaitGroup
+	)
+	errs := make(chan error, 32)
+	for r, d := range ds {
+		for i := 0; i < 16; i++ {
+			wg.Add(1)
+			key := []string{"k1", "k2"}[i%2]
+			go func(d *daemon, who string) {
+				defer wg.Done()
+				sb, err := d.sdk(t, key).Create(ctx, client.CreateRequest{Metadata: map[string]string{"who": who}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if prev, dup := ids[sb.ID]; dup {
+					errs <- fmt.Errorf("sandbox %s handed to %s and %s", sb.ID, prev, who)
+				}
+				ids[sb.ID] = who
+			}(d, fmt.Sprintf("r%d-%d", r, i))
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	defer func() {
+		for id := range ids {
+			_ = ds[0].sdk(t, "k1").Delete(context.Background(), id)
+			_ = ds[0].sdk(t, "k2").Delete(context.Background(), id)
+		}
+	}()
+	if len(ids) != 32 {
+		t.Fatalf("%d distinct sandboxes from 32 creates", len(ids))
+	}
+	nodes := map[string]int{}
+	fromPool := 0
+	for id, who := range ids {
+		rec, err := rs.Get(ctx, sandbox.ID(id))
+		if err != nil || (rec.Owner != "alice" && rec.Owner != "bob") || rec.Pool != "" || rec.Metadata["who"] != who {
+			t.Fatalf("record %s: %+v %v (want who=%s)", id, rec, err, who)
+		}
+		nodes[rec.Node]++
+		if rec.FromPool {
+			fromPool++
+		}
+	}
+	if fromPool == 0 || len(nodes) != 2 {
+		t.Fatalf("%d from the pools, per node %v", fromPool, nodes)
+	}
+	// Alice and Bob have 16 each, MAX_SANDBOXES_PER_USER, counted over
+	// both replicas: one more is refused on either.
+	for _, owner := range []string{"alice", "bob"} {
+		if n, err := rs.CountOwner(ctx, owner); err != nil || n != 16 {
+			t.Fatalf("%s owns %d, %v", owner, n, err)
+		}
+	}
+	for _, d := range ds {
+		code, body := d.call(t, "POST", "/v1/sandboxes", "k1", map[string]any{})
+		if code != http.StatusTooManyRequests {
+			t.Fatalf("17th sandbox of alice through %s: %d %s", d.url, code, body)
+		}
+	}
+}

@@ -306,3 +306,86 @@ func TestScaleOutPoolTakes(t *testing.T) {
 		}
 	}
 }
+
+// kill -9 of replica A: after its lease its sandboxes are listed lost on
+// B, using one fails with a clear 503, and a delete drops the record of
+// one; A restarted (same data dir and NODE_ID) serves the other again
+// through B and destroys the one whose record went.
+func TestScaleOutLostNode(t *testing.T) {
+	_, rs, ds := startReplicas(t, 2, "CLUSTER_PLACEMENT=local", "POOL_SIZE=0")
+	a, b := ds[0], ds[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ca, cb := a.sdk(t, "k1"), b.sdk(t, "k1")
+	keep, err := ca.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Delete(context.Background(), keep.ID)
+	drop, err := ca.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Delete(context.Background(), drop.ID)
+	if _, err := cb.Exec(ctx, keep.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo kept > /workspace/k"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	a.kill()
+	// Within the lease (15 s) and a bounded margin, B lists them lost.
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		page, err := cb.List(ctx, client.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost := 0
+		for _, s := range page.Sandboxes {
+			if s.State == "lost" {
+				lost++
+			}
+		}
+		if lost == 2 && len(page.Sandboxes) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B's list 40 s after A died: %+v", page.Sandboxes)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if s, err := cb.Get(ctx, keep.ID); err != nil || s.State != "lost" {
+		t.Fatalf("get of a lost sandbox: %+v %v", s, err)
+	}
+	code, body := b.call(t, "POST", "/v1/sandboxes/"+keep.ID+"/exec", "k1", map[string]any{"cmd": []string{"true"}})
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "lost") || !strings.Contains(string(body), "r0") {
+		t.Fatalf("exec in a lost sandbox: %d %s", code, body)
+	}
+	// Another tenant cannot delete it.
+	if err := b.sdk(t, "k2").Delete(ctx, drop.ID); !client.IsNotFound(err) {
+		t.Fatalf("bob deletes alice's lost sandbox: %v", err)
+	}
+	if err := cb.Delete(ctx, drop.ID); err != nil {
+		t.Fatalf("delete of a lost sandbox: %v", err)
+	}
+	if _, err := rs.Get(ctx, sandbox.ID(drop.ID)); sandbox.ClassOf(err) != sandbox.ClassNotFound {
+		t.Fatalf("record of the deleted lost sandbox: %v", err)
+	}
+
+	// A comes back: the kept sandbox works through B again, the dropped one
+	// is destroyed (no record points at it, it points at no record).
+	a.start()
+	waitNodes(t, b, 2)
+	res, err := cb.Exec(ctx, keep.ID, client.ExecRequest{Cmd: []string{"cat", "/workspace/k"}})
+	if err != nil || strings.TrimSpace(res.Stdout) != "kept" {
+		t.Fatalf("exec through B after A's restart: %+v %v", res, err)
+	}
+	if s, err := cb.Get(ctx, keep.ID); err != nil || s.State != "running" {
+		t.Fatalf("get after A's restart: %+v %v", s, err)
+	}
+	if n := sandboxProcesses(t, drop.ID); n != 0 {
+		t.Fatalf("%d processes of the sandbox whose record was deleted while A was down", n)
+	}
+	if page, err := cb.List(ctx, client.ListOptions{}); err != nil || len(page.Sandboxes) != 1 {
+		t.Fatalf("list after A's restart: %+v %v", page, err)
+	}
+}

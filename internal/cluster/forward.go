@@ -258,9 +258,14 @@ func lessLoaded(a, b store.Node, self string) bool {
 const nodesTTL = time.Second
 
 func (f *Forwarder) live(ctx context.Context) []store.Node {
+	return f.nodes(ctx, false)
+}
+
+// nodes returns the live nodes, from the cache unless fresh is set.
+func (f *Forwarder) nodes(ctx context.Context, fresh bool) []store.Node {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.cached != nil && time.Since(f.at) < nodesTTL {
+	if !fresh && f.cached != nil && time.Since(f.at) < nodesTTL {
 		return f.cached
 	}
 	nodes, err := f.cfg.Nodes(ctx)
@@ -271,10 +276,15 @@ func (f *Forwarder) live(ctx context.Context) []store.Node {
 	return nodes
 }
 
+// node returns live node id. A node missing from the cached list is looked
+// up again before it is called lost: it may have come back within the
+// cache's second.
 func (f *Forwarder) node(ctx context.Context, id string) (store.Node, bool) {
-	for _, n := range f.live(ctx) {
-		if n.ID == id {
-			return n, true
+	for _, fresh := range []bool{false, true} {
+		for _, n := range f.nodes(ctx, fresh) {
+			if n.ID == id {
+				return n, true
+			}
 		}
 	}
 	return store.Node{}, false

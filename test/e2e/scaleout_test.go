@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -26,7 +27,12 @@ func startReplicas(t *testing.T, n int, extra ...string) (*testutil.RedisServer,
 	t.Helper()
 	srv := testutil.StartRedis(t)
 	settings := append([]string{"REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", srv.Port),
-		"API_KEYS=k1:alice,k2:bob,ko:ops", "TEMPLATE_ADMIN_USERS=ops", "CLUSTER_SECRET=" + clusterSecret}, extra...)
+		"API_KEYS=k1:alice,k2:bob,ko:ops", "TEMPLATE_ADMIN_USERS=ops", "CLUSTER_SECRET=" + clusterSecret,
+		// Several daemons on one host: one of them may own the sandbox
+		// network, the others would not; these tests need none.
+		"NETWORK=off",
+		// Dozens of sandboxes on a disk other tests share.
+		"DEFAULT_DISK=64M"}, extra...)
 	var ds []*daemon
 	for i := 0; i < n; i++ {
 		ds = append(ds, startDaemon(t, append(settings, fmt.Sprintf("NODE_ID=r%d", i))...))
@@ -388,4 +394,22 @@ func TestScaleOutLostNode(t *testing.T) {
 	if page, err := cb.List(ctx, client.ListOptions{}); err != nil || len(page.Sandboxes) != 1 {
 		t.Fatalf("list after A's restart: %+v %v", page, err)
 	}
+}
+
+// agentscope's own Python suite against two replicas behind a round-robin
+// balancer: consecutive requests of one client land on alternate replicas.
+func TestAgentscopePythonSuiteTwoReplicas(t *testing.T) {
+	requirePythonRequests(t)
+	srv := testutil.StartRedis(t)
+	storage := filepath.Join(testutil.ShortTempDir(t), "storage")
+	settings := []string{"BEARER_TOKEN=" + asToken, "API_KEYS=" + asOtherToken + ":bob", "CONTAINER_PREFIX_KEY=" + asPrefix,
+		fmt.Sprintf("HEARTBEAT_TIMEOUT=%d", asHeartbeat), fmt.Sprintf("MAX_SANDBOX_INSTANCES=%d", asMax),
+		"POOL_SIZE=1", "DEFAULT_SANDBOX_TYPE=base", "STORAGE_FOLDER=" + storage, "CLUSTER_SECRET=" + clusterSecret,
+		"REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", srv.Port)}
+	a := startDaemon(t, append(settings, "NODE_ID=r0")...)
+	b := startDaemon(t, append(settings, "NODE_ID=r1")...)
+	lb := &daemon{t: t, url: roundRobin(t, []*daemon{a, b})}
+	runPythonSuite(t, lb, "test*.py", "AGENTBOX_OTHER_TOKEN="+asOtherToken, "AGENTBOX_PREFIX="+asPrefix,
+		fmt.Sprintf("AGENTBOX_MAX_INSTANCES=%d", asMax), fmt.Sprintf("AGENTBOX_HEARTBEAT=%d", asHeartbeat),
+		"AGENTBOX_STORAGE="+storage)
 }

@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/client"
+)
+
+// TestScaleOutBench measures (AGENTBOX_BENCH=1; numbers for
+// docs/benchmarks.md): an exec round trip sent to the replica that runs the
+// sandbox vs forwarded by another, and cold creates per second through one
+// vs two replicas (placement by load).
+func TestScaleOutBench(t *testing.T) {
+	if os.Getenv("AGENTBOX_BENCH") == "" {
+		t.Skip("a benchmark: set AGENTBOX_BENCH=1")
+	}
+	_, _, ds := startReplicas(t, 2, "POOL_SIZE=0", "CLUSTER_PLACEMENT=local")
+	ctx := context.Background()
+	ca, cb := ds[0].sdk(t, "k1"), ds[1].sdk(t, "k1")
+	sb, err := ca.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Delete(ctx, sb.ID)
+	const n = 300
+	for _, c := range []struct {
+		name string
+		c    *client.Client
+	}{{"direct", ca}, {"forwarded", cb}, {"direct", ca}, {"forwarded", cb}} {
+		lat := make([]time.Duration, 0, n)
+		for i := 0; i < n; i++ {
+			start := time.Now()
+			if _, err := c.c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"true"}}); err != nil {
+				t.Fatal(err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		t.Logf("exec round trip %-9s p50 %.2f ms  p90 %.2f ms  p99 %.2f ms", c.name,
+			ms(lat[n/2]), ms(lat[n*9/10]), ms(lat[n*99/100]))
+	}
+	// Creates per second: 24 creates, 4 at a time, through replica A only
+	// with placement off (one replica does the work), then spread.
+	for _, mode := range []string{"one replica", "two replicas"} {
+		const creates, par = 24, 4
+		var ids sync.Map
+		var failed atomic.Int32
+		start := time.Now()
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, par)
+		for i := 0; i < creates; i++ {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func(i int) {
+				defer wg.Done()
+				defer func() { <-sem }()
+				c := ca
+				if mode == "two replicas" && i%2 == 1 {
+					c = cb
+				}
+				s, err := c.Create(ctx, client.CreateRequest{})
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				ids.Store(s.ID, true)
+			}(i)
+		}
+		wg.Wait()
+		el := time.Since(start)
+		t.Logf("cold creates through %s: %d in %.2f s = %.1f/s (%d failed)", mode, creates, el.Seconds(), float64(creates)/el.Seconds(), failed.Load())
+		ids.Range(func(k, _ any) bool { _ = ca.Delete(ctx, k.(string)); return true })
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// roundRobin is a tiny load balancer in front of replicas, sending each
+// request to the next one (no stickiness).
+func roundRobin(t *testing.T, ds []*daemon) string {
+	t.Helper()
+	var next atomic.Uint64
+	proxies := make([]*httputil.ReverseProxy, len(ds))
+	for i, d := range ds {
+		u, err := url.Parse(d.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxies[i] = httputil.NewSingleHostReverseProxy(u)
+		proxies[i].FlushInterval = -1
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxies[next.Add(1)%uint64(len(proxies))].ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,6 +80,7 @@ type Forwarder struct {
 	mu     sync.Mutex
 	cached []store.Node
 	at     time.Time
+	ttl    time.Duration // how long cached serves (nodesTTL)
 }
 
 // NewForwarder returns a forwarder.
@@ -87,7 +89,7 @@ func NewForwarder(cfg ForwardConfig) *Forwarder {
 		cfg.Log = slog.Default()
 	}
 	cfg.Log = cfg.Log.With("component", "forward")
-	f := &Forwarder{cfg: cfg}
+	f := &Forwarder{cfg: cfg, ttl: nodesTTL}
 	f.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			target := pr.In.Context().Value(targetKey{}).(*url.URL)
@@ -220,20 +222,29 @@ func (f *Forwarder) place(w http.ResponseWriter, r *http.Request) bool {
 	if !f.cfg.Place || len(f.cfg.Secret) == 0 {
 		return false
 	}
-	nodes := f.live(r.Context())
+	f.live(r.Context()) // refresh the cache when it is old
+	f.mu.Lock()
+	nodes := f.cached
 	if len(nodes) < 2 {
+		f.mu.Unlock()
 		return false
 	}
-	best := -1
+	best := 0
 	for i, n := range nodes {
-		if best < 0 || lessLoaded(n, nodes[best], f.cfg.Self) {
+		if lessLoaded(n, nodes[best], f.cfg.Self) {
 			best = i
 		}
 	}
-	if best < 0 || nodes[best].ID == f.cfg.Self {
+	// Count the create on the chosen node until the next refresh, so a
+	// burst between two heartbeats spreads instead of piling onto the node
+	// that was least loaded when it began.
+	nodes[best].Sandboxes++
+	target := nodes[best]
+	f.mu.Unlock()
+	if target.ID == f.cfg.Self {
 		return false
 	}
-	f.proxyTo(w, r, nodes[best])
+	f.proxyTo(w, r, target)
 	return true
 }
 
@@ -265,15 +276,15 @@ func (f *Forwarder) live(ctx context.Context) []store.Node {
 func (f *Forwarder) nodes(ctx context.Context, fresh bool) []store.Node {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !fresh && f.cached != nil && time.Since(f.at) < nodesTTL {
-		return f.cached
+	if !fresh && f.cached != nil && time.Since(f.at) < f.ttl {
+		return slices.Clone(f.cached)
 	}
 	nodes, err := f.cfg.Nodes(ctx)
 	if err != nil {
-		return f.cached // the store is away: the last list, if any
+		return slices.Clone(f.cached) // the store is away: the last list, if any
 	}
 	f.cached, f.at = nodes, time.Now()
-	return nodes
+	return slices.Clone(nodes)
 }
 
 // node returns live node id. A node missing from the cached list is looked

@@ -196,3 +196,19 @@ func TestLessLoaded(t *testing.T) {
 		}
 	}
 }
+
+// A burst of creates between two heartbeats spreads: each placement
+// counts on its node until the next refresh of the node list.
+func TestPlacementSpreadsBurst(t *testing.T) {
+	reps := newReplicas(t, store.NewMemory(), testSecret, "a", "b")
+	reps[0].f.ttl = time.Hour // one node list for the whole burst
+	served := map[string]int{}
+	for i := 0; i < 8; i++ {
+		resp := do(t, "POST", reps[0].srv.URL+"/v1/sandboxes", "{}")
+		served[resp.Header.Get("X-Served-By")]++
+	}
+	// a has 5, b 1: b takes four, then they alternate (a first: no hop).
+	if served["a"] != 2 || served["b"] != 6 {
+		t.Fatalf("8 creates placed %v, want a:2 b:6", served)
+	}
+}

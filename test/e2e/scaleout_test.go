@@ -156,6 +156,18 @@ func TestScaleOutForwarding(t *testing.T) {
 		t.Fatalf("code context through B: %v", err)
 	}
 
+	// The E2B control plane and agentscope's methods through B.
+	if code, body := b.call(t, "GET", "/sandboxes/"+sb.ID, "", nil, "X-API-Key", "k1"); code != http.StatusOK || !strings.Contains(string(body), sb.ID) {
+		t.Fatalf("E2B get through B: %d %s", code, body)
+	}
+	if code, body := b.call(t, "GET", "/sandboxes/"+sb.ID, "", nil, "X-API-Key", "k2"); code != http.StatusNotFound {
+		t.Fatalf("E2B get of another tenant's sandbox through B: %d %s", code, body)
+	}
+	if code, body := b.call(t, "POST", "/call_tool", "k1", map[string]any{"identity": sb.ID, "tool_name": "run_shell_command",
+		"arguments": map[string]any{"command": "cat /workspace/big.txt | wc -c"}}); code != http.StatusOK || !strings.Contains(string(body), fmt.Sprint(len(payload))) {
+		t.Fatalf("agentscope call_tool through B: %d %s", code, body)
+	}
+
 	// List through B shows A's sandbox to its owner only.
 	page, err := cb.List(ctx, client.ListOptions{})
 	if err != nil || len(page.Sandboxes) != 1 || page.Sandboxes[0].ID != sb.ID || page.Sandboxes[0].State != "running" {

@@ -105,4 +105,3 @@ func roundRobin(t *testing.T, ds []*daemon) string {
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
-

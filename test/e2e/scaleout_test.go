@@ -425,3 +425,76 @@ func TestAgentscopePythonSuiteTwoReplicas(t *testing.T) {
 		fmt.Sprintf("AGENTBOX_MAX_INSTANCES=%d", asMax), fmt.Sprintf("AGENTBOX_HEARTBEAT=%d", asHeartbeat),
 		"AGENTBOX_STORAGE="+storage)
 }
+
+// Expiry goes through the shared store's claim: a sandbox whose record was
+// given a later end time by another writer outlives its own timer (the
+// daemon follows the record), and once its time is really up it expires
+// once: its daemon destroys it and its record goes.
+func TestScaleOutExpiryClaim(t *testing.T) {
+	_, rs, ds := startReplicas(t, 2, "CLUSTER_PLACEMENT=local", "POOL_SIZE=0")
+	a, b := ds[0], ds[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ca, cb := a.sdk(t, "k1"), b.sdk(t, "k1")
+	sb, err := ca.Create(ctx, client.CreateRequest{Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Delete(context.Background(), sb.ID)
+	// Another writer moves the end an hour on, in the store only.
+	rec, err := rs.Get(ctx, sandbox.ID(sb.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.EndAt = time.Now().Add(time.Hour).UTC()
+	if err := rs.Put(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	// A's timer fires, loses the claim, and follows the record.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		logs, err := cb.Logs(ctx, sb.ID, 100)
+		if err != nil {
+			t.Fatalf("logs through B: %v", err)
+		}
+		followed := false
+		for _, l := range logs {
+			followed = followed || strings.Contains(l.Message, "follows the shared record")
+		}
+		if followed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("A's timer did not consult the shared record: %+v", logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if s, err := cb.Get(ctx, sb.ID); err != nil || s.State != "running" || time.Until(s.EndAt) < 50*time.Minute {
+		t.Fatalf("after the claim was lost: %+v %v", s, err)
+	}
+	// A short timeout set through B: it expires on A, once, and its record
+	// goes.
+	if _, err := cb.SetTimeout(ctx, sb.ID, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		_, err := rs.Get(ctx, sandbox.ID(sb.ID))
+		if sandbox.ClassOf(err) == sandbox.ClassNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("record 30 s after the sandbox's end: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := cb.Get(ctx, sb.ID); !client.IsNotFound(err) {
+		t.Fatalf("get through B after expiry: %v", err)
+	}
+	if n := sandboxProcesses(t, sb.ID); n != 0 {
+		t.Fatalf("%d processes of the expired sandbox", n)
+	}
+	if got := strings.Count(a.logs.String(), `reason=timeout sandbox=`+sb.ID) + strings.Count(a.logs.String(), `sandbox=`+sb.ID+` reason=timeout`); got != 1 {
+		t.Fatalf("A logged the expiry of %s %d times", sb.ID, got)
+	}
+}

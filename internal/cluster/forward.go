@@ -162,6 +162,8 @@ func (f *Forwarder) Wrap(next http.Handler) http.Handler {
 				return
 			}
 			// A replica sent it here: serve it, never forward again.
+			from, _, _ := strings.Cut(v[0], ";")
+			f.cfg.Log.Debug("serving a forwarded request", "from", from, "method", r.Method, "path", r.URL.Path)
 			r.Header.Del(HeaderForwarded)
 			next.ServeHTTP(w, r)
 			return

@@ -87,9 +87,10 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // roundRobin is a tiny load balancer in front of replicas, sending each
 // request to the next one (no stickiness).
-func roundRobin(t *testing.T, ds []*daemon) string {
+func roundRobin(t *testing.T, ds []*daemon) (string, []*atomic.Int64) {
 	t.Helper()
 	var next atomic.Uint64
+	served := make([]*atomic.Int64, len(ds))
 	proxies := make([]*httputil.ReverseProxy, len(ds))
 	for i, d := range ds {
 		u, err := url.Parse(d.url)
@@ -98,10 +99,13 @@ func roundRobin(t *testing.T, ds []*daemon) string {
 		}
 		proxies[i] = httputil.NewSingleHostReverseProxy(u)
 		proxies[i].FlushInterval = -1
+		served[i] = &atomic.Int64{}
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		proxies[next.Add(1)%uint64(len(proxies))].ServeHTTP(w, r)
+		i := next.Add(1) % uint64(len(proxies))
+		served[i].Add(1)
+		proxies[i].ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	return srv.URL
+	return srv.URL, served
 }

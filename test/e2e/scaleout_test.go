@@ -414,16 +414,28 @@ func TestAgentscopePythonSuiteTwoReplicas(t *testing.T) {
 	requirePythonRequests(t)
 	srv := testutil.StartRedis(t)
 	storage := filepath.Join(testutil.ShortTempDir(t), "storage")
-	settings := []string{"BEARER_TOKEN=" + asToken, "API_KEYS=" + asOtherToken + ":bob", "CONTAINER_PREFIX_KEY=" + asPrefix,
+	settings := []string{"BEARER_TOKEN=" + asToken, "API_KEYS=" + asOtherToken + ":bob,ko:ops", "TEMPLATE_ADMIN_USERS=ops", "CONTAINER_PREFIX_KEY=" + asPrefix,
 		fmt.Sprintf("HEARTBEAT_TIMEOUT=%d", asHeartbeat), fmt.Sprintf("MAX_SANDBOX_INSTANCES=%d", asMax),
 		"POOL_SIZE=1", "DEFAULT_SANDBOX_TYPE=base", "STORAGE_FOLDER=" + storage, "CLUSTER_SECRET=" + clusterSecret,
 		"REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", srv.Port)}
 	a := startDaemon(t, append(settings, "NODE_ID=r0")...)
 	b := startDaemon(t, append(settings, "NODE_ID=r1")...)
-	lb := &daemon{t: t, url: roundRobin(t, []*daemon{a, b})}
+	waitNodes(t, a, 2)
+	waitNodes(t, b, 2)
+	url, served := roundRobin(t, []*daemon{a, b})
+	lb := &daemon{t: t, url: url, logs: &testutil.SyncBuffer{}}
 	runPythonSuite(t, lb, "test*.py", "AGENTBOX_OTHER_TOKEN="+asOtherToken, "AGENTBOX_PREFIX="+asPrefix,
 		fmt.Sprintf("AGENTBOX_MAX_INSTANCES=%d", asMax), fmt.Sprintf("AGENTBOX_HEARTBEAT=%d", asHeartbeat),
-		"AGENTBOX_STORAGE="+storage)
+		"AGENTBOX_STORAGE="+storage, "AGENTBOX_REPLICAS=2")
+	if n0, n1 := served[0].Load(), served[1].Load(); n0 < 50 || n1 < 50 {
+		t.Fatalf("the balancer sent %d and %d requests to the replicas", n0, n1)
+	}
+	// Each replica served requests for sandboxes the other runs.
+	for _, d := range []*daemon{a, b} {
+		if !strings.Contains(d.logs.String(), "serving a forwarded request") {
+			t.Fatalf("%s served no forwarded request", d.url)
+		}
+	}
 }
 
 // Expiry goes through the shared store's claim: a sandbox whose record was

@@ -24,7 +24,7 @@ func TestScaleOutBench(t *testing.T) {
 	if os.Getenv("AGENTBOX_BENCH") == "" {
 		t.Skip("a benchmark: set AGENTBOX_BENCH=1")
 	}
-	_, _, ds := startReplicas(t, 2, "POOL_SIZE=0", "CLUSTER_PLACEMENT=local")
+	_, _, ds := startReplicas(t, 3, "POOL_SIZE=0", "CLUSTER_PLACEMENT=local", "MAX_SANDBOXES_PER_USER=100")
 	ctx := context.Background()
 	ca, cb := ds[0].sdk(t, "k1"), ds[1].sdk(t, "k1")
 	sb, err := ca.Create(ctx, client.CreateRequest{})
@@ -49,12 +49,13 @@ func TestScaleOutBench(t *testing.T) {
 		t.Logf("exec round trip %-9s p50 %.2f ms  p90 %.2f ms  p99 %.2f ms", c.name,
 			ms(lat[n/2]), ms(lat[n*9/10]), ms(lat[n*99/100]))
 	}
-	// Creates per second: 24 creates, 4 at a time, through replica A only
-	// with placement off (one replica does the work), then spread.
-	for _, mode := range []string{"one replica", "two replicas"} {
-		const creates, par = 24, 4
+	// Creates per second: 48 cold creates, 4 at a time, spread over one,
+	// two or three replicas (each creates on itself: placement is local).
+	for reps := 1; reps <= 3; reps++ {
+		const creates, par = 48, 4
 		var ids sync.Map
 		var failed atomic.Int32
+		var firstErr atomic.Value
 		start := time.Now()
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, par)
@@ -64,13 +65,10 @@ func TestScaleOutBench(t *testing.T) {
 			go func(i int) {
 				defer wg.Done()
 				defer func() { <-sem }()
-				c := ca
-				if mode == "two replicas" && i%2 == 1 {
-					c = cb
-				}
-				s, err := c.Create(ctx, client.CreateRequest{})
+				s, err := ds[i%reps].sdk(t, "k1").Create(ctx, client.CreateRequest{})
 				if err != nil {
 					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
 					return
 				}
 				ids.Store(s.ID, true)
@@ -78,7 +76,7 @@ func TestScaleOutBench(t *testing.T) {
 		}
 		wg.Wait()
 		el := time.Since(start)
-		t.Logf("cold creates through %s: %d in %.2f s = %.1f/s (%d failed)", mode, creates, el.Seconds(), float64(creates)/el.Seconds(), failed.Load())
+		t.Logf("cold creates through %d replica(s): %d in %.2f s = %.1f/s (%d failed %v)", reps, creates, el.Seconds(), float64(creates)/el.Seconds(), failed.Load(), firstErr.Load())
 		ids.Range(func(k, _ any) bool { _ = ca.Delete(ctx, k.(string)); return true })
 	}
 }

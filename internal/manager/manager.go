@@ -111,6 +111,7 @@ type Manager struct {
 	down       atomic.Bool // Shutdown was called: backend events are ignored
 	stopLoops  context.CancelFunc
 	loopsDone  chan struct{}
+	sweepDone  chan struct{} // lostSweepLoop ended
 }
 
 // entry is the manager's live view of one sandbox. rec is replaced, never
@@ -186,7 +187,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.stopLoops = cancel
 	m.loopsDone = make(chan struct{})
+	m.sweepDone = make(chan struct{})
 	go m.heartbeatLoop(loopCtx)
+	go m.lostSweepLoop(loopCtx)
 	m.startPools(loopCtx)
 	m.ready.Store(true)
 	return nil
@@ -201,6 +204,7 @@ func (m *Manager) Shutdown(ctx context.Context, destroyAll bool) error {
 	if m.stopLoops != nil {
 		m.stopLoops()
 		<-m.loopsDone
+		<-m.sweepDone
 	}
 	m.mu.Lock()
 	pools := m.pools

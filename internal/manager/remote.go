@@ -115,3 +115,74 @@ func (m *Manager) Hosts(id sandbox.ID) bool {
 	_, ok := m.entries[id]
 	return ok
 }
+
+// lostSweepEvery spaces the sweeps of lost replicas' records.
+const lostSweepEvery = 5 * time.Second
+
+// lostSweepLoop ends lost replicas' sandboxes whose time is up, as their
+// own daemon would have: of the live replicas, the one that wins the
+// expiry claim deletes the record (once), and the lost daemon, when it
+// comes back, destroys the sandbox it finds without a record. Placeholders
+// of creates a lost replica never finished go too: they count against
+// limits and nobody could delete them.
+func (m *Manager) lostSweepLoop(ctx context.Context) {
+	defer close(m.sweepDone)
+	a := m.atomicStore()
+	if a == nil || m.nodes == nil {
+		return
+	}
+	t := time.NewTicker(lostSweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sctx, cancel := context.WithTimeout(ctx, lostSweepEvery)
+		m.sweepLost(sctx, a)
+		cancel()
+	}
+}
+
+func (m *Manager) sweepLost(ctx context.Context, a store.Atomic) {
+	nodes, err := m.nodes(ctx)
+	if err != nil {
+		return // the store is away: nothing can be decided
+	}
+	live := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		live[n.ID] = true
+	}
+	recs, err := m.store.List(ctx)
+	if err != nil {
+		return
+	}
+	now := time.Now().UTC()
+	for _, rec := range recs {
+		if rec.Node == "" || rec.Node == m.cfg.NodeID || live[rec.Node] || rec.Pool != "" {
+			continue
+		}
+		switch {
+		case rec.State == sandbox.StateCreating:
+			if now.Sub(rec.CreatedAt) < 10*time.Minute {
+				continue // the node may just have missed a heartbeat
+			}
+			m.log.Info("dropping the placeholder of a lost replica's create", "sandbox", rec.ID, "node", rec.Node)
+			_ = m.store.Delete(ctx, rec.ID)
+		case rec.AutoPause && rec.State != sandbox.StatePaused:
+			// Its end pauses it, which only its daemon can do.
+		default:
+			won, err := a.ClaimExpiry(ctx, rec.ID, now, expiryHold)
+			if err != nil || !won {
+				continue
+			}
+			if err := m.store.Delete(ctx, rec.ID); err != nil {
+				m.log.Warn("delete the record of a lost replica's expired sandbox", "sandbox", rec.ID, "err", err)
+				continue
+			}
+			m.metrics.destroyed("timeout (lost node)")
+			m.log.Info("sandbox of a lost replica expired; record deleted", "sandbox", rec.ID, "node", rec.Node, "end_at", rec.EndAt)
+		}
+	}
+}

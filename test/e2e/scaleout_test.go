@@ -510,3 +510,48 @@ func TestScaleOutExpiryClaim(t *testing.T) {
 		t.Fatalf("A logged the expiry of %s %d times", sb.ID, got)
 	}
 }
+
+// A lost replica's sandbox whose time is up expires once on the live
+// replicas (one claims it and deletes its record); the lost daemon,
+// restarted, destroys the sandbox it finds without a record.
+func TestScaleOutLostNodeExpiry(t *testing.T) {
+	_, rs, ds := startReplicas(t, 3, "CLUSTER_PLACEMENT=local", "POOL_SIZE=0")
+	a := ds[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sb, err := a.sdk(t, "k1").Create(ctx, client.CreateRequest{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.sdk(t, "k1").Delete(context.Background(), sb.ID)
+	a.kill()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		_, err := rs.Get(ctx, sandbox.ID(sb.ID))
+		if sandbox.ClassOf(err) == sandbox.ClassNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("record of the lost replica's sandbox 90 s after A died (its end: 20 s): %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Exactly one of the two live replicas expired it.
+	expired := 0
+	for _, d := range ds[1:] {
+		expired += strings.Count(d.logs.String(), "sandbox of a lost replica expired")
+	}
+	if expired != 1 {
+		t.Fatalf("%d expiries logged by the live replicas, want 1", expired)
+	}
+	if n := sandboxProcesses(t, sb.ID); n == 0 {
+		t.Fatal("the sandbox died with its daemon; the test proves nothing")
+	}
+	a.start()
+	if n := sandboxProcesses(t, sb.ID); n != 0 {
+		t.Fatalf("%d processes of the expired sandbox after A's restart", n)
+	}
+	if _, err := ds[1].sdk(t, "k1").Get(ctx, sb.ID); !client.IsNotFound(err) {
+		t.Fatalf("get after A's restart: %v", err)
+	}
+}

@@ -185,9 +185,16 @@ func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	rec, err := f.cfg.Store.Get(r.Context(), t.id)
+	if sandbox.ClassOf(err) == sandbox.ClassUnavailable {
+		// Not ours, and the store that says whose it is is away: a 404
+		// would tell the caller a sandbox another replica runs is gone.
+		writeErr(w, http.StatusServiceUnavailable, "unavailable", fmt.Sprintf(
+			"sandbox %s does not run on this replica, and the state store (Redis) that says which one runs it is unavailable; retry", t.id))
+		return true
+	}
 	if err != nil || rec.Node == "" || rec.Node == f.cfg.Self || rec.State == sandbox.StateCreating {
-		// Unknown (404 locally), ours, or the store is away: the daemon
-		// answers as a lone one would.
+		// Unknown (404 locally) or ours: the daemon answers as a lone one
+		// would.
 		return false
 	}
 	node, live := f.node(r.Context(), rec.Node)

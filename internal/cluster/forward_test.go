@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -210,5 +211,34 @@ func TestPlacementSpreadsBurst(t *testing.T) {
 	// a has 5, b 1: b takes four, then they alternate (a first: no hop).
 	if served["a"] != 2 || served["b"] != 6 {
 		t.Fatalf("8 creates placed %v, want a:2 b:6", served)
+	}
+}
+
+// downStore is a state store that is away.
+type downStore struct{ store.Store }
+
+func (downStore) Get(context.Context, sandbox.ID) (*store.Record, error) {
+	return nil, sandbox.Errorf(sandbox.ClassUnavailable, "state store (Redis) unavailable")
+}
+
+// With the store away, a sandbox this replica runs is served (no store
+// read), and any other id is a 503, not a 404 that would call it gone.
+func TestForwardStoreDown(t *testing.T) {
+	f := NewForwarder(ForwardConfig{Self: "a", Secret: []byte(testSecret), Store: downStore{store.NewMemory()}, Shared: true,
+		Nodes: func(context.Context) ([]store.Node, error) { return nil, sandbox.Errorf(sandbox.ClassUnavailable, "down") },
+		Local: func(id sandbox.ID) bool { return id == "mine" }})
+	srv := httptest.NewServer(f.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Header().Set("X-Served-By", "a") })))
+	defer srv.Close()
+	if resp := do(t, "POST", srv.URL+"/v1/sandboxes/mine/exec", "{}"); resp.StatusCode != 200 || resp.Header.Get("X-Served-By") != "a" {
+		t.Fatalf("own sandbox with the store down: %d", resp.StatusCode)
+	}
+	resp := do(t, "POST", srv.URL+"/v1/sandboxes/other/exec", "{}")
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "Redis") {
+		t.Fatalf("another id with the store down: %d %s", resp.StatusCode, body)
+	}
+	// Creates stay here (no node list to place by).
+	if resp := do(t, "POST", srv.URL+"/v1/sandboxes", "{}"); resp.Header.Get("X-Served-By") != "a" {
+		t.Fatalf("create with the store down: %d", resp.StatusCode)
 	}
 }

@@ -225,7 +225,9 @@ func (downStore) Get(context.Context, sandbox.ID) (*store.Record, error) {
 // read), and any other id is a 503, not a 404 that would call it gone.
 func TestForwardStoreDown(t *testing.T) {
 	f := NewForwarder(ForwardConfig{Self: "a", Secret: []byte(testSecret), Store: downStore{store.NewMemory()}, Shared: true,
-		Nodes: func(context.Context) ([]store.Node, error) { return nil, sandbox.Errorf(sandbox.ClassUnavailable, "down") },
+		Nodes: func(context.Context) ([]store.Node, error) {
+			return nil, sandbox.Errorf(sandbox.ClassUnavailable, "down")
+		},
 		Local: func(id sandbox.ID) bool { return id == "mine" }})
 	srv := httptest.NewServer(f.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Header().Set("X-Served-By", "a") })))
 	defer srv.Close()

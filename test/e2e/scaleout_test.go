@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -373,6 +374,13 @@ func TestScaleOutLostNode(t *testing.T) {
 	}
 	if s, err := cb.Get(ctx, keep.ID); err != nil || s.State != "lost" {
 		t.Fatalf("get of a lost sandbox: %+v %v", s, err)
+	}
+	for q, want := range map[string]int{"lost": 2, "running": 0} {
+		code, body := b.call(t, "GET", "/v1/sandboxes?state="+q, "k1", nil)
+		var page struct{ Sandboxes []json.RawMessage }
+		if code != http.StatusOK || json.Unmarshal(body, &page) != nil || len(page.Sandboxes) != want {
+			t.Fatalf("list state=%s: %d %s (want %d)", q, code, body, want)
+		}
 	}
 	code, body := b.call(t, "POST", "/v1/sandboxes/"+keep.ID+"/exec", "k1", map[string]any{"cmd": []string{"true"}})
 	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "lost") || !strings.Contains(string(body), "r0") {

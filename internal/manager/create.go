@@ -386,6 +386,11 @@ func (m *Manager) takeFromPool(ctx context.Context, p *pool.Pool, owner, typ str
 		// try the next one.
 		m.log.Warn("discarding broken pooled sandbox", "sandbox", id, "err", err)
 		_ = m.destroy(context.WithoutCancel(ctx), id, "broken in pool")
+		if shared != nil && !m.Hosts(id) {
+			// The store's pool named a sandbox this daemon does not run:
+			// its record, handed to owner by the take, must not stay.
+			_ = m.store.Delete(context.WithoutCancel(ctx), id)
+		}
 	}
 	return nil, false, nil
 }

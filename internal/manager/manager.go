@@ -337,6 +337,14 @@ func (m *Manager) recoverLive(ctx context.Context, rec *store.Record, in sandbox
 		rec.PausedAt, rec.Remaining = time.Time{}, 0
 		_ = m.store.Put(ctx, rec)
 	}
+	if rec.Pool == "" && rec.FromPool && rec.EndAt.IsZero() && rec.State == sandbox.StateRunning {
+		// Taken from a shared pool, but the daemon died before the
+		// hand-over gave it an end time: nobody got it.
+		m.log.Info("destroying pooled sandbox whose hand-over did not finish", "sandbox", rec.ID)
+		_ = m.backend.Destroy(ctx, rec.ID)
+		_ = m.store.Delete(ctx, rec.ID)
+		return
+	}
 	expired := !rec.EndAt.IsZero() && rec.EndAt.Before(now) && rec.Pool == ""
 	if expired && (!rec.AutoPause || rec.State == sandbox.StatePaused) {
 		m.log.Info("destroying sandbox that expired while the daemon was down", "sandbox", rec.ID)

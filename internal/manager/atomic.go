@@ -43,7 +43,8 @@ func (m *Manager) dropShared(ctx context.Context, id sandbox.ID) {
 		return
 	}
 	if err := m.store.Delete(context.WithoutCancel(ctx), id); err != nil {
-		m.log.Warn("drop the record of a failed create", "sandbox", id, "err", err)
+		m.log.Warn("drop the record of a failed create; retrying when the store is back", "sandbox", id, "err", err)
+		m.deleteLater(id)
 	}
 }
 

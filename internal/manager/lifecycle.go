@@ -67,7 +67,8 @@ func (m *Manager) destroy(ctx context.Context, id sandbox.ID, reason string) err
 		return fmt.Errorf("destroy sandbox %s: %w", id, err)
 	}
 	if err := m.store.Delete(context.WithoutCancel(ctx), id); err != nil {
-		m.log.Error("delete record", "sandbox", id, "err", err)
+		m.log.Error("delete record; retrying when the store is back", "sandbox", id, "err", err)
+		m.deleteLater(id)
 	}
 	m.mu.Lock()
 	delete(m.entries, id)

@@ -112,6 +112,9 @@ type Manager struct {
 	stopLoops  context.CancelFunc
 	loopsDone  chan struct{}
 	sweepDone  chan struct{} // lostSweepLoop ended
+	// staleRecords are records of destroyed sandboxes whose delete failed
+	// (the shared store was away); lostSweepLoop retries them.
+	staleRecords map[sandbox.ID]bool
 }
 
 // entry is the manager's live view of one sandbox. rec is replaced, never

@@ -128,7 +128,7 @@ const lostSweepEvery = 5 * time.Second
 func (m *Manager) lostSweepLoop(ctx context.Context) {
 	defer close(m.sweepDone)
 	a := m.atomicStore()
-	if a == nil || m.nodes == nil {
+	if a == nil {
 		return
 	}
 	t := time.NewTicker(lostSweepEvery)
@@ -145,7 +145,48 @@ func (m *Manager) lostSweepLoop(ctx context.Context) {
 	}
 }
 
+// deleteLater remembers a record to delete once the store is back: with
+// replicas listing each other's records, one left behind would show a
+// sandbox that is gone.
+func (m *Manager) deleteLater(id sandbox.ID) {
+	if m.atomicStore() == nil {
+		return // a local store: the next start drops it
+	}
+	m.mu.Lock()
+	if m.staleRecords == nil {
+		m.staleRecords = map[sandbox.ID]bool{}
+	}
+	m.staleRecords[id] = true
+	m.mu.Unlock()
+}
+
+// retryDeletes deletes the records deleteLater kept, unless the sandbox
+// exists here again (an id is never reused, but be sure).
+func (m *Manager) retryDeletes(ctx context.Context) {
+	m.mu.Lock()
+	var ids []sandbox.ID
+	for id := range m.staleRecords {
+		if _, ok := m.entries[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, id := range ids {
+		if err := m.store.Delete(ctx, id); err != nil {
+			return // still away: next round
+		}
+		m.mu.Lock()
+		delete(m.staleRecords, id)
+		m.mu.Unlock()
+		m.log.Info("record of a destroyed sandbox deleted after the store came back", "sandbox", id)
+	}
+}
+
 func (m *Manager) sweepLost(ctx context.Context, a store.Atomic) {
+	m.retryDeletes(ctx)
+	if m.nodes == nil {
+		return
+	}
 	nodes, err := m.nodes(ctx)
 	if err != nil {
 		return // the store is away: nothing can be decided

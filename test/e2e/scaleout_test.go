@@ -563,3 +563,117 @@ func TestScaleOutLostNodeExpiry(t *testing.T) {
 		t.Fatalf("get after A's restart: %v", err)
 	}
 }
+
+// Redis stopped and started under load on two replicas: clients create
+// through one replica (placed by load on either), exec through the other
+// (forwarded when the sandbox runs there) and delete; every refusal is a
+// 503, and once Redis is back and the replicas restarted nothing is left.
+func TestScaleOutRedisOutage(t *testing.T) {
+	srv, rs, ds := startReplicas(t, 2, "POOL_SIZE=0", "REDIS_TIMEOUT=1", "MAX_SANDBOXES_PER_USER=100")
+	ctx := context.Background()
+	var mu sync.Mutex
+	var problems []string
+	ok, refused := 0, 0
+	note := func(op string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err == nil:
+			ok++
+		case client.IsUnavailable(err):
+			refused++
+		default:
+			problems = append(problems, fmt.Sprintf("%s: %v", op, err))
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(in, other *client.Client) {
+			defer wg.Done()
+			var mine []string // sandboxes whose delete was refused
+			for i := 0; i < 200; i++ {
+				select {
+				case <-stop:
+					i = 200
+					continue
+				default:
+				}
+				sb, err := in.Create(ctx, client.CreateRequest{})
+				note("create", err)
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				res, err := other.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"echo", "hi"}})
+				if err == nil && res.Stdout != "hi\n" {
+					err = fmt.Errorf("stdout %q", res.Stdout)
+				}
+				note("exec through the other replica", err)
+				err = in.Delete(ctx, sb.ID)
+				note("delete", err)
+				if err != nil {
+					mine = append(mine, sb.ID)
+				}
+			}
+			// Redis is back by now: retry the refused deletes (bounded).
+			for _, id := range mine {
+				var err error
+				for try := 0; try < 100; try++ {
+					if err = in.Delete(ctx, id); err == nil || client.IsNotFound(err) {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				if err != nil && !client.IsNotFound(err) {
+					note("late delete", err)
+				}
+			}
+		}(ds[w%2].sdk(t, "k1"), ds[(w+1)%2].sdk(t, "k1"))
+	}
+	time.Sleep(500 * time.Millisecond)
+	srv.Stop()
+	time.Sleep(1500 * time.Millisecond)
+	srv.Start()
+	time.Sleep(1500 * time.Millisecond) // the clients redial within about a second
+	close(stop)
+	wg.Wait()
+	if len(problems) > 0 {
+		t.Fatalf("%d failures that were not 503:\n%s", len(problems), strings.Join(problems, "\n"))
+	}
+	if ok == 0 || refused == 0 {
+		t.Fatalf("ok %d, refused %d: the outage was not under load", ok, refused)
+	}
+	// Records whose delete hit the outage go once the store is back (each
+	// replica retries its own within seconds): no list shows a sandbox
+	// that is gone.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, d := range ds {
+		for {
+			page, err := d.sdk(t, "k1").List(ctx, client.ListOptions{})
+			if err == nil && len(page.Sandboxes) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				var left []string
+				if page != nil {
+					for _, s := range page.Sandboxes {
+						left = append(left, s.ID+" "+s.State)
+					}
+				}
+				t.Fatalf("sandboxes listed 30 s after the outage: %v %v", left, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	// And a restart finds nothing to drop.
+	for _, d := range ds {
+		d.stop()
+		d.start()
+	}
+	if recs, err := rs.List(ctx); err != nil || len(recs) != 0 {
+		t.Fatalf("records left in Redis after the restarts: %d %v", len(recs), err)
+	}
+	t.Logf("%d requests served, %d refused with 503 during the outage", ok, refused)
+}

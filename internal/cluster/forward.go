@@ -221,8 +221,68 @@ func (f *Forwarder) proxyTo(w http.ResponseWriter, r *http.Request, node store.N
 		writeErr(w, http.StatusBadGateway, "unavailable", fmt.Sprintf("node %s announces no usable address (NODE_ADDRESS)", node.ID))
 		return
 	}
+	if r.Body != nil && r.Body != http.NoBody {
+		body, err := wholeBody(r)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, "invalid_argument", "request body: "+err.Error())
+			return
+		}
+		r.Body = body
+	}
 	ctx := context.WithValue(r.Context(), targetKey{}, u)
 	f.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// maxBufferedBody is the largest request body the forwarder reads whole
+// before it forwards the request.
+const maxBufferedBody = 1 << 20
+
+// wholeBody returns r's body read whole when it is small (requests that
+// are not uploads), else one that ends as soon as its declared length has
+// come. Streamed, a small body could still be on its way to the hosting
+// daemon while its answer (an exec or RPC stream) already flows back, and
+// an HTTP/1 server refuses body reads once it has answered: the transport
+// would then drop the connection in the middle of the stream. A large
+// body is an upload, answered after its end.
+func wholeBody(r *http.Request) (io.ReadCloser, error) {
+	if r.ContentLength > maxBufferedBody {
+		return &eofBody{ReadCloser: r.Body, left: r.ContentLength}, nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, maxBufferedBody+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(buf) <= maxBufferedBody {
+		r.ContentLength = int64(len(buf))
+		return io.NopCloser(bytes.NewReader(buf)), nil
+	}
+	// Larger than it said, or of unknown length: the rest streams.
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}, nil
+}
+
+// eofBody reads the body's EOF as soon as its declared length has come:
+// the transport stops at Content-Length without asking for more, but the
+// server's body timeout (BODY_TIMEOUT) stays armed on the caller's
+// connection until the EOF is read, and would cut a later request of that
+// keep-alive connection.
+type eofBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *eofBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	if err == nil && b.left <= 0 {
+		var one [1]byte
+		if m, err2 := b.ReadCloser.Read(one[:]); m == 0 && err2 != nil {
+			err = err2
+		}
+	}
+	return n, err
 }
 
 // place forwards a create to the least loaded live node, when that is not
@@ -322,10 +382,19 @@ type target struct {
 
 // target finds the sandbox a request is for, in every route family: the
 // native API, E2B's control plane, previews and E2B's data plane by host
-// name, agentscope's methods (their "identity") and its proxy.
+// name or E2b-Sandbox-Id header, agentscope's methods (their "identity")
+// and its proxy.
 func (f *Forwarder) target(r *http.Request) target {
 	if id, ok := f.hostTarget(r.Host); ok {
 		return target{id: id}
+	}
+	if raw := r.Header.Get("E2b-Sandbox-Id"); raw != "" {
+		// E2B's data plane addressed by header (the SDKs' sandbox URL
+		// pointing at the API).
+		if id := sandbox.ID(strings.ToLower(strings.TrimSpace(raw))); id.Validate() == nil {
+			return target{id: id}
+		}
+		return target{}
 	}
 	p := r.URL.Path
 	switch {

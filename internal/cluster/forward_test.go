@@ -93,6 +93,8 @@ func TestForwardRoutes(t *testing.T) {
 		{"POST", "/call_tool", `{"identity":"box-onb","tool_name":"run_shell_command"}`, nil, "b"},
 		{"POST", "/get_status_async", `{"args":["onb"]}`, nil, "b"},
 		{"GET", "/", "", []string{"Host", "8080-onb.sb.example"}, "b"},
+		{"POST", "/process.Process/Start", "{}", []string{"E2b-Sandbox-Id", "ONB", "E2b-Sandbox-Port", "49983"}, "b"},
+		{"POST", "/process.Process/Start", "{}", []string{"E2b-Sandbox-Id", "ona"}, "a"},
 		{"GET", "/v1/sandboxes/ona/logs", "", nil, "a"},
 		{"GET", "/v1/sandboxes/nosuch/logs", "", nil, "a"},
 		{"GET", "/v1/sandboxes", "", nil, "a"},

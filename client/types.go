@@ -23,7 +23,7 @@ type Sandbox struct {
 	ID          string            `json:"id"`
 	Template    string            `json:"template"`
 	Type        string            `json:"type,omitempty"`
-	State       string            `json:"state"` // "running", "paused" or "stopped"
+	State       string            `json:"state"` // "running", "paused", "stopped" or "lost" (its replica is gone)
 	CreatedAt   time.Time         `json:"created_at"`
 	EndAt       time.Time         `json:"end_at"` // when the server destroys it
 	Metadata    map[string]string `json:"metadata,omitempty"`

@@ -155,6 +155,10 @@ type Config struct {
 	Redis       RedisConfig
 	NodeID      string
 	NodeAddress string
+	// ClusterSecret authenticates requests one replica forwards to another
+	// (CLUSTER_SECRET); ClusterPlacement spreads creates over the replicas.
+	ClusterSecret    string
+	ClusterPlacement bool
 
 	// Settings that were given but have no effect on this deployment, for a
 	// warning at start.
@@ -383,6 +387,24 @@ var settings = []setting{
 		return nil
 	}},
 	{"NODE_ADDRESS", "", "URL other replicas and operators reach this daemon at, shown in GET /v1/nodes; empty: http://HOST:PORT", func(c *Config, v string) error { c.NodeAddress = v; return nil }},
+	{"CLUSTER_SECRET", "", "secret shared by the replicas on one Redis, signing the requests one forwards to the replica that runs the sandbox (at least 32 characters); empty: nothing is forwarded and another replica's sandbox answers 503", func(c *Config, v string) error {
+		if v != "" && len(v) < 32 {
+			return fmt.Errorf("want at least 32 characters (e.g. openssl rand -hex 32)")
+		}
+		c.ClusterSecret = v
+		return nil
+	}},
+	{"CLUSTER_PLACEMENT", "least_loaded", "where a create runs with several replicas: least_loaded (the live replica with the fewest sandboxes, then the least memory; needs CLUSTER_SECRET) or local (the replica that got the request)", func(c *Config, v string) error {
+		switch v {
+		case "least_loaded", "":
+			c.ClusterPlacement = true
+		case "local":
+			c.ClusterPlacement = false
+		default:
+			return fmt.Errorf("want least_loaded or local")
+		}
+		return nil
+	}},
 	{"STORAGE_FOLDER", "", "where released workspaces are copied (with FILE_SYSTEM=local)", func(c *Config, v string) error { c.StorageFolder = v; return nil }},
 	{"FILE_SYSTEM", "local", "storage for STORAGE_FOLDER: local", func(c *Config, v string) error {
 		if v != "local" && v != "" {

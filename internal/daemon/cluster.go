@@ -112,3 +112,16 @@ func newRegistry(cfg *config.Config, id, addr, backendName string, nodes cluster
 			Sandboxes: l.Sandboxes, Pooled: l.Pooled, MemoryBytes: l.MemoryBytes, StartedAt: started}
 	}, cluster.DefaultTTL, log)
 }
+
+// forwarder sends requests for other replicas' sandboxes to them (and
+// places creates); without a shared store it passes everything through.
+func forwarder(cfg *config.Config, node string, st store.Store, registry *cluster.Registry, m *manager.Manager, log *slog.Logger) *cluster.Forwarder {
+	if _, shared := st.(store.Atomic); shared && cfg.ClusterSecret == "" {
+		log.Warn("CLUSTER_SECRET is not set: requests for sandboxes other replicas run answer 503, and creates stay on the replica that gets them")
+	}
+	return cluster.NewForwarder(cluster.ForwardConfig{
+		Self: node, Secret: []byte(cfg.ClusterSecret), Store: st, Nodes: registry.List, Local: m.Hosts,
+		PreviewDomain: cfg.PreviewDomain, Prefix: cfg.ContainerPrefix, Place: cfg.ClusterPlacement,
+		Shared: func() bool { _, ok := st.(store.Atomic); return ok }(), Log: log,
+	})
+}

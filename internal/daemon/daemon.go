@@ -195,9 +195,10 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	registry := newRegistry(cfg, node, ln.Addr().String(), b.Name(), nodes, m, log)
 	api.SetNodes(registry.List)
+	m.SetNodes(registry.List)
 	ln = newLimitListener(ln, maxConns, maxConnsPerIP, log)
 	srv := &http.Server{
-		Handler:           withBodyTimeout(api.Handler(), cfg.BodyTimeout),
+		Handler:           withBodyTimeout(forwarder(cfg, node, st, registry, m, log).Wrap(api.Handler()), cfg.BodyTimeout),
 		ReadHeaderTimeout: cfg.HeaderTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		IdleTimeout:       2 * time.Minute,

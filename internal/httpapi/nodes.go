@@ -31,6 +31,19 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"nodes": nodes})
+	writeJSON(w, http.StatusOK, map[string]any{"nodes": nodes, "totals": nodeTotals(nodes)})
 	return nil
+}
+
+// nodeTotals sums the replicas' loads: the cluster's sandboxes, the
+// pooled ones of every replica's warm pools, their memory limits.
+func nodeTotals(nodes []store.Node) map[string]any {
+	var sandboxes, pooled int
+	var mem int64
+	for _, n := range nodes {
+		sandboxes += n.Sandboxes
+		pooled += n.Pooled
+		mem += n.MemoryBytes
+	}
+	return map[string]any{"nodes": len(nodes), "sandboxes": sandboxes, "pooled": pooled, "memory_bytes": mem}
 }

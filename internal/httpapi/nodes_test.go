@@ -23,8 +23,8 @@ func TestListNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.Close()
-	for _, n := range []store.Node{{ID: "b", Address: "http://b:8000", Backends: []string{"native"}, Sandboxes: 2},
-		{ID: "a", Address: "http://a:8000", Backends: []string{"native"}}} {
+	for _, n := range []store.Node{{ID: "b", Address: "http://b:8000", Backends: []string{"native"}, Sandboxes: 2, Pooled: 1, MemoryBytes: 3 << 20},
+		{ID: "a", Address: "http://a:8000", Backends: []string{"native"}, Sandboxes: 3, Pooled: 2, MemoryBytes: 1 << 20}} {
 		n := n
 		if err := cluster.New(rs, func() store.Node { return n }, 0, nil).Beat(ctx); err != nil {
 			t.Fatal(err)
@@ -44,9 +44,19 @@ func TestListNodes(t *testing.T) {
 		t.Fatalf("tenant: %d %s", resp.StatusCode, body)
 	}
 	resp, body = call(t, "GET", hs.URL+"/v1/nodes", "op", "", "", nil)
-	var out struct{ Nodes []store.Node }
+	var out struct {
+		Nodes  []store.Node
+		Totals struct {
+			Nodes, Sandboxes, Pooled int
+			MemoryBytes              int64 `json:"memory_bytes"`
+		}
+	}
 	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &out) != nil {
 		t.Fatalf("operator: %d %s", resp.StatusCode, body)
+	}
+	// Pools are per node; the totals count them over the cluster.
+	if out.Totals.Nodes != 2 || out.Totals.Sandboxes != 5 || out.Totals.Pooled != 3 || out.Totals.MemoryBytes != 4<<20 {
+		t.Fatalf("totals: %s", body)
 	}
 	if len(out.Nodes) != 2 || out.Nodes[0].ID != "a" || out.Nodes[1].Sandboxes != 2 || out.Nodes[1].SeenAt.IsZero() {
 		t.Fatalf("nodes: %s", body)

@@ -175,7 +175,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	if v := q.Get("state"); v != "" {
 		for _, st := range strings.Split(v, ",") {
 			switch sandbox.State(st) {
-			case sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopped:
+			case sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopped, sandbox.StateLost:
 				opts.States = append(opts.States, sandbox.State(st))
 			default:
 				return badRequest("state", "unknown state %q", st)

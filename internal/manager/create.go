@@ -262,6 +262,10 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 	if err := m.reserve(id, owner); err != nil {
 		return nil, err
 	}
+	if err := m.reserveShared(ctx, id, owner); err != nil {
+		m.unreserve(id)
+		return nil, err
+	}
 	now := time.Now().UTC()
 	rec := &store.Record{
 		ID: id, Owner: owner, Template: template.Ref, TemplateDigest: template.Digest, Type: typ, State: sandbox.StateRunning,
@@ -284,7 +288,7 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 	if spec.WorkspaceDir == "" && m.cfg.DefaultMountDir != "" {
 		dir := filepath.Join(m.cfg.DefaultMountDir, string(id))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			m.unreserve(id)
+			m.unreserveShared(ctx, id)
 			return nil, fmt.Errorf("create workspace dir: %w", err)
 		}
 		// The sandbox user owns its workspace, as on the sandbox's own disk
@@ -297,7 +301,7 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 	rec.Resources = spec.Resources
 	svc, err := serviceFor(template, req)
 	if err != nil {
-		m.unreserve(id)
+		m.unreserveShared(ctx, id)
 		return nil, err
 	}
 	spec.Service = svc
@@ -306,14 +310,14 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 	info, err := m.backend.Create(ctx, spec)
 	m.metrics.phase("backend_create", time.Since(bootStart))
 	if err != nil {
-		m.unreserve(id)
+		m.unreserveShared(ctx, id)
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	if spec.Service != nil {
 		if err := m.waitService(ctx, id, info, rec.AccessToken); err != nil {
 			// Nothing stays behind a create that failed.
 			_ = m.backend.Destroy(context.WithoutCancel(ctx), id)
-			m.unreserve(id)
+			m.unreserveShared(ctx, id)
 			return nil, err
 		}
 	}
@@ -322,7 +326,7 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 	}
 	if err := m.store.Put(context.WithoutCancel(ctx), rec); err != nil {
 		_ = m.backend.Destroy(context.WithoutCancel(ctx), id)
-		m.unreserve(id)
+		m.unreserveShared(ctx, id)
 		return nil, err
 	}
 	m.mu.Lock()
@@ -342,12 +346,25 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 // takeFromPool hands a pooled sandbox to owner and personalises it. ok is
 // false when the pool had nothing usable.
 func (m *Manager) takeFromPool(ctx context.Context, p *pool.Pool, owner, typ string, t sandbox.Template, req CreateRequest) (*store.Record, bool, error) {
+	a := m.atomicStore()
 	for attempt := 0; attempt < 3; attempt++ {
-		id, ok := p.Take()
+		var (
+			id     sandbox.ID
+			ok     bool
+			shared *store.Record
+		)
+		if a != nil {
+			var err error
+			if id, shared, ok, err = m.takeShared(ctx, a, p, owner); err != nil {
+				return nil, true, err
+			}
+		} else {
+			id, ok = p.Take()
+		}
 		if !ok {
 			return nil, false, nil
 		}
-		rec, err := m.handOver(ctx, id, owner, typ, t, req)
+		rec, err := m.handOver(ctx, id, owner, typ, t, req, shared != nil)
 		if err == nil {
 			m.metrics.poolHit(p.Key())
 			return rec, true, nil
@@ -358,17 +375,30 @@ func (m *Manager) takeFromPool(ctx context.Context, p *pool.Pool, owner, typ str
 		if sandbox.ClassOf(err) == sandbox.ClassUnavailable && m.stateReady(ctx) != nil {
 			// The state store went away mid-hand-over: the sandbox is not
 			// broken, keep it.
+			if shared != nil {
+				// Taken in the store already: the next start of the daemon
+				// finds an ownerless handed-out record; drop it then.
+				m.log.Warn("state store away after a pool take; the sandbox waits for the store", "sandbox", id)
+			}
 			return nil, true, err
 		}
 		// A pooled sandbox that cannot be personalised is broken: drop it and
 		// try the next one.
 		m.log.Warn("discarding broken pooled sandbox", "sandbox", id, "err", err)
 		_ = m.destroy(context.WithoutCancel(ctx), id, "broken in pool")
+		if shared != nil && !m.Hosts(id) {
+			// The store's pool named a sandbox this daemon does not run:
+			// its record, handed to owner by the take, must not stay.
+			_ = m.store.Delete(context.WithoutCancel(ctx), id)
+		}
 	}
 	return nil, false, nil
 }
 
-func (m *Manager) handOver(ctx context.Context, id sandbox.ID, owner, typ string, t sandbox.Template, req CreateRequest) (*store.Record, error) {
+// handOver personalises pooled sandbox id for owner. taken says the shared
+// store handed it over already (within the owner's limit, counted across
+// replicas).
+func (m *Manager) handOver(ctx context.Context, id sandbox.ID, owner, typ string, t sandbox.Template, req CreateRequest, taken bool) (*store.Record, error) {
 	m.mu.Lock()
 	e, ok := m.entries[id]
 	if !ok || e.destroying {
@@ -381,7 +411,7 @@ func (m *Manager) handOver(ctx context.Context, id sandbox.ID, owner, typ string
 		m.mu.Unlock()
 		return nil, fmt.Errorf("template %s changed since the sandbox was pooled", t.Ref)
 	}
-	if owner != "" && m.cfg.MaxPerUser > 0 {
+	if owner != "" && m.cfg.MaxPerUser > 0 && !taken {
 		n := 0
 		for _, o := range m.entries {
 			if o.rec.Owner == owner && o.rec.Pool == "" && !o.creating {

@@ -14,6 +14,9 @@ import (
 // pool that recycles (PoolMaxUses), resets it and returns it to the pool.
 func (m *Manager) Delete(ctx context.Context, owner string, id sandbox.ID) error {
 	if _, err := m.entryFor(owner, id); err != nil {
+		if sandbox.ClassOf(err) == sandbox.ClassNotFound && m.atomicStore() != nil {
+			return m.deleteRemote(ctx, owner, id)
+		}
 		return err
 	}
 	// With the state store away the record could not go: refuse (503)
@@ -64,7 +67,8 @@ func (m *Manager) destroy(ctx context.Context, id sandbox.ID, reason string) err
 		return fmt.Errorf("destroy sandbox %s: %w", id, err)
 	}
 	if err := m.store.Delete(context.WithoutCancel(ctx), id); err != nil {
-		m.log.Error("delete record", "sandbox", id, "err", err)
+		m.log.Error("delete record; retrying when the store is back", "sandbox", id, "err", err)
+		m.deleteLater(id)
 	}
 	m.mu.Lock()
 	delete(m.entries, id)

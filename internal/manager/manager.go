@@ -95,6 +95,7 @@ type Manager struct {
 	cfg     Config
 	backend backend.Backend
 	store   store.Store
+	nodes   NodeLister // the node registry (nil: a lone daemon)
 	log     *slog.Logger
 	metrics *Metrics
 
@@ -110,6 +111,10 @@ type Manager struct {
 	down       atomic.Bool // Shutdown was called: backend events are ignored
 	stopLoops  context.CancelFunc
 	loopsDone  chan struct{}
+	sweepDone  chan struct{} // lostSweepLoop ended
+	// staleRecords are records of destroyed sandboxes whose delete failed
+	// (the shared store was away); lostSweepLoop retries them.
+	staleRecords map[sandbox.ID]bool
 }
 
 // entry is the manager's live view of one sandbox. rec is replaced, never
@@ -185,7 +190,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.stopLoops = cancel
 	m.loopsDone = make(chan struct{})
+	m.sweepDone = make(chan struct{})
 	go m.heartbeatLoop(loopCtx)
+	go m.lostSweepLoop(loopCtx)
 	m.startPools(loopCtx)
 	m.ready.Store(true)
 	return nil
@@ -200,6 +207,7 @@ func (m *Manager) Shutdown(ctx context.Context, destroyAll bool) error {
 	if m.stopLoops != nil {
 		m.stopLoops()
 		<-m.loopsDone
+		<-m.sweepDone
 	}
 	m.mu.Lock()
 	pools := m.pools
@@ -278,6 +286,14 @@ func (m *Manager) recover(ctx context.Context) error {
 		in, ok := live[rec.ID]
 		delete(live, rec.ID)
 		switch {
+		case rec.State == sandbox.StateCreating:
+			// The placeholder of a create the daemon died in (shared store):
+			// whatever booted has no usable record.
+			m.log.Warn("dropping sandbox whose create did not finish", "sandbox", rec.ID)
+			if ok {
+				_ = m.backend.Destroy(ctx, rec.ID)
+			}
+			_ = m.store.Delete(ctx, rec.ID)
 		case !ok:
 			m.log.Warn("dropping record of a sandbox the backend no longer has", "sandbox", rec.ID)
 			_ = m.store.Delete(ctx, rec.ID)
@@ -323,6 +339,14 @@ func (m *Manager) recoverLive(ctx context.Context, rec *store.Record, in sandbox
 		rec.State, rec.EndAt = sandbox.StateRunning, now.Add(max(rec.Remaining, m.cfg.DefaultTimeout))
 		rec.PausedAt, rec.Remaining = time.Time{}, 0
 		_ = m.store.Put(ctx, rec)
+	}
+	if rec.Pool == "" && rec.FromPool && rec.EndAt.IsZero() && rec.State == sandbox.StateRunning {
+		// Taken from a shared pool, but the daemon died before the
+		// hand-over gave it an end time: nobody got it.
+		m.log.Info("destroying pooled sandbox whose hand-over did not finish", "sandbox", rec.ID)
+		_ = m.backend.Destroy(ctx, rec.ID)
+		_ = m.store.Delete(ctx, rec.ID)
+		return
 	}
 	expired := !rec.EndAt.IsZero() && rec.EndAt.Before(now) && rec.Pool == ""
 	if expired && (!rec.AutoPause || rec.State == sandbox.StatePaused) {

@@ -193,6 +193,9 @@ func (m *Manager) timeUp(id sandbox.ID) {
 			m.log.Error("auto-pause sandbox; destroying it", "sandbox", id, "err", err)
 		}
 	}
+	if !m.claimExpiry(id) {
+		return // extended meanwhile (the shared record says so)
+	}
 	reason := "timeout"
 	if paused {
 		reason = "paused ttl"

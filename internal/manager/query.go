@@ -16,6 +16,11 @@ import (
 // Get returns a snapshot of one of owner's sandboxes.
 func (m *Manager) Get(ctx context.Context, owner string, id sandbox.ID) (*store.Record, error) {
 	e, err := m.entryFor(owner, id)
+	if sandbox.ClassOf(err) == sandbox.ClassNotFound {
+		if rec, rerr := m.remoteRecord(ctx, owner, id); rerr == nil {
+			return rec, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -67,6 +72,11 @@ func (m *Manager) List(ctx context.Context, owner string, opts ListOptions) (*Li
 		recs = append(recs, e.rec.Clone())
 	}
 	m.mu.Unlock()
+	for _, rec := range m.remoteRecords(ctx, owner) {
+		if matches(rec, opts) {
+			recs = append(recs, rec)
+		}
+	}
 	sort.Slice(recs, func(i, j int) bool { return newer(recs[i], recs[j]) })
 	if after != nil {
 		i := sort.Search(len(recs), func(i int) bool {

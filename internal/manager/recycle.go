@@ -63,7 +63,7 @@ func (m *Manager) recycle(ctx context.Context, id sandbox.ID) (ok bool, err erro
 		ID: id, Template: prev.Template, TemplateDigest: prev.TemplateDigest, State: sandbox.StateRunning,
 		CreatedAt: now, LastActive: now, Resources: prev.Resources,
 		Network:     sandbox.Network{Mode: m.cfg.DefaultNetworkMode},
-		AccessToken: newToken(), Pool: p.Key(), Uses: prev.Uses + 1,
+		AccessToken: newToken(), Pool: p.Key(), Uses: prev.Uses + 1, Node: m.cfg.NodeID,
 	}
 	// The pooled record replaces the user's first: a daemon that dies
 	// during the reset recovers an ownerless pooled sandbox (re-pooled or

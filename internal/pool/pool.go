@@ -83,6 +83,25 @@ func (p *Pool) Take() (sandbox.ID, bool) {
 	return id, true
 }
 
+// TakeID hands out id, chosen elsewhere (the shared store picks among a
+// daemon's pooled sandboxes), counting a hit and triggering a refill. It
+// reports whether id was waiting here.
+func (p *Pool) TakeID(id sandbox.ID) bool {
+	p.mu.Lock()
+	found := false
+	for i, r := range p.ready {
+		if r == id {
+			p.ready = append(p.ready[:i], p.ready[i+1:]...)
+			found = true
+			break
+		}
+	}
+	p.hits++
+	p.mu.Unlock()
+	p.Kick()
+	return found
+}
+
 // Add puts a ready sandbox into the pool (a recovered one, or a fresh fill).
 func (p *Pool) Add(id sandbox.ID) {
 	p.mu.Lock()

@@ -58,6 +58,9 @@ const (
 	StatePaused   State = "paused"
 	StateStopped  State = "stopped" // processes gone, filesystem kept; Start boots it again
 	StateError    State = "error"
+	// StateLost is a sandbox whose daemon stopped answering (its lease in
+	// the node registry expired): shown, not usable, deletable.
+	StateLost State = "lost"
 )
 
 // Resources are the hard limits of a sandbox. Zero means "use the backend default".

@@ -69,7 +69,7 @@ func BenchmarkStore(b *testing.B) {
 			if err := rs.Put(ctx, r); err != nil {
 				b.Fatal(err)
 			}
-			got, err := rs.TakePooled(ctx, "host", "alice", 100)
+			got, err := rs.TakePooled(ctx, "", "host", "alice", 100)
 			if err != nil || got == nil {
 				b.Fatal(got, err)
 			}

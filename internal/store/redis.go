@@ -49,7 +49,10 @@ type Redis struct {
 	poolKey string
 }
 
-var _ Store = (*Redis)(nil)
+var (
+	_ Store  = (*Redis)(nil)
+	_ Atomic = (*Redis)(nil)
+)
 
 // maxTxAttempts bounds the optimistic-transaction retries of one write:
 // WATCH fails when another replica changed a watched key, and the write is
@@ -89,8 +92,16 @@ func OpenRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 func (r *Redis) recKey(id sandbox.ID) string  { return r.prefix + ":sandbox:" + string(id) }
 func (r *Redis) allKey() string               { return r.prefix + ":sandboxes" }
 func (r *Redis) ownerKey(owner string) string { return r.prefix + ":owner:" + owner }
-func (r *Redis) poolSetKey(pool string) string {
-	return r.poolKey + ":" + pool
+
+// poolSetKey is the set of node's sandboxes waiting in pool: pools are
+// per daemon (a pooled sandbox runs where it was booted, and only that
+// daemon can personalise it). Records without a node (written before node
+// names) keep the shared key.
+func (r *Redis) poolSetKey(node, pool string) string {
+	if node == "" {
+		return r.poolKey + ":" + pool
+	}
+	return r.poolKey + ":" + node + ":" + pool
 }
 func (r *Redis) expiringKey(id sandbox.ID) string { return r.prefix + ":expiring:" + string(id) }
 
@@ -201,13 +212,13 @@ func (r *Redis) PutWithin(ctx context.Context, rec *Record, maxTotal, maxPerOwne
 	})
 }
 
-// TakePooled hands one sandbox waiting in pool to owner: its record leaves
+// TakePooled hands one sandbox of node waiting in pool to owner: its record leaves
 // the pool (Pool empty, FromPool set, Owner set) in one transaction, so
 // two replicas taking at once never get the same sandbox. It returns nil
 // when the pool is empty, and ClassQuota when owner already has
 // maxPerOwner handed-out sandboxes (0 = no limit).
-func (r *Redis) TakePooled(ctx context.Context, pool, owner string, maxPerOwner int) (*Record, error) {
-	set := r.poolSetKey(pool)
+func (r *Redis) TakePooled(ctx context.Context, node, pool, owner string, maxPerOwner int) (*Record, error) {
+	set := r.poolSetKey(node, pool)
 	for attempt := 0; attempt < maxTxAttempts; attempt++ {
 		id, err := r.c.SRandMember(ctx, set).Result()
 		if errors.Is(err, redis.Nil) {
@@ -223,7 +234,7 @@ func (r *Redis) TakePooled(ctx context.Context, pool, owner string, maxPerOwner 
 			watch = append(watch, r.ownerKey(owner))
 		}
 		err = r.update(ctx, sandbox.ID(id), watch, func(tx *redis.Tx, old *Record) (*Record, error) {
-			if old == nil || old.Pool != pool {
+			if old == nil || old.Pool != pool || old.Node != node {
 				stale = true
 				return nil, errStale
 			}
@@ -246,7 +257,7 @@ func (r *Redis) TakePooled(ctx context.Context, pool, owner string, maxPerOwner 
 		case stale:
 			// A member whose record left the pool (or vanished) without the
 			// set knowing: drop it and pick again.
-			if err := r.dropStale(ctx, pool, sandbox.ID(id)); err != nil {
+			if err := r.dropStale(ctx, node, pool, sandbox.ID(id)); err != nil {
 				return nil, err
 			}
 		default:
@@ -258,17 +269,17 @@ func (r *Redis) TakePooled(ctx context.Context, pool, owner string, maxPerOwner 
 
 // dropStale removes id from pool's set unless its record is (again) in
 // that pool, checked and removed in one transaction.
-func (r *Redis) dropStale(ctx context.Context, pool string, id sandbox.ID) error {
+func (r *Redis) dropStale(ctx context.Context, node, pool string, id sandbox.ID) error {
 	err := r.c.Watch(ctx, func(tx *redis.Tx) error {
 		rec, err := r.get(ctx, tx, id)
 		if err != nil && sandbox.ClassOf(err) != sandbox.ClassInternal {
 			return err
 		}
-		if rec != nil && rec.Pool == pool {
+		if rec != nil && rec.Pool == pool && rec.Node == node {
 			return nil
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.SRem(ctx, r.poolSetKey(pool), string(id))
+			p.SRem(ctx, r.poolSetKey(node, pool), string(id))
 			return nil
 		})
 		return err
@@ -279,10 +290,9 @@ func (r *Redis) dropStale(ctx context.Context, pool string, id sandbox.ID) error
 	return nil
 }
 
-// PoolMembers returns the IDs waiting in pool (for counting pools
-// globally).
-func (r *Redis) PoolMembers(ctx context.Context, pool string) ([]sandbox.ID, error) {
-	ids, err := r.c.SMembers(ctx, r.poolSetKey(pool)).Result()
+// PoolMembers returns the IDs of node's sandboxes waiting in pool.
+func (r *Redis) PoolMembers(ctx context.Context, node, pool string) ([]sandbox.ID, error) {
+	ids, err := r.c.SMembers(ctx, r.poolSetKey(node, pool)).Result()
 	if err != nil {
 		return nil, r.unavailable("list pool", err)
 	}
@@ -400,7 +410,7 @@ func (r *Redis) update(ctx context.Context, id sandbox.ID, watch []string, next 
 						p.SRem(ctx, r.ownerKey(old.Owner), string(id))
 					}
 					if old.Pool != "" {
-						p.SRem(ctx, r.poolSetKey(old.Pool), string(id))
+						p.SRem(ctx, r.poolSetKey(old.Node, old.Pool), string(id))
 					}
 				}
 				if rec == nil {
@@ -414,7 +424,7 @@ func (r *Redis) update(ctx context.Context, id sandbox.ID, watch []string, next 
 					p.SAdd(ctx, r.ownerKey(rec.Owner), string(id))
 				}
 				if rec.Pool != "" {
-					p.SAdd(ctx, r.poolSetKey(rec.Pool), string(id))
+					p.SAdd(ctx, r.poolSetKey(rec.Node, rec.Pool), string(id))
 				}
 				return nil
 			})

@@ -57,7 +57,7 @@ func TestRedisConcurrentPoolTakes(t *testing.T) {
 		}
 	}
 	// A stale member (record gone) must be skipped, not handed out.
-	if err := replicas[0].c.SAdd(ctx, replicas[0].poolSetKey("base"), "ghost").Err(); err != nil {
+	if err := replicas[0].c.SAdd(ctx, replicas[0].poolSetKey("", "base"), "ghost").Err(); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
@@ -70,7 +70,7 @@ func TestRedisConcurrentPoolTakes(t *testing.T) {
 			wg.Add(1)
 			go func(s *Redis, owner string) {
 				defer wg.Done()
-				rec, err := s.TakePooled(ctx, "base", owner, 0)
+				rec, err := s.TakePooled(ctx, "", "base", owner, 0)
 				if err != nil {
 					errs <- err
 					return
@@ -99,7 +99,7 @@ func TestRedisConcurrentPoolTakes(t *testing.T) {
 	if len(got) != pooled || empty != 32-pooled {
 		t.Fatalf("%d taken, %d found the pool empty; want %d and %d", len(got), empty, pooled, 32-pooled)
 	}
-	if ids, err := replicas[1].PoolMembers(ctx, "base"); err != nil || len(ids) != 0 {
+	if ids, err := replicas[1].PoolMembers(ctx, "", "base"); err != nil || len(ids) != 0 {
 		t.Fatalf("pool after the takes: %v %v", ids, err)
 	}
 	for id, owner := range got {
@@ -125,13 +125,13 @@ func TestRedisTakeWithinQuota(t *testing.T) {
 	if err := s.Put(ctx, &Record{ID: "p1", Pool: "base"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.TakePooled(ctx, "base", "alice", 1); sandbox.ClassOf(err) != sandbox.ClassQuota {
+	if _, err := s.TakePooled(ctx, "", "base", "alice", 1); sandbox.ClassOf(err) != sandbox.ClassQuota {
 		t.Fatalf("take over quota: %v", err)
 	}
-	if ids, _ := s.PoolMembers(ctx, "base"); len(ids) != 1 {
+	if ids, _ := s.PoolMembers(ctx, "", "base"); len(ids) != 1 {
 		t.Fatalf("pool after refused take: %v", ids)
 	}
-	if rec, err := s.TakePooled(ctx, "base", "bob", 1); err != nil || rec == nil || rec.ID != "p1" {
+	if rec, err := s.TakePooled(ctx, "", "base", "bob", 1); err != nil || rec == nil || rec.ID != "p1" {
 		t.Fatalf("take: %+v %v", rec, err)
 	}
 }
@@ -265,7 +265,7 @@ func TestRedisDownAndBack(t *testing.T) {
 	checks["put"] = s.Put(ctx, &Record{ID: "new"})
 	_, checks["list"] = s.List(ctx)
 	checks["delete"] = s.Delete(ctx, "keep")
-	_, checks["take"] = s.TakePooled(ctx, "base", "alice", 0)
+	_, checks["take"] = s.TakePooled(ctx, "", "base", "alice", 0)
 	_, checks["claim"] = s.ClaimExpiry(ctx, "keep", time.Now(), time.Minute)
 	_, checks["nodes"] = s.Nodes(ctx)
 	for op, err := range checks {

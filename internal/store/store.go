@@ -97,3 +97,18 @@ type Store interface {
 type Pinger interface {
 	Ping(ctx context.Context) error
 }
+
+// Atomic is a Store shared by several daemons (Redis): the writes that
+// must not race between them are one operation each.
+type Atomic interface {
+	// PutWithin stores a new record only within the limits (0 = none):
+	// maxTotal records in all, maxPerOwner handed-out ones of rec.Owner.
+	// Over a limit: ClassQuota; an existing ID: ClassConflict.
+	PutWithin(ctx context.Context, rec *Record, maxTotal, maxPerOwner int) error
+	// TakePooled hands one of node's sandboxes waiting in pool to owner
+	// (nil: none waits), at most once whoever else takes at the same time.
+	TakePooled(ctx context.Context, node, pool, owner string, maxPerOwner int) (*Record, error)
+	// ClaimExpiry reports whether the caller won the right to expire id
+	// (its end time passed; exactly one caller wins).
+	ClaimExpiry(ctx context.Context, id sandbox.ID, now time.Time, hold time.Duration) (bool, error)
+}

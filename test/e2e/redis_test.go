@@ -84,7 +84,7 @@ func TestRedisDaemon(t *testing.T) {
 	// Wait (bounded) for replica-a's warm pool, then check its member is in
 	// Redis.
 	pooled := waitPooled(t, d, 1)
-	if ids, err := rs.PoolMembers(ctx, "host"); err != nil || len(ids) != 1 {
+	if ids, err := rs.PoolMembers(ctx, "replica-a", "host"); err != nil || len(ids) != 1 {
 		t.Fatalf("pool membership in Redis: %v %v (node says %d pooled)", ids, err, pooled)
 	}
 	listNodes(t, d, "k1", http.StatusForbidden)
@@ -97,7 +97,7 @@ func TestRedisDaemon(t *testing.T) {
 		t.Fatalf("nodes after replica-b stopped: %+v %v", nodes, err)
 	}
 
-	poolIDs, _ := rs.PoolMembers(ctx, "host")
+	poolIDs, _ := rs.PoolMembers(ctx, "replica-a", "host")
 
 	// Redis down, under a few concurrent creates: each fails with 503
 	// (class unavailable) before touching a sandbox; the pooled one is not

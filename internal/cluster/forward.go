@@ -1,0 +1,510 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// HeaderForwarded marks a request one replica forwarded to another:
+// "NODE;UNIXTIME;HMAC" where HMAC is HMAC-SHA256 under the cluster secret
+// of the node, the time, the method and the request URI. A replica serves
+// such a request itself (no second hop). Any other value is refused (403),
+// so an outside caller or a sandbox, which do not know the secret, can
+// neither set it nor replay one for another request or after maxSkew.
+//
+// The forwarder asserts nothing about the caller: the request keeps the
+// caller's own credentials (API key, access token, preview token) and the
+// hosting daemon authenticates them and checks ownership as for a request
+// it got directly. Replicas must therefore share API_KEYS.
+const HeaderForwarded = "X-Agentbox-Forwarded"
+
+// maxSkew bounds the age of a forwarding signature (clock skew and queueing
+// included).
+const maxSkew = time.Minute
+
+// maxPeekBody bounds the agentscope body read to find its identity (the
+// agentscope front-end's own limit is larger only for uploads, which carry
+// no identity in JSON).
+const maxPeekBody = 1 << 20
+
+// ForwardConfig sets up a Forwarder.
+type ForwardConfig struct {
+	// Self is this node's id.
+	Self string
+	// Secret is CLUSTER_SECRET; empty: nothing is forwarded (a request
+	// for another node's sandbox gets a 503 saying so).
+	Secret []byte
+	// Store holds the records (which node runs a sandbox).
+	Store store.Store
+	// Nodes lists the live nodes (Registry.List).
+	Nodes func(ctx context.Context) ([]store.Node, error)
+	// Local reports whether this daemon runs a sandbox (no store read then).
+	Local func(id sandbox.ID) bool
+	// PreviewDomain is PREVIEW_DOMAIN (host-form preview and E2B envd).
+	PreviewDomain string
+	// Prefix is agentscope's CONTAINER_PREFIX_KEY (container names).
+	Prefix string
+	// Place forwards creates to the least loaded live node.
+	Place bool
+	// Shared says the store is shared by replicas; without it the
+	// forwarder only refuses forged forwarding headers.
+	Shared bool
+	Log    *slog.Logger
+}
+
+// Forwarder sends each request for a sandbox another replica runs to that
+// replica, and spreads creates over the replicas.
+type Forwarder struct {
+	cfg   ForwardConfig
+	proxy *httputil.ReverseProxy
+
+	mu     sync.Mutex
+	cached []store.Node
+	at     time.Time
+	ttl    time.Duration // how long cached serves (nodesTTL)
+}
+
+// NewForwarder returns a forwarder.
+func NewForwarder(cfg ForwardConfig) *Forwarder {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	cfg.Log = cfg.Log.With("component", "forward")
+	f := &Forwarder{cfg: cfg, ttl: nodesTTL}
+	f.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			target := pr.In.Context().Value(targetKey{}).(*url.URL)
+			pr.SetURL(target)
+			// The caller's host name stays: URLs the hosting daemon puts in
+			// its answer (agentscope's, previews) point where the caller
+			// came in, and any replica serves them.
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+			pr.Out.Header.Set(HeaderForwarded, f.sign(pr.Out.Method, pr.In.URL.RequestURI(), time.Now()))
+		},
+		// Streams (exec output, downloads, PTY) pass as they come.
+		FlushInterval: -1,
+		Transport: &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			f.cfg.Log.Warn("forward failed", "path", r.URL.Path, "err", err)
+			writeErr(w, http.StatusBadGateway, "unavailable", "the replica running this sandbox did not answer; retry")
+		},
+	}
+	return f
+}
+
+type targetKey struct{}
+
+func (f *Forwarder) sign(method, uri string, t time.Time) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	return f.cfg.Self + ";" + ts + ";" + hex.EncodeToString(f.mac(f.cfg.Self, ts, method, uri))
+}
+
+func (f *Forwarder) mac(node, ts, method, uri string) []byte {
+	h := hmac.New(sha256.New, f.cfg.Secret)
+	h.Write([]byte(node + "\n" + ts + "\n" + method + "\n" + uri))
+	return h.Sum(nil)
+}
+
+// verify checks a forwarding header.
+func (f *Forwarder) verify(r *http.Request, v string) bool {
+	if len(f.cfg.Secret) == 0 {
+		return false
+	}
+	parts := strings.Split(v, ";")
+	if len(parts) != 3 {
+		return false
+	}
+	sec, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return false
+	}
+	if d := time.Since(time.Unix(sec, 0)); d > maxSkew || d < -maxSkew {
+		return false
+	}
+	got, err := hex.DecodeString(parts[2])
+	if err != nil {
+		return false
+	}
+	return hmac.Equal(got, f.mac(parts[0], parts[1], r.Method, r.URL.RequestURI()))
+}
+
+// Wrap returns next behind the forwarder.
+func (f *Forwarder) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := r.Header.Values(HeaderForwarded); len(v) > 0 {
+			if len(v) != 1 || !f.verify(r, v[0]) {
+				writeErr(w, http.StatusForbidden, "forbidden", "invalid "+HeaderForwarded+" header: it is for agentbox replicas sharing CLUSTER_SECRET only")
+				return
+			}
+			// A replica sent it here: serve it, never forward again.
+			from, _, _ := strings.Cut(v[0], ";")
+			f.cfg.Log.Debug("serving a forwarded request", "from", from, "method", r.Method, "path", r.URL.Path)
+			r.Header.Del(HeaderForwarded)
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !f.cfg.Shared || !f.forward(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// forward serves r by another replica when it is for a sandbox that
+// replica runs (or a create placed there), reporting whether it did.
+func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request) bool {
+	t := f.target(r)
+	if t.create {
+		return f.place(w, r)
+	}
+	if t.id == "" || (f.cfg.Local != nil && f.cfg.Local(t.id)) {
+		return false
+	}
+	rec, err := f.cfg.Store.Get(r.Context(), t.id)
+	if sandbox.ClassOf(err) == sandbox.ClassUnavailable {
+		// Not ours, and the store that says whose it is is away: a 404
+		// would tell the caller a sandbox another replica runs is gone.
+		writeErr(w, http.StatusServiceUnavailable, "unavailable", fmt.Sprintf(
+			"sandbox %s does not run on this replica, and the state store (Redis) that says which one runs it is unavailable; retry", t.id))
+		return true
+	}
+	if err != nil || rec.Node == "" || rec.Node == f.cfg.Self || rec.State == sandbox.StateCreating {
+		// Unknown (404 locally) or ours: the daemon answers as a lone one
+		// would.
+		return false
+	}
+	node, live := f.node(r.Context(), rec.Node)
+	if !live {
+		if t.manage {
+			return false // shown as lost, deletable: the manager handles it
+		}
+		writeErr(w, http.StatusServiceUnavailable, "unavailable", fmt.Sprintf(
+			"sandbox %s is lost: its node %s stopped answering (no heartbeat within its lease); delete it, or restart that node", t.id, rec.Node))
+		return true
+	}
+	f.proxyTo(w, r, node)
+	return true
+}
+
+func (f *Forwarder) proxyTo(w http.ResponseWriter, r *http.Request, node store.Node) {
+	if len(f.cfg.Secret) == 0 {
+		writeErr(w, http.StatusServiceUnavailable, "unavailable", fmt.Sprintf(
+			"this sandbox runs on node %s and this daemon cannot forward to it: set the same CLUSTER_SECRET on every replica", node.ID))
+		return
+	}
+	u, err := url.Parse(node.Address)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		writeErr(w, http.StatusBadGateway, "unavailable", fmt.Sprintf("node %s announces no usable address (NODE_ADDRESS)", node.ID))
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		body, err := wholeBody(r)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, "invalid_argument", "request body: "+err.Error())
+			return
+		}
+		r.Body = body
+	}
+	ctx := context.WithValue(r.Context(), targetKey{}, u)
+	f.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// maxBufferedBody is the largest request body the forwarder reads whole
+// before it forwards the request.
+const maxBufferedBody = 1 << 20
+
+// wholeBody returns r's body read whole when it is small (requests that
+// are not uploads), else one that ends as soon as its declared length has
+// come. Streamed, a small body could still be on its way to the hosting
+// daemon while its answer (an exec or RPC stream) already flows back, and
+// an HTTP/1 server refuses body reads once it has answered: the transport
+// would then drop the connection in the middle of the stream. A large
+// body is an upload, answered after its end.
+func wholeBody(r *http.Request) (io.ReadCloser, error) {
+	if r.ContentLength > maxBufferedBody {
+		return &eofBody{ReadCloser: r.Body, left: r.ContentLength}, nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, maxBufferedBody+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(buf) <= maxBufferedBody {
+		r.ContentLength = int64(len(buf))
+		return io.NopCloser(bytes.NewReader(buf)), nil
+	}
+	// Larger than it said, or of unknown length: the rest streams.
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}, nil
+}
+
+// eofBody reads the body's EOF as soon as its declared length has come:
+// the transport stops at Content-Length without asking for more, but the
+// server's body timeout (BODY_TIMEOUT) stays armed on the caller's
+// connection until the EOF is read, and would cut a later request of that
+// keep-alive connection.
+type eofBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *eofBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	if err == nil && b.left <= 0 {
+		var one [1]byte
+		if m, err2 := b.ReadCloser.Read(one[:]); m == 0 && err2 != nil {
+			err = err2
+		}
+	}
+	return n, err
+}
+
+// place forwards a create to the least loaded live node, when that is not
+// this one.
+func (f *Forwarder) place(w http.ResponseWriter, r *http.Request) bool {
+	if !f.cfg.Place || len(f.cfg.Secret) == 0 {
+		return false
+	}
+	f.live(r.Context()) // refresh the cache when it is old
+	f.mu.Lock()
+	nodes := f.cached
+	if len(nodes) < 2 {
+		f.mu.Unlock()
+		return false
+	}
+	best := 0
+	for i, n := range nodes {
+		if lessLoaded(n, nodes[best], f.cfg.Self) {
+			best = i
+		}
+	}
+	// Count the create on the chosen node until the next refresh, so a
+	// burst between two heartbeats spreads instead of piling onto the node
+	// that was least loaded when it began.
+	nodes[best].Sandboxes++
+	target := nodes[best]
+	f.mu.Unlock()
+	if target.ID == f.cfg.Self {
+		return false
+	}
+	f.proxyTo(w, r, target)
+	return true
+}
+
+// lessLoaded orders nodes by handed-out sandboxes, then memory, then
+// prefers self (no hop), then the id.
+func lessLoaded(a, b store.Node, self string) bool {
+	if ua, ub := a.Sandboxes-a.Pooled, b.Sandboxes-b.Pooled; ua != ub {
+		return ua < ub
+	}
+	if a.MemoryBytes != b.MemoryBytes {
+		return a.MemoryBytes < b.MemoryBytes
+	}
+	if (a.ID == self) != (b.ID == self) {
+		return a.ID == self
+	}
+	return a.ID < b.ID
+}
+
+// nodesTTL is how long the forwarder reuses a node list: heartbeats come
+// every 5 s, so a second more changes nothing but saves a store read per
+// request.
+const nodesTTL = time.Second
+
+func (f *Forwarder) live(ctx context.Context) []store.Node {
+	return f.nodes(ctx, false)
+}
+
+// nodes returns the live nodes, from the cache unless fresh is set.
+func (f *Forwarder) nodes(ctx context.Context, fresh bool) []store.Node {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !fresh && f.cached != nil && time.Since(f.at) < f.ttl {
+		return slices.Clone(f.cached)
+	}
+	nodes, err := f.cfg.Nodes(ctx)
+	if err != nil {
+		return slices.Clone(f.cached) // the store is away: the last list, if any
+	}
+	f.cached, f.at = nodes, time.Now()
+	return slices.Clone(nodes)
+}
+
+// node returns live node id. A node missing from the cached list is looked
+// up again before it is called lost: it may have come back within the
+// cache's second.
+func (f *Forwarder) node(ctx context.Context, id string) (store.Node, bool) {
+	for _, fresh := range []bool{false, true} {
+		for _, n := range f.nodes(ctx, fresh) {
+			if n.ID == id {
+				return n, true
+			}
+		}
+	}
+	return store.Node{}, false
+}
+
+// target is what a request is about.
+type target struct {
+	id sandbox.ID
+	// manage: the request reads or deletes the sandbox itself (answered
+	// for a lost sandbox), rather than using it.
+	manage bool
+	// create: a create that placement may send elsewhere.
+	create bool
+}
+
+// target finds the sandbox a request is for, in every route family: the
+// native API, E2B's control plane, previews and E2B's data plane by host
+// name or E2b-Sandbox-Id header, agentscope's methods (their "identity")
+// and its proxy.
+func (f *Forwarder) target(r *http.Request) target {
+	if id, ok := f.hostTarget(r.Host); ok {
+		return target{id: id}
+	}
+	if raw := r.Header.Get("E2b-Sandbox-Id"); raw != "" {
+		// E2B's data plane addressed by header (the SDKs' sandbox URL
+		// pointing at the API).
+		if id := sandbox.ID(strings.ToLower(strings.TrimSpace(raw))); id.Validate() == nil {
+			return target{id: id}
+		}
+		return target{}
+	}
+	p := r.URL.Path
+	switch {
+	case r.Method == http.MethodPost && (p == "/v1/sandboxes" || p == "/sandboxes" || p == "/v2/sandboxes"):
+		return target{create: true}
+	case strings.HasPrefix(p, "/v1/sandboxes/"):
+		return pathTarget(r.Method, strings.TrimPrefix(p, "/v1/sandboxes/"))
+	case strings.HasPrefix(p, "/v2/sandboxes/"):
+		return pathTarget(r.Method, strings.TrimPrefix(p, "/v2/sandboxes/"))
+	case strings.HasPrefix(p, "/sandboxes/"):
+		return pathTarget(r.Method, strings.TrimPrefix(p, "/sandboxes/"))
+	case strings.HasPrefix(p, "/proxy/"):
+		rest := strings.TrimPrefix(p, "/proxy/")
+		ident, _, _ := strings.Cut(rest, "/")
+		return target{id: f.identity(ident)}
+	case r.Method == http.MethodPost && strings.Count(p, "/") == 1:
+		return f.agentscopeTarget(r)
+	}
+	return target{}
+}
+
+func pathTarget(method, rest string) target {
+	id, sub, _ := strings.Cut(rest, "/")
+	t := target{id: sandbox.ID(id)}
+	if t.id.Validate() != nil {
+		return target{}
+	}
+	t.manage = sub == "" && (method == http.MethodGet || method == http.MethodDelete)
+	return t
+}
+
+// hostTarget parses PORT-ID.PREVIEW_DOMAIN.
+func (f *Forwarder) hostTarget(host string) (sandbox.ID, bool) {
+	if f.cfg.PreviewDomain == "" {
+		return "", false
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(host)
+	label, ok := strings.CutSuffix(host, "."+f.cfg.PreviewDomain)
+	if !ok || strings.Contains(label, ".") {
+		return "", false
+	}
+	_, id, ok := strings.Cut(label, "-")
+	if !ok || sandbox.ID(id).Validate() != nil {
+		return "", false
+	}
+	return sandbox.ID(id), true
+}
+
+// agentscopeManage are the agentscope methods answered for a lost sandbox
+// (its status, and release deletes its record).
+var agentscopeManage = map[string]bool{"release": true, "get_status": true, "get_info": true}
+
+// agentscopeTarget reads an agentscope method's JSON body for its identity
+// (and puts the body back for the handler). create and create_from_pool
+// are placed.
+func (f *Forwarder) agentscopeTarget(r *http.Request) target {
+	method := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/"), "_async")
+	switch method {
+	case "create", "create_from_pool":
+		return target{create: true}
+	case "release", "start", "stop", "get_status", "get_info", "check_health", "list_tools", "call_tool", "add_mcp_servers":
+	default:
+		return target{}
+	}
+	if r.Body == nil || r.ContentLength > maxPeekBody {
+		return target{}
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxPeekBody+1))
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), r.Body))
+	if err != nil || len(body) > maxPeekBody {
+		return target{}
+	}
+	var args struct {
+		Identity json.RawMessage `json:"identity"`
+		Args     json.RawMessage `json:"args"` // a positional first argument, or a list
+	}
+	if json.Unmarshal(body, &args) != nil {
+		return target{}
+	}
+	raw := args.Identity
+	if len(raw) == 0 && len(args.Args) > 0 {
+		var list []json.RawMessage
+		if json.Unmarshal(args.Args, &list) == nil && len(list) > 0 {
+			raw = list[0]
+		} else {
+			raw = args.Args
+		}
+	}
+	var ident string
+	if json.Unmarshal(raw, &ident) != nil {
+		return target{}
+	}
+	return target{id: f.identity(ident), manage: agentscopeManage[method]}
+}
+
+// identity maps an agentscope identity (a container name or a sandbox id)
+// to a sandbox id.
+func (f *Forwarder) identity(ident string) sandbox.ID {
+	id := sandbox.ID(strings.TrimPrefix(ident, f.cfg.Prefix))
+	if id.Validate() != nil {
+		return ""
+	}
+	return id
+}
+
+func writeErr(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"code": code, "message": msg})
+}

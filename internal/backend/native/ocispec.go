@@ -190,7 +190,7 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl sandbox.Template, iu *imageUse
 		Version: specs.Version,
 		Root:    &specs.Root{Path: p.rootfs, Readonly: !spec.WritableRoot},
 		Process: &specs.Process{
-			User: specs.User{UID: uint32(uid), GID: uint32(gid)},
+			User:            specs.User{UID: uint32(uid), GID: uint32(gid)},
 			Args:            args,
 			Env:             envList,
 			Cwd:             "/",

@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -35,7 +37,7 @@ func startProc(dir, name, bin string, args []string, env []string) (*proc, error
 	// Its own process group, so Stop reaches any child; killed with the test
 	// process if that dies first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := spawn(cmd); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("kubetest: start %s: %w", name, err)
 	}
@@ -46,6 +48,36 @@ func startProc(dir, name, bin string, args []string, env []string) (*proc, error
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// The parent-death signal fires when the *thread* that forked the child
+// ends, not the process. Go ends threads whose goroutine locked them and
+// returned (the sandbox code does, after entering namespaces), so every
+// control-plane process is forked from one thread that is locked for the
+// life of the test binary and never ends.
+var (
+	spawnOnce sync.Once
+	spawnReq  chan spawnCall
+)
+
+type spawnCall struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func spawn(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		spawnReq = make(chan spawnCall)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives on
+			for c := range spawnReq {
+				c.done <- c.cmd.Start()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	spawnReq <- spawnCall{cmd: cmd, done: done}
+	return <-done
 }
 
 // exited reports whether the process has ended, with its error.

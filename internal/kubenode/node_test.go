@@ -254,6 +254,11 @@ func TestAgentboxNode(t *testing.T) {
 	if out != "got:hello\n" || errOut != "oops\n" {
 		t.Fatalf("exec stdout %q stderr %q", out, errOut)
 	}
+	// With a TTY the command runs in a terminal.
+	tty, err := execTTY(ctx, e.c, ns, "sbx", []string{"/bin/sh", "-c", "test -t 0 && test -t 1 && echo on-a-tty"})
+	if err != nil || !strings.Contains(tty, "on-a-tty") {
+		t.Fatalf("exec with a TTY: %q, %v", tty, err)
+	}
 	logs, err := cs.CoreV1().Pods(ns).GetLogs("sbx", &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil || !strings.Contains(string(logs), "agent listening") {
 		t.Fatalf("pod logs (err %v): %s", err, logs)
@@ -532,6 +537,22 @@ func execPod(ctx context.Context, c *kubetest.Cluster, ns, name string, cmd []st
 	}
 	err = ex.StreamWithContext(ctx, opts)
 	return out.String(), errOut.String(), err
+}
+
+// execTTY runs cmd in a terminal of the pod and returns what it printed.
+func execTTY(ctx context.Context, c *kubetest.Cluster, ns, name string, cmd []string) (string, error) {
+	req := c.Clientset.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: cmd, Stdin: true, Stdout: true, TTY: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(c.RESTConfig, http.MethodPost, req.URL())
+	if err != nil {
+		return "", err
+	}
+	var out bytes.Buffer
+	// The terminal's input stays open until the command ends.
+	in, w := io.Pipe()
+	defer w.Close()
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: in, Stdout: &out, Tty: true})
+	return out.String(), err
 }
 
 func agentGet(t *testing.T, url, token string) int {

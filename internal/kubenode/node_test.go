@@ -56,8 +56,8 @@ type env struct {
 	backend *native.Backend
 	net     *netpolicy.Manager
 	name    string
-	// volumeDir holds the claims' directories.
-	volumeDir string
+	// volumeDir holds the claims' directories, logDir generic pods' logs.
+	volumeDir, logDir string
 }
 
 // startEnv starts the control plane, a native backend with sandbox
@@ -132,7 +132,7 @@ func startEnv(t *testing.T) *env {
 			t.Errorf("stop node: %v", err)
 		}
 	})
-	return &env{c: c, node: n, backend: nb, net: nm, name: name, volumeDir: filepath.Join(dir, "vol")}
+	return &env{c: c, node: n, backend: nb, net: nm, name: name, volumeDir: filepath.Join(dir, "vol"), logDir: filepath.Join(dir, "logs")}
 }
 
 // nodeIdentity issues the node a client certificate and binds it to the
@@ -335,6 +335,18 @@ func TestAgentboxNode(t *testing.T) {
 	}
 	for _, name := range []string{"sbx", "gen"} {
 		waitGone(t, ctx, cs, ns, name)
+	}
+	// The ended pod is deleted from the node after the apiserver: its log
+	// file goes then.
+	genLog := filepath.Join(e.logDir, string(sandboxID(string(g.UID)))+".log")
+	for i := 0; ; i++ {
+		if _, err := os.Stat(genLog); os.IsNotExist(err) {
+			break
+		}
+		if i == 300 {
+			t.Fatalf("the deleted pod's log %s remains", genLog)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if _, err := e.backend.Inspect(ctx, id); sandbox.ClassOf(err) != sandbox.ClassNotFound {
 		t.Fatalf("sandbox %s after the pod's delete: %v, want not found", id, err)

@@ -418,6 +418,16 @@ func (p *provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	p.mu.Lock()
 	delete(p.pods, st.key)
 	p.mu.Unlock()
+	st.mu.Lock()
+	logPath := st.logPath
+	st.mu.Unlock()
+	if st.plan != nil && !st.plan.agentbox && logPath != "" {
+		// A generic pod's log is the node's file; an agentbox pod's went
+		// with its sandbox.
+		if err := os.Remove(logPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			p.log.Warn("remove a deleted pod's log", "pod", st.key, "err", err)
+		}
+	}
 	if st.plan != nil && st.plan.claim != "" && st.plan.spec.WorkspaceDir != "" {
 		p.sweepClaim(ctx, pod.Namespace, st.plan.claim, st.plan.spec.WorkspaceDir)
 	}

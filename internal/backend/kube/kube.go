@@ -31,8 +31,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	sbv1 "sigs.k8s.io/agent-sandbox/api/v1alpha1"
-	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1alpha1"
+	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/agentbox/agentbox/internal/backend"

@@ -15,16 +15,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	sbv1 "sigs.k8s.io/agent-sandbox/api/v1alpha1"
-	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1alpha1"
+	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
-
-// podNameAnnotation is where agent-sandbox's controller records the pod
-// of a Sandbox that adopted a warm pool's pod (its name is the pool's).
-const podNameAnnotation = "agents.x-k8s.io/pod-name"
 
 // pollInterval is how often a wait re-reads the cluster.
 const pollInterval = 50 * time.Millisecond
@@ -60,8 +56,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
 	sb := b.sandboxObject(spec)
-	zero := int32(0)
-	sb.Spec.Replicas = &zero
+	sb.Spec.OperatingMode = sbv1.SandboxOperatingModeSuspended
 	if err := b.c.Create(ctx, sb); err != nil {
 		b.forget(spec.ID)
 		if apierrors.IsAlreadyExists(err) {
@@ -80,7 +75,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := b.createOwned(ctx, sb, spec); err != nil {
 		return fail(err)
 	}
-	if err := b.scale(ctx, spec.ID, 1); err != nil {
+	if err := b.setMode(ctx, spec.ID, sbv1.SandboxOperatingModeRunning); err != nil {
 		return fail(err)
 	}
 	info, err := b.waitRunning(ctx, bx)
@@ -140,16 +135,16 @@ func (b *Backend) forget(id sandbox.ID) {
 	b.mu.Unlock()
 }
 
-// scale sets the Sandbox's replicas: 0 stops its pod (the workspace
-// claim stays), 1 starts one.
-func (b *Backend) scale(ctx context.Context, id sandbox.ID, n int32) error {
-	patch := []byte(`{"spec":{"replicas":` + strconv.Itoa(int(n)) + `}}`)
+// setMode sets the Sandbox's operating mode: Suspended deletes its pod
+// (the workspace claim stays), Running makes one.
+func (b *Backend) setMode(ctx context.Context, id sandbox.ID, mode sbv1.SandboxOperatingMode) error {
+	patch := []byte(`{"spec":{"operatingMode":"` + string(mode) + `"}}`)
 	sb := &sbv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: objectName(id), Namespace: b.cfg.Namespace}}
 	if err := b.c.Patch(ctx, sb, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		if apierrors.IsNotFound(err) {
 			return sandbox.Errorf(sandbox.ClassNotFound, "sandbox %s: its Sandbox is gone", id)
 		}
-		return apiErr(err, "scale Sandbox")
+		return apiErr(err, "set the Sandbox's operating mode")
 	}
 	return nil
 }
@@ -177,7 +172,7 @@ func (b *Backend) pod(ctx context.Context, id sandbox.ID) (*corev1.Pod, error) {
 
 func (b *Backend) podOf(ctx context.Context, sb *sbv1.Sandbox) (*corev1.Pod, error) {
 	name := sb.Name
-	if n := sb.Annotations[podNameAnnotation]; n != "" {
+	if n := sb.Annotations[sbv1.SandboxPodNameAnnotation]; n != "" {
 		name = n
 	}
 	var pod corev1.Pod
@@ -281,7 +276,7 @@ func (b *Backend) Stop(ctx context.Context, id sandbox.ID) error {
 	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
-	if err := b.scale(ctx, id, 0); err != nil {
+	if err := b.setMode(ctx, id, sbv1.SandboxOperatingModeSuspended); err != nil {
 		return err
 	}
 	return b.waitPodGone(ctx, id, true)
@@ -322,7 +317,7 @@ func (b *Backend) Start(ctx context.Context, id sandbox.ID) (sandbox.Info, error
 	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
-	if err := b.scale(ctx, id, 1); err != nil {
+	if err := b.setMode(ctx, id, sbv1.SandboxOperatingModeRunning); err != nil {
 		return sandbox.Info{}, err
 	}
 	return b.waitRunning(ctx, bx)
@@ -439,7 +434,7 @@ func (b *Backend) Inspect(ctx context.Context, id sandbox.ID) (sandbox.Info, err
 // state reads a sandbox's state from its Sandbox and pod.
 func (b *Backend) state(ctx context.Context, bx *box, sb *sbv1.Sandbox) (sandbox.Info, error) {
 	info := sandbox.Info{ID: bx.id, Spec: bx.spec, CreatedAt: bx.createdAt}
-	if sb.Spec.Replicas != nil && *sb.Spec.Replicas == 0 {
+	if sb.Spec.OperatingMode == sbv1.SandboxOperatingModeSuspended {
 		info.State = sandbox.StateStopped
 		return info, nil
 	}

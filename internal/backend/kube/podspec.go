@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	sbv1 "sigs.k8s.io/agent-sandbox/api/v1alpha1"
+	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -112,16 +112,19 @@ func seccompProfile(s string) (*corev1.SeccompProfile, error) {
 // sandboxObject is the Sandbox of spec: its pod template runs the
 // template's image with the agent as PID 1, locked down.
 func (b *Backend) sandboxObject(spec sandbox.Spec) *sbv1.Sandbox {
-	one := int32(1)
+	noService := false // the daemon dials the pod IP: no headless Service
 	return &sbv1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{Name: objectName(spec.ID), Namespace: b.cfg.Namespace, Labels: b.labels(spec.ID)},
 		Spec: sbv1.SandboxSpec{
-			PodTemplate: sbv1.PodTemplate{
-				ObjectMeta: sbv1.PodMetadata{Labels: b.podLabels(spec.ID)},
-				Spec:       b.podSpec(spec, secretName(spec.ID)),
+			SandboxBlueprint: sbv1.SandboxBlueprint{
+				PodTemplate: sbv1.PodTemplate{
+					ObjectMeta: sbv1.PodMetadata{Labels: b.podLabels(spec.ID)},
+					Spec:       b.podSpec(spec, secretName(spec.ID)),
+				},
+				VolumeClaimTemplates: []sbv1.PersistentVolumeClaimTemplate{b.workspaceTemplate(spec)},
+				Service:              &noService,
 			},
-			VolumeClaimTemplates: []sbv1.PersistentVolumeClaimTemplate{b.workspaceTemplate(spec)},
-			Replicas:             &one,
+			OperatingMode: sbv1.SandboxOperatingModeRunning,
 		},
 	}
 }

@@ -381,6 +381,23 @@ var settings = []setting{
 		c.Kube.RuntimeClass = v
 		return nil
 	}},
+	{"K8S_NODE_SELECTOR", "", "nodeSelector of sandbox pods as key=value,... (agentbox.dev/node=true keeps them on agentbox nodes); empty: any node that admits them", func(c *Config, v string) error {
+		c.Kube.NodeSelector = nil
+		for _, kv := range strings.Split(v, ",") {
+			if kv = strings.TrimSpace(kv); kv == "" {
+				continue
+			}
+			k, val, ok := strings.Cut(kv, "=")
+			if !ok || k == "" || strings.ContainsAny(k+val, " \t\"'") {
+				return fmt.Errorf("want key=value,..., not %q", v)
+			}
+			if c.Kube.NodeSelector == nil {
+				c.Kube.NodeSelector = map[string]string{}
+			}
+			c.Kube.NodeSelector[k] = val
+		}
+		return nil
+	}},
 	{"K8S_STORAGE_CLASS", "", "storage class of the sandboxes' workspace volumes (kept across stop and start); empty: the cluster's default class", func(c *Config, v string) error { c.Kube.StorageClass = v; return nil }},
 	{"K8S_SECCOMP_PROFILE", "RuntimeDefault", "seccomp profile of sandbox pods: RuntimeDefault, or Localhost/<path> under the kubelet's seccomp directory", func(c *Config, v string) error {
 		if v != "RuntimeDefault" && !strings.HasPrefix(v, "Localhost/") {
@@ -615,6 +632,7 @@ type KubeConfig struct {
 	AgentImage     string
 	Instance       string
 	RuntimeClass   string
+	NodeSelector   map[string]string
 	StorageClass   string
 	SeccompProfile string
 	UserNamespaces bool

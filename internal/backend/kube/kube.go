@@ -93,6 +93,9 @@ type Config struct {
 	// RuntimeClass, when set, is every pod's runtimeClassName (gVisor,
 	// Kata) (K8S_RUNTIME_CLASS).
 	RuntimeClass string
+	// NodeSelector, when set, is every sandbox pod's nodeSelector
+	// (agentbox.dev/node=true keeps them on agentbox nodes).
+	NodeSelector map[string]string
 	// StorageClass is the workspace PVCs' class; empty takes the
 	// cluster's default (K8S_STORAGE_CLASS).
 	StorageClass string

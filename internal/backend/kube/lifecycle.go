@@ -38,51 +38,64 @@ func apiErr(err error, what string) error {
 }
 
 // Create implements backend.Backend. Nothing of the sandbox runs before
-// its NetworkPolicy exists: the Sandbox is created with no replica, its
-// Secret and NetworkPolicy (owned by it) next, and only then it is scaled
-// to one pod.
+// its NetworkPolicy exists: the Sandbox is created suspended, its Secret
+// and NetworkPolicy (owned by it) next, and only then it is set running.
 func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {
-	spec.Resources = spec.Resources.WithDefaults(b.cfg.Defaults)
-	if spec.Network.Mode == "" {
-		spec.Network.Mode = sandbox.NetworkNone
-	}
-	if err := b.validate(spec); err != nil {
-		return sandbox.Info{}, err
-	}
-	bx, err := b.register(spec)
+	bx, err := b.submit(ctx, spec)
 	if err != nil {
 		return sandbox.Info{}, err
 	}
-	bx.mu.Lock()
 	defer bx.mu.Unlock()
-	sb := b.sandboxObject(spec)
-	sb.Spec.OperatingMode = sbv1.SandboxOperatingModeSuspended
-	if err := b.c.Create(ctx, sb); err != nil {
-		b.forget(spec.ID)
-		if apierrors.IsAlreadyExists(err) {
-			// A Sandbox of that name this backend does not know: not ours.
-			return sandbox.Info{}, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s already exists", spec.ID)
-		}
-		return sandbox.Info{}, apiErr(err, "create Sandbox")
-	}
-	fail := func(err error) (sandbox.Info, error) {
+	info, err := b.waitRunning(ctx, bx)
+	if err != nil {
 		if terr := b.teardown(context.WithoutCancel(ctx), spec.ID); terr != nil {
 			b.log.Error("clean up a failed create", "sandbox", spec.ID, "err", terr)
 		}
 		b.forget(spec.ID)
 		return sandbox.Info{}, err
 	}
-	if err := b.createOwned(ctx, sb, spec); err != nil {
-		return fail(err)
-	}
-	if err := b.setMode(ctx, spec.ID, sbv1.SandboxOperatingModeRunning); err != nil {
-		return fail(err)
-	}
-	info, err := b.waitRunning(ctx, bx)
-	if err != nil {
-		return fail(err)
-	}
 	return info, nil
+}
+
+// submit checks spec and creates the sandbox's objects, running. It
+// returns the sandbox's box locked; on error nothing is left behind.
+func (b *Backend) submit(ctx context.Context, spec sandbox.Spec) (*box, error) {
+	spec.Resources = spec.Resources.WithDefaults(b.cfg.Defaults)
+	if spec.Network.Mode == "" {
+		spec.Network.Mode = sandbox.NetworkNone
+	}
+	if err := b.validate(spec); err != nil {
+		return nil, err
+	}
+	bx, err := b.register(spec)
+	if err != nil {
+		return nil, err
+	}
+	bx.mu.Lock()
+	sb := b.sandboxObject(spec)
+	sb.Spec.OperatingMode = sbv1.SandboxOperatingModeSuspended
+	if err := b.c.Create(ctx, sb); err != nil {
+		bx.mu.Unlock()
+		b.forget(spec.ID)
+		if apierrors.IsAlreadyExists(err) {
+			// A Sandbox of that name this backend does not know: not ours.
+			return nil, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s already exists", spec.ID)
+		}
+		return nil, apiErr(err, "create Sandbox")
+	}
+	err = b.createOwned(ctx, sb, spec)
+	if err == nil {
+		err = b.setMode(ctx, spec.ID, sbv1.SandboxOperatingModeRunning)
+	}
+	if err != nil {
+		if terr := b.teardown(context.WithoutCancel(ctx), spec.ID); terr != nil {
+			b.log.Error("clean up a failed create", "sandbox", spec.ID, "err", terr)
+		}
+		bx.mu.Unlock()
+		b.forget(spec.ID)
+		return nil, err
+	}
+	return bx, nil
 }
 
 // createOwned creates the sandbox's Secret and NetworkPolicy, owned by sb.

@@ -3,8 +3,10 @@ package kube
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
+	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -71,6 +74,11 @@ func (b *Backend) validate(spec sandbox.Spec) error {
 	case r.DiskBytes < 1<<20:
 		return sandbox.Errorf(sandbox.ClassInvalid, "resources.disk: at least 1 MiB (the workspace volume)")
 	}
+	if spec.AccessToken == "" {
+		// The agent listens on the pod IP, reachable from outside the
+		// sandbox: never without a token.
+		return sandbox.Errorf(sandbox.ClassInvalid, "sandboxes on the kube backend need an access token")
+	}
 	if spec.Root && !b.cfg.UserNamespaces {
 		// Without a pod user namespace root in the pod is root on the node:
 		// native's guarantee that a root sandbox is root only in its own
@@ -118,7 +126,7 @@ func (b *Backend) sandboxObject(spec sandbox.Spec) *sbv1.Sandbox {
 		Spec: sbv1.SandboxSpec{
 			SandboxBlueprint: sbv1.SandboxBlueprint{
 				PodTemplate: sbv1.PodTemplate{
-					ObjectMeta: sbv1.PodMetadata{Labels: b.podLabels(spec.ID)},
+					ObjectMeta: sbv1.PodMetadata{Labels: b.podLabels(spec.ID), Annotations: podAnnotations(spec)},
 					Spec:       b.podSpec(spec, secretName(spec.ID)),
 				},
 				VolumeClaimTemplates: []sbv1.PersistentVolumeClaimTemplate{b.workspaceTemplate(spec)},
@@ -127,6 +135,24 @@ func (b *Backend) sandboxObject(spec sandbox.Spec) *sbv1.Sandbox {
 			OperatingMode: sbv1.SandboxOperatingModeRunning,
 		},
 	}
+}
+
+// Pod annotations an agentbox node reads (docs/kubernetes.md, "Pods on an
+// agentbox node"): the egress policy as the native API's network object,
+// which the node enforces with native's filter (domain names included),
+// and the pids limit, which a pod spec cannot express.
+const (
+	AnnotationNetwork = "agentbox.dev/network"
+	AnnotationPids    = "agentbox.dev/pids"
+)
+
+func podAnnotations(spec sandbox.Spec) map[string]string {
+	n := spec.Network
+	if n.Mode == "" {
+		n.Mode = sandbox.NetworkNone
+	}
+	data, _ := json.Marshal(n) // plain strings: cannot fail
+	return map[string]string{AnnotationNetwork: string(data), AnnotationPids: strconv.FormatInt(spec.Resources.PIDs, 10)}
 }
 
 func (b *Backend) podLabels(id sandbox.ID) map[string]string {
@@ -192,6 +218,9 @@ func (b *Backend) podSpec(spec sandbox.Spec, secret string) corev1.PodSpec {
 	limits := corev1.ResourceList{
 		corev1.ResourceMemory: *resource.NewQuantity(res.MemoryBytes, resource.BinarySI),
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(res.CPUs*1000), resource.DecimalSI),
+		// The home directory and a writable root (the workspace is its
+		// own volume).
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(res.DiskBytes, resource.BinarySI),
 	}
 	gid := uid
 	secCtx := &corev1.SecurityContext{
@@ -270,6 +299,9 @@ func (b *Backend) podSpec(spec sandbox.Spec, secret string) corev1.PodSpec {
 			// workspace: the controller adds the PVC of volumeClaimTemplates.
 		},
 	}
+	if len(b.cfg.NodeSelector) > 0 {
+		ps.NodeSelector = maps.Clone(b.cfg.NodeSelector)
+	}
 	if b.cfg.RuntimeClass != "" {
 		rc := b.cfg.RuntimeClass
 		ps.RuntimeClassName = &rc
@@ -306,22 +338,24 @@ var blockedRanges = []netip.Prefix{
 	netip.MustParsePrefix("240.0.0.0/4"),
 }
 
-// egressRules turns a sandbox's egress policy into NetworkPolicy egress
-// rules: none allows nothing; egress allows the public internet (or the
-// allowed CIDRs) minus the blocked ranges and the denied CIDRs. Domain
-// names need native's DNS-aware filter, which a NetworkPolicy is not.
+// egressRules turns a sandbox's egress policy (checked as native checks
+// it) into NetworkPolicy egress rules: none allows nothing; egress allows
+// the public internet (or the allowed CIDRs) minus the blocked ranges and
+// the denied CIDRs. A NetworkPolicy cannot name hosts: domain names in
+// allow_out are left out of it, so where only the NetworkPolicy acts
+// those hosts stay unreachable (fail closed); an agentbox node enforces
+// them from the pod's network annotation with native's DNS-aware filter.
 func egressRules(n sandbox.Network) ([]networkingv1.NetworkPolicyEgressRule, error) {
-	switch n.Mode {
-	case "", sandbox.NetworkNone:
-		if len(n.AllowOut)+len(n.DenyOut) > 0 {
-			return nil, sandbox.Errorf(sandbox.ClassInvalid, "allow_out and deny_out need network mode egress")
-		}
-		return nil, nil
-	case sandbox.NetworkEgress:
-	default:
-		return nil, sandbox.Errorf(sandbox.ClassInvalid, "network mode must be none or egress, not %q", n.Mode)
+	if n.Mode == "" {
+		n.Mode = sandbox.NetworkNone
 	}
-	parse := func(field string, entries []string) ([]netip.Prefix, error) {
+	if err := netpolicy.Validate(n); err != nil {
+		return nil, err
+	}
+	if n.Mode == sandbox.NetworkNone {
+		return nil, nil
+	}
+	cidrs := func(entries []string) []netip.Prefix {
 		var out []netip.Prefix
 		for _, e := range entries {
 			e = strings.TrimSpace(e)
@@ -329,37 +363,26 @@ func egressRules(n sandbox.Network) ([]networkingv1.NetworkPolicyEgressRule, err
 			if err != nil {
 				a, aerr := netip.ParseAddr(e)
 				if aerr != nil {
-					return nil, sandbox.Errorf(sandbox.ClassInvalid, "%s: %q: the kube backend's NetworkPolicy takes CIDRs and addresses only, not domain names", field, e)
+					continue // a domain name
 				}
 				a = a.Unmap()
 				p = netip.PrefixFrom(a, a.BitLen())
 			}
-			if !p.Addr().Is4() {
-				if field == "deny_out" {
-					continue // IPv6 is never allowed anyway
-				}
-				return nil, sandbox.Errorf(sandbox.ClassInvalid, "%s: %s: IPv6 is not supported", field, e)
+			if p.Addr().Is4() {
+				out = append(out, p.Masked())
 			}
-			out = append(out, p.Masked())
 		}
-		return out, nil
+		return out
 	}
-	allow, err := parse("allow_out", n.AllowOut)
-	if err != nil {
-		return nil, err
-	}
-	deny, err := parse("deny_out", n.DenyOut)
-	if err != nil {
-		return nil, err
-	}
-	if len(allow) == 0 {
+	allow, deny := cidrs(n.AllowOut), cidrs(n.DenyOut)
+	if len(n.AllowOut) == 0 {
 		allow = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
 	}
 	var peers []networkingv1.NetworkPolicyPeer
 	for _, a := range allow {
 		var except []string
 		covered := false
-		for _, d := range append(append([]netip.Prefix{}, blockedRanges...), deny...) {
+		for _, d := range append(slices.Clone(blockedRanges), deny...) {
 			switch {
 			case d.Bits() <= a.Bits() && d.Contains(a.Addr()):
 				covered = true // all of a is blocked
@@ -374,7 +397,7 @@ func egressRules(n sandbox.Network) ([]networkingv1.NetworkPolicyEgressRule, err
 		peers = append(peers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: a.String(), Except: except}})
 	}
 	if len(peers) == 0 {
-		return nil, sandbox.Errorf(sandbox.ClassInvalid, "allow_out: every allowed range is blocked (private, loopback, link-local or denied)")
+		return nil, nil
 	}
 	return []networkingv1.NetworkPolicyEgressRule{{To: peers}}, nil
 }

@@ -128,6 +128,16 @@ func TestPodSpecLockedDown(t *testing.T) {
 	if got := sb.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().Value(); got != spec.Resources.DiskBytes {
 		t.Errorf("workspace claim = %d bytes, want %d", got, spec.Resources.DiskBytes)
 	}
+	ann := sb.Spec.PodTemplate.ObjectMeta.Annotations
+	if ann[AnnotationNetwork] != `{"mode":"none"}` || ann[AnnotationPids] != "256" {
+		t.Errorf("pod annotations = %v", ann)
+	}
+	if got := c.Resources.Limits.StorageEphemeral().Value(); got != spec.Resources.DiskBytes {
+		t.Errorf("ephemeral storage limit = %d", got)
+	}
+	if ps.NodeSelector != nil {
+		t.Errorf("node selector %v without configuration", ps.NodeSelector)
+	}
 	sec, err := b.secretObject(spec)
 	if err != nil || string(sec.Data[secretToken]) != "s3cret" || strings.Contains(string(sec.Data[secretSpec]), "s3cret") {
 		t.Errorf("secret = %v, %v", sec, err)
@@ -135,8 +145,10 @@ func TestPodSpecLockedDown(t *testing.T) {
 }
 
 func TestPodSpecOptions(t *testing.T) {
-	b := testBackend(Config{RuntimeClass: "gvisor", UserNamespaces: true, SeccompProfile: "Localhost/agentbox.json", StorageClass: "fast"})
+	b := testBackend(Config{RuntimeClass: "gvisor", UserNamespaces: true, SeccompProfile: "Localhost/agentbox.json", StorageClass: "fast",
+		NodeSelector: map[string]string{"agentbox.dev/node": "true"}})
 	spec := testSpec()
+	spec.Network = sandbox.Network{Mode: sandbox.NetworkEgress, AllowOut: []string{"example.org", "1.2.3.0/24"}}
 	spec.Root = true
 	spec.WritableRoot = true
 	if err := b.validate(spec); err != nil {
@@ -155,6 +167,12 @@ func TestPodSpecOptions(t *testing.T) {
 	if slices.Contains(sc.Capabilities.Add, "SYS_ADMIN") {
 		t.Error("root gets SYS_ADMIN")
 	}
+	if ps.NodeSelector["agentbox.dev/node"] != "true" {
+		t.Errorf("node selector = %v", ps.NodeSelector)
+	}
+	if got := sb.Spec.PodTemplate.ObjectMeta.Annotations[AnnotationNetwork]; got != `{"mode":"egress","allow_out":["example.org","1.2.3.0/24"]}` {
+		t.Errorf("network annotation = %s", got)
+	}
 	if sc := sb.Spec.VolumeClaimTemplates[0].Spec.StorageClassName; sc == nil || *sc != "fast" {
 		t.Errorf("storage class = %v", sc)
 	}
@@ -167,17 +185,15 @@ func TestValidate(t *testing.T) {
 		"docker template": func(s *sandbox.Spec) {
 			s.Template = sandbox.Template{Ref: "docker:alpine", Kind: sandbox.TemplateDocker}
 		},
-		"host mount":    func(s *sandbox.Spec) { s.Mounts = []sandbox.Mount{{Source: "/etc", Target: "/x"}} },
-		"workspace dir": func(s *sandbox.Spec) { s.WorkspaceDir = "/srv" },
-		"tiny memory":   func(s *sandbox.Spec) { s.Resources.MemoryBytes = 1024 },
-		"domain allow": func(s *sandbox.Spec) {
-			s.Network = sandbox.Network{Mode: sandbox.NetworkEgress, AllowOut: []string{"example.org"}}
+		"host mount":      func(s *sandbox.Spec) { s.Mounts = []sandbox.Mount{{Source: "/etc", Target: "/x"}} },
+		"workspace dir":   func(s *sandbox.Spec) { s.WorkspaceDir = "/srv" },
+		"tiny memory":     func(s *sandbox.Spec) { s.Resources.MemoryBytes = 1024 },
+		"no access token": func(s *sandbox.Spec) { s.AccessToken = "" },
+		"bad domain": func(s *sandbox.Spec) {
+			s.Network = sandbox.Network{Mode: sandbox.NetworkEgress, AllowOut: []string{"exa mple.org"}}
 		},
 		"ipv6 allow": func(s *sandbox.Spec) {
 			s.Network = sandbox.Network{Mode: sandbox.NetworkEgress, AllowOut: []string{"2001:db8::/32"}}
-		},
-		"private only": func(s *sandbox.Spec) {
-			s.Network = sandbox.Network{Mode: sandbox.NetworkEgress, AllowOut: []string{"10.1.0.0/16"}}
 		},
 		"allow without egress":  func(s *sandbox.Spec) { s.Network.AllowOut = []string{"1.1.1.1"} },
 		"long id":               func(s *sandbox.Spec) { s.ID = sandbox.ID(strings.Repeat("a", 61)) },
@@ -231,6 +247,14 @@ func TestEgressRules(t *testing.T) {
 	}
 	if !slices.Equal(cidrs, []string{"93.184.0.0/16", "1.1.1.1/32"}) {
 		t.Errorf("allowed = %v (a blocked range must be dropped)", cidrs)
+	}
+	// Hosts a NetworkPolicy cannot name, and ranges that are blocked
+	// anyway, allow nothing there (fail closed).
+	for _, allow := range [][]string{{"example.org"}, {"10.1.0.0/16"}, {"*.example.org", "192.168.1.1"}} {
+		rules, err := egressRules(sandbox.Network{Mode: sandbox.NetworkEgress, AllowOut: allow})
+		if err != nil || len(rules) != 0 {
+			t.Errorf("allow %v: rules %+v, %v; want none", allow, rules, err)
+		}
 	}
 	np := testBackend(Config{}).networkPolicy(testSpec(), nil)
 	if len(np.Spec.PolicyTypes) != 2 || len(np.Spec.Egress) != 0 || np.Spec.PodSelector.MatchLabels[LabelSandbox] != "abc123" ||

@@ -132,9 +132,12 @@ type box struct {
 	id        sandbox.ID
 	spec      sandbox.Spec // without the access token
 	createdAt time.Time
-	// claim is set for a sandbox handed out by a SandboxWarmPool: its
-	// Sandbox is owned by this SandboxClaim.
-	claim string
+	// name is the Sandbox's name: objectName(id), or the warm pool's name
+	// of a Sandbox handed out through a SandboxClaim.
+	name string
+	// pool is the warm pool a sandbox came from: its pods start with the
+	// pool's token, which the backend replaces with the sandbox's own.
+	pool string
 }
 
 var (

@@ -130,7 +130,7 @@ func ownerRef(sb *sbv1.Sandbox) metav1.OwnerReference {
 }
 
 func (b *Backend) register(spec sandbox.Spec) (*box, error) {
-	bx := &box{id: spec.ID, createdAt: time.Now().UTC()}
+	bx := &box{id: spec.ID, createdAt: time.Now().UTC(), name: objectName(spec.ID)}
 	bx.spec = spec
 	bx.spec.AccessToken = ""
 	b.mu.Lock()
@@ -152,7 +152,7 @@ func (b *Backend) forget(id sandbox.ID) {
 // (the workspace claim stays), Running makes one.
 func (b *Backend) setMode(ctx context.Context, id sandbox.ID, mode sbv1.SandboxOperatingMode) error {
 	patch := []byte(`{"spec":{"operatingMode":"` + string(mode) + `"}}`)
-	sb := &sbv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: objectName(id), Namespace: b.cfg.Namespace}}
+	sb := &sbv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: b.sandboxName(id), Namespace: b.cfg.Namespace}}
 	if err := b.c.Patch(ctx, sb, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		if apierrors.IsNotFound(err) {
 			return sandbox.Errorf(sandbox.ClassNotFound, "sandbox %s: its Sandbox is gone", id)
@@ -162,16 +162,37 @@ func (b *Backend) setMode(ctx context.Context, id sandbox.ID, mode sbv1.SandboxO
 	return nil
 }
 
-// getSandbox returns the Sandbox of id, nil when there is none.
+// sandboxName is the name of sandbox id's Sandbox: ab-ID, or the warm
+// pool's name of one handed out from a pool.
+func (b *Backend) sandboxName(id sandbox.ID) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if bx, ok := b.boxes[id]; ok && bx.name != "" {
+		return bx.name
+	}
+	return objectName(id)
+}
+
+// getSandbox returns the Sandbox of id, nil when there is none. One this
+// backend does not know by name (a pool's, before Recover) is found by
+// its labels.
 func (b *Backend) getSandbox(ctx context.Context, id sandbox.ID) (*sbv1.Sandbox, error) {
 	var sb sbv1.Sandbox
-	if err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: objectName(id)}, &sb); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
+	err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: b.sandboxName(id)}, &sb)
+	if err == nil {
+		return &sb, nil
+	}
+	if !apierrors.IsNotFound(err) {
 		return nil, apiErr(err, "get Sandbox")
 	}
-	return &sb, nil
+	var list sbv1.SandboxList
+	if err := b.c.List(ctx, &list, client.InNamespace(b.cfg.Namespace), client.MatchingLabels{LabelSandbox: string(id), LabelInstance: b.cfg.Instance}); err != nil {
+		return nil, apiErr(err, "list Sandboxes")
+	}
+	if len(list.Items) == 0 {
+		return nil, nil
+	}
+	return &list.Items[0], nil
 }
 
 // pod returns the sandbox's pod, nil when there is none.
@@ -216,11 +237,15 @@ func (b *Backend) waitRunning(ctx context.Context, bx *box) (sandbox.Info, error
 			}
 			if pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "" && pod.DeletionTimestamp == nil {
 				addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(AgentPort))
-				if err := b.health(ctx, addr); err == nil {
-					return b.runningInfo(bx, addr), nil
-				} else {
-					last = "agent at " + addr + ": " + err.Error()
+				err := b.health(ctx, addr)
+				if err == nil && bx.pool != "" {
+					// A pool's pod starts with the pool's token.
+					err = b.personalise(ctx, bx, addr)
 				}
+				if err == nil {
+					return b.runningInfo(bx, addr), nil
+				}
+				last = "agent at " + addr + ": " + err.Error()
 			}
 		}
 		select {
@@ -394,6 +419,9 @@ func (b *Backend) teardown(ctx context.Context, id sandbox.ID) error {
 	}
 	del(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: objectName(id), Namespace: ns}})
 	del(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: workspaceClaim(id), Namespace: ns}})
+	if sb != nil && sb.Name != objectName(id) {
+		del(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: workspaceVolume + "-" + sb.Name, Namespace: ns}})
+	}
 	del(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secretName(id), Namespace: ns}})
 	del(&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: objectName(id), Namespace: ns}})
 	// A pod adopted from a warm pool keeps its name; find it by label.
@@ -479,10 +507,10 @@ func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) {
 	for i := range list.Items {
 		sb := &list.Items[i]
 		id := sandbox.ID(sb.Labels[LabelSandbox])
-		if id.Validate() != nil || objectName(id) != sb.Name || sb.DeletionTimestamp != nil {
+		if id.Validate() != nil || sb.DeletionTimestamp != nil {
 			continue
 		}
-		spec, err := b.readSpec(ctx, id)
+		spec, pool, err := b.readSpec(ctx, id)
 		if err != nil {
 			b.log.Warn("removing a sandbox whose spec cannot be read", "sandbox", id, "err", err)
 			if terr := b.teardown(ctx, id); terr != nil {
@@ -490,10 +518,7 @@ func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) {
 			}
 			continue
 		}
-		bx := &box{id: id, spec: spec, createdAt: sb.CreationTimestamp.UTC()}
-		if c := metav1.GetControllerOf(sb); c != nil && c.Kind == "SandboxClaim" {
-			bx.claim = c.Name
-		}
+		bx := &box{id: id, spec: spec, createdAt: sb.CreationTimestamp.UTC(), name: sb.Name, pool: pool}
 		info, err := b.state(ctx, bx, sb)
 		if err != nil {
 			return nil, err
@@ -514,18 +539,27 @@ func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) {
 	return out, nil
 }
 
-// readSpec reads the spec a sandbox was created with from its Secret.
-func (b *Backend) readSpec(ctx context.Context, id sandbox.ID) (sandbox.Spec, error) {
-	var sec corev1.Secret
-	if err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: secretName(id)}, &sec); err != nil {
-		return sandbox.Spec{}, apiErr(err, "get Secret")
+// readSpec reads the spec a sandbox was created with, and the warm pool
+// it came from, from its Secret.
+func (b *Backend) readSpec(ctx context.Context, id sandbox.ID) (sandbox.Spec, string, error) {
+	sec, err := b.secret(ctx, id)
+	if err != nil {
+		return sandbox.Spec{}, "", err
 	}
 	var spec sandbox.Spec
 	if err := json.Unmarshal(sec.Data[secretSpec], &spec); err != nil {
-		return sandbox.Spec{}, fmt.Errorf("kube: decode spec of %s: %w", id, err)
+		return sandbox.Spec{}, "", fmt.Errorf("kube: decode spec of %s: %w", id, err)
 	}
 	if spec.ID != id {
-		return sandbox.Spec{}, fmt.Errorf("kube: Secret of %s holds the spec of %s", id, spec.ID)
+		return sandbox.Spec{}, "", fmt.Errorf("kube: Secret of %s holds the spec of %s", id, spec.ID)
 	}
-	return spec, nil
+	return spec, string(sec.Data[secretPool]), nil
+}
+
+func (b *Backend) secret(ctx context.Context, id sandbox.ID) (*corev1.Secret, error) {
+	var sec corev1.Secret
+	if err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: secretName(id)}, &sec); err != nil {
+		return nil, apiErr(err, "get Secret")
+	}
+	return &sec, nil
 }

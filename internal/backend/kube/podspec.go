@@ -42,6 +42,7 @@ const (
 	// may hold secrets too, so neither goes into labels or annotations).
 	secretToken = "access-token"
 	secretSpec  = "spec.json"
+	secretPool  = "pool"
 )
 
 // Limits no request can go below (as native's).

@@ -7,6 +7,7 @@
 #   make load    the long load test (LOAD_CLIENTS=32, LOAD_DURATION=2m)
 #   make soak    the soak test (SOAK_DURATION=30m)
 #   make templates  build the built-in templates (templates/) on a running daemon
+#   make k8s-tools  build the Kubernetes control plane the kube tests run on (docs/kubernetes.md)
 
 GO       ?= go
 BIN      := bin
@@ -18,7 +19,7 @@ TEST_TIMEOUT ?= 40m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test deps vet bench clean agent daemon templates console fuzz load soak
+.PHONY: all build run test deps vet bench clean agent daemon templates console fuzz load soak k8s-tools
 
 all: build
 
@@ -83,6 +84,14 @@ templates: build
 	$(BIN)/agentbox template build -t base $(TEMPLATE_SECRETS) templates/base
 	$(BIN)/agentbox template build -t code-interpreter $(TEMPLATE_SECRETS) templates/code-interpreter
 	$(BIN)/agentbox template build -t browser $(TEMPLATE_SECRETS) templates/browser
+
+# etcd, kube-apiserver, kube-scheduler and the agent-sandbox controller, from
+# the pinned tools modules in tools/k8s, built once into
+# $$AGENTBOX_TEST_CACHE/k8s-tools/<versions> (about 10 minutes the first time
+# on 2 cores, seconds after); scripts/test.sh runs it too. internal/kubetest
+# starts them for the Kubernetes tests.
+k8s-tools:
+	./scripts/k8s-tools.sh
 
 # Reliability suites (docs/reliability.md).
 FUZZTIME ?= 30s

@@ -34,6 +34,12 @@ fi
 # build installed its pinned npm packages. Its end-to-end test (Chromium
 # driven by playwright-core) is test/e2e TestConsole, in go test below.
 (cd web/console && npm test --silent)
+# The Kubernetes control plane (etcd, kube-apiserver, kube-scheduler, the
+# agent-sandbox controller) the kube backend's and `agentbox node`'s tests run
+# against, built from tools/k8s into the cache (first run about 10 minutes,
+# then seconds). Once built, those tests must not skip.
+AGENTBOX_K8S_TOOLS=$(./scripts/k8s-tools.sh)
+export AGENTBOX_K8S_TOOLS AGENTBOX_REQUIRE_K8S=1
 # -p 1: packages that start sandboxes share the host's cgroups, loop devices
 # and network; running them one at a time keeps results and cleanup checks
 # independent of each other.

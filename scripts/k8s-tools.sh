@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes control plane the kube tests run against — etcd,
+# kube-apiserver and kube-scheduler (tools/k8s/kubernetes) and the
+# agent-sandbox controller with its CRDs (tools/k8s/agent-sandbox) — into
+# $AGENTBOX_TEST_CACHE/k8s-tools/<versions>-<hash>/, outside the checkout.
+# The directory is keyed by the pinned versions and a hash of the tools
+# modules' go.mod and go.sum, so a bump builds anew and an unchanged pin
+# takes seconds. internal/kubetest computes the same key (ToolsDir).
+#
+#   scripts/k8s-tools.sh            build if needed, print the directory
+#   scripts/k8s-tools.sh --dir      print the directory only
+#
+# The first build takes about 10 minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+: "${AGENTBOX_TEST_CACHE:=${XDG_CACHE_HOME:-$HOME/.cache}/agentbox-test}"
+
+kmod=tools/k8s/kubernetes
+amod=tools/k8s/agent-sandbox
+# The version a go.mod requires of a module ("require mod vX" or in a block).
+modver() { awk -v m="$2" '$1==m && $2 ~ /^v/ {print $2; exit} $1=="require" && $2==m {print $3; exit}' "$1/go.mod"; }
+k8s=$(modver $kmod k8s.io/kubernetes)
+etcd=$(modver $kmod go.etcd.io/etcd/server/v3)
+sandbox=$(modver $amod sigs.k8s.io/agent-sandbox)
+if [[ -z $k8s || -z $etcd || -z $sandbox ]]; then
+  echo "k8s-tools.sh: cannot read the pinned versions from $kmod/go.mod and $amod/go.mod" >&2
+  exit 1
+fi
+hash=$(cat $kmod/go.mod $kmod/go.sum $amod/go.mod $amod/go.sum | sha256sum | cut -c1-12)
+dir="$AGENTBOX_TEST_CACHE/k8s-tools/kubernetes-$k8s-etcd-$etcd-agent-sandbox-$sandbox-$hash"
+
+if [[ ${1:-} == --dir ]]; then
+  echo "$dir"
+  exit 0
+fi
+
+tools=(etcd kube-apiserver kube-scheduler agent-sandbox-controller)
+complete() {
+  local t
+  for t in "${tools[@]}"; do [[ -x $dir/$t ]] || return 1; done
+  [[ -d $dir/crds ]]
+}
+if complete; then
+  echo "$dir"
+  exit 0
+fi
+
+mkdir -p "$AGENTBOX_TEST_CACHE/k8s-tools"
+# One build at a time (two checkouts may share the cache); the second waits
+# and then finds the tools built.
+exec 9>"$AGENTBOX_TEST_CACHE/k8s-tools/.lock"
+flock 9
+if complete; then
+  echo "$dir"
+  exit 0
+fi
+
+tmp=$(mktemp -d "$AGENTBOX_TEST_CACHE/k8s-tools/.build.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+echo "k8s-tools.sh: building kubernetes $k8s, etcd $etcd and agent-sandbox $sandbox (about 10 minutes the first time)" >&2
+minor=${k8s#v1.}; minor=${minor%%.*}
+vpkg=k8s.io/component-base/version
+# -trimpath and no debug info: smaller, faster links; the version stamps make
+# /version report the pinned release instead of v0.0.0-master.
+(cd $kmod && CGO_ENABLED=0 go build -trimpath \
+  -ldflags "-s -w -X $vpkg.gitVersion=$k8s -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor" \
+  -o "$tmp/" go.etcd.io/etcd/server/v3 k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler)
+# go names the binary of .../server/v3 after "server".
+mv "$tmp/server" "$tmp/etcd"
+(cd $amod && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/" sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller)
+# The CRDs of the same pinned module, which the harness applies.
+src=$(cd $amod && go list -m -f '{{.Dir}}' sigs.k8s.io/agent-sandbox)
+mkdir -p "$tmp/crds"
+cp "$src"/k8s/crds/*.yaml "$tmp/crds/"
+chmod -R u+w "$tmp"
+rm -rf "$dir"
+mv "$tmp" "$dir"
+trap - EXIT
+echo "$dir"

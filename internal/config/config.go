@@ -341,7 +341,7 @@ var settings = []setting{
 		case "docker":
 			c.Deployment, c.DockerEnabled = "docker", true
 			return nil
-		case "k8s", "kubernetes":
+		case "k8s", "kubernetes", "kube":
 			c.Deployment, c.Kube.Enabled = "k8s", true
 			return nil
 		case "agentrun", "fc", "gvisor", "cloud":

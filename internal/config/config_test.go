@@ -65,6 +65,9 @@ func TestKubeSettings(t *testing.T) {
 		k.Instance != "agentbox" || len(k.NodeSelector) != 2 || k.NodeSelector["agentbox.dev/node"] != "true" || k.SeccompProfile != "RuntimeDefault" || k.UserNamespaces || slices.Contains(c.Ignored, "K8S_NAMESPACE") {
 		t.Fatalf("kube config = %+v (deployment %s, ignored %v)", k, c.Deployment, c.Ignored)
 	}
+	if c, err := Load("", nil, map[string]string{"CONTAINER_DEPLOYMENT": "kube"}); err != nil || c.Deployment != "k8s" || !c.Kube.Enabled {
+		t.Fatalf("--backend kube: %+v, %v", c.Kube, err)
+	}
 	if c, err := Load("", nil, nil); err != nil || c.Kube.Enabled || c.Kube.Namespace != "default" {
 		t.Fatalf("default: %+v, %v", c.Kube, err)
 	}

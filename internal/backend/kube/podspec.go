@@ -219,9 +219,12 @@ func (b *Backend) podSpec(spec sandbox.Spec, secret string) corev1.PodSpec {
 	limits := corev1.ResourceList{
 		corev1.ResourceMemory: *resource.NewQuantity(res.MemoryBytes, resource.BinarySI),
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(res.CPUs*1000), resource.DecimalSI),
-		// The home directory and a writable root (the workspace is its
-		// own volume).
-		corev1.ResourceEphemeralStorage: *resource.NewQuantity(res.DiskBytes, resource.BinarySI),
+	}
+	if spec.WritableRoot {
+		// A writable root layer is node disk the workspace claim does not
+		// bound. Only then: a request for ephemeral storage keeps a pod
+		// off nodes that do not advertise it.
+		limits[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(res.DiskBytes, resource.BinarySI)
 	}
 	gid := uid
 	secCtx := &corev1.SecurityContext{

@@ -132,8 +132,8 @@ func TestPodSpecLockedDown(t *testing.T) {
 	if ann[AnnotationNetwork] != `{"mode":"none"}` || ann[AnnotationPids] != "256" {
 		t.Errorf("pod annotations = %v", ann)
 	}
-	if got := c.Resources.Limits.StorageEphemeral().Value(); got != spec.Resources.DiskBytes {
-		t.Errorf("ephemeral storage limit = %d", got)
+	if _, ok := c.Resources.Limits[corev1.ResourceEphemeralStorage]; ok {
+		t.Error("an ephemeral storage limit without a writable root")
 	}
 	if ps.NodeSelector != nil {
 		t.Errorf("node selector %v without configuration", ps.NodeSelector)
@@ -166,6 +166,9 @@ func TestPodSpecOptions(t *testing.T) {
 	}
 	if slices.Contains(sc.Capabilities.Add, "SYS_ADMIN") {
 		t.Error("root gets SYS_ADMIN")
+	}
+	if got := ps.Containers[0].Resources.Limits.StorageEphemeral().Value(); got != spec.Resources.DiskBytes {
+		t.Errorf("writable root: ephemeral storage limit = %d, want the disk size", got)
 	}
 	if ps.NodeSelector["agentbox.dev/node"] != "true" {
 		t.Errorf("node selector = %v", ps.NodeSelector)

@@ -318,7 +318,12 @@ func poolSpec(t *extv1.SandboxTemplate) (sandbox.Spec, error) {
 	spec := sandbox.Spec{Template: sandbox.Template{Ref: TemplatePrefix + c.Image, Kind: TemplateKind}}
 	spec.Resources.MemoryBytes = c.Resources.Limits.Memory().Value()
 	spec.Resources.CPUs = float64(c.Resources.Limits.Cpu().MilliValue()) / 1000
-	spec.Resources.DiskBytes = c.Resources.Limits.StorageEphemeral().Value()
+	if len(t.Spec.VolumeClaimTemplates) > 0 {
+		spec.Resources.DiskBytes = t.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().Value()
+	}
+	if sc := c.SecurityContext; sc != nil && sc.ReadOnlyRootFilesystem != nil && !*sc.ReadOnlyRootFilesystem {
+		spec.WritableRoot = true
+	}
 	if n, err := strconv.ParseInt(t.Spec.PodTemplate.ObjectMeta.Annotations[AnnotationPids], 10, 64); err == nil {
 		spec.Resources.PIDs = n
 	}

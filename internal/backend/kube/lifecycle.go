@@ -225,9 +225,11 @@ func (b *Backend) waitRunning(ctx context.Context, bx *box) (sandbox.Info, error
 	defer cancel()
 	last := "no pod yet"
 	for {
+		// An API error is retried until the deadline: an apiserver blip
+		// must not fail a create that is going well.
 		pod, err := b.pod(ctx, bx.id)
-		if err != nil && ctx.Err() == nil {
-			return sandbox.Info{}, err
+		if err != nil {
+			last = err.Error()
 		}
 		if pod != nil {
 			if why, fatal := podProblem(pod); fatal {
@@ -327,10 +329,7 @@ func (b *Backend) waitPodGone(ctx context.Context, id sandbox.ID, kill bool) err
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
 	defer cancel()
 	for {
-		pod, err := b.pod(ctx, id)
-		if err != nil && ctx.Err() == nil {
-			return err
-		}
+		pod, err := b.pod(ctx, id) // an API error is retried until the deadline
 		if err == nil && pod == nil {
 			return nil
 		}

@@ -3,7 +3,7 @@
 // filesystem services, /files, /envs, /health) and the code interpreter's
 // stateful execution routes (/execute, /contexts) on a unix socket or TCP.
 //
-//	agentbox-agent --listen unix:///run/agentbox/agent.sock --workdir /workspace [--ready-fd N] [--seccomp-fd N] [--rlimits nofile=S:H,core=S:H]
+//	agentbox-agent --listen unix:///run/agentbox/agent.sock --workdir /workspace [--ready-fd N] [--seccomp-fd N] [--rlimits nofile=S:H,core=S:H] [--listen-also tcp://0.0.0.0:PORT]
 //	agentbox-agent install PATH   (copies itself to PATH: the kube backend's init container)
 //
 // With --seccomp-fd the agent first installs the seccomp BPF program it
@@ -24,10 +24,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -63,6 +65,7 @@ func main() {
 
 func run() error {
 	listen := flag.String("listen", "unix:///run/agentbox/agent.sock", "address to serve on: unix:///path, tcp://host:port, or fd://N (an inherited listening socket)")
+	listenAlso := flag.String("listen-also", "", "a second address to serve on (tcp://host:port): the pod IP of a sandbox on an agentbox Kubernetes node; needs AGENTBOX_ACCESS_TOKEN")
 	readyFD := flag.Int("ready-fd", -1, "file descriptor to write one byte to (and close) once listening")
 	workdir := flag.String("workdir", "/workspace", "default working directory of processes (falls back to the user's home)")
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
@@ -138,6 +141,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	var lnAlso net.Listener
+	if *listenAlso != "" {
+		// Reachable from outside the sandbox: never without a token.
+		if token == "" {
+			return errors.New("--listen-also needs an access token (AGENTBOX_ACCESS_TOKEN)")
+		}
+		if lnAlso, err = agent.Listen(*listenAlso); err != nil {
+			return err
+		}
+	}
 	if *readyFD >= 0 {
 		if err := agent.NotifyReady(*readyFD); err != nil {
 			return err
@@ -145,8 +158,12 @@ func run() error {
 	}
 	log.Info("agent listening", "addr", *listen, "pid", os.Getpid(), "uid", os.Getuid())
 
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(ctx, ln) }()
+	if lnAlso != nil {
+		log.Info("agent listening", "addr", *listenAlso)
+		go func() { serveErr <- srv.Serve(ctx, lnAlso) }()
+	}
 	srv.StartService(ctx)
 	select {
 	case err = <-serveErr:

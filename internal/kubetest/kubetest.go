@@ -318,6 +318,10 @@ func (c *Cluster) startAPIServer(etcdPort, port int) error {
 		// credentials to its own Node and pods, as on a real cluster.
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
+		// TaintNodesByCondition taints every new Node not-ready, a taint
+		// only kube-controller-manager's node lifecycle controller (not
+		// run here) removes.
+		"--disable-admission-plugins=TaintNodesByCondition",
 		"--service-account-issuer=" + issuer,
 		"--api-audiences=" + issuer,
 		"--service-account-key-file=" + c.path("sa.key"),

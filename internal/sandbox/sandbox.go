@@ -130,6 +130,12 @@ type Spec struct {
 	// AccessToken, when set, is required by the in-sandbox agent on every request.
 	AccessToken string `json:"-"`
 
+	// AgentListen, when set, is a second address the agent serves on
+	// inside the sandbox, tcp://0.0.0.0:PORT: the pod IP of a sandbox on an
+	// agentbox Kubernetes node (internal/kubenode). It needs AccessToken and
+	// network mode egress (an address of the sandbox's own).
+	AgentListen string `json:"agent_listen,omitempty"`
+
 	// Network is the sandbox's network policy. The zero value means no network
 	// besides loopback.
 	Network Network `json:"network"`

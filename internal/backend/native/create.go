@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -63,6 +64,9 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "network mode %q is not available on this server", spec.Network.Mode)
 	}
 	if err := validateMounts(spec); err != nil {
+		return sandbox.Info{}, err
+	}
+	if err := validateAgentListen(spec); err != nil {
 		return sandbox.Info{}, err
 	}
 
@@ -287,6 +291,33 @@ func (c *diskUseCache) get(b *Backend, self *box) int64 {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// validateAgentListen checks Spec.AgentListen: a TCP address in the
+// sandbox's own network namespace (never the host's: network mode none
+// has only loopback, which is fine too), and never without a token.
+func validateAgentListen(spec sandbox.Spec) error {
+	if spec.AgentListen == "" {
+		return nil
+	}
+	hostPort, ok := strings.CutPrefix(spec.AgentListen, "tcp://")
+	if !ok {
+		return sandbox.Errorf(sandbox.ClassInvalid, "agent listen address %q: want tcp://HOST:PORT", spec.AgentListen)
+	}
+	host, port, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return sandbox.Errorf(sandbox.ClassInvalid, "agent listen address %q: %v", spec.AgentListen, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return sandbox.Errorf(sandbox.ClassInvalid, "agent listen address %q: bad port", spec.AgentListen)
+	}
+	if _, err := netip.ParseAddr(host); err != nil {
+		return sandbox.Errorf(sandbox.ClassInvalid, "agent listen address %q: the host must be an IP address", spec.AgentListen)
+	}
+	if spec.AccessToken == "" {
+		return sandbox.Errorf(sandbox.ClassInvalid, "agent listen address %q needs an access token", spec.AgentListen)
+	}
+	return nil
+}
 
 func validateMounts(spec sandbox.Spec) error {
 	if spec.WorkspaceDir != "" {

@@ -174,18 +174,24 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl sandbox.Template, iu *imageUse
 	period := uint64(cpuPeriodMicros)
 	pids := res.PIDs
 	rlimits := b.sandboxRlimits(pids)
+	args := []string{agentPathInSandbox,
+		"--listen", "fd://" + strconv.Itoa(agentListenFd),
+		"--ready-fd", strconv.Itoa(agentReadyFd),
+		"--seccomp-fd", strconv.Itoa(agentSeccompFd),
+		"--workdir", workdir,
+		"--rlimits", rlimitsFlag(rlimits)}
+	if spec.AgentListen != "" {
+		// Checked by validateAgentListen: TCP in the sandbox's own network
+		// namespace, behind its token.
+		args = append(args, "--listen-also", spec.AgentListen)
+	}
 
 	s := &specs.Spec{
 		Version: specs.Version,
 		Root:    &specs.Root{Path: p.rootfs, Readonly: !spec.WritableRoot},
 		Process: &specs.Process{
-			User: specs.User{UID: uint32(uid), GID: uint32(gid)},
-			Args: []string{agentPathInSandbox,
-				"--listen", "fd://" + strconv.Itoa(agentListenFd),
-				"--ready-fd", strconv.Itoa(agentReadyFd),
-				"--seccomp-fd", strconv.Itoa(agentSeccompFd),
-				"--workdir", workdir,
-				"--rlimits", rlimitsFlag(rlimits)},
+			User:            specs.User{UID: uint32(uid), GID: uint32(gid)},
+			Args:            args,
 			Env:             envList,
 			Cwd:             "/",
 			NoNewPrivileges: true,

@@ -220,7 +220,14 @@ func (p *provider) claimDir(ctx context.Context, ns, name string) (string, error
 		return "", fmt.Errorf("persistentVolumeClaim %s: %w", name, err)
 	}
 	dir := filepath.Join(p.cfg.VolumeDir, string(pvc.UID))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, 0o755); err == nil {
+		// The sandbox user owns a new workspace, as on the sandbox's own
+		// disk (the native backend then moves it to the sandbox's own host
+		// ids, and back to the next sandbox's on the next pod).
+		if err := os.Chown(dir, 1000, 1000); err != nil {
+			return "", fmt.Errorf("persistentVolumeClaim %s: %w", name, err)
+		}
+	} else if !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("persistentVolumeClaim %s: %w", name, err)
 	}
 	return dir, nil

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -35,7 +36,7 @@ func startProc(dir, name, bin string, args []string, env []string) (*proc, error
 	// Its own process group, so Stop reaches any child; killed with the test
 	// process if that dies first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := startOnSpawner(cmd); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("kubetest: start %s: %w", name, err)
 	}
@@ -46,6 +47,35 @@ func startProc(dir, name, bin string, args []string, env []string) (*proc, error
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// The parent-death signal fires when the *thread* that forked the child
+// ends, not the process. Go ends threads: a goroutine that locked its
+// thread and returns takes the thread with it, which the native backend
+// (linked into the tests that run an agentbox node) does on every
+// sandbox it creates. A control-plane process started from such a thread
+// was killed mid-test. So every process starts from one goroutine locked
+// to a thread that never ends.
+var spawnReqs = make(chan spawnReq)
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func init() {
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+		for r := range spawnReqs {
+			r.done <- r.cmd.Start()
+		}
+	}()
+}
+
+func startOnSpawner(cmd *exec.Cmd) error {
+	done := make(chan error, 1)
+	spawnReqs <- spawnReq{cmd: cmd, done: done}
+	return <-done
 }
 
 // exited reports whether the process has ended, with its error.

@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -34,6 +35,7 @@ import (
 	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -209,6 +211,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		// requests a second would make concurrent creates queue.
 		rc.QPS, rc.Burst = 100, 200
 	}
+	// controller-runtime's client logs through its global logger, and
+	// complains (with a stack) when none was set.
+	setLogger.Do(func() { ctrllog.SetLogger(logr.FromSlogHandler(cfg.Logger.Handler())) })
 	c, err := client.New(rc, client.Options{Scheme: Scheme()})
 	if err != nil {
 		return nil, fmt.Errorf("kube: client: %w", err)
@@ -225,6 +230,8 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		boxes: map[sandbox.ID]*box{},
 	}, nil
 }
+
+var setLogger sync.Once
 
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return "kube" }

@@ -106,6 +106,9 @@ func (b *Backend) EnsurePool(ctx context.Context, name string, spec sandbox.Spec
 	}
 	podLabels := b.poolLabels(name)
 	podLabels[LabelRole] = RoleSbx
+	// A sandbox pod (an agentbox node runs it as one) of no sandbox yet:
+	// a value no sandbox id can be (ids have no dots).
+	podLabels[LabelSandbox] = "pool." + name
 	wsTemplate := b.workspaceTemplate(spec)
 	wsTemplate.Labels = b.poolLabels(name)
 	noService := false

@@ -37,7 +37,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	addClientFlags(root)
-	root.AddCommand(newServeCmd(), newRunCmd(), newBenchCmd(), newMCPCmd(), newLoadCmd())
+	root.AddCommand(newServeCmd(), newNodeCmd(), newRunCmd(), newBenchCmd(), newMCPCmd(), newLoadCmd())
 	addClientCommands(root)
 
 	err := root.Execute()

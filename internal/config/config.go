@@ -155,6 +155,8 @@ type Config struct {
 	Redis       RedisConfig
 	NodeID      string
 	NodeAddress string
+	// KubeNode configures `agentbox node` (KUBE_NODE_*).
+	KubeNode KubeNode
 
 	// Settings that were given but have no effect on this deployment, for a
 	// warning at start.
@@ -436,6 +438,25 @@ var settings = []setting{
 		return nil
 	}},
 	{"NODE_ADDRESS", "", "URL other replicas and operators reach this daemon at, shown in GET /v1/nodes; empty: http://HOST:PORT", func(c *Config, v string) error { c.NodeAddress = v; return nil }},
+	{"KUBE_NODE_NAME", "", "`agentbox node`: the Kubernetes Node's name; empty: agentbox-<host name>", func(c *Config, v string) error {
+		if v != "" && !dnsSubdomain(v) {
+			return fmt.Errorf("want a DNS subdomain name (lower case letters, digits, '-' and '.')")
+		}
+		c.KubeNode.Name = v
+		return nil
+	}},
+	{"KUBE_NODE_KUBECONFIG", "", "`agentbox node`: kubeconfig of the node's identity; empty: the pod's in-cluster service account", func(c *Config, v string) error { c.KubeNode.Kubeconfig = v; return nil }},
+	{"KUBE_NODE_ADDRESS", "", "`agentbox node`: the node's IP address, where the apiserver reaches its kubelet API and pods report their host IP (required)", func(c *Config, v string) error {
+		if v != "" && net.ParseIP(v) == nil {
+			return fmt.Errorf("want an IP address")
+		}
+		c.KubeNode.Address = v
+		return nil
+	}},
+	{"KUBE_NODE_PORT", "10250", "`agentbox node`: port of its kubelet API (logs, exec, port-forward)", intIn(1, 65535, func(c *Config, n int) { c.KubeNode.Port = n })},
+	{"KUBE_NODE_TLS_CERT", "", "`agentbox node`: the kubelet API's serving certificate (PEM), signed by a CA the apiserver's --kubelet-certificate-authority names (required)", func(c *Config, v string) error { c.KubeNode.TLSCert = v; return nil }},
+	{"KUBE_NODE_TLS_KEY", "", "`agentbox node`: the key of KUBE_NODE_TLS_CERT (required)", func(c *Config, v string) error { c.KubeNode.TLSKey = v; return nil }},
+	{"KUBE_NODE_CLIENT_CA", "", "`agentbox node`: CA of the client certificates the kubelet API accepts (the apiserver's kubelet client's); each request is then authorized by the apiserver (required)", func(c *Config, v string) error { c.KubeNode.ClientCA = v; return nil }},
 	{"STORAGE_FOLDER", "", "where released workspaces are copied (with FILE_SYSTEM=local)", func(c *Config, v string) error { c.StorageFolder = v; return nil }},
 	{"FILE_SYSTEM", "local", "storage for STORAGE_FOLDER: local", func(c *Config, v string) error {
 		if v != "local" && v != "" {
@@ -978,4 +999,31 @@ func ParseDotenv(path string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
+}
+
+// KubeNode is the configuration of `agentbox node` (docs/kubernetes.md).
+type KubeNode struct {
+	Name, Kubeconfig, Address string
+	Port                      int
+	TLSCert, TLSKey, ClientCA string
+}
+
+// dnsSubdomain reports whether s is a Kubernetes object name (RFC 1123
+// subdomain).
+func dnsSubdomain(s string) bool {
+	if len(s) == 0 || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -11,6 +11,7 @@ package kubenode
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/virtual-kubelet/virtual-kubelet/node"
@@ -27,6 +29,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -79,6 +82,9 @@ type Node struct {
 	client kubernetes.Interface
 	cancel context.CancelFunc
 	done   chan error
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // Start registers the node and returns once it is ready (its Node Ready,
@@ -123,20 +129,42 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	log := cfg.Logger.With("component", "kubenode", "node", cfg.NodeName)
 	prov := &provider{cfg: &cfg, log: log, client: client, hostIP: cfg.Address, pods: map[string]*podState{}}
 
+	// The kubelet API as a kubelet serves it: clients authenticate with a
+	// certificate from the client CA (or a token the apiserver reviews),
+	// and the apiserver decides what they may do (SubjectAccessReview on
+	// nodes/proxy, nodes/log, ...): a certificate alone does not let any
+	// user of the cluster exec into this node's pods.
+	clientCA, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", cfg.ClientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("kubenode: client CA: %w", err)
+	}
+	auth, err := nodeutil.WebhookAuth(client, cfg.NodeName, func(c *nodeutil.WebhookAuthConfig) error {
+		c.AuthnConfig.ClientCertificateCAContentProvider = clientCA
+		c.AuthnConfig.Anonymous = nil
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kubenode: kubelet API auth: %w", err)
+	}
 	mux := http.NewServeMux()
 	vk, err := nodeutil.NewNode(cfg.NodeName,
 		func(nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) { return prov, nil, nil },
 		nodeutil.WithClient(client),
 		func(nc *nodeutil.NodeConfig) error {
 			nc.HTTPListenAddr = net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port))
-			nc.Handler = mux
+			nc.Handler = nodeutil.WithAuth(auth, mux)
 			nc.NumWorkers = 4
 			nc.InformerResyncPeriod = time.Minute
 			nc.NodeSpec = nodeObject(cfg)
 			return nil
 		},
 		nodeutil.AttachProviderRoutes(mux),
-		nodeutil.WithTLSConfig(nodeutil.WithKeyPairFromPath(cfg.TLSCertFile, cfg.TLSKeyFile), nodeutil.WithCAFromPath(cfg.ClientCAFile)),
+		nodeutil.WithTLSConfig(nodeutil.WithKeyPairFromPath(cfg.TLSCertFile, cfg.TLSKeyFile), nodeutil.WithCAFromPath(cfg.ClientCAFile),
+			func(tc *tls.Config) error {
+				// A certificate or a bearer token (WebhookAuth reviews it).
+				tc.ClientAuth = tls.VerifyClientCertIfGiven
+				return nil
+			}),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("kubenode: %w", err)
@@ -230,8 +258,13 @@ func nodeObject(cfg Config) corev1.Node {
 
 // Stop ends the node: its pods' sandboxes are destroyed (a node that goes
 // away takes its sandboxes with it), the controllers stop, and the Node is
-// marked not ready.
+// marked not ready. Calling it again returns the first call's result.
 func (n *Node) Stop(ctx context.Context) error {
+	n.stopOnce.Do(func() { n.stopErr = n.stop(ctx) })
+	return n.stopErr
+}
+
+func (n *Node) stop(ctx context.Context) error {
 	n.cancel()
 	runErr := <-n.done
 	if errors.Is(runErr, context.Canceled) {

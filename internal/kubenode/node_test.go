@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -52,6 +54,8 @@ type env struct {
 	backend *native.Backend
 	net     *netpolicy.Manager
 	name    string
+	// volumeDir holds the claims' directories.
+	volumeDir string
 }
 
 // startEnv starts the control plane, a native backend with sandbox
@@ -126,7 +130,7 @@ func startEnv(t *testing.T) *env {
 			t.Errorf("stop node: %v", err)
 		}
 	})
-	return &env{c: c, node: n, backend: nb, net: nm, name: name}
+	return &env{c: c, node: n, backend: nb, net: nm, name: name, volumeDir: filepath.Join(dir, "vol")}
 }
 
 // nodeIdentity issues the node a client certificate and binds it to the
@@ -255,12 +259,35 @@ func TestAgentboxNode(t *testing.T) {
 		t.Fatalf("pod logs (err %v): %s", err, logs)
 	}
 
+	// The kubelet API itself: the apiserver's kubelet client may read the
+	// log; a user of the cluster's CA without RBAC may not, nor may an
+	// unauthenticated client.
+	logPath := "/containerLogs/" + ns + "/sbx/sandbox"
+	if code := e.kubeletGet(t, e.c.KubeletClientCertFile, e.c.KubeletClientKeyFile, logPath); code != http.StatusOK {
+		t.Fatalf("kubelet API as the apiserver's kubelet client: %d, want 200", code)
+	}
+	_, _, err = e.c.UserKubeconfig("someone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	userBase := filepath.Join(e.c.Dir, "user-someone")
+	if code := e.kubeletGet(t, userBase+".crt", userBase+".key", logPath); code != http.StatusForbidden {
+		t.Fatalf("kubelet API as a user without RBAC: %d, want 403", code)
+	}
+	if code := e.kubeletGet(t, "", "", logPath); code != http.StatusUnauthorized {
+		t.Fatalf("kubelet API without credentials: %d, want 401", code)
+	}
+
 	// A generic pod runs its command; its output is its log.
 	gen := genericPod("gen", []string{"/bin/sh", "-c", "echo out-line; echo err-line >&2; exit 3"})
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, gen, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	g := waitPod(t, ctx, cs, ns, "gen", "Failed with exit 3", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	// An ended pod holds nothing: its sandbox is gone, its log stays.
+	if _, err := e.backend.Inspect(ctx, sandboxID(string(g.UID))); sandbox.ClassOf(err) != sandbox.ClassNotFound {
+		t.Fatalf("sandbox of the ended pod gen: %v, want not found", err)
+	}
 	if cst := g.Status.ContainerStatuses; len(cst) != 1 || cst[0].State.Terminated == nil || cst[0].State.Terminated.ExitCode != 3 {
 		t.Fatalf("generic pod container status %+v", g.Status.ContainerStatuses)
 	}
@@ -310,6 +337,91 @@ func TestAgentboxNode(t *testing.T) {
 	}
 	if _, ok := e.net.Addr(id); ok {
 		t.Fatalf("sandbox %s still has a network address", id)
+	}
+
+	// A PVC at /workspace: the next pod of the claim finds the files; the
+	// directory goes once the claim is gone. The test control plane binds
+	// no claims (no PersistentVolume controller), so these pods name the
+	// node instead of waiting for the scheduler.
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "ws"},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	claimPod := func(name, script string) *corev1.Pod {
+		p := genericPod(name, []string{"/bin/sh", "-c", script})
+		p.Spec.NodeName = e.name
+		p.Spec.Volumes = []corev1.Volume{{Name: "ws", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "ws"}}}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "ws", MountPath: "/workspace"}}
+		return p
+	}
+	for i, step := range []struct{ name, script string }{
+		{"ws-write", "echo kept > /workspace/f"},
+		{"ws-read", "test \"$(cat /workspace/f)\" = kept"},
+	} {
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, claimPod(step.name, step.script), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p := waitPod(t, ctx, cs, ns, step.name, "Succeeded", func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+		})
+		if p.Status.Phase != corev1.PodSucceeded {
+			l, _ := cs.CoreV1().Pods(ns).GetLogs(step.name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			t.Fatalf("claim pod %d (%s) %s: %+v %s", i, step.name, p.Status.Phase, p.Status.ContainerStatuses, l)
+		}
+		if i == 0 {
+			if err := cs.CoreV1().Pods(ns).Delete(ctx, step.name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, ctx, cs, ns, step.name)
+		}
+	}
+	pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "ws", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimDir := filepath.Join(e.volumeDir, string(pvc.UID))
+	if _, err := os.Stat(filepath.Join(claimDir, "f")); err != nil {
+		t.Fatalf("the claim's directory: %v", err)
+	}
+	if err := cs.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "ws", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, "ws-read", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, ctx, cs, ns, "ws-read")
+	// virtual-kubelet removes an ended pod from the apiserver first and
+	// then deletes it from the node.
+	for i := 0; ; i++ {
+		if _, err := os.Stat(claimDir); os.IsNotExist(err) {
+			break
+		}
+		if i == 300 {
+			t.Fatal("the deleted claim's directory remains")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Stopping the node destroys the sandboxes of its pods and marks the
+	// Node not ready.
+	long := genericPod("long", []string{"/bin/sleep", "1000"})
+	long.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, long, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lp := waitPod(t, ctx, cs, ns, "long", "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	lid := sandboxID(string(lp.UID))
+	if err := e.node.Stop(ctx); err != nil {
+		t.Fatalf("stop the node: %v", err)
+	}
+	if _, err := e.backend.Inspect(ctx, lid); sandbox.ClassOf(err) != sandbox.ClassNotFound {
+		t.Fatalf("sandbox of pod long after the node stopped: %v, want not found", err)
+	}
+	if node, err := cs.CoreV1().Nodes().Get(ctx, e.name, metav1.GetOptions{}); err != nil || nodeReady(node) {
+		t.Fatalf("node after stop: ready %v, err %v", err == nil && nodeReady(node), err)
 	}
 }
 
@@ -380,9 +492,14 @@ func waitPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, nam
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	if evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, ev := range evs.Items {
+			t.Logf("event %s/%s: %s %s", ev.InvolvedObject.Kind, ev.InvolvedObject.Name, ev.Reason, ev.Message)
+		}
+	}
 	if last != nil {
-		t.Fatalf("pod %s not %s: phase %s reason %q message %q conditions %+v containers %+v", name, what,
-			last.Status.Phase, last.Status.Reason, last.Status.Message, last.Status.Conditions, last.Status.ContainerStatuses)
+		t.Fatalf("pod %s (node %q) not %s: phase %s reason %q message %q conditions %+v containers %+v", name,
+			last.Spec.NodeName, what, last.Status.Phase, last.Status.Reason, last.Status.Message, last.Status.Conditions, last.Status.ContainerStatuses)
 	}
 	t.Fatalf("pod %s not %s: not found", name, what)
 	return nil
@@ -426,6 +543,30 @@ func agentGet(t *testing.T, url, token string) int {
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// kubeletGet calls the node's kubelet API directly with a client
+// certificate (none when certFile is empty) and returns the status.
+func (e *env) kubeletGet(t *testing.T, certFile, keyFile, path string) int {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(e.c.CAData)
+	tc := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if certFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+	resp, err := hc.Get(fmt.Sprintf("https://127.0.0.1:%d%s", e.node.cfg.Port, path))
+	if err != nil {
+		t.Fatalf("GET %s on the kubelet API: %v", path, err)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()

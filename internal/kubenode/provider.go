@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -222,12 +223,11 @@ func (p *provider) claimDir(ctx context.Context, ns, name string) (string, error
 	dir := filepath.Join(p.cfg.VolumeDir, string(pvc.UID))
 	if err := os.Mkdir(dir, 0o755); err == nil {
 		// The sandbox user owns a new workspace, as on the sandbox's own
-		// disk (the native backend then moves it to the sandbox's own host
-		// ids, and back to the next sandbox's on the next pod).
+		// disk (the native backend then moves it to the sandbox's host ids).
 		if err := os.Chown(dir, 1000, 1000); err != nil {
 			return "", fmt.Errorf("persistentVolumeClaim %s: %w", name, err)
 		}
-	} else if !errors.Is(err, os.ErrExist) {
+	} else if !errors.Is(err, fs.ErrExist) {
 		return "", fmt.Errorf("persistentVolumeClaim %s: %w", name, err)
 	}
 	return dir, nil
@@ -255,9 +255,21 @@ func (p *provider) watchAgent(ctx context.Context, st *podState, info sandbox.In
 				reason = in.Reason
 			}
 			p.terminate(st, corev1.PodFailed, 137, "AgentExited", reason)
+			p.release(st) // before the status shows the end
 			p.publish(st)
 			return
 		}
+	}
+}
+
+// release destroys the sandbox of a pod that ended for good, as a kubelet
+// stops its containers: nothing of it runs or holds resources until the
+// pod is deleted; its status and log stay.
+func (p *provider) release(st *podState) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.cfg.Backend.Destroy(ctx, st.plan.id); err != nil {
+		p.log.Warn("destroy the sandbox of an ended pod", "pod", st.key, "err", err)
 	}
 }
 
@@ -397,12 +409,10 @@ func (p *provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	st.mu.Lock()
 	already := st.deleted
 	st.deleted = true
+	phase := st.pod.Status.Phase
 	st.mu.Unlock()
-	if !already && st.plan != nil {
-		s := st.pod.Status
-		if s.Phase != corev1.PodFailed && s.Phase != corev1.PodSucceeded {
-			p.terminate(st, corev1.PodSucceeded, 0, "Completed", "pod deleted")
-		}
+	if !already && st.plan != nil && phase != corev1.PodFailed && phase != corev1.PodSucceeded {
+		p.terminate(st, corev1.PodSucceeded, 0, "Completed", "pod deleted")
 	}
 	p.publish(st)
 	p.mu.Lock()

@@ -23,27 +23,37 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// running returns the pod's state once its sandbox exists, checking the
-// container name (empty means the pod's one container).
-func (p *provider) running(ctx context.Context, ns, name, container string) (*podState, sandbox.Info, error) {
+// podOf returns the pod's state once its sandbox was created (or failed
+// to be), checking the container name (empty means the pod's one
+// container).
+func (p *provider) podOf(ctx context.Context, ns, name, container string) (*podState, error) {
 	st := p.get(ns, name)
 	if st == nil {
-		return nil, sandbox.Info{}, errdefs.NotFoundf("pod %s/%s is not on this node", ns, name)
+		return nil, errdefs.NotFoundf("pod %s/%s is not on this node", ns, name)
 	}
 	select {
 	case <-st.ready:
 	case <-ctx.Done():
-		return nil, sandbox.Info{}, ctx.Err()
+		return nil, ctx.Err()
 	}
 	if st.plan == nil {
-		return nil, sandbox.Info{}, errdefs.NotFoundf("pod %s/%s did not start", ns, name)
+		return nil, errdefs.NotFoundf("pod %s/%s did not start", ns, name)
 	}
 	if container != "" && container != st.plan.container {
-		return nil, sandbox.Info{}, errdefs.NotFoundf("pod %s/%s has no container %s", ns, name, container)
+		return nil, errdefs.NotFoundf("pod %s/%s has no container %s", ns, name, container)
+	}
+	return st, nil
+}
+
+// running is podOf for a pod whose sandbox runs, with its sandbox.
+func (p *provider) running(ctx context.Context, ns, name, container string) (*podState, sandbox.Info, error) {
+	st, err := p.podOf(ctx, ns, name, container)
+	if err != nil {
+		return nil, sandbox.Info{}, err
 	}
 	info, err := p.cfg.Backend.Inspect(ctx, st.plan.id)
-	if err != nil {
-		return nil, sandbox.Info{}, errdefs.NotFoundf("pod %s/%s: %v", ns, name, err)
+	if err != nil || info.State != sandbox.StateRunning {
+		return nil, sandbox.Info{}, errdefs.InvalidInput(fmt.Sprintf("pod %s/%s is not running", ns, name))
 	}
 	return st, info, nil
 }
@@ -62,9 +72,6 @@ func (p *provider) RunInContainer(ctx context.Context, ns, name, container strin
 	st, info, err := p.running(ctx, ns, name, container)
 	if err != nil {
 		return err
-	}
-	if info.State != sandbox.StateRunning {
-		return errdefs.InvalidInput(fmt.Sprintf("pod %s/%s is not running (%s)", ns, name, info.State))
 	}
 	c := agentOf(info, st.token)
 	defer c.Close()
@@ -147,7 +154,7 @@ func (p *provider) AttachToContainer(ctx context.Context, ns, name, container st
 // GetContainerLogs serves the container's log: a sandbox pod's agent log,
 // a generic pod's process output. tailLines, limitBytes and follow work.
 func (p *provider) GetContainerLogs(ctx context.Context, ns, name, container string, opts api.ContainerLogOpts) (io.ReadCloser, error) {
-	st, _, err := p.running(ctx, ns, name, container)
+	st, err := p.podOf(ctx, ns, name, container)
 	if err != nil {
 		return nil, err
 	}
@@ -382,6 +389,7 @@ func (p *provider) runGeneric(ctx context.Context, st *podState, info sandbox.In
 				phase, reason = corev1.PodFailed, "Error"
 			}
 			p.terminate(st, phase, int32(code), reason, status)
+			p.release(st) // before the status shows the end
 			p.publish(st)
 			return
 		}

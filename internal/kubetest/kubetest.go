@@ -33,6 +33,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -118,7 +119,7 @@ func StartWith(t testing.TB, opts Options) *Cluster {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, p := range c.procs {
-				t.Logf("--- %s log (tail) ---\n%s", p.name, p.tail(40))
+				t.Logf("--- %s log (tail) ---\n%s", p.name, p.tail(80))
 			}
 		}
 		c.Close()
@@ -193,7 +194,7 @@ func start(ctx context.Context, tools string, opts Options) (_ *Cluster, err err
 			"--authorization-kubeconfig=" + c.KubeconfigPath,
 			"--leader-elect=false",
 			"--secure-port=0",
-			"--v=1",
+			"--v=2",
 		}, nil); err != nil {
 			return nil, err
 		}
@@ -209,8 +210,21 @@ func start(ctx context.Context, tools string, opts Options) (_ *Cluster, err err
 	if err := c.createNamespace(ctx, opts.Namespace); err != nil {
 		return nil, err
 	}
+	// As kubeadm does: the apiserver's kubelet client may use the kubelet
+	// API (logs, exec, port-forward) of nodes that authorize their callers.
+	if _, err := c.Clientset.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubetest:apiserver-kubelet-client"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: KubeletClientUser}},
+	}, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("kubetest: bind the kubelet client: %w", err)
+	}
 	return c, nil
 }
+
+// KubeletClientUser is the user of the apiserver's kubelet client
+// certificate, bound to system:kubelet-api-admin.
+const KubeletClientUser = "kube-apiserver-kubelet-client"
 
 // run starts a tool from the tools directory.
 func (c *Cluster) run(name string, args, env []string) (*proc, error) {
@@ -250,7 +264,7 @@ func (c *Cluster) writeCredentials() error {
 		[]string{"127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"}, true); err != nil {
 		return err
 	}
-	if err := ca.writePair(c.path("kubelet-client"), "kube-apiserver-kubelet-client", nil, nil, false); err != nil {
+	if err := ca.writePair(c.path("kubelet-client"), KubeletClientUser, nil, nil, false); err != nil {
 		return err
 	}
 	c.KubeletClientCertFile, c.KubeletClientKeyFile = c.path("kubelet-client.crt"), c.path("kubelet-client.key")

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -36,7 +37,7 @@ func startProc(dir, name, bin string, args []string, env []string) (*proc, error
 	// Its own process group, so Stop reaches any child; killed with the test
 	// process if that dies first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := startOnSpawner(cmd); err != nil {
+	if err := spawn(cmd); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("kubetest: start %s: %w", name, err)
 	}
@@ -50,31 +51,32 @@ func startProc(dir, name, bin string, args []string, env []string) (*proc, error
 }
 
 // The parent-death signal fires when the *thread* that forked the child
-// ends, not the process. Go ends threads: a goroutine that locked its
-// thread and returns takes the thread with it, which the native backend
-// (linked into the tests that run an agentbox node) does on every
-// sandbox it creates. A control-plane process started from such a thread
-// was killed mid-test. So every process starts from one goroutine locked
-// to a thread that never ends.
-var spawnReqs = make(chan spawnReq)
+// ends, not the process. Go ends threads whose goroutine locked them and
+// returned (the sandbox code does, after entering namespaces), so every
+// control-plane process is forked from one thread that is locked for the
+// life of the test binary and never ends.
+var (
+	spawnOnce sync.Once
+	spawnReq  chan spawnCall
+)
 
-type spawnReq struct {
+type spawnCall struct {
 	cmd  *exec.Cmd
 	done chan error
 }
 
-func init() {
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread lives as long as the process
-		for r := range spawnReqs {
-			r.done <- r.cmd.Start()
-		}
-	}()
-}
-
-func startOnSpawner(cmd *exec.Cmd) error {
+func spawn(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		spawnReq = make(chan spawnCall)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives on
+			for c := range spawnReq {
+				c.done <- c.cmd.Start()
+			}
+		}()
+	})
 	done := make(chan error, 1)
-	spawnReqs <- spawnReq{cmd: cmd, done: done}
+	spawnReq <- spawnCall{cmd: cmd, done: done}
 	return <-done
 }
 

@@ -2,10 +2,17 @@ package daemon
 
 import (
 	"context"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/agentbox/agentbox/internal/backend/fake"
 	"github.com/agentbox/agentbox/internal/backend/kube"
+	"github.com/agentbox/agentbox/internal/backend/multi"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/kubetest"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -53,5 +60,35 @@ func TestKubeResolver(t *testing.T) {
 	off := kubeResolver{next: nameResolver{}}
 	if tmpl, _ := off.Resolve(ctx, "kube:alpine"); tmpl.Kind != sandbox.TemplateImage {
 		t.Fatalf("without the backend kube:alpine is a stored template's name: %+v", tmpl)
+	}
+}
+
+// TestWithKube: with KUBE_BACKEND the daemon puts the Kubernetes backend
+// beside native, connected through KUBECONFIG_PATH to a real apiserver
+// serving agent-sandbox's CRDs; kube: templates go to it. Without the
+// CRDs' namespace access it refuses to start, naming the settings.
+func TestWithKube(t *testing.T) {
+	c := kubetest.Start(t)
+	ctx := context.Background()
+	cfg, err := config.Load("", nil, map[string]string{"KUBE_BACKEND": "true", "K8S_NAMESPACE": c.Namespace,
+		"KUBECONFIG_PATH": c.KubeconfigPath, "K8S_AGENT_IMAGE": "agentbox-agent:test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := withKube(ctx, cfg, fake.New("/nonexistent/agent", t.TempDir()), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := b.(*multi.Backend)
+	if !ok || b.Name() != "fake+kube" || m.For(kube.TemplateKind).Name() != "kube" || !slices.Contains(b.Capabilities().Templates, kube.TemplateKind) {
+		t.Fatalf("backend %s (%T), capabilities %+v", b.Name(), b, b.Capabilities())
+	}
+	cfg.Kube.Kubeconfig = filepath.Join(t.TempDir(), "missing")
+	if _, err := withKube(ctx, cfg, fake.New("/nonexistent/agent", t.TempDir()), slog.Default()); err == nil || !strings.Contains(err.Error(), "KUBE_BACKEND") {
+		t.Fatalf("a missing kubeconfig: %v", err)
+	}
+	cfg.Kube.Kubeconfig, cfg.Kube.AgentImage = c.KubeconfigPath, ""
+	if _, err := withKube(ctx, cfg, fake.New("/nonexistent/agent", t.TempDir()), slog.Default()); err == nil || !strings.Contains(err.Error(), "K8S_AGENT_IMAGE") {
+		t.Fatalf("no agent image: %v", err)
 	}
 }

@@ -398,28 +398,36 @@ func TestKubeBench(t *testing.T) {
 		}
 		firstExec(info, token)
 		nat = append(nat, time.Since(start))
-		e.native.Destroy(ctx, id)
-
-		id = sandbox.NewID()
-		start = time.Now()
-		info, err = b.Create(ctx, sandbox.Spec{ID: id, Template: testTemplate, AccessToken: token})
+		if err := e.native.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < rounds; i++ {
+		id := sandbox.NewID()
+		start := time.Now()
+		info, err := b.Create(ctx, sandbox.Spec{ID: id, Template: testTemplate, AccessToken: token})
 		if err != nil {
 			t.Fatal(err)
 		}
 		firstExec(info, token)
 		cold = append(cold, time.Since(start))
-		b.Destroy(ctx, id)
-
+		if err := b.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < rounds; i++ {
 		waitPoolReady(t, b, "bench", 1)
-		id = sandbox.NewID()
-		start = time.Now()
-		info, err = b.CreateFromPool(ctx, "bench", sandbox.Spec{ID: id, AccessToken: token})
+		id := sandbox.NewID()
+		start := time.Now()
+		info, err := b.CreateFromPool(ctx, "bench", sandbox.Spec{ID: id, AccessToken: token})
 		if err != nil {
 			t.Fatal(err)
 		}
 		firstExec(info, token)
 		hit = append(hit, time.Since(start))
-		b.Destroy(ctx, id)
+		if err := b.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	med := func(d []time.Duration) string {
 		s := slices.Clone(d)

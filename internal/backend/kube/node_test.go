@@ -385,23 +385,6 @@ func TestKubeBench(t *testing.T) {
 	}
 	const token = "bench-token-0123456789abcdef"
 	var nat, cold, hit []time.Duration
-	if err := b.EnsurePool(ctx, "bench", sandbox.Spec{Template: testTemplate}, 1); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.DeletePool(context.Background(), "bench") })
-	for i := 0; i < rounds; i++ {
-		id := sandbox.NewID()
-		start := time.Now()
-		info, err := e.native.Create(ctx, sandbox.Spec{ID: id, Template: tmpl, AccessToken: token})
-		if err != nil {
-			t.Fatal(err)
-		}
-		firstExec(info, token)
-		nat = append(nat, time.Since(start))
-		if err := e.native.Destroy(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for i := 0; i < rounds; i++ {
 		id := sandbox.NewID()
 		start := time.Now()
@@ -415,6 +398,10 @@ func TestKubeBench(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := b.EnsurePool(ctx, "bench", sandbox.Spec{Template: testTemplate}, 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.DeletePool(context.Background(), "bench") })
 	for i := 0; i < rounds; i++ {
 		waitPoolReady(t, b, "bench", 1)
 		id := sandbox.NewID()
@@ -426,6 +413,19 @@ func TestKubeBench(t *testing.T) {
 		firstExec(info, token)
 		hit = append(hit, time.Since(start))
 		if err := b.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < rounds; i++ {
+		id := sandbox.NewID()
+		start := time.Now()
+		info, err := e.native.Create(ctx, sandbox.Spec{ID: id, Template: tmpl, AccessToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		firstExec(info, token)
+		nat = append(nat, time.Since(start))
+		if err := e.native.Destroy(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -29,7 +29,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
 	"sigs.k8s.io/yaml"
 
 	"github.com/agentbox/agentbox/internal/backend/native"
@@ -253,6 +255,16 @@ func TestAgentboxNode(t *testing.T) {
 	}
 	if out != "got:hello\n" || errOut != "oops\n" {
 		t.Fatalf("exec stdout %q stderr %q", out, errOut)
+	}
+	// Port-forward through the apiserver reaches a port inside the sandbox.
+	if code := portForwardGet(t, ctx, e.c, ns, "sbx", 49983, "/health"); code/100 != 2 {
+		t.Fatalf("port-forward: the agent's /health answered %d", code)
+	}
+
+	// With a TTY the command runs in a terminal.
+	tty, err := execTTY(ctx, e.c, ns, "sbx", []string{"/bin/sh", "-c", "test -t 0 && test -t 1 && echo on-a-tty"})
+	if err != nil || !strings.Contains(tty, "on-a-tty") {
+		t.Fatalf("exec with a TTY: %q, %v", tty, err)
 	}
 	logs, err := cs.CoreV1().Pods(ns).GetLogs("sbx", &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil || !strings.Contains(string(logs), "agent listening") {
@@ -532,6 +544,64 @@ func execPod(ctx context.Context, c *kubetest.Cluster, ns, name string, cmd []st
 	}
 	err = ex.StreamWithContext(ctx, opts)
 	return out.String(), errOut.String(), err
+}
+
+// execTTY runs cmd in a terminal of the pod and returns what it printed.
+func execTTY(ctx context.Context, c *kubetest.Cluster, ns, name string, cmd []string) (string, error) {
+	req := c.Clientset.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: cmd, Stdin: true, Stdout: true, TTY: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(c.RESTConfig, http.MethodPost, req.URL())
+	if err != nil {
+		return "", err
+	}
+	var out bytes.Buffer
+	// The terminal's input stays open until the command ends.
+	in, w := io.Pipe()
+	defer w.Close()
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: in, Stdout: &out, Tty: true})
+	return out.String(), err
+}
+
+// portForwardGet forwards a local port to the pod's port through the
+// apiserver and the node's kubelet API, GETs path on it and returns the
+// status.
+func portForwardGet(t *testing.T, ctx context.Context, c *kubetest.Cluster, ns, name string, port int, path string) int {
+	t.Helper()
+	req := c.Clientset.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(name).SubResource("portforward")
+	rt, upgrader, err := spdy.RoundTripperFor(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, req.URL())
+	stop, ready := make(chan struct{}), make(chan struct{})
+	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stop, ready, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- fw.ForwardPorts() }()
+	defer func() {
+		close(stop)
+		<-errc
+	}()
+	select {
+	case <-ready:
+	case err := <-errc:
+		t.Fatalf("port-forward: %v", err)
+	case <-ctx.Done():
+		t.Fatal("port-forward not ready")
+	}
+	ports, err := fw.GetPorts()
+	if err != nil || len(ports) != 1 {
+		t.Fatalf("port-forward ports %v: %v", ports, err)
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(fmt.Sprintf("http://127.0.0.1:%d%s", ports[0].Local, path))
+	if err != nil {
+		t.Fatalf("GET %s through port-forward: %v", path, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 func agentGet(t *testing.T, url, token string) int {

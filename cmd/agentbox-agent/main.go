@@ -4,6 +4,7 @@
 // stateful execution routes (/execute, /contexts) on a unix socket or TCP.
 //
 //	agentbox-agent --listen unix:///run/agentbox/agent.sock --workdir /workspace [--ready-fd N] [--seccomp-fd N] [--rlimits nofile=S:H,core=S:H] [--listen-also tcp://0.0.0.0:PORT]
+//	agentbox-agent install PATH   (copies itself to PATH: the kube backend's init container)
 //
 // With --seccomp-fd the agent first installs the seccomp BPF program it
 // reads from that descriptor (the backend compiles the sandbox profile once,
@@ -26,6 +27,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -45,6 +47,15 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == agent.ShimArg {
 		// A supervisor of one process: see agent.ShimArg.
 		os.Exit(agent.RunShim(os.Args[2:]))
+	}
+	if len(os.Args) == 3 && os.Args[1] == "install" {
+		// An init container's job on Kubernetes: put this static binary
+		// into a volume the sandbox's own image then runs it from.
+		if err := install(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "agentbox-agent install:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "agentbox-agent:", err)
@@ -167,6 +178,31 @@ func run() error {
 		err = <-serveErr
 	}
 	return err
+}
+
+// install copies the running binary to dst (mode 0555), through a
+// temporary file renamed into place so dst is never half written.
+func install(dst string) error {
+	src, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	tmp := dst + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_EXCL, 0o555)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, src); err != nil {
+		out.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("copy to %s: %w", tmp, err)
+	}
+	if err := out.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, dst)
 }
 
 // scrubEnv removes the agent's own configuration from the environment so

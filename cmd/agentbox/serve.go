@@ -72,7 +72,7 @@ flags. Run "agentbox serve --help-settings" for every setting.`,
 	f.StringVar(&host, "host", "", "address to listen on (HOST)")
 	f.IntVar(&port, "port", 0, "port to listen on (PORT)")
 	f.StringVar(&dataDir, "data-dir", "", "state directory (AGENTBOX_DATA_DIR)")
-	f.StringVar(&backendName, "backend", "", "backend of the sandbox types: native or docker (CONTAINER_DEPLOYMENT)")
+	f.StringVar(&backendName, "backend", "", "backend of the sandbox types: native, docker or kube (CONTAINER_DEPLOYMENT)")
 	f.IntVar(&poolSize, "pool-size", 0, "warm sandboxes per default type (POOL_SIZE)")
 	f.StringArrayVar(&sets, "set", nil, "any setting, NAME=VALUE (repeatable)")
 	f.Bool("help-settings", false, "list every setting with its default")

@@ -14,15 +14,16 @@ import (
 // Rejections use the caller's protocol: a connect/gRPC error for RPC
 // requests, a JSON error body with HTTP 401 for REST.
 func (s *Server) authorize(next http.Handler) http.Handler {
-	if s.cfg.AccessToken == "" {
-		return next
+	if s.cfg.AccessToken != "" {
+		// Comparing digests keeps the comparison constant-time even when
+		// the lengths differ.
+		want := sha256.Sum256([]byte(s.cfg.AccessToken))
+		s.token.Store(&want)
 	}
-	// Comparing digests keeps the comparison constant-time even when the
-	// lengths differ.
-	want := sha256.Sum256([]byte(s.cfg.AccessToken))
 	errWriter := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" && r.Method == http.MethodGet {
+		want := s.token.Load()
+		if want == nil || r.URL.Path == "/health" && r.Method == http.MethodGet {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -38,6 +39,15 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 		}
 		writeError(w, http.StatusUnauthorized, err.Error())
 	})
+}
+
+// setAccessToken replaces the access token (POST /init, by a caller that
+// holds the current one): a sandbox handed out from a warm pool whose
+// agents all started with the pool's token gets a token of its own, and
+// the pool's stops working for it. Requests already admitted finish.
+func (s *Server) setAccessToken(token string) {
+	d := sha256.Sum256([]byte(token))
+	s.token.Store(&d)
 }
 
 // isRPCPath reports whether path names an RPC procedure

@@ -329,6 +329,33 @@ func TestUploadDiskFull(t *testing.T) {
 	}
 }
 
+// TestAccessTokenRotation: POST /init's accessToken, sent with the current
+// token, replaces it (a pooled sandbox handed out gets its own); the old
+// one is refused from then on, a short one and a caller without the
+// current token are refused.
+func TestAccessTokenRotation(t *testing.T) {
+	a, pool := startAgent(t, agenttest.Options{Token: "pool-token-0123456789"})
+	ctx := testCtx(t)
+	if err := a.Client(t, "wrong").SetAccessToken(ctx, "attacker-token-0123456789"); sandbox.ClassOf(err) != sandbox.ClassUnauth {
+		t.Fatalf("rotation without the current token: %v", err)
+	}
+	if err := pool.SetAccessToken(ctx, "short"); sandbox.ClassOf(err) != sandbox.ClassInvalid {
+		t.Fatalf("a short token: %v", err)
+	}
+	if err := pool.SetAccessToken(ctx, "own-token-0123456789abcdef"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Run(ctx, agentclient.StartOptions{Cmd: "true"}, nil, nil, nil); sandbox.ClassOf(err) != sandbox.ClassUnauth {
+		t.Fatalf("the old token after rotation: %v", err)
+	}
+	if _, err := a.Client(t, "attacker-token-0123456789").Envs(ctx); sandbox.ClassOf(err) != sandbox.ClassUnauth {
+		t.Fatalf("the refused rotation's token: %v", err)
+	}
+	if res, err := a.Client(t, "own-token-0123456789abcdef").Run(ctx, agentclient.StartOptions{Cmd: "true"}, nil, nil, nil); err != nil || res.ExitCode != 0 {
+		t.Fatalf("the new token: %+v, %v", res, err)
+	}
+}
+
 func TestAccessToken(t *testing.T) {
 	a, good := startAgent(t, agenttest.Options{Token: "s3cret"})
 	ctx := testCtx(t)

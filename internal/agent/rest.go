@@ -74,6 +74,9 @@ func (s *Server) handleEnvs(w http.ResponseWriter, r *http.Request) {
 // of newer envd versions are accepted and ignored).
 type initRequest struct {
 	EnvVars map[string]string `json:"envVars"`
+	// AccessToken, when set, replaces the access token (as E2B's envd
+	// does on /init).
+	AccessToken *string `json:"accessToken,omitempty"`
 }
 
 // handleInit serves POST /init: it adds variables to the default
@@ -91,10 +94,17 @@ func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if req.AccessToken != nil && len(*req.AccessToken) < 16 {
+		writeError(w, http.StatusBadRequest, "accessToken: at least 16 characters")
+		return
+	}
 	s.envMu.Lock()
 	for k, v := range req.EnvVars {
 		s.defaultEnv[k] = v
 	}
 	s.envMu.Unlock()
+	if req.AccessToken != nil {
+		s.setAccessToken(*req.AccessToken)
+	}
 	w.WriteHeader(http.StatusNoContent)
 }

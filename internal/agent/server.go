@@ -69,6 +69,9 @@ type Server struct {
 	code       *codeService
 	svc        *supervisor
 	closing    atomic.Bool // Shutdown began: the service is not restarted
+	// token is the SHA-256 of the access token (nil: none), replaced by
+	// POST /init's accessToken.
+	token atomic.Pointer[[32]byte]
 }
 
 // NewServer builds a server. It starts the process-wide reaper, so the

@@ -80,6 +80,9 @@ type Config struct {
 	// default socket).
 	DockerEnabled bool
 	DockerHost    string
+	// Kube configures the Kubernetes backend (KUBE_BACKEND,
+	// CONTAINER_DEPLOYMENT=k8s, K8S_*).
+	Kube KubeConfig
 
 	// DiskReserve is space of the data dir's filesystem sandbox disks may
 	// not claim; DiskOvercommit how many times the rest their sparse disks
@@ -339,7 +342,7 @@ var settings = []setting{
 	{"HEADER_TIMEOUT", "10", "seconds a client may take to send a request's headers", seconds(func(c *Config, d time.Duration) { c.HeaderTimeout = d })},
 	{"BODY_TIMEOUT", "60", "seconds a request body may stall (no byte arriving) before the request fails", seconds(func(c *Config, d time.Duration) { c.BodyTimeout = d })},
 	{"CONTAINER_PREFIX_KEY", "", "prefix of sandbox names in the agentscope API", func(c *Config, v string) error { c.ContainerPrefix = v; return nil }},
-	{"CONTAINER_DEPLOYMENT", "native", "sandbox backend of the sandbox types: native, or docker (types run agentscope's images, RUNTIME_SANDBOX_*, on a Docker engine; implies DOCKER_BACKEND=true); k8s is not available", func(c *Config, v string) error {
+	{"CONTAINER_DEPLOYMENT", "native", "sandbox backend of the sandbox types: native, docker (types run agentscope's images, RUNTIME_SANDBOX_*, on a Docker engine; implies DOCKER_BACKEND=true) or k8s (the same images as agent-sandbox Sandboxes on a Kubernetes cluster; implies KUBE_BACKEND=true)", func(c *Config, v string) error {
 		switch v {
 		case "native", "":
 			c.Deployment = "native"
@@ -347,8 +350,11 @@ var settings = []setting{
 		case "docker":
 			c.Deployment, c.DockerEnabled = "docker", true
 			return nil
-		case "k8s", "kubernetes", "agentrun", "fc", "gvisor", "cloud":
-			return fmt.Errorf("backend %q is not available in this build; use native or docker", v)
+		case "k8s", "kubernetes", "kube":
+			c.Deployment, c.Kube.Enabled = "k8s", true
+			return nil
+		case "agentrun", "fc", "gvisor", "cloud":
+			return fmt.Errorf("backend %q is not available in this build; use native, docker or k8s", v)
 		}
 		return fmt.Errorf("unknown backend %q", v)
 	}},
@@ -360,6 +366,56 @@ var settings = []setting{
 		c.DockerHost = v
 		return nil
 	}},
+	{"KUBE_BACKEND", "false", "run the Kubernetes backend beside native: templates named kube:IMAGE run as agent-sandbox Sandboxes in K8S_NAMESPACE (see docs/kubernetes.md)", boolSetting(func(c *Config, b bool) { c.Kube.Enabled = c.Kube.Enabled || b })},
+	{"K8S_NAMESPACE", "default", "namespace of the Kubernetes backend's Sandboxes, pods and policies", func(c *Config, v string) error {
+		if !dnsLabel(v) {
+			return fmt.Errorf("want a namespace name (a DNS-1123 label), not %q", v)
+		}
+		c.Kube.Namespace = v
+		return nil
+	}},
+	{"KUBECONFIG_PATH", "", "kubeconfig file of the Kubernetes backend; empty: the in-cluster configuration of the daemon's pod", func(c *Config, v string) error { c.Kube.Kubeconfig = v; return nil }},
+	{"K8S_AGENT_IMAGE", "", "image holding the static agent at /agentbox-agent, copied into every sandbox pod by an init container (required with the Kubernetes backend; deploy/kubernetes/Dockerfile.agent builds it)", func(c *Config, v string) error { c.Kube.AgentImage = v; return nil }},
+	{"K8S_INSTANCE", "agentbox", "label value telling this daemon's sandboxes from other daemons' in the same namespace (daemons sharing a namespace need different ones)", func(c *Config, v string) error {
+		if !dnsLabel(v) {
+			return fmt.Errorf("want a DNS-1123 label, not %q", v)
+		}
+		c.Kube.Instance = v
+		return nil
+	}},
+	{"K8S_RUNTIME_CLASS", "", "runtimeClassName of sandbox pods (gvisor, kata: what the cluster offers); empty: the cluster's default runtime", func(c *Config, v string) error {
+		if v != "" && !dnsLabel(v) {
+			return fmt.Errorf("want a RuntimeClass name, not %q", v)
+		}
+		c.Kube.RuntimeClass = v
+		return nil
+	}},
+	{"K8S_NODE_SELECTOR", "", "nodeSelector of sandbox pods as key=value,... (agentbox.dev/node=true keeps them on agentbox nodes); empty: any node that admits them", func(c *Config, v string) error {
+		c.Kube.NodeSelector = nil
+		for _, kv := range strings.Split(v, ",") {
+			if kv = strings.TrimSpace(kv); kv == "" {
+				continue
+			}
+			k, val, ok := strings.Cut(kv, "=")
+			if !ok || k == "" || strings.ContainsAny(k+val, " \t\"'") {
+				return fmt.Errorf("want key=value,..., not %q", v)
+			}
+			if c.Kube.NodeSelector == nil {
+				c.Kube.NodeSelector = map[string]string{}
+			}
+			c.Kube.NodeSelector[k] = val
+		}
+		return nil
+	}},
+	{"K8S_STORAGE_CLASS", "", "storage class of the sandboxes' workspace volumes (kept across stop and start); empty: the cluster's default class", func(c *Config, v string) error { c.Kube.StorageClass = v; return nil }},
+	{"K8S_SECCOMP_PROFILE", "RuntimeDefault", "seccomp profile of sandbox pods: RuntimeDefault, or Localhost/<path> under the kubelet's seccomp directory", func(c *Config, v string) error {
+		if v != "RuntimeDefault" && !strings.HasPrefix(v, "Localhost/") {
+			return fmt.Errorf("want RuntimeDefault or Localhost/<path>, not %q", v)
+		}
+		c.Kube.SeccompProfile = v
+		return nil
+	}},
+	{"K8S_USER_NAMESPACES", "false", "run sandbox pods in user namespaces (hostUsers: false; the nodes must support it); root sandboxes need it", boolSetting(func(c *Config, b bool) { c.Kube.UserNamespaces = b })},
 	{"WORKERS", "1", "server processes; agentbox serves all requests from one process", func(c *Config, v string) error {
 		if n, err := strconv.Atoi(v); err != nil || n != 1 {
 			return fmt.Errorf("only 1 is supported (agentbox is one multi-threaded process)")
@@ -618,8 +674,37 @@ var settings = []setting{
 
 // Names that agentscope deployments set but that mean nothing for this
 // backend. Accepted (so existing .env files load) and reported as ignored.
-var ignoredNames = []string{"PORT_RANGE", "REDIS_PORT_KEY", "K8S_NAMESPACE", "KUBECONFIG_PATH",
+var ignoredNames = []string{"PORT_RANGE", "REDIS_PORT_KEY",
 	"OSS_ENDPOINT", "OSS_ACCESS_KEY_ID", "OSS_ACCESS_KEY_SECRET", "OSS_BUCKET_NAME"}
+
+// KubeConfig is the Kubernetes backend's part of the configuration.
+type KubeConfig struct {
+	Enabled        bool
+	Namespace      string
+	Kubeconfig     string
+	AgentImage     string
+	Instance       string
+	RuntimeClass   string
+	NodeSelector   map[string]string
+	StorageClass   string
+	SeccompProfile string
+	UserNamespaces bool
+}
+
+// dnsLabel reports whether s is a DNS-1123 label (a namespace's or a
+// label value's safe form).
+func dnsLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // Settings lists the known setting names with their defaults and help, for
 // documentation and --help.

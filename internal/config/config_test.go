@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,12 +45,31 @@ func TestErrorsNameTheSetting(t *testing.T) {
 		"PORT": "70000", "POOL_SIZE": "-2", "AUTO_CLEANUP": "maybe", "DEFAULT_MEMORY": "lots",
 		"HOST": "not an ip", "API_KEYS": "nouser", "READONLY_MOUNTS": "{not json", "NETWORK_SUBNET": "10.0.0.0/30",
 		"DEFAULT_SANDBOX_TYPE": "g/pu", "REGISTRY_MIRRORS": `{"docker.io":["ftp://x"]}`, "AGENTBOX_REGISTRY_AUTH": "[1]",
-		"RUNTIME_SANDBOX_IMAGE_TAG": "a:b", "RUNTIME_SANDBOX_REGISTRY": "a b", "TEMPLATE_MAX_PULLS": "0", "SANDBOX_TEMPLATES": `{"x":"a b"}`, "WORKERS": "4", "CONTAINER_DEPLOYMENT": "k8s", "DEFAULT_TIMEOUT": "999999",
+		"RUNTIME_SANDBOX_IMAGE_TAG": "a:b", "RUNTIME_SANDBOX_REGISTRY": "a b", "TEMPLATE_MAX_PULLS": "0", "SANDBOX_TEMPLATES": `{"x":"a b"}`, "WORKERS": "4", "CONTAINER_DEPLOYMENT": "agentrun", "DEFAULT_TIMEOUT": "999999",
+		"K8S_NAMESPACE": "Bad_NS", "K8S_SECCOMP_PROFILE": "Unconfined", "K8S_INSTANCE": "a.b", "K8S_RUNTIME_CLASS": "x y", "K8S_NODE_SELECTOR": "novalue",
 	} {
 		_, err := Load("", nil, map[string]string{name: value})
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s=%s: %v", name, value, err)
 		}
+	}
+}
+
+func TestKubeSettings(t *testing.T) {
+	c, err := Load("", nil, map[string]string{"CONTAINER_DEPLOYMENT": "k8s", "K8S_NAMESPACE": "sandboxes", "KUBECONFIG_PATH": "/etc/kube.conf", "K8S_AGENT_IMAGE": "reg/agent:1", "K8S_NODE_SELECTOR": "agentbox.dev/node=true, zone=a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := c.Kube
+	if c.Deployment != "k8s" || !k.Enabled || k.Namespace != "sandboxes" || k.Kubeconfig != "/etc/kube.conf" || k.AgentImage != "reg/agent:1" ||
+		k.Instance != "agentbox" || len(k.NodeSelector) != 2 || k.NodeSelector["agentbox.dev/node"] != "true" || k.SeccompProfile != "RuntimeDefault" || k.UserNamespaces || slices.Contains(c.Ignored, "K8S_NAMESPACE") {
+		t.Fatalf("kube config = %+v (deployment %s, ignored %v)", k, c.Deployment, c.Ignored)
+	}
+	if c, err := Load("", nil, map[string]string{"CONTAINER_DEPLOYMENT": "kube"}); err != nil || c.Deployment != "k8s" || !c.Kube.Enabled {
+		t.Fatalf("--backend kube: %+v, %v", c.Kube, err)
+	}
+	if c, err := Load("", nil, nil); err != nil || c.Kube.Enabled || c.Kube.Namespace != "default" {
+		t.Fatalf("default: %+v, %v", c.Kube, err)
 	}
 }
 

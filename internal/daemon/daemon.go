@@ -113,6 +113,10 @@ func Run(ctx context.Context, opts Options) error {
 			}
 			return err
 		}
+		if b, err = withKube(ctx, cfg, b, log); err != nil {
+			closeBackend(b, netMgr, log)
+			return err
+		}
 	}
 	st, nodes, closeStore, err := openStore(ctx, cfg, dataDir, log)
 	if err != nil {
@@ -139,8 +143,8 @@ func Run(ctx context.Context, opts Options) error {
 	defer templates.Close()
 	dockerStore.Store(templates)
 	templateGate := httpapi.NewTemplateGate(cfg.TemplateMaxPulls)
-	resolver := typeResolver{types: typeTemplates(cfg), next: dockerResolver{enabled: cfg.DockerEnabled && opts.Backend == nil,
-		next: newAutoPull(templates, cfg.TemplateAutoPull, templateGate, log)}}
+	resolver := typeResolver{types: typeTemplates(cfg), next: kubeResolver{enabled: cfg.Kube.Enabled && opts.Backend == nil, next: dockerResolver{enabled: cfg.DockerEnabled && opts.Backend == nil,
+		next: newAutoPull(templates, cfg.TemplateAutoPull, templateGate, log)}}}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -59,11 +59,11 @@ func typeTemplates(cfg *config.Config) map[string]string {
 		if strings.HasPrefix(t, "dir:") {
 			t = typ
 		}
-		out[typ] = dockerTypeTemplate(cfg, typ, t)
+		out[typ] = kubeTypeTemplate(cfg, typ, dockerTypeTemplate(cfg, typ, t))
 	}
 	for _, typ := range cfg.DefaultTypes {
 		if _, ok := out[typ]; !ok {
-			out[typ] = dockerTypeTemplate(cfg, typ, cfg.TypeTemplate(typ))
+			out[typ] = kubeTypeTemplate(cfg, typ, dockerTypeTemplate(cfg, typ, cfg.TypeTemplate(typ)))
 		}
 	}
 	return out

@@ -107,6 +107,14 @@ func planPod(pod *corev1.Pod, defaults, max sandbox.Resources) (*podPlan, error)
 	}
 
 	spec := sandbox.Spec{ID: p.id, Env: map[string]string{}}
+	// The pod's host name, as a kubelet gives it: spec.hostname, else
+	// the pod's name (when it is a DNS label).
+	for _, h := range []string{ps.Hostname, pod.Name} {
+		if h != "" && sandbox.ID(h).Validate() == nil && !strings.HasSuffix(h, "-") {
+			spec.Hostname = h
+			break
+		}
+	}
 	spec.Labels = map[string]string{"k8s.namespace": pod.Namespace, "k8s.pod": pod.Name, "k8s.uid": string(pod.UID)}
 	if runAsUser(ps.SecurityContext, c.SecurityContext) == 0 {
 		spec.Root = true // inside a user namespace, as native's root sandboxes
@@ -373,4 +381,11 @@ func podNetwork(pod *corev1.Pod) (sandbox.Network, error) {
 		return n, nil
 	}
 	return n, fmt.Errorf("annotation %s: mode must be none or egress, not %q", AnnotationNetwork, n.Mode)
+}
+
+func hostnameOrID(spec sandbox.Spec) string {
+	if spec.Hostname != "" {
+		return spec.Hostname
+	}
+	return string(spec.ID)
 }

@@ -139,6 +139,10 @@ type Spec struct {
 	// network mode egress (an address of the sandbox's own).
 	AgentListen string `json:"agent_listen,omitempty"`
 
+	// Hostname, when set, is the sandbox's host name (a DNS label) instead
+	// of its ID: a pod's spec.hostname on an agentbox Kubernetes node.
+	Hostname string `json:"hostname,omitempty"`
+
 	// Network is the sandbox's network policy. The zero value means no network
 	// besides loopback.
 	Network Network `json:"network"`

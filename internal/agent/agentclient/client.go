@@ -115,6 +115,22 @@ func (c *Client) Envs(ctx context.Context) (map[string]string, error) {
 	return env, nil
 }
 
+// SetAccessToken replaces the agent's access token (POST /init): from
+// then on only token is accepted. The client keeps sending its own token;
+// make a new client with the new one.
+func (c *Client) SetAccessToken(ctx context.Context, token string) error {
+	body, err := json.Marshal(map[string]any{"accessToken": token})
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/init", nil, "", bytes.NewReader(body), "application/json")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
 // SetEnv adds variables to the default environment of every process the
 // agent starts from now on (POST /init).
 func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {

@@ -31,6 +31,11 @@ type Harness struct {
 	// Abandon makes a backend forget its sandboxes without touching them, as
 	// if its process had died, so a second backend can recover them.
 	Abandon func(b backend.Backend)
+	// AccessToken, when set, is the token the suite's clients send: for
+	// backends whose agents are reachable from outside the host and so
+	// refuse sandboxes without a token, New returns a backend that gives
+	// every sandbox this one.
+	AccessToken string
 }
 
 // Run runs the conformance suite.
@@ -104,7 +109,7 @@ func testLifecycle(t *testing.T, h Harness) {
 	if info.State != sandbox.StateRunning {
 		t.Fatalf("state after create = %q, want running", info.State)
 	}
-	c := Client(t, info, "")
+	c := Client(t, info, h.AccessToken)
 	if err := c.Health(ctx); err != nil {
 		t.Fatalf("agent health: %v", err)
 	}
@@ -160,7 +165,7 @@ func testInvalid(t *testing.T, h Harness) {
 		t.Fatalf("duplicate id: err = %v, want conflict", err)
 	}
 	// The failed duplicate must not have harmed the original.
-	if r := Exec(t, Client(t, info, ""), "echo ok"); r.Stdout != "ok\n" {
+	if r := Exec(t, Client(t, info, h.AccessToken), "echo ok"); r.Stdout != "ok\n" {
 		t.Fatalf("original sandbox after duplicate create: %+v", r)
 	}
 }
@@ -169,7 +174,7 @@ func testStopStart(t *testing.T, h Harness) {
 	b := h.New(t, h.StateDir(t))
 	ctx := ctxT(t)
 	info := Create(t, b, sandbox.Spec{Template: h.Template})
-	c := Client(t, info, "")
+	c := Client(t, info, h.AccessToken)
 	Exec(t, c, "echo kept > /workspace/note")
 	if err := b.Stop(ctx, info.ID); err != nil {
 		t.Fatalf("stop: %v", err)
@@ -188,7 +193,7 @@ func testStopStart(t *testing.T, h Harness) {
 	if err != nil || info.State != sandbox.StateRunning {
 		t.Fatalf("start = %+v, %v", info, err)
 	}
-	c = Client(t, info, "")
+	c = Client(t, info, h.AccessToken)
 	if r := Exec(t, c, "cat /workspace/note"); r.Stdout != "kept\n" {
 		t.Fatalf("file after restart = %q", r.Stdout)
 	}
@@ -197,7 +202,7 @@ func testStopStart(t *testing.T, h Harness) {
 func testEnvAndUser(t *testing.T, h Harness) {
 	b := h.New(t, h.StateDir(t))
 	info := Create(t, b, sandbox.Spec{Template: h.Template, Env: map[string]string{"GREETING": "hi there"}})
-	c := Client(t, info, "")
+	c := Client(t, info, h.AccessToken)
 	r := Exec(t, c, `echo "$GREETING"; id -u; echo "$HOME"; pwd`)
 	want := "hi there\n1000\n/home/user\n/workspace\n"
 	if r.Stdout != want {
@@ -223,7 +228,7 @@ func testConcurrent(t *testing.T, h Harness) {
 				return
 			}
 			defer b.Destroy(context.Background(), id)
-			c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address, Pid: info.Agent.Pid}, "")
+			c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address, Pid: info.Agent.Pid}, h.AccessToken)
 			defer c.Close()
 			r, err := ExecErr(ctx, c, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", "echo $((6*7)) > /workspace/n; cat /workspace/n; hostname"}})
 			if err != nil || !strings.HasPrefix(r.Stdout, "42\n") || !strings.Contains(r.Stdout, string(id)) {
@@ -250,7 +255,7 @@ func testRecover(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	Exec(t, Client(t, running, ""), "echo before > /workspace/f")
+	Exec(t, Client(t, running, h.AccessToken), "echo before > /workspace/f")
 	if err := b1.Stop(ctx, stopped.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +281,7 @@ func testRecover(t *testing.T, h Harness) {
 	if s, ok := byID[stopped.ID]; !ok || s.State != sandbox.StateStopped {
 		t.Fatalf("stopped sandbox after recover = %+v (found %v)", s, ok)
 	}
-	if out := Exec(t, Client(t, r, ""), "cat /workspace/f"); out.Stdout != "before\n" {
+	if out := Exec(t, Client(t, r, h.AccessToken), "cat /workspace/f"); out.Stdout != "before\n" {
 		t.Fatalf("recovered sandbox lost its file: %q", out.Stdout)
 	}
 	// The recovered backend owns them now: destroy through it.

@@ -66,6 +66,9 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := validateMounts(spec); err != nil {
 		return sandbox.Info{}, err
 	}
+	if spec.Hostname != "" && (sandbox.ID(spec.Hostname).Validate() != nil || strings.HasSuffix(spec.Hostname, "-")) {
+		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "hostname %q: want a DNS label", spec.Hostname)
+	}
 	if err := validateAgentListen(spec); err != nil {
 		return sandbox.Info{}, err
 	}

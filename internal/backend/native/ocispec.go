@@ -130,7 +130,7 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl sandbox.Template, iu *imageUse
 	env := map[string]string{
 		"PATH": defaultPath, "HOME": home, "USER": user, "LOGNAME": user,
 		"SHELL": "/bin/bash", "LANG": "C.UTF-8", "TERM": "xterm-256color",
-		"HOSTNAME": string(spec.ID),
+		"HOSTNAME": hostnameOf(spec),
 	}
 	if iu != nil {
 		env["SHELL"] = "/bin/sh" // images may lack bash
@@ -201,7 +201,7 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl sandbox.Template, iu *imageUse
 			Rlimits:     rlimits,
 			OOMScoreAdj: oomScoreAdj,
 		},
-		Hostname: string(spec.ID),
+		Hostname: hostnameOf(spec),
 		Mounts:   b.mounts(spec, tmpl, p, ids),
 		Linux: &specs.Linux{
 			CgroupsPath:   "/" + b.cgroupParent + "/" + string(spec.ID),
@@ -347,4 +347,13 @@ func libcontainerConfig(id sandbox.ID, s *specs.Spec, rootless bool) (*configs.C
 		return nil, fmt.Errorf("convert sandbox spec: %w", err)
 	}
 	return cfg, nil
+}
+
+// hostnameOf is a sandbox's host name: Spec.Hostname (checked at create),
+// else its ID.
+func hostnameOf(spec sandbox.Spec) string {
+	if spec.Hostname != "" {
+		return spec.Hostname
+	}
+	return string(spec.ID)
 }

@@ -171,7 +171,6 @@ func (p *provider) boot(ctx context.Context, st *podState) {
 	}
 	st.mu.Unlock()
 	if plan.agentbox {
-		st.logPath, _ = p.cfg.Backend.AgentLogPath(ctx, plan.id)
 		p.setRunning(st, now, 0)
 		p.publish(st)
 		p.wg.Add(1)
@@ -529,7 +528,7 @@ func (p *provider) shutdown(ctx context.Context) error {
 
 // backendOf is what the provider needs of the native backend.
 var _ interface {
-	AgentLogPath(context.Context, sandbox.ID) (string, error)
+	OpenAgentLog(context.Context, sandbox.ID) (*os.File, error)
 } = (*native.Backend)(nil)
 
 func ptr[T any](v T) *T { return &v }

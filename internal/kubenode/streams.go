@@ -162,14 +162,24 @@ func (p *provider) GetContainerLogs(ctx context.Context, ns, name, container str
 		return nil, errdefs.InvalidInput("previous logs are not kept on an agentbox node")
 	}
 	st.mu.Lock()
-	path := st.logPath
+	path, plan := st.logPath, st.plan
 	st.mu.Unlock()
-	if path == "" {
+	var f *os.File
+	switch {
+	case plan != nil && plan.agentbox:
+		// The agent's log is on the sandbox's disk, which only the backend
+		// reaches (it is not mounted in the node's namespace).
+		f, err = p.cfg.Backend.OpenAgentLog(ctx, plan.id)
+		if c := sandbox.ClassOf(err); c == sandbox.ClassNotFound || c == sandbox.ClassConflict {
+			return io.NopCloser(bytes.NewReader(nil)), nil // not started, or gone
+		}
+	case path == "":
 		return io.NopCloser(bytes.NewReader(nil)), nil
-	}
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return io.NopCloser(bytes.NewReader(nil)), nil
+	default:
+		f, err = os.Open(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return io.NopCloser(bytes.NewReader(nil)), nil
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("logs of %s/%s: %w", ns, name, err)

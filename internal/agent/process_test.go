@@ -602,3 +602,24 @@ func TestChildStreamsNotLeaked(t *testing.T) {
 		t.Errorf("agent descriptors grew from %d to %d over 20 processes", before, after)
 	}
 }
+
+// TestLargeRequestReachesShim starts a process whose environment (1 MiB)
+// is larger than a unix socket takes in one write: the request reaches
+// the exec shim in pieces, the descriptors with the first.
+func TestLargeRequestReachesShim(t *testing.T) {
+	_, c := startAgent(t, agenttest.Options{})
+	env := map[string]string{}
+	for i := range 10 {
+		env[fmt.Sprintf("BIG%d", i)] = strings.Repeat(strconv.Itoa(i), 100<<10)
+	}
+	var out bytes.Buffer
+	opts := sh(`echo ${#BIG0} ${#BIG9} $(printf %s "$BIG9" | cut -c1-3); cat`)
+	opts.Env = env
+	res, err := c.Run(testCtx(t), opts, strings.NewReader("stdin ok\n"), &out, nil)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if want := "102400 102400 999\nstdin ok\n"; out.String() != want {
+		t.Errorf("output %q, want %q", out.String(), want)
+	}
+}

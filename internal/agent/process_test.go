@@ -557,3 +557,69 @@ func childPids(t *testing.T, pid int) []int {
 	}
 	return out
 }
+
+// TestChildStreamsNotLeaked runs processes with and without a stdin pipe
+// and checks that the agent keeps none of the children's ends of their
+// streams: its descriptor count comes back to where it was, and a child
+// without a stdin pipe reads end-of-file at once.
+func TestChildStreamsNotLeaked(t *testing.T) {
+	a, c := startAgent(t, agenttest.Options{})
+	fds := func() int {
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", a.Pid()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	run := func(stdin bool) {
+		t.Helper()
+		var in *strings.Reader
+		if stdin {
+			in = strings.NewReader("piped\n")
+		}
+		var out bytes.Buffer
+		var res agentclient.ExitResult
+		var err error
+		if stdin {
+			res, err = c.Run(testCtx(t), sh("cat"), in, &out, nil)
+		} else {
+			res, err = c.Run(testCtx(t), sh("cat; echo eof"), nil, &out, nil)
+		}
+		want := map[bool]string{true: "piped\n", false: "eof\n"}[stdin]
+		if err != nil || res.ExitCode != 0 || out.String() != want {
+			t.Fatalf("stdin pipe %v: %+v %v, output %q, want %q", stdin, res, err, out.String(), want)
+		}
+	}
+	run(false) // warm: the shared /dev/null, a shim, the connection
+	run(true)
+	before := fds()
+	for i := range 20 {
+		run(i%2 == 0)
+	}
+	// Shims come and go and connections may idle: allow them, not one
+	// descriptor per process.
+	if after := fds(); after > before+4 {
+		t.Errorf("agent descriptors grew from %d to %d over 20 processes", before, after)
+	}
+}
+
+// TestLargeRequestReachesShim starts a process whose environment (1 MiB)
+// is larger than a unix socket takes in one write: the request reaches
+// the exec shim in pieces, the descriptors with the first.
+func TestLargeRequestReachesShim(t *testing.T) {
+	_, c := startAgent(t, agenttest.Options{})
+	env := map[string]string{}
+	for i := range 10 {
+		env[fmt.Sprintf("BIG%d", i)] = strings.Repeat(strconv.Itoa(i), 100<<10)
+	}
+	var out bytes.Buffer
+	opts := sh(`echo ${#BIG0} ${#BIG9} $(printf %s "$BIG9" | cut -c1-3); cat`)
+	opts.Env = env
+	res, err := c.Run(testCtx(t), opts, strings.NewReader("stdin ok\n"), &out, nil)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if want := "102400 102400 999\nstdin ok\n"; out.String() != want {
+		t.Errorf("output %q, want %q", out.String(), want)
+	}
+}

@@ -53,7 +53,12 @@ type Config struct {
 // Server is the agent's HTTP server: the envd services plus REST routes.
 // Create it with NewServer; it starts the process-wide Reaper.
 type Server struct {
-	cfg          Config
+	cfg Config
+	// devNull is the stdin of every process started without a stdin pipe
+	// (opened once, see childStdin).
+	devNull      *os.File
+	devNullErr   error
+	devNullOnce  sync.Once
 	log          *slog.Logger
 	accounts     *accounts
 	self         *User

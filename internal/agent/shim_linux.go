@@ -200,7 +200,7 @@ func shimRun(r *shimReaper, req shimRequest, files []uintptr) (bool, error) {
 	}()
 	ws := shimWait(r, pid, kill)
 	ended.Store(true)
-	reusable := len(shimChildren()) == 0
+	reusable := !shimHasChildren()
 	var st [5]byte
 	binary.LittleEndian.PutUint32(st[:4], uint32(ws))
 	if reusable {
@@ -373,6 +373,27 @@ func shimReadFull(b []byte) error {
 }
 
 // shimChildren lists the shim's children from /proc.
+// shimHasChildren reports whether any process (running, stopped or a
+// zombie not yet reaped) is still a child of the shim: one waitid that
+// consumes nothing, where listing them (shimChildren) reads a /proc file
+// per thread. It runs between the command's end and its report, so on
+// every exec's path. When in doubt (an unexpected error) it says yes: the
+// shim then exits instead of being reused, which is always safe.
+func shimHasChildren() bool {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WSTOPPED|unix.WCONTINUED|unix.WNOHANG|unix.WNOWAIT|unix.WALL, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.ECHILD):
+			return false
+		default:
+			return true
+		}
+	}
+}
+
 func shimChildren() []int {
 	self := strconv.Itoa(os.Getpid())
 	tasks, _ := filepath.Glob("/proc/" + self + "/task/*/children")

@@ -69,10 +69,19 @@ func (s *Server) spawn(req spawnRequest) (int, <-chan unix.WaitStatus, *childIO,
 	}
 
 	parent := &childIO{}
+	// The child's ends of its streams: raw descriptors, never registered
+	// with the netpoller (os.Pipe would register both ends, and Fd() then
+	// switch the child's back to blocking: four epoll and fcntl calls per
+	// process for descriptors the agent only hands on). Closed once the
+	// child has its copies (or was never started).
+	var childFDs, owned []int
 	var childFiles []*os.File
 	defer func() {
+		for _, fd := range owned {
+			unix.Close(fd)
+		}
 		for _, f := range childFiles {
-			f.Close() // the child has its copies (or was never started)
+			f.Close()
 		}
 	}()
 	sys := &syscall.SysProcAttr{}
@@ -83,22 +92,30 @@ func (s *Server) spawn(req spawnRequest) (int, <-chan unix.WaitStatus, *childIO,
 		}
 		parent.pty = master
 		childFiles = []*os.File{tty}
+		childFDs = []int{int(tty.Fd())}
 		sys.Setsid, sys.Setctty, sys.Ctty = true, true, 0
 	} else {
-		in, err := childStdin(req.stdin, parent)
+		in, own, err := s.childStdin(req.stdin, parent)
 		if err != nil {
 			parent.closeAll()
 			return 0, nil, nil, connect.NewError(connect.CodeInternal, err)
 		}
-		childFiles = append(childFiles, in)
+		childFDs = append(childFDs, in)
+		if own {
+			owned = append(owned, in)
+		}
 		for _, dst := range []**os.File{&parent.stdout, &parent.stderr} {
-			r, w, err := os.Pipe()
-			if err != nil {
+			var p [2]int
+			if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 				parent.closeAll()
 				return 0, nil, nil, connect.NewError(connect.CodeInternal, fmt.Errorf("output pipe: %w", err))
 			}
-			*dst = r
-			childFiles = append(childFiles, w)
+			owned = append(owned, p[1])
+			childFDs = append(childFDs, p[1])
+			if *dst, err = pollable(p[0], "|0"); err != nil {
+				parent.closeAll()
+				return 0, nil, nil, connect.NewError(connect.CodeInternal, fmt.Errorf("output pipe: %w", err))
+			}
 		}
 		sys.Setpgid = true
 	}
@@ -110,7 +127,7 @@ func (s *Server) spawn(req spawnRequest) (int, <-chan unix.WaitStatus, *childIO,
 	}
 	fds := make([]uintptr, 3)
 	for i := range fds {
-		fds[i] = childFiles[min(i, len(childFiles)-1)].Fd()
+		fds[i] = uintptr(childFDs[min(i, len(childFDs)-1)])
 	}
 	attr := &syscall.ProcAttr{Dir: req.dir, Env: req.env, Files: fds, Sys: sys}
 	argv := append([]string{req.cmd}, req.args...)
@@ -138,21 +155,39 @@ func (s *Server) spawn(req spawnRequest) (int, <-chan unix.WaitStatus, *childIO,
 }
 
 // childStdin returns the child's stdin: the read end of a pipe whose write
-// end goes to parent.stdin, or /dev/null.
-func childStdin(pipe bool, parent *childIO) (*os.File, error) {
+// end goes to parent.stdin (own: the caller closes it once the child has
+// its copy), or the agent's one descriptor of /dev/null, shared by every
+// child (reads of it are all EOF, whoever else holds it).
+func (s *Server) childStdin(pipe bool, parent *childIO) (fd int, own bool, err error) {
 	if !pipe {
-		f, err := os.Open(os.DevNull)
-		if err != nil {
-			return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+		s.devNullOnce.Do(func() {
+			s.devNull, s.devNullErr = os.Open(os.DevNull)
+		})
+		if s.devNullErr != nil {
+			return -1, false, fmt.Errorf("open %s: %w", os.DevNull, s.devNullErr)
 		}
-		return f, nil
+		return int(s.devNull.Fd()), false, nil
 	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("stdin pipe: %w", err)
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return -1, false, fmt.Errorf("stdin pipe: %w", err)
 	}
-	parent.stdin = w
-	return r, nil
+	if parent.stdin, err = pollable(p[1], "|1"); err != nil {
+		unix.Close(p[0])
+		return -1, false, fmt.Errorf("stdin pipe: %w", err)
+	}
+	return p[0], true, nil
+}
+
+// pollable makes fd, the agent's end of a pipe, a non-blocking *os.File
+// served by the netpoller (read deadlines: see pump), like os.Pipe's ends.
+// fd is closed on error.
+func pollable(fd int, name string) (*os.File, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), name), nil
 }
 
 func startError(cmd string, err error) error {

@@ -416,6 +416,23 @@ func TestExecReportsLimits(t *testing.T) {
 	if status != 200 || mustJSON(t, data)["stdout"] != "fine\n" {
 		t.Fatalf("sandbox after limits: %d %s", status, data)
 	}
+
+	// A stop and start gives the sandbox new cgroups: the counters an exec
+	// compares (which the daemon keeps open) must be those of the new ones.
+	for _, op := range []string{"stop", "start"} {
+		if status, data := d.call(t, "POST", "/v1/sandboxes/"+id+"/"+op, "", map[string]any{}); status != 200 {
+			t.Fatalf("%s: %d %s", op, status, data)
+		}
+	}
+	status, data = d.call(t, "POST", "/v1/sandboxes/"+id+"/exec", "", map[string]any{"cmd": []string{"true"}})
+	if m := mustJSON(t, data); status != 200 || m["oom_killed"] == true || m["pids_limit_hit"] == true {
+		t.Fatalf("plain exec after restart: %d %s", status, data)
+	}
+	status, data = d.call(t, "POST", "/v1/sandboxes/"+id+"/exec", "", map[string]any{
+		"cmd": []string{"python3", "-c", "x = bytearray(300 << 20)"}})
+	if m := mustJSON(t, data); status != 200 || m["oom_killed"] != true {
+		t.Fatalf("memory blow-up after restart: %d %s", status, data)
+	}
 }
 
 func TestPTY(t *testing.T) {

@@ -169,6 +169,9 @@ type box struct {
 	stopping bool
 	// cgPaths caches the sandbox's cgroup directories (see cgroupPaths).
 	cgPaths map[string]string
+	// limits holds the OOM and pids counter files open while the sandbox
+	// runs (see LimitCounters); nil until the first exec, closed by teardown.
+	limits *limitFiles
 	// loopDev is the loop device of the sandbox's disk mount ("" when not
 	// known: not mounted, or mounted by an earlier daemon process).
 	loopDev string

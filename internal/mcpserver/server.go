@@ -103,11 +103,14 @@ func (s *Server) session(ctx context.Context, ss *mcp.ServerSession, extra *mcp.
 			// The MCP session ends: client closed it (DELETE, stdin EOF),
 			// idle timeout, or shutdown.
 			_ = ss.Wait()
+			e.ts.Close()
+			close(e.closed)
+			// Only now: closeAndWait must find a session whose sandboxes
+			// are still being destroyed, or `agentbox mcp` could exit
+			// (stdin EOF) before they are.
 			s.mu.Lock()
 			delete(s.sessions, ss)
 			s.mu.Unlock()
-			e.ts.Close()
-			close(e.closed)
 		}()
 	})
 	if e.err != nil {

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/httpbody"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -246,7 +247,7 @@ const maxBufferedBody = 1 << 20
 // body is an upload, answered after its end.
 func wholeBody(r *http.Request) (io.ReadCloser, error) {
 	if r.ContentLength > maxBufferedBody {
-		return &eofBody{ReadCloser: r.Body, left: r.ContentLength}, nil
+		return httpbody.EndAtLength(r.Body, r.ContentLength), nil
 	}
 	buf, err := io.ReadAll(io.LimitReader(r.Body, maxBufferedBody+1))
 	if err != nil {
@@ -261,28 +262,6 @@ func wholeBody(r *http.Request) (io.ReadCloser, error) {
 		io.Reader
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}, nil
-}
-
-// eofBody reads the body's EOF as soon as its declared length has come:
-// the transport stops at Content-Length without asking for more, but the
-// server's body timeout (BODY_TIMEOUT) stays armed on the caller's
-// connection until the EOF is read, and would cut a later request of that
-// keep-alive connection.
-type eofBody struct {
-	io.ReadCloser
-	left int64
-}
-
-func (b *eofBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	b.left -= int64(n)
-	if err == nil && b.left <= 0 {
-		var one [1]byte
-		if m, err2 := b.ReadCloser.Read(one[:]); m == 0 && err2 != nil {
-			err = err2
-		}
-	}
-	return n, err
 }
 
 // place forwards a create to the least loaded live node, when that is not

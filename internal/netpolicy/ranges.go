@@ -24,6 +24,12 @@ var privateRanges = []netip.Prefix{
 	netip.MustParsePrefix("240.0.0.0/4"),
 }
 
+// PrivateRanges returns (a copy of) the ranges a sandbox never reaches
+// unless the operator allows them: other backends that enforce native's
+// egress policy their own way (the kube backend's NetworkPolicy) block the
+// same ones.
+func PrivateRanges() []netip.Prefix { return slices.Clone(privateRanges) }
+
 // ipRange is an inclusive range of IPv4 addresses as integers.
 type ipRange struct{ first, last uint32 }
 

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net/netip"
 	"path"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -327,21 +326,6 @@ var rootCapabilities = []corev1.Capability{
 	"AUDIT_WRITE", "SETFCAP",
 }
 
-// blockedRanges are what a sandbox never reaches, whatever its policy
-// allows (native's private ranges: RFC 1918, CGNAT, loopback, link-local
-// with the cloud metadata address, multicast, reserved).
-var blockedRanges = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("10.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("169.254.0.0/16"),
-	netip.MustParsePrefix("172.16.0.0/12"),
-	netip.MustParsePrefix("192.168.0.0/16"),
-	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-}
-
 // egressRules turns a sandbox's egress policy (checked as native checks
 // it) into NetworkPolicy egress rules: none allows nothing; egress allows
 // the public internet (or the allowed CIDRs) minus the blocked ranges and
@@ -386,7 +370,7 @@ func egressRules(n sandbox.Network) ([]networkingv1.NetworkPolicyEgressRule, err
 	for _, a := range allow {
 		var except []string
 		covered := false
-		for _, d := range append(slices.Clone(blockedRanges), deny...) {
+		for _, d := range append(netpolicy.PrivateRanges(), deny...) {
 			switch {
 			case d.Bits() <= a.Bits() && d.Contains(a.Addr()):
 				covered = true // all of a is blocked

@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/agentbox/agentbox/internal/httpapi"
+	"github.com/agentbox/agentbox/internal/httpbody"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -95,7 +96,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 		}
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(buf)), int64(len(buf))
 	} else if r.ContentLength > 0 {
-		r.Body = &eofBody{ReadCloser: r.Body, left: r.ContentLength}
+		r.Body = httpbody.EndAtLength(r.Body, r.ContentLength)
 	}
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -235,28 +236,6 @@ func (f *fillReader) Read(p []byte) (int, error) {
 // maxRPCBody caps a data-plane request other than a file upload, as the
 // agent caps an RPC message.
 const maxRPCBody = 16 << 20
-
-// eofBody reads the body's EOF as soon as its declared length has come.
-// The transport stops at Content-Length without asking for more, but the
-// server's body timeout (BODY_TIMEOUT) stays armed on the connection
-// until the EOF is read, and would later cut another request of the same
-// keep-alive connection in the middle of its stream.
-type eofBody struct {
-	io.ReadCloser
-	left int64
-}
-
-func (b *eofBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	b.left -= int64(n)
-	if err == nil && b.left <= 0 {
-		var one [1]byte
-		if m, err2 := b.ReadCloser.Read(one[:]); m == 0 && err2 != nil {
-			err = err2
-		}
-	}
-	return n, err
-}
 
 // trafficToPreview lets E2B's traffic access token (the header E2B's
 // docs have clients send to a sandbox's ports) open the preview proxy:

@@ -1,16 +1,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"strings"
-	"syscall"
-
 	"github.com/spf13/cobra"
 
-	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/daemon"
 )
 
@@ -30,21 +22,7 @@ bound to it as native agentbox sandboxes on this host, serving their logs and ex
 through a kubelet API. Settings as for "agentbox serve" plus KUBE_NODE_*; see
 docs/kubernetes.md and docs/configuration.md.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			overrides := map[string]string{}
-			for _, kv := range sets {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok {
-					return fmt.Errorf("--set %q: want NAME=VALUE", kv)
-				}
-				overrides[k] = v
-			}
-			cfg, err := config.Load(configFile, os.Environ(), overrides)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return daemon.RunNode(ctx, daemon.Options{Config: cfg, Logger: newLogger(cfg)})
+			return runWithSettings(configFile, sets, map[string]string{}, daemon.RunNode)
 		},
 	}
 	f := cmd.Flags()

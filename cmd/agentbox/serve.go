@@ -51,20 +51,7 @@ flags. Run "agentbox serve --help-settings" for every setting.`,
 			if f.Changed("pool-size") {
 				overrides["POOL_SIZE"] = strconv.Itoa(poolSize)
 			}
-			for _, kv := range sets {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok {
-					return fmt.Errorf("--set %q: want NAME=VALUE", kv)
-				}
-				overrides[k] = v
-			}
-			cfg, err := config.Load(configFile, os.Environ(), overrides)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return daemon.Run(ctx, daemon.Options{Config: cfg, Logger: newLogger(cfg)})
+			return runWithSettings(configFile, sets, overrides, daemon.Run)
 		},
 	}
 	f := cmd.Flags()
@@ -95,4 +82,24 @@ func printSettings() {
 	for _, row := range s {
 		fmt.Printf("%-24s default %-28q %s\n", row[0], row[1], row[2])
 	}
+}
+
+// runWithSettings loads the settings (environment, the .env file, the
+// --set NAME=VALUE flags over overrides) and runs run until SIGINT or
+// SIGTERM: the daemon (serve) and the Kubernetes node (node) start alike.
+func runWithSettings(configFile string, sets []string, overrides map[string]string, run func(context.Context, daemon.Options) error) error {
+	for _, kv := range sets {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("--set %q: want NAME=VALUE", kv)
+		}
+		overrides[k] = v
+	}
+	cfg, err := config.Load(configFile, os.Environ(), overrides)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, daemon.Options{Config: cfg, Logger: newLogger(cfg)})
 }

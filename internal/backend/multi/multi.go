@@ -184,41 +184,44 @@ func unavailable(b backend.Backend, what string) error {
 	return sandbox.Errorf(sandbox.ClassUnavailable, "the %s backend cannot %s", b.Name(), what)
 }
 
-// Pause implements backend.Pauser.
-func (m *Backend) Pause(ctx context.Context, id sandbox.ID) error {
+// capable returns the backend of sandbox id as the optional interface T,
+// or an unavailable error saying it cannot do what.
+func capable[T any](m *Backend, id sandbox.ID, what string) (T, error) {
+	var zero T
 	b, err := m.Of(id)
 	if err != nil {
-		return err
+		return zero, err
 	}
-	p, ok := b.(backend.Pauser)
+	t, ok := b.(T)
 	if !ok {
-		return unavailable(b, "pause sandboxes")
+		return zero, unavailable(b, what)
+	}
+	return t, nil
+}
+
+// Pause implements backend.Pauser.
+func (m *Backend) Pause(ctx context.Context, id sandbox.ID) error {
+	p, err := capable[backend.Pauser](m, id, "pause sandboxes")
+	if err != nil {
+		return err
 	}
 	return p.Pause(ctx, id)
 }
 
 // Resume implements backend.Pauser.
 func (m *Backend) Resume(ctx context.Context, id sandbox.ID) error {
-	b, err := m.Of(id)
+	p, err := capable[backend.Pauser](m, id, "pause sandboxes")
 	if err != nil {
 		return err
-	}
-	p, ok := b.(backend.Pauser)
-	if !ok {
-		return unavailable(b, "pause sandboxes")
 	}
 	return p.Resume(ctx, id)
 }
 
 // Stats implements backend.StatsReader.
 func (m *Backend) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, error) {
-	b, err := m.Of(id)
+	s, err := capable[backend.StatsReader](m, id, "report stats")
 	if err != nil {
 		return backend.Stats{}, err
-	}
-	s, ok := b.(backend.StatsReader)
-	if !ok {
-		return backend.Stats{}, unavailable(b, "report stats")
 	}
 	return s.Stats(ctx, id)
 }
@@ -242,39 +245,27 @@ func (m *Backend) LimitCounters(ctx context.Context, id sandbox.ID) (int64, int6
 
 // DialPort implements backend.PortDialer.
 func (m *Backend) DialPort(ctx context.Context, id sandbox.ID, port int) (net.Conn, error) {
-	b, err := m.Of(id)
+	d, err := capable[backend.PortDialer](m, id, "reach sandbox ports")
 	if err != nil {
 		return nil, err
-	}
-	d, ok := b.(backend.PortDialer)
-	if !ok {
-		return nil, unavailable(b, "reach sandbox ports")
 	}
 	return d.DialPort(ctx, id, port)
 }
 
 // UpdateNetwork implements backend.NetworkUpdater.
 func (m *Backend) UpdateNetwork(ctx context.Context, id sandbox.ID, n sandbox.Network) error {
-	b, err := m.Of(id)
+	u, err := capable[backend.NetworkUpdater](m, id, "change network policies")
 	if err != nil {
 		return err
-	}
-	u, ok := b.(backend.NetworkUpdater)
-	if !ok {
-		return unavailable(b, "change network policies")
 	}
 	return u.UpdateNetwork(ctx, id, n)
 }
 
 // SnapshotDiff implements backend.Snapshotter.
 func (m *Backend) SnapshotDiff(ctx context.Context, id sandbox.ID, w io.Writer) error {
-	b, err := m.Of(id)
+	s, err := capable[backend.Snapshotter](m, id, "snapshot sandboxes")
 	if err != nil {
 		return err
-	}
-	s, ok := b.(backend.Snapshotter)
-	if !ok {
-		return unavailable(b, "snapshot sandboxes")
 	}
 	return s.SnapshotDiff(ctx, id, w)
 }
@@ -302,13 +293,9 @@ func (m *Backend) Close() error {
 // Recycle implements backend.Recycler for the sandboxes of a backend that
 // can reset them in place; the others are destroyed by the manager instead.
 func (m *Backend) Recycle(ctx context.Context, id sandbox.ID, req backend.RecycleRequest) error {
-	b, err := m.Of(id)
+	r, err := capable[backend.Recycler](m, id, "recycle sandboxes")
 	if err != nil {
 		return err
-	}
-	r, ok := b.(backend.Recycler)
-	if !ok {
-		return unavailable(b, "recycle sandboxes")
 	}
 	return r.Recycle(ctx, id, req)
 }

@@ -21,7 +21,10 @@ func bigEnv(n, size int) map[string]string {
 // sandbox state lives on a small tmpfs shared by everyone).
 func TestSecurityStateNotFillableByOneTenant(t *testing.T) {
 	const aliceKey, bobKey = "alice-key-state", "bob-key-state"
-	d := startDaemon(t, "API_KEYS="+aliceKey+":alice,"+bobKey+":bob")
+	// The tenant limit is what is under test, not the host's free disk:
+	// 20 sandboxes of the default disk size must not hit disk admission
+	// first on a host with little space (their disks stay empty here).
+	d := startDaemon(t, "API_KEYS="+aliceKey+":alice,"+bobKey+":bob", "DISK_OVERCOMMIT=100")
 
 	var alice []string
 	defer func() {

@@ -64,9 +64,6 @@ func sealInitBinary(path string) (*os.File, error) {
 		return nil, err
 	}
 	defer src.Close()
-	if err := sameInitProtocol(path); err != nil {
-		return nil, err
-	}
 	mem, seal, err := exeseal.Memfd(initBinaryName)
 	if err != nil {
 		return nil, fmt.Errorf("memfd for %s: %w", path, err)
@@ -74,6 +71,11 @@ func sealInitBinary(path string) (*os.File, error) {
 	if _, err := io.Copy(mem, src); err != nil {
 		mem.Close()
 		return nil, fmt.Errorf("copy %s: %w", path, err)
+	}
+	// Checked on the copy: what runs is what was checked.
+	if err := sameInitProtocol(path, mem); err != nil {
+		mem.Close()
+		return nil, err
 	}
 	if err := seal(&mem); err != nil {
 		mem.Close()
@@ -86,8 +88,8 @@ func sealInitBinary(path string) (*os.File, error) {
 // libcontainer than the daemon (a stale binary left from an upgrade). A
 // binary without module information (a test binary: go test records none)
 // cannot compare and trusts the agentbox-init of its own tree.
-func sameInitProtocol(path string) error {
-	other, err := buildinfo.ReadFile(path)
+func sameInitProtocol(path string, bin io.ReaderAt) error {
+	other, err := buildinfo.Read(bin)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}

@@ -8,7 +8,7 @@
 // sandbox's namespaces in that process and then returns to the Go runtime,
 // which would start the daemon's runtime and run every package initializer
 // of a binary that links the Kubernetes client, gRPC, OpenTelemetry and the
-// rest (≈ 10 ms of CPU per sandbox) before reaching libcontainer's Go init.
+// rest (≈ 11–13 ms of CPU per sandbox) before reaching libcontainer's Go init.
 // The constructor here takes over in that process: it runs nsenter's setup
 // itself (or finds it done), and once in the sandbox's namespaces, when the
 // daemon passed the sealed in-memory agentbox-init (see native.initBinary),

@@ -21,7 +21,7 @@ var (
 
 // AgentBinary returns the path of a static agentbox-agent binary: the one
 // named by AGENTBOX_AGENT_PATH (set by the Makefile), or one built once per
-// test process. Call Cleanup from TestMain to remove a built one.
+// test process, with agentbox-init next to it. Call Cleanup from TestMain to remove a built one.
 func AgentBinary(t testing.TB) string {
 	t.Helper()
 	agentOnce.Do(func() {
@@ -49,6 +49,15 @@ func AgentBinary(t testing.TB) string {
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := cmd.CombinedOutput(); err != nil {
 			agentErr = fmt.Errorf("build agent: %v: %s", err, b)
+			return
+		}
+		// The sandboxes' init binary goes next to it, where the native
+		// backend looks for it.
+		cmd = exec.Command("go", "build", "-o", filepath.Join(agentTmp, "agentbox-init"), "./cmd/agentbox-init")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			agentErr = fmt.Errorf("build init: %v: %s", err, b)
 			return
 		}
 		agentPath = out

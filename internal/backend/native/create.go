@@ -650,9 +650,27 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 		ExtraFiles: []*os.File{readyW, seccompR, sock}, // fds 3, 4 and 5 in the sandbox
 		Init:       true,
 	}
+	if b.initExe != nil {
+		// Last, right before libcontainer's own pipes, where the fastinit
+		// constructor looks for it; the exec into it closes it, so the
+		// agent never has it.
+		proc.ExtraFiles = append(proc.ExtraFiles, b.initExe)
+	}
 	bx.phases.mark("pipes, agent socket, log file")
 	runStart := time.Now()
-	err = container.Run(proc)
+	// container.Run, in its two steps: the init is set up and waits to
+	// exec the agent in between (where tests look at it).
+	err = container.Start(proc)
+	if err == nil {
+		pid, _ := proc.Pid()
+		if bx.phases != nil {
+			bx.phases.report("sandbox init process CPU (set up, before the agent's exec)", processCPU(pid))
+		}
+		if initStartedHook != nil {
+			initStartedHook(pid)
+		}
+		err = container.Exec()
+	}
 	readyW.Close()
 	if err != nil {
 		return fmt.Errorf("start sandbox init: %w", err)

@@ -1,6 +1,8 @@
 package native
 
 import (
+	// Hands a sandbox's init over to agentbox-init (see the package).
+	_ "github.com/agentbox/agentbox/internal/backend/native/fastinit"
 	"os"
 	"runtime"
 
@@ -19,6 +21,12 @@ import (
 // CLI, test binaries — able to start sandboxes without extra wiring.
 func init() {
 	if len(os.Args) > 1 && os.Args[1] == "init" {
+		if pipe := os.Getenv("_AGENTBOX_INITPIPE"); pipe != "" {
+			// fastinit set the sandbox up but could not switch to
+			// agentbox-init, and hid the pipe from nsenter's constructor.
+			os.Setenv("_LIBCONTAINER_INITPIPE", pipe)
+			os.Unsetenv("_AGENTBOX_INITPIPE")
+		}
 		libcontainer.Init() // never returns
 	}
 	// Keep the main thread to the main goroutine. libcontainer joins each

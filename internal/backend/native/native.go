@@ -140,6 +140,9 @@ type Backend struct {
 
 	// Precompiled seccomp programs, by whether the sandbox runs as root.
 	seccompUser, seccompRoot []byte
+	// initExe is the sealed agentbox-init each sandbox's init switches to
+	// (see package fastinit), nil to run the init from the daemon binary.
+	initExe *os.File
 
 	// abandoned makes the backend stop reacting to its sandboxes, as if its
 	// process had died (tests use it to exercise Recover in one process).
@@ -350,6 +353,9 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if b.seccompRoot, err = compileSeccomp(rootCapabilities); err != nil {
 		return nil, fmt.Errorf("native: compile seccomp profile: %w", err)
+	}
+	if b.initExe, err = initBinary(cfg.AgentPath); err != nil {
+		b.log.Warn("sandbox inits start from the daemon binary (slower)", "reason", err)
 	}
 	// Formatting the default-size disk now keeps it off the first create.
 	if !rootless {

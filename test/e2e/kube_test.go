@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,6 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
 	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -219,6 +222,20 @@ func (e *kubeEnv) waitGone(t *testing.T, id string) (wait func()) {
 	}
 }
 
+// execPod runs sh -c script in pod name through the apiserver (the
+// node's kubelet API), as kubectl exec does.
+func (e *kubeEnv) execPod(ctx context.Context, name, script string) (string, string, error) {
+	req := e.c.Clientset.CoreV1().RESTClient().Post().Resource("pods").Namespace(e.c.Namespace).Name(name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: []string{"/bin/sh", "-c", script}, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(e.c.RESTConfig, http.MethodPost, req.URL())
+	if err != nil {
+		return "", "", err
+	}
+	var out, errOut bytes.Buffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut})
+	return out.String(), errOut.String(), err
+}
+
 // kubeWait polls cond every 50ms until it holds, failing t after limit.
 func kubeWait(t *testing.T, limit time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
@@ -327,6 +344,12 @@ func TestKubeDaemon(t *testing.T) {
 		}
 		if p := poolStats(t, d, template); p["hits"] != float64(1) || p["misses"] != float64(0) {
 			t.Fatalf("pool after a hit: %v", p)
+		}
+		// The hand-out replaced the pool's token with the sandbox's own
+		// (POST /init); exec through the apiserver and the node's kubelet
+		// API still works.
+		if out, errOut, err := e.execPod(ctx, claim.Status.SandboxStatus.Name, "echo kubelet-exec; id -u"); err != nil || out != "kubelet-exec\n1000\n" {
+			t.Fatalf("kubectl exec into the handed-out pod: %q %q %v", out, errOut, err)
 		}
 		// The controller boots a replacement.
 		kubeWait(t, 2*time.Minute, "the warm pool is refilled", func() (bool, error) {

@@ -25,6 +25,7 @@ import (
 	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	sdk "github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/backend/kube"
 	"github.com/agentbox/agentbox/internal/kubetest"
 	"github.com/agentbox/agentbox/internal/template"
@@ -37,8 +38,12 @@ import (
 // CONTAINER_DEPLOYMENT=k8s, driven through its HTTP API only; the
 // cluster's objects are read to check what the daemon made.
 
-// kubeImage is the node's template every pod of these tests runs.
-const kubeImage = "abtest"
+// kubeImage is the node's template the tests' pods run; kubePythonImage
+// the same with the host's python3 (code contexts).
+const (
+	kubeImage       = "abtest"
+	kubePythonImage = "abpython"
+)
 
 // kubeEnv is a control plane with an agentbox node on it.
 type kubeEnv struct {
@@ -62,6 +67,9 @@ func startKubeEnv(t *testing.T) *kubeEnv {
 		t.Fatal(err)
 	}
 	if _, err := store.Import(ctx, hostBinRootfs(t), kubeImage, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Import(ctx, hostPythonRootfs(t), kubePythonImage, nil); err != nil {
 		t.Fatal(err)
 	}
 	store.Close()
@@ -131,7 +139,7 @@ func (e *kubeEnv) daemonSettings(instance string, extra ...string) []string {
 	return append([]string{
 		"CONTAINER_DEPLOYMENT=k8s", "K8S_NAMESPACE=" + e.c.Namespace, "KUBECONFIG_PATH=" + e.c.KubeconfigPath,
 		"K8S_AGENT_IMAGE=agentbox-agent:test", "K8S_INSTANCE=" + instance,
-		`SANDBOX_TEMPLATES={"base":"kube:` + kubeImage + `"}`, "DEFAULT_SANDBOX_TYPE=base",
+		`SANDBOX_TEMPLATES={"base":"kube:` + kubeImage + `","py":"kube:` + kubePythonImage + `"}`, "DEFAULT_SANDBOX_TYPE=base",
 		"NETWORK=off", "DEFAULT_CPUS=0.1", "AUTO_CLEANUP=false", "API_KEYS=" + kubeKey + ":" + kubeUser, "TEMPLATE_ADMIN_USERS=" + kubeUser,
 	}, extra...)
 }
@@ -363,6 +371,36 @@ func TestKubeDaemon(t *testing.T) {
 		gone()
 	})
 
+	t.Run("CodeContext", func(t *testing.T) {
+		sb := createSandbox(t, d, map[string]any{"template": "py"})
+		id := sb["id"].(string)
+		gone := e.waitGone(t, id)
+		c := d.sdk(t, kubeKey)
+		cc, err := c.CreateCodeContext(ctx, id, "python", "")
+		if err != nil {
+			t.Fatalf("create a python context in a kube sandbox: %v", err)
+		}
+		if r, err := c.RunCode(ctx, id, sdk.CodeRequest{ContextID: cc.ID, Code: "import sys\nx = 41\nprint('set', sys.version_info[0])"}); err != nil || r.Error != nil || r.Stdout != "set 3\n" {
+			t.Fatalf("first run: %+v, %v", r, err)
+		}
+		r, err := c.RunCode(ctx, id, sdk.CodeRequest{ContextID: cc.ID, Code: "x + 1"})
+		if err != nil || r.Error != nil || len(r.Results) != 1 || r.Results[0].Text != "42" {
+			t.Fatalf("the context kept x: %+v, %v", r, err)
+		}
+		// Another context does not share it.
+		other, err := c.CreateCodeContext(ctx, id, "python", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := c.RunCode(ctx, id, sdk.CodeRequest{ContextID: other.ID, Code: "x"}); err != nil || r.Error == nil || r.Error.Name != "NameError" {
+			t.Fatalf("x in another context: %+v, %v", r, err)
+		}
+		if code, resp := d.call(t, "DELETE", "/v1/sandboxes/"+id, kubeKey, nil); code != http.StatusNoContent {
+			t.Fatalf("delete = %d %s", code, resp)
+		}
+		gone()
+	})
+
 	t.Run("RestartRecover", func(t *testing.T) {
 		// One cold (resources other than the pool's), one from the pool.
 		cold := createSandbox(t, d, map[string]any{"template": "base", "resources": map[string]any{"cpus": 0.2}})
@@ -466,43 +504,105 @@ func restart(t *testing.T, d *daemon) {
 func hostBinRootfs(t *testing.T) string {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "rootfs")
-	copyFile := func(src, dst string) {
-		data, err := os.ReadFile(src)
+	addHostBins(t, root)
+	return root
+}
+
+// hostPythonRootfs is hostBinRootfs with the host's /usr/bin/python3 (the
+// Debian python a host sandbox gets) and its standard library: enough for
+// the agent's built-in python driver of code contexts.
+func hostPythonRootfs(t *testing.T) string {
+	t.Helper()
+	py, err := filepath.EvalSymlinks("/usr/bin/python3")
+	if err != nil {
+		t.Skipf("needs the host's /usr/bin/python3 (apt-get install python3): %v", err)
+	}
+	root := filepath.Join(t.TempDir(), "rootfs")
+	addHostBins(t, root)
+	stdlib := filepath.Join("/usr/lib", filepath.Base(py)) // /usr/lib/python3.11
+	skip := map[string]bool{"test": true, "idlelib": true, "tkinter": true, "turtledemo": true, "ensurepip": true,
+		"lib2to3": true, "pydoc_data": true, "__pycache__": true, "site-packages": true, "dist-packages": true}
+	var libs []string
+	err = filepath.WalkDir(stdlib, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		target := filepath.Join(root, dst)
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			t.Fatal(err)
+		if d.IsDir() && skip[d.Name()] || strings.HasPrefix(d.Name(), "config-") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
 		}
-		if err := os.WriteFile(target, data, 0o755); err != nil {
-			t.Fatal(err)
+		if d.Type().IsRegular() {
+			copyHostFile(t, root, path, path)
+			if strings.HasSuffix(path, ".so") {
+				libs = append(libs, path)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyHostFile(t, root, py, py)
+	if err := os.Symlink(filepath.Base(py), filepath.Join(root, "usr/bin/python3")); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range append(libs, py) {
+		copyLibs(t, root, f)
+	}
+	return root
+}
+
+// copyHostFile copies the host file src to dst's path under root.
+func copyHostFile(t *testing.T, root, src, dst string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(root, dst)
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(target, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// copyLibs copies the shared libraries ldd names for the host file f.
+func copyLibs(t *testing.T, root, f string) {
+	t.Helper()
+	out, err := exec.Command("ldd", f).Output()
+	if err != nil {
+		return // static
+	}
+	for _, w := range strings.Fields(string(out)) {
+		if strings.HasPrefix(w, "/") {
+			lib, err := filepath.EvalSymlinks(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copyHostFile(t, root, lib, w)
 		}
 	}
+}
+
+// addHostBins copies the host's shell tools and their libraries to root,
+// with the directories a sandbox image needs.
+func addHostBins(t *testing.T, root string) {
+	t.Helper()
 	for _, bin := range []string{"/bin/sh", "/bin/cat", "/bin/sleep", "/bin/ls", "/bin/echo", "/usr/bin/id"} {
 		real, err := filepath.EvalSymlinks(bin)
 		if err != nil {
 			t.Fatal(err)
 		}
-		copyFile(real, bin)
-		out, err := exec.Command("ldd", real).Output()
-		if err != nil {
-			continue // static
-		}
-		for _, f := range strings.Fields(string(out)) {
-			if strings.HasPrefix(f, "/") {
-				lib, err := filepath.EvalSymlinks(f)
-				if err != nil {
-					t.Fatal(err)
-				}
-				copyFile(lib, f)
-			}
-		}
+		copyHostFile(t, root, real, bin)
+		copyLibs(t, root, real)
 	}
 	for _, dir := range []string{"tmp", "workspace", "home/user", "etc", "proc", "dev", "sys", "opt/agentbox", "root"} {
 		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return root
 }

@@ -297,10 +297,12 @@ func (b *Backend) CreateFromPool(ctx context.Context, pool string, spec sandbox.
 	if err != nil {
 		return fail(apiErr(err, "create Secret"))
 	}
+	start := time.Now()
 	name, err := b.waitClaimed(ctx, claim.Name)
 	if err != nil {
 		return fail(err)
 	}
+	claimed := time.Since(start)
 	b.mu.Lock()
 	bx.name = name
 	b.mu.Unlock()
@@ -314,6 +316,7 @@ func (b *Backend) CreateFromPool(ctx context.Context, pool string, spec sandbox.
 	if err != nil {
 		return fail(err)
 	}
+	b.log.Debug("handed out of the warm pool", "sandbox", spec.ID, "pool", pool, "claimed_ms", claimed.Milliseconds(), "running_ms", time.Since(start).Milliseconds())
 	// The pod too (the controller owns its spec; labels are free).
 	if pod, err := b.pod(ctx, spec.ID); err == nil && pod != nil {
 		if err := b.c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+LabelSandbox+`":"`+string(spec.ID)+`"}}}`))); err != nil {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ import (
 	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sdk "github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/backend/kube"
@@ -109,6 +111,8 @@ func startKubeEnv(t *testing.T) *kubeEnv {
 			t.Logf("agentbox node log (last lines):\n%s", lastLines(out.String(), 300))
 		}
 	})
+	// controller-runtime's client wants a logger set before its first use.
+	ctrllog.SetLogger(logr.Discard())
 	cl, err := client.New(c.RESTConfig, client.Options{Scheme: kube.Scheme()})
 	if err != nil {
 		t.Fatal(err)

@@ -118,13 +118,46 @@ func StartWith(t testing.TB, opts Options) *Cluster {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, p := range c.procs {
-				t.Logf("--- %s log (tail) ---\n%s", p.name, p.tail(80))
-			}
+			c.reportLogs(t)
 		}
 		c.Close()
 	})
 	return c
+}
+
+// failureTailLines is how many lines of each process's log a failed test
+// prints. CI shows the end of a failed run's output: kept short (and
+// without the apiserver's routine chatter) so the test's own failure
+// message above them stays in view. AGENTBOX_KUBETEST_LOGS keeps the
+// whole logs instead.
+const failureTailLines = 12
+
+// reportLogs logs the tail of every process's log, and copies the whole
+// logs into $AGENTBOX_KUBETEST_LOGS/<test>/ when that is set.
+func (c *Cluster) reportLogs(t testing.TB) {
+	keep := os.Getenv("AGENTBOX_KUBETEST_LOGS")
+	var kept string
+	if keep != "" {
+		kept = filepath.Join(keep, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+		if err := os.MkdirAll(kept, 0o755); err != nil {
+			t.Logf("kubetest: keep logs: %v", err)
+			kept = ""
+		}
+	}
+	for _, p := range c.procs {
+		t.Logf("--- %s log (last %d lines, routine lines left out) ---\n%s", p.name, failureTailLines, p.tail(failureTailLines))
+		if kept != "" {
+			if b, err := os.ReadFile(p.log); err == nil {
+				err = os.WriteFile(filepath.Join(kept, p.name+".log"), b, 0o644)
+				if err != nil {
+					t.Logf("kubetest: keep %s log: %v", p.name, err)
+				}
+			}
+		}
+	}
+	if kept != "" {
+		t.Logf("kubetest: whole logs in %s", kept)
+	}
 }
 
 // New starts a control plane; Close stops it. It returns ErrNoTools when

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -105,17 +106,45 @@ func (p *proc) stop(grace time.Duration) {
 	}
 }
 
-// tail returns the last n lines of the process's log.
+// routineLogLines mark log lines that say nothing about a failure: the
+// apiserver's cache and client chatter, the scheduler's configuration dump.
+var routineLogLines = [][]byte{
+	[]byte("addrConn.createTransport failed"),
+	[]byte("cacher.go:"),
+	[]byte("handler.go:"),
+	[]byte("reflector.go:"),
+	[]byte("quota admission added evaluator"),
+}
+
+// tail returns the last n lines of the process's log that are not
+// routine.
 func (p *proc) tail(n int) string {
 	b, err := os.ReadFile(p.log)
 	if err != nil {
 		return ""
 	}
 	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+	kept := make([][]byte, 0, n)
+	for i := len(lines) - 1; i >= 0 && len(kept) < n; i-- {
+		if !isRoutine(lines[i]) {
+			kept = append(kept, lines[i])
+		}
 	}
-	return string(bytes.Join(lines, []byte("\n")))
+	slices.Reverse(kept)
+	return string(bytes.Join(kept, []byte("\n")))
+}
+
+func isRoutine(line []byte) bool {
+	// A multi-line configuration dump's indented body.
+	if len(line) > 0 && (line[0] == '\t' || line[0] == ' ') {
+		return true
+	}
+	for _, r := range routineLogLines {
+		if bytes.Contains(line, r) {
+			return true
+		}
+	}
+	return false
 }
 
 // errExited is returned while waiting on a process that has ended.

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	sbv1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
@@ -398,12 +399,13 @@ func TestClusterObjects(t *testing.T) {
 				t.Errorf("%T %s: owners %+v labels %v", o, name, refs, o.GetLabels())
 			}
 		}
-		var pods corev1.PodList
-		within(t, time.Minute, "the warm pool's two pods", func() (bool, error) {
-			err := cl.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{LabelPool: "py"})
-			return err == nil && len(pods.Items) == 2, fmt.Errorf("%d pods (%v)", len(pods.Items), err)
+		var pods []corev1.Pod
+		within(t, time.Minute, "the warm pool's two sandboxes, each with its pod", func() (bool, error) {
+			var err error
+			pods, err = livePoolPods(ctx, cl, ns, "py", wp.UID)
+			return err == nil && len(pods) == 2, fmt.Errorf("%d (%v)", len(pods), err)
 		})
-		for _, p := range pods.Items {
+		for _, p := range pods {
 			checkLockedDown(t, p.Spec, spec.Resources.WithDefaults(DefaultResources))
 			if ref := p.Spec.Containers[0].Env[len(p.Spec.Containers[0].Env)-1]; ref.ValueFrom == nil || ref.ValueFrom.SecretKeyRef.Name != poolSecretName("py") {
 				t.Errorf("pool pod token env = %+v", ref)
@@ -495,6 +497,40 @@ func TestClusterObjects(t *testing.T) {
 			}
 		}
 	})
+}
+
+// livePoolPods returns the pods of the pool's live Sandboxes: Sandboxes
+// the pool controls that are not being deleted, and their pods. The
+// controller may replace or trim a pool's Sandboxes while it converges
+// (an extra one made from a stale cache is deleted again); the pod of a
+// deleted Sandbox is the garbage collector's to remove, and no
+// kube-controller-manager runs here, so such a pod stays and is not one
+// of the pool's.
+func livePoolPods(ctx context.Context, cl client.Client, ns, pool string, poolUID types.UID) ([]corev1.Pod, error) {
+	var sbs sbv1.SandboxList
+	if err := cl.List(ctx, &sbs, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	live := map[types.UID]bool{}
+	for _, sb := range sbs.Items {
+		if c := metav1.GetControllerOf(&sb); c != nil && c.UID == poolUID && sb.DeletionTimestamp.IsZero() {
+			live[sb.UID] = true
+		}
+	}
+	var pods corev1.PodList
+	if err := cl.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{LabelPool: pool}); err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if c := metav1.GetControllerOf(&p); c != nil && live[c.UID] && p.DeletionTimestamp.IsZero() {
+			out = append(out, p)
+		}
+	}
+	if len(out) != len(live) {
+		return nil, fmt.Errorf("%d live sandboxes, %d of them with a pod", len(live), len(out))
+	}
+	return out, nil
 }
 
 // TestClusterDeployManifests: deploy/kubernetes applies to the real

@@ -519,7 +519,7 @@ func hostPythonRootfs(t *testing.T) string {
 	t.Helper()
 	py, err := filepath.EvalSymlinks("/usr/bin/python3")
 	if err != nil {
-		t.Skipf("needs the host's /usr/bin/python3 (apt-get install python3): %v", err)
+		t.Fatalf("needs the host's /usr/bin/python3 (scripts/install-deps.sh installs it): %v", err)
 	}
 	root := filepath.Join(t.TempDir(), "rootfs")
 	addHostBins(t, root)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -159,6 +160,7 @@ func (e *kubeEnv) objectsOf(ctx context.Context, id string) (map[string]int, err
 	lists := map[string]client.ObjectList{
 		"Sandbox": &sbv1.SandboxList{}, "SandboxClaim": &extv1.SandboxClaimList{}, "Pod": &corev1.PodList{},
 		"Secret": &corev1.SecretList{}, "PersistentVolumeClaim": &corev1.PersistentVolumeClaimList{},
+		"NetworkPolicy": &networkingv1.NetworkPolicyList{},
 	}
 	out := map[string]int{}
 	for kind, l := range lists {
@@ -183,6 +185,8 @@ func metaLen(l client.ObjectList) int {
 	case *corev1.SecretList:
 		return len(l.Items)
 	case *corev1.PersistentVolumeClaimList:
+		return len(l.Items)
+	case *networkingv1.NetworkPolicyList:
 		return len(l.Items)
 	}
 	return 0

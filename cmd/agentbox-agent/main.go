@@ -159,7 +159,13 @@ func run() error {
 	log.Info("agent listening", "addr", *listen, "pid", os.Getpid(), "uid", os.Getuid())
 
 	serveErr := make(chan error, 2)
-	go func() { serveErr <- srv.Serve(ctx, ln) }()
+	if lnAlso != nil {
+		// The host keeps its access when a caller replaces the token on
+		// the reachable listener (POST /init).
+		go func() { serveErr <- srv.ServeHost(ctx, ln) }()
+	} else {
+		go func() { serveErr <- srv.Serve(ctx, ln) }()
+	}
 	if lnAlso != nil {
 		log.Info("agent listening", "addr", *listenAlso)
 		go func() { serveErr <- srv.Serve(ctx, lnAlso) }()

@@ -356,6 +356,45 @@ func TestAccessTokenRotation(t *testing.T) {
 	}
 }
 
+// TestAccessTokenRotationHostListener: an agent that also serves a
+// reachable listener (--listen-also: an agentbox node's pod IP) keeps its
+// start token valid on the host socket after a rotation on the reachable
+// one, so the node's own exec keeps working; the reachable listener
+// refuses the old token.
+func TestAccessTokenRotationHostListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	const start, own = "pool-token-0123456789", "own-token-0123456789abcdef"
+	a, host := startAgent(t, agenttest.Options{Token: start, ListenAlso: "tcp://" + addr})
+	ctx := testCtx(t)
+	pod := func(token string) *agentclient.Client {
+		c := agentclient.New(agentclient.Endpoint{Network: "tcp", Address: addr}, token)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	if err := pod(start).SetAccessToken(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pod(start).Envs(ctx); sandbox.ClassOf(err) != sandbox.ClassUnauth {
+		t.Fatalf("the start token on the reachable listener after rotation: %v", err)
+	}
+	if _, err := pod(own).Envs(ctx); err != nil {
+		t.Fatalf("the new token on the reachable listener: %v", err)
+	}
+	for name, c := range map[string]*agentclient.Client{"start": host, "new": a.Client(t, own)} {
+		if res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "true"}, nil, nil, nil); err != nil || res.ExitCode != 0 {
+			t.Fatalf("the %s token on the host socket: %+v, %v", name, res, err)
+		}
+	}
+	if _, err := a.Client(t, "another-token-0123456789").Envs(ctx); sandbox.ClassOf(err) != sandbox.ClassUnauth {
+		t.Fatalf("another token on the host socket: %v", err)
+	}
+}
+
 func TestAccessToken(t *testing.T) {
 	a, good := startAgent(t, agenttest.Options{Token: "s3cret"})
 	ctx := testCtx(t)

@@ -75,8 +75,10 @@ type Server struct {
 	svc        *supervisor
 	closing    atomic.Bool // Shutdown began: the service is not restarted
 	// token is the SHA-256 of the access token (nil: none), replaced by
-	// POST /init's accessToken.
-	token atomic.Pointer[[32]byte]
+	// POST /init's accessToken; startToken the one the agent started with
+	// (still valid on ServeHost's listener).
+	token      atomic.Pointer[[32]byte]
+	startToken *[32]byte
 }
 
 // NewServer builds a server. It starts the process-wide reaper, so the
@@ -136,6 +138,24 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Serve serves HTTP/1.1 and cleartext HTTP/2 (for gRPC clients) on ln until
 // ctx is cancelled, then closes the listener and all connections.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	return s.serve(ctx, ln, false)
+}
+
+// hostConn marks the context of a connection accepted by ServeHost.
+type hostConn struct{}
+
+// ServeHost is Serve for the listener only the host reaches (the
+// sandbox's host socket) of an agent that also serves a second, reachable
+// one (--listen-also: the pod IP on an agentbox node). On it the access
+// token the agent started with stays valid after POST /init replaced the
+// token: a caller that rotated the token on the pod IP (a warm pool's
+// hand-out) shuts out the pool's token there, not the node that runs the
+// sandbox (its exec, logs and health checks).
+func (s *Server) ServeHost(ctx context.Context, ln net.Listener) error {
+	return s.serve(ctx, ln, true)
+}
+
+func (s *Server) serve(ctx context.Context, ln net.Listener, host bool) error {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
@@ -145,6 +165,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       10 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	if host {
+		srv.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
+			return context.WithValue(ctx, hostConn{}, true)
+		}
 	}
 	stop := context.AfterFunc(ctx, func() { srv.Close() })
 	defer stop()

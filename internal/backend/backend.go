@@ -165,3 +165,29 @@ type Snapshotter interface {
 	// sandbox.ClassInvalid.
 	SnapshotDiff(ctx context.Context, id sandbox.ID, w io.Writer) error
 }
+
+// WarmPooler is implemented by backends that keep warm pools themselves
+// (the kube backend: a SandboxWarmPool whose hits are SandboxClaims). The
+// manager's pool of a template such a backend pools is the backend's,
+// instead of sandboxes the manager creates one by one.
+type WarmPooler interface {
+	// PoolName returns the name of the backend's pool of template t for
+	// this daemon, or false when the backend keeps no pools of t.
+	PoolName(t sandbox.Template) (string, bool)
+	// EnsurePool creates pool name keeping replicas sandboxes of spec
+	// booted, or resizes it; a pool of name made from another spec is made
+	// again. spec.ID and spec.AccessToken are ignored.
+	EnsurePool(ctx context.Context, name string, spec sandbox.Spec, replicas int32) error
+	// PoolReady is the number of booted sandboxes pool name holds.
+	PoolReady(ctx context.Context, name string) (int, error)
+	// CreateFromPool hands sandbox spec.ID (of template spec.Template) out
+	// of pool name with spec.AccessToken, spec.Env and spec.Labels. It
+	// returns once the agent answers that token, or fails and leaves
+	// nothing of the sandbox behind.
+	CreateFromPool(ctx context.Context, name string, spec sandbox.Spec) (sandbox.Info, error)
+	// DeletePool deletes pool name and the sandboxes it holds that were
+	// not handed out. An unknown name is not an error.
+	DeletePool(ctx context.Context, name string) error
+	// Pools lists the names of this daemon's pools.
+	Pools(ctx context.Context) ([]string, error)
+}

@@ -197,7 +197,14 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 		return nil, err
 	}
 	if m.poolEligible(req) {
-		if p := m.poolFor(template.Ref); p != nil {
+		if cp := m.claimPoolFor(template.Ref); cp != nil {
+			if rec, ok, err := m.createClaimed(ctx, cp, owner, typ, template, req); ok || err != nil {
+				if err == nil {
+					m.metrics.created("pool", time.Since(start))
+				}
+				return rec, err
+			}
+		} else if p := m.poolFor(template.Ref); p != nil {
 			if rec, ok, err := m.takeFromPool(ctx, p, owner, typ, template, req); ok || err != nil {
 				if err == nil {
 					m.metrics.created("pool", time.Since(start))
@@ -258,6 +265,12 @@ func (m *Manager) unreserve(id sandbox.ID) {
 
 // createCold boots a new sandbox. poolKey is set for pool fills.
 func (m *Manager) createCold(ctx context.Context, owner string, template sandbox.Template, typ string, req CreateRequest, poolKey string) (*store.Record, error) {
+	return m.createNew(ctx, owner, template, typ, req, poolKey, nil)
+}
+
+// createNew makes a new sandbox: booted by the backend, or handed out of
+// the backend's own warm pool cp (nil: cold).
+func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.Template, typ string, req CreateRequest, poolKey string, cp *claimPool) (*store.Record, error) {
 	id := sandbox.NewID()
 	if err := m.reserve(id, owner); err != nil {
 		return nil, err
@@ -307,8 +320,15 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 	spec.Service = svc
 
 	bootStart := time.Now()
-	info, err := m.backend.Create(ctx, spec)
-	m.metrics.phase("backend_create", time.Since(bootStart))
+	var info sandbox.Info
+	if cp != nil {
+		rec.FromPool = true
+		info, err = cp.backend.CreateFromPool(ctx, cp.name, spec)
+		m.metrics.phase("backend_claim", time.Since(bootStart))
+	} else {
+		info, err = m.backend.Create(ctx, spec)
+		m.metrics.phase("backend_create", time.Since(bootStart))
+	}
 	if err != nil {
 		m.unreserveShared(ctx, id)
 		return nil, fmt.Errorf("create sandbox: %w", err)
@@ -334,7 +354,11 @@ func (m *Manager) createCold(ctx context.Context, owner string, template sandbox
 	e.rec, e.agent, e.creating, e.lastActive = rec, info.Agent, false, time.Now()
 	if poolKey == "" {
 		m.armTimerLocked(id, e)
-		e.logs.add("info", "created", map[string]any{"template": template.Ref})
+		msg := "created"
+		if cp != nil {
+			msg = "handed over from the warm pool"
+		}
+		e.logs.add("info", msg, map[string]any{"template": template.Ref})
 	} else {
 		e.logs.add("info", "created for the warm pool", map[string]any{"template": template.Ref})
 	}

@@ -219,6 +219,7 @@ func (m *Manager) heartbeatLoop(ctx context.Context) {
 
 func (m *Manager) startPools(ctx context.Context) {
 	defer m.dropOrphanPooled(ctx)
+	defer m.dropOrphanClaimPools(ctx)
 	if m.cfg.PoolSize <= 0 {
 		return
 	}
@@ -237,6 +238,9 @@ func (m *Manager) startPools(ctx context.Context) {
 			continue
 		}
 		seen[key] = true
+		if m.startClaimPool(ctx, key, t) {
+			continue
+		}
 		p := pool.New(key, m.cfg.PoolSize, m.poolFill(key), m.log)
 		m.mu.Lock()
 		m.pools[key] = p
@@ -319,6 +323,9 @@ func (m *Manager) PoolLevels() map[string]int {
 	m.mu.Unlock()
 	for k, p := range ps {
 		pools[k] = p.Len()
+	}
+	for _, st := range m.claimPoolStats() {
+		pools[st.Template] = st.Ready
 	}
 	return pools
 }

@@ -102,6 +102,8 @@ type Manager struct {
 	mu      sync.Mutex
 	entries map[sandbox.ID]*entry
 	pools   map[string]*pool.Pool // by template name (Template.Ref)
+	// claimPools are the pools the backend keeps itself (claimpool.go).
+	claimPools map[string]*claimPool
 
 	sessionLocks keyedMutex
 	// pauseLocks serialise Pause and Resume of one sandbox.
@@ -215,6 +217,11 @@ func (m *Manager) Shutdown(ctx context.Context, destroyAll bool) error {
 	m.mu.Unlock()
 	for _, p := range pools {
 		p.Stop() // pooled sandboxes stay recorded; destroyed below or recovered later
+	}
+	if destroyAll {
+		if err := m.deleteClaimPools(ctx); err != nil {
+			m.log.Warn("delete the backend's warm pools", "err", err)
+		}
 	}
 	m.mu.Lock()
 	ids := make([]sandbox.ID, 0, len(m.entries))

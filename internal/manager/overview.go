@@ -20,6 +20,7 @@ func (m *Manager) PoolStats() []pool.Stats {
 	for _, p := range ps {
 		out = append(out, p.Stats())
 	}
+	out = append(out, m.claimPoolStats()...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Template < out[j].Template })
 	return out
 }

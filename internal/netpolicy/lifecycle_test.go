@@ -176,6 +176,9 @@ func TestCloseRemovesGlobalState(t *testing.T) {
 	if mountedAt(t, cfg.NetnsDir) {
 		t.Errorf("netns dir still mounted")
 	}
+	if _, err := os.Stat(cfg.NetnsDir); !os.IsNotExist(err) {
+		t.Errorf("netns dir %s left behind: %v", cfg.NetnsDir, err)
+	}
 }
 
 func assertNoGlobalState(t *testing.T, cfg Config) {

@@ -105,6 +105,15 @@ func bridgeMAC(a netip.Addr) net.HardwareAddr {
 	return net.HardwareAddr{0x02, 0xab, b[0], b[1], b[2], b[3]}
 }
 
+// sandboxMAC is the MAC of the sandbox end of a veth: locally
+// administered unicast, derived from the sandbox's address (as the
+// bridge's is from its own), so whichever sandbox holds an address, the
+// host's neighbour entry of it stays right.
+func sandboxMAC(a netip.Addr) net.HardwareAddr {
+	b := a.As4()
+	return net.HardwareAddr{0x02, 0xa5, b[0], b[1], b[2], b[3]}
+}
+
 // deleteLink deletes a link by name; a missing link is not an error.
 func deleteLink(name string) error {
 	link, err := netlink.LinkByName(name)
@@ -145,6 +154,12 @@ func connectNetns(c vethConfig) error {
 		LinkAttrs:     netlink.LinkAttrs{Name: hostName, MasterIndex: c.bridge.Attrs().Index},
 		PeerName:      sandboxIfname,
 		PeerNamespace: netlink.NsFd(int(ns)),
+		// A MAC of the address, not a random one: an address is reused by
+		// the next sandbox, and the host's neighbour entry of the previous
+		// one (REACHABLE for 15-45 s) would keep sending its frames to a
+		// MAC that is gone — a connection the host opens to a new sandbox
+		// (a daemon dialling a pod IP) would hang until the entry expired.
+		PeerHardwareAddr: sandboxMAC(c.addr),
 	}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("create veth %s: %w", hostName, err)

@@ -412,6 +412,11 @@ func (m *Manager) close(removeAll bool) error {
 			errs = append(errs, fmt.Errorf("unmount %s: %w", m.cfg.NetnsDir, err))
 		}
 	}
+	// The directory New made, once empty (a namespace still mounted there
+	// keeps it, and its error is reported above).
+	if err := os.Remove(m.cfg.NetnsDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		m.log.Debug("netns dir kept", "dir", m.cfg.NetnsDir, "err", err)
+	}
 	if m.ipForwardSetBy {
 		if err := writeSysctl("net.ipv4.ip_forward", "0"); err != nil {
 			errs = append(errs, err)

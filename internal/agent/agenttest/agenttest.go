@@ -33,6 +33,9 @@ type Options struct {
 	// PIDNamespace runs the agent as PID 1 of a new PID namespace (via
 	// unshare(1); needs root), like in a real sandbox.
 	PIDNamespace bool
+	// ListenAlso is --listen-also (tcp://HOST:PORT), a second listener
+	// as on an agentbox node's pod IP.
+	ListenAlso string
 }
 
 // Agent is a running agent subprocess.
@@ -98,6 +101,9 @@ func Start(tb testing.TB, opts Options) *Agent {
 		level = "debug"
 	}
 	args := []string{bin, "--listen", "unix://" + a.Socket, "--workdir", a.Workdir, "--ready-fd", "3", "--log-level", level}
+	if opts.ListenAlso != "" {
+		args = append(args, "--listen-also", opts.ListenAlso)
+	}
 	if opts.PIDNamespace {
 		args = append([]string{"unshare", "--pid", "--fork", "--mount-proc", "--kill-child"}, args...)
 	}

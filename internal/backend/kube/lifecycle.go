@@ -224,6 +224,9 @@ func (b *Backend) waitRunning(ctx context.Context, bx *box) (sandbox.Info, error
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
 	defer cancel()
 	last := "no pod yet"
+	start := time.Now()
+	var seenRunning time.Duration
+	logged := ""
 	for {
 		// An API error is retried until the deadline: an apiserver blip
 		// must not fail a create that is going well.
@@ -239,16 +242,24 @@ func (b *Backend) waitRunning(ctx context.Context, bx *box) (sandbox.Info, error
 			}
 			if pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "" && pod.DeletionTimestamp == nil {
 				addr := net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(AgentPort))
+				if seenRunning == 0 {
+					seenRunning = time.Since(start)
+				}
 				err := b.health(ctx, addr)
 				if err == nil && bx.pool != "" {
 					// A pool's pod starts with the pool's token.
 					err = b.personalise(ctx, bx, addr)
 				}
 				if err == nil {
+					b.log.Debug("sandbox running", "sandbox", bx.id, "pod_running_ms", seenRunning.Milliseconds(), "agent_ms", time.Since(start).Milliseconds())
 					return b.runningInfo(bx, addr), nil
 				}
 				last = "agent at " + addr + ": " + err.Error()
 			}
+		}
+		if last != logged {
+			b.log.Debug("waiting for the sandbox's pod", "sandbox", bx.id, "ms", time.Since(start).Milliseconds(), "state", last)
+			logged = last
 		}
 		select {
 		case <-ctx.Done():

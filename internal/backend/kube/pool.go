@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -52,16 +54,75 @@ func (b *Backend) EnsurePool(ctx context.Context, name string, spec sandbox.Spec
 	if replicas < 0 || replicas > 1000 {
 		return sandbox.Errorf(sandbox.ClassInvalid, "pool size %d: want 0 to 1000", replicas)
 	}
-	token, err := newToken()
-	if err != nil {
-		return err
-	}
 	spec.ID = sandbox.ID(poolObjectName(name)) // validated like a sandbox's
-	spec.AccessToken = token
+	spec.AccessToken = ""
 	spec.Resources = spec.Resources.WithDefaults(b.cfg.Defaults)
 	if spec.Network.Mode == "" {
 		spec.Network.Mode = sandbox.NetworkNone
 	}
+	hash, err := specHash(spec)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		done, err := b.reusePool(ctx, name, hash, replicas)
+		if err != nil || done {
+			return err
+		}
+		err = b.createPool(ctx, name, spec, hash, replicas)
+		if !apierrors.IsAlreadyExists(err) || attempt == 2 {
+			return err
+		}
+		// Made meanwhile by another call: look at it again.
+	}
+}
+
+// specHash identifies the spec a pool's sandboxes are made from.
+func specHash(spec sandbox.Spec) (string, error) {
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return "", fmt.Errorf("kube: encode a pool's spec: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8]), nil
+}
+
+// reusePool looks at an existing pool name: one of this daemon made from
+// the same spec is kept (resized to replicas; done), one from another spec
+// is deleted (to be made again), one of another daemon is a conflict.
+func (b *Backend) reusePool(ctx context.Context, name, hash string, replicas int32) (done bool, err error) {
+	var wp extv1.SandboxWarmPool
+	err = b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: poolObjectName(name)}, &wp)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, apiErr(err, "get SandboxWarmPool")
+	case wp.Labels[LabelInstance] != b.cfg.Instance || wp.Labels[LabelManagedBy] != ManagedBy:
+		return false, sandbox.Errorf(sandbox.ClassConflict, "warm pool %s belongs to another daemon (instance %q)", name, wp.Labels[LabelInstance])
+	case wp.Annotations[annotationPoolSpec] != hash:
+		b.log.Info("remaking a warm pool whose sandboxes' spec changed", "pool", name)
+		return false, b.DeletePool(ctx, name)
+	case wp.Spec.Replicas == nil || *wp.Spec.Replicas != replicas:
+		patch := []byte(`{"spec":{"replicas":` + strconv.Itoa(int(replicas)) + `}}`)
+		if err := b.c.Patch(ctx, &wp, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return false, apiErr(err, "resize SandboxWarmPool")
+		}
+	}
+	return true, nil
+}
+
+// annotationPoolSpec holds the hash of the spec a warm pool was made from.
+const annotationPoolSpec = "agentbox.dev/pool-spec"
+
+// createPool makes warm pool name: its SandboxWarmPool, and owned by it
+// the pool's Secret, NetworkPolicy and SandboxTemplate.
+func (b *Backend) createPool(ctx context.Context, name string, spec sandbox.Spec, hash string, replicas int32) error {
+	token, err := newToken()
+	if err != nil {
+		return err
+	}
+	spec.AccessToken = token
 	if err := b.validate(spec); err != nil {
 		return err
 	}
@@ -72,12 +133,12 @@ func (b *Backend) EnsurePool(ctx context.Context, name string, spec sandbox.Spec
 	ns := b.cfg.Namespace
 	obj := poolObjectName(name)
 	pool := &extv1.SandboxWarmPool{
-		ObjectMeta: metav1.ObjectMeta{Name: obj, Namespace: ns, Labels: b.poolLabels(name)},
+		ObjectMeta: metav1.ObjectMeta{Name: obj, Namespace: ns, Labels: b.poolLabels(name), Annotations: map[string]string{annotationPoolSpec: hash}},
 		Spec:       extv1.SandboxWarmPoolSpec{Replicas: &replicas, TemplateRef: extv1.SandboxTemplateRef{Name: obj}},
 	}
 	if err := b.c.Create(ctx, pool); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return nil
+			return err // the caller looks again
 		}
 		return apiErr(err, "create SandboxWarmPool")
 	}
@@ -236,10 +297,12 @@ func (b *Backend) CreateFromPool(ctx context.Context, pool string, spec sandbox.
 	if err != nil {
 		return fail(apiErr(err, "create Secret"))
 	}
+	start := time.Now()
 	name, err := b.waitClaimed(ctx, claim.Name)
 	if err != nil {
 		return fail(err)
 	}
+	claimed := time.Since(start)
 	b.mu.Lock()
 	bx.name = name
 	b.mu.Unlock()
@@ -253,6 +316,7 @@ func (b *Backend) CreateFromPool(ctx context.Context, pool string, spec sandbox.
 	if err != nil {
 		return fail(err)
 	}
+	b.log.Debug("handed out of the warm pool", "sandbox", spec.ID, "pool", pool, "claimed_ms", claimed.Milliseconds(), "running_ms", time.Since(start).Milliseconds())
 	// The pod too (the controller owns its spec; labels are free).
 	if pod, err := b.pod(ctx, spec.ID); err == nil && pod != nil {
 		if err := b.c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+LabelSandbox+`":"`+string(spec.ID)+`"}}}`))); err != nil {
@@ -354,4 +418,45 @@ func newToken() (string, error) {
 
 func dnsLabelOK(s string) bool {
 	return sandbox.ID(s).Validate() == nil && s[len(s)-1] != '-'
+}
+
+var _ backend.WarmPooler = (*Backend)(nil)
+
+// PoolName implements backend.WarmPooler: the daemon's pool of a kube:
+// template is named after the template and this daemon's K8S_INSTANCE,
+// so daemons sharing a namespace keep pools of their own and a restarted
+// daemon finds its pool again.
+func (b *Backend) PoolName(t sandbox.Template) (string, bool) {
+	if t.Kind != TemplateKind {
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(b.cfg.Instance + "\x00" + t.Ref))
+	return "t" + hex.EncodeToString(sum[:6]), true
+}
+
+// PoolReady implements backend.WarmPooler.
+func (b *Backend) PoolReady(ctx context.Context, name string) (int, error) {
+	var wp extv1.SandboxWarmPool
+	if err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: poolObjectName(name)}, &wp); err != nil {
+		if apierrors.IsNotFound(err) {
+			return 0, sandbox.Errorf(sandbox.ClassNotFound, "no warm pool %q", name)
+		}
+		return 0, apiErr(err, "get SandboxWarmPool")
+	}
+	return int(wp.Status.ReadyReplicas), nil
+}
+
+// Pools implements backend.WarmPooler: the warm pools of this K8S_INSTANCE.
+func (b *Backend) Pools(ctx context.Context) ([]string, error) {
+	var list extv1.SandboxWarmPoolList
+	if err := b.c.List(ctx, &list, client.InNamespace(b.cfg.Namespace), client.MatchingLabels{LabelInstance: b.cfg.Instance, LabelManagedBy: ManagedBy}); err != nil {
+		return nil, apiErr(err, "list SandboxWarmPools")
+	}
+	var out []string
+	for _, wp := range list.Items {
+		if name := wp.Labels[LabelPool]; name != "" && wp.DeletionTimestamp == nil {
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }

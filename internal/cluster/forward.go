@@ -166,7 +166,7 @@ func (f *Forwarder) Wrap(next http.Handler) http.Handler {
 			from, _, _ := strings.Cut(v[0], ";")
 			f.cfg.Log.Debug("serving a forwarded request", "from", from, "method", r.Method, "path", r.URL.Path)
 			r.Header.Del(HeaderForwarded)
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardedKey{}, from)))
 			return
 		}
 		if !f.cfg.Shared || !f.forward(w, r) {
@@ -206,6 +206,36 @@ func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request) bool {
 		writeErr(w, http.StatusServiceUnavailable, "unavailable", fmt.Sprintf(
 			"sandbox %s is lost: its node %s stopped answering (no heartbeat within its lease); delete it, or restart that node", t.id, rec.Node))
 		return true
+	}
+	f.proxyTo(w, r, node)
+	return true
+}
+
+// forwardedKey marks the context of a request another replica forwarded.
+type forwardedKey struct{}
+
+// Forwarded reports whether r came from another replica (its forwarding
+// header verified): it is served here, never sent on.
+func Forwarded(r *http.Request) bool { return r.Context().Value(forwardedKey{}) != nil }
+
+// ServeBy serves r by the live replica that runs sandbox id, for a front-
+// end that finds the sandbox behind a request only once it read its own
+// records (agentscope: an identity redirected to a restored sandbox, or a
+// cleanup releasing sandboxes of every replica). It reports false, having
+// written nothing, when that is this daemon, no replica (the sandbox is
+// unknown, or its replica is lost), the store cannot say, or r was itself
+// forwarded: the caller serves r then. r's body must not have been read.
+func (f *Forwarder) ServeBy(w http.ResponseWriter, r *http.Request, id sandbox.ID) bool {
+	if !f.cfg.Shared || Forwarded(r) || id.Validate() != nil || (f.cfg.Local != nil && f.cfg.Local(id)) {
+		return false
+	}
+	rec, err := f.cfg.Store.Get(r.Context(), id)
+	if err != nil || rec.Node == "" || rec.Node == f.cfg.Self || rec.State == sandbox.StateCreating {
+		return false
+	}
+	node, live := f.node(r.Context(), rec.Node)
+	if !live {
+		return false
 	}
 	f.proxyTo(w, r, node)
 	return true

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/cluster"
+	"github.com/agentbox/agentbox/internal/compat/agentscope"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/netpolicy"
@@ -124,4 +125,19 @@ func forwarder(cfg *config.Config, node string, st store.Store, registry *cluste
 		PreviewDomain: cfg.PreviewDomain, Prefix: cfg.ContainerPrefix, Place: cfg.ClusterPlacement,
 		Shared: func() bool { _, ok := st.(store.Atomic); return ok }(), Log: log,
 	})
+}
+
+// docsOf is the store's documents for front-ends (agentscope's records):
+// shared between replicas on Redis, kept across restarts in bbolt.
+func docsOf(st store.Store) store.Docs {
+	d, _ := st.(store.Docs)
+	return d
+}
+
+// setPeers lets agentscope serve a call by the replica that runs its
+// sandbox, when replicas share the store.
+func setPeers(as *agentscope.Server, st store.Store, fw *cluster.Forwarder) {
+	if _, shared := st.(store.Atomic); shared {
+		as.SetPeers(fw)
+	}
 }

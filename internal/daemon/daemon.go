@@ -180,7 +180,7 @@ func Run(ctx context.Context, opts Options) error {
 	api.RegisterBuilds(httpapi.BuildConfig{Builder: bld, Store: templates})
 	as := agentscope.New(agentscope.Config{APIKeys: cfg.APIKeys, Prefix: cfg.ContainerPrefix, DefaultTypes: cfg.DefaultTypes,
 		StorageFolder: cfg.StorageFolder, SandboxTimeout: cfg.MaxTimeout, MaxOutput: cfg.MaxExecOutputBytes,
-		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log, DesktopLink: api.DesktopLink}, m)
+		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log, DesktopLink: api.DesktopLink, Docs: docsOf(st)}, m)
 	as.Register(api.Mux())
 	api.AllowBody("multipart/form-data", agentscope.IsMultipartUpload)
 	defer as.Close()
@@ -201,8 +201,10 @@ func Run(ctx context.Context, opts Options) error {
 	api.SetNodes(registry.List)
 	m.SetNodes(registry.List)
 	ln = newLimitListener(ln, maxConns, maxConnsPerIP, log)
+	fw := forwarder(cfg, node, st, registry, m, log)
+	setPeers(as, st, fw)
 	srv := &http.Server{
-		Handler:           withBodyTimeout(forwarder(cfg, node, st, registry, m, log).Wrap(api.Handler()), cfg.BodyTimeout),
+		Handler:           withBodyTimeout(fw.Wrap(api.Handler()), cfg.BodyTimeout),
 		ReadHeaderTimeout: cfg.HeaderTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		IdleTimeout:       2 * time.Minute,

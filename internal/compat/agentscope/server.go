@@ -2,12 +2,14 @@ package agentscope
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -39,8 +41,9 @@ type Server struct {
 func New(cfg Config, m *manager.Manager) *Server {
 	cfg.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
+	log := cfg.Logger.With("component", "agentscope")
 	s := &Server{
-		cfg: cfg, m: m, log: cfg.Logger.With("component", "agentscope"), reg: newRegistry(),
+		cfg: cfg, m: m, log: log, reg: newRegistry(cfg.Docs, log),
 		sessionLocks: map[string]*refMutex{},
 		mcps:         map[sandbox.ID]*mcpGroup{},
 		ctx:          ctx, cancel: cancel,
@@ -52,8 +55,12 @@ func New(cfg Config, m *manager.Manager) *Server {
 		s.cfg.StorageFolder = ""
 	}
 	m.OnHeartbeatRecycle(s.onRecycle)
+	m.OnGone(s.onGone)
 	return s
 }
+
+// SetPeers gives the front-end the other replicas (before it serves).
+func (s *Server) SetPeers(p Peers) { s.cfg.Peers = p }
 
 // Close stops the MCP servers this front-end started. Sandboxes are left
 // to the manager.
@@ -106,8 +113,25 @@ type refMutex struct {
 	refs int
 }
 
-// sessionLock locks the session key of owner and returns the unlock.
-func (s *Server) sessionLock(owner, key string) func() {
+// sessionHold bounds how long a session lock shared between replicas is
+// held (a restore creates sandboxes and copies workspaces), and how long a
+// call waits for it.
+const sessionHold, sessionWait = 5 * time.Minute, 5 * time.Minute
+
+// sessionLock locks the session key of owner, here and on every replica
+// sharing the store, and returns the unlock.
+func (s *Server) sessionLock(ctx context.Context, owner, key string) (func(), error) {
+	unlock := s.localSessionLock(owner, key)
+	shared, err := s.reg.lock(ctx, "session\x00"+owner+"\x00"+key, sessionHold, sessionWait)
+	if err != nil {
+		unlock()
+		return nil, fmt.Errorf("lock session %s: %w", key, err)
+	}
+	return func() { shared(); unlock() }, nil
+}
+
+// localSessionLock locks the session key of owner in this process.
+func (s *Server) localSessionLock(owner, key string) func() {
 	k := owner + "\x00" + key
 	s.sessionMu.Lock()
 	l := s.sessionLocks[k]

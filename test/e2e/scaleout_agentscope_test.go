@@ -1,0 +1,185 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+// asData calls an agentscope method on d as alice and returns its data,
+// failing the test on any answer but 200.
+func asData(t *testing.T, d *daemon, method string, body map[string]any) any {
+	t.Helper()
+	status, m := asCall(t, d, method, "k1", body)
+	if status != http.StatusOK {
+		t.Fatalf("%s on %s: %d %v", method, d.url, status, m)
+	}
+	return m["data"]
+}
+
+func asStrings(t *testing.T, v any) []string {
+	t.Helper()
+	list, ok := v.([]any)
+	if !ok {
+		t.Fatalf("not a list: %#v", v)
+	}
+	out := make([]string, len(list))
+	for i, x := range list {
+		out[i], _ = x.(string)
+	}
+	return out
+}
+
+func asInfo(t *testing.T, d *daemon, name string) map[string]any {
+	t.Helper()
+	info, ok := asData(t, d, "get_info", map[string]any{"identity": name}).(map[string]any)
+	if !ok {
+		t.Fatalf("get_info %s: not an object", name)
+	}
+	return info
+}
+
+func asCreate(t *testing.T, d *daemon, session string) string {
+	t.Helper()
+	body := map[string]any{"sandbox_type": "base"}
+	if session != "" {
+		body["meta"] = map[string]any{"session_ctx_id": session}
+	}
+	name, ok := asData(t, d, "create", body).(string)
+	if !ok || name == "" {
+		t.Fatalf("create on %s gave no name", d.url)
+	}
+	return name
+}
+
+// agentscope's state is shared by the replicas (Redis) and follows its
+// sandboxes whichever API ends them:
+//   - a session's mapping and keys answer the same on both replicas;
+//   - a sandbox deleted through the native API (forwarded to the replica
+//     that runs it) leaves its session at once, its record shows
+//     "released" on both, and the replica that ran it dropped its MCP
+//     servers (the gone hook);
+//   - a session recycled on A and restored by a call through B: calls on
+//     the old identity through A are served by the new sandbox on B, and
+//     releasing the old identity through A releases the new one on B;
+//   - cleanup through A releases the caller's sandboxes of both replicas.
+func TestScaleOutAgentscopeState(t *testing.T) {
+	requirePythonRequests(t) // the MCP echo server is a Python script
+	_, _, ds := startReplicas(t, 2, "CLUSTER_PLACEMENT=local", "POOL_SIZE=0", "HEARTBEAT_TIMEOUT=4", "CONTAINER_PREFIX_KEY="+asPrefix)
+	a, b := ds[0], ds[1]
+
+	// 1. One session, mapped the same through either replica.
+	key := fmt.Sprintf("sess-%d", time.Now().UnixNano())
+	s1 := asCreate(t, a, key)
+	for _, d := range []*daemon{a, b} {
+		if got := asStrings(t, asData(t, d, "get_session_mapping", map[string]any{"session_ctx_id": key})); !slices.Equal(got, []string{s1}) {
+			t.Fatalf("mapping through %s: %v", d.url, got)
+		}
+		if keys := asStrings(t, asData(t, d, "list_session_keys", nil)); !slices.Contains(keys, key) {
+			t.Fatalf("session keys through %s: %v", d.url, keys)
+		}
+	}
+
+	// 2. An MCP server on a sandbox of A, then the sandbox deleted through
+	// B's native API: gone from the session and released on both, its MCP
+	// servers dropped on A.
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := os.ReadFile(filepath.Join(root, "test", "compat", "agentscope", "mcp_echo_server.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, out := a.call(t, "PUT", "/proxy/"+s1+"/workspace/file?path=mcp_echo.py", "k1", server); st != http.StatusOK {
+		t.Fatalf("upload the MCP server: %d %s", st, out)
+	}
+	cfg := map[string]any{"mcpServers": map[string]any{"echo": map[string]any{"command": "python3", "args": []string{"/workspace/mcp_echo.py"}}}}
+	if got := asData(t, b, "add_mcp_servers", map[string]any{"identity": s1, "server_configs": cfg}); got != "OK" {
+		t.Fatalf("add_mcp_servers through B: %v", got)
+	}
+	if tools, _ := asData(t, b, "list_tools", map[string]any{"identity": s1}).(map[string]any); tools["echo"] == nil {
+		t.Fatalf("list_tools through B: %v", tools)
+	}
+	id1 := strings.TrimPrefix(s1, asPrefix)
+	if st, out := b.call(t, "DELETE", "/v1/sandboxes/"+id1, "k1", nil); st != http.StatusNoContent && st != http.StatusOK {
+		t.Fatalf("native delete through B: %d %s", st, out)
+	}
+	for _, d := range []*daemon{a, b} {
+		if got := asStrings(t, asData(t, d, "get_session_mapping", map[string]any{"session_ctx_id": key})); len(got) != 0 {
+			t.Fatalf("mapping through %s after a native delete: %v", d.url, got)
+		}
+		if keys := asStrings(t, asData(t, d, "list_session_keys", nil)); slices.Contains(keys, key) {
+			t.Fatalf("session keys through %s after a native delete: %v", d.url, keys)
+		}
+		if info := asInfo(t, d, s1); info["state"] != "released" || info["released_at"] == nil {
+			t.Fatalf("get_info through %s after a native delete: %v", d.url, info)
+		}
+	}
+	if !strings.Contains(a.logs.String(), "dropped the MCP servers and browser connection of a gone sandbox") {
+		t.Fatal("A kept the MCP servers of a sandbox deleted through the native API")
+	}
+
+	// 3. Recycled on A, restored through B, used and released through A.
+	key2 := key + "-2"
+	old := asCreate(t, a, key2)
+	deadline := time.Now().Add(60 * time.Second)
+	for asInfo(t, b, old)["state"] != "recycled" {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not recycled within 60 s of a 4 s heartbeat timeout: %v", old, asInfo(t, b, old))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if got := asStrings(t, asData(t, a, "get_session_mapping", map[string]any{"session_ctx_id": key2})); !slices.Equal(got, []string{old}) {
+		t.Fatalf("mapping of a recycled session through A: %v", got)
+	}
+	if got := asData(t, b, "check_health", map[string]any{"identity": old}); got != true {
+		t.Fatalf("check_health through B: %v", got)
+	}
+	info := asInfo(t, a, old)
+	nw, _ := info["redirect_to"].(string)
+	if info["state"] != "replaced" || nw == "" || nw == old {
+		t.Fatalf("old record after the restore, through A: %v", info)
+	}
+	if !strings.Contains(b.logs.String(), "agentscope sandbox restored") {
+		t.Fatal("B did not restore the session")
+	}
+	res, _ := asData(t, a, "call_tool", map[string]any{"identity": old, "tool_name": "run_shell_command",
+		"arguments": map[string]any{"command": "echo served-by-new"}}).(map[string]any)
+	if content, _ := res["content"].([]any); len(content) == 0 || !strings.Contains(fmt.Sprint(content[0]), "served-by-new") {
+		t.Fatalf("call_tool on the old identity through A: %v", res)
+	}
+	if got := asData(t, a, "release", map[string]any{"identity": old}); got != true {
+		t.Fatalf("release of the old identity through A: %v", got)
+	}
+	if st := asInfo(t, b, nw)["state"]; st != "released" {
+		t.Fatalf("the sandbox that replaced it, through B: %v", st)
+	}
+	if st, _ := b.call(t, "GET", "/v1/sandboxes/"+strings.TrimPrefix(nw, asPrefix), "k1", nil); st != http.StatusNotFound {
+		t.Fatalf("the released sandbox still exists: GET %d", st)
+	}
+	if got := asStrings(t, asData(t, a, "get_session_mapping", map[string]any{"session_ctx_id": key2})); len(got) != 0 {
+		t.Fatalf("mapping after the release: %v", got)
+	}
+
+	// 4. cleanup through A releases the caller's sandboxes of both.
+	x, y := asCreate(t, a, ""), asCreate(t, b, "")
+	if got := asData(t, a, "cleanup", nil); got != nil {
+		t.Fatalf("cleanup: %v", got)
+	}
+	for _, name := range []string{x, y} {
+		if st := asInfo(t, b, name)["state"]; st != "released" {
+			t.Fatalf("%s after cleanup through A: %v", name, st)
+		}
+		if st, _ := b.call(t, "GET", "/v1/sandboxes/"+strings.TrimPrefix(name, asPrefix), "k1", nil); st != http.StatusNotFound {
+			t.Fatalf("%s still exists after cleanup: GET %d", name, st)
+		}
+	}
+}

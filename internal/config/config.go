@@ -162,6 +162,9 @@ type Config struct {
 	// (CLUSTER_SECRET); ClusterPlacement spreads creates over the replicas.
 	ClusterSecret    string
 	ClusterPlacement bool
+	// Workers is WORKERS: worker processes `agentbox serve` runs, each a
+	// replica of its own (internal/daemon/workers.go).
+	Workers int
 	// KubeNode configures `agentbox node` (KUBE_NODE_*).
 	KubeNode KubeNode
 
@@ -416,12 +419,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"K8S_USER_NAMESPACES", "false", "run sandbox pods in user namespaces (hostUsers: false; the nodes must support it); root sandboxes need it", boolSetting(func(c *Config, b bool) { c.Kube.UserNamespaces = b })},
-	{"WORKERS", "1", "server processes; agentbox serves all requests from one process", func(c *Config, v string) error {
-		if n, err := strconv.Atoi(v); err != nil || n != 1 {
-			return fmt.Errorf("only 1 is supported (agentbox is one multi-threaded process)")
-		}
-		return nil
-	}},
+	{"WORKERS", "1", "server processes on this host; above 1 (needs REDIS_ENABLED) `agentbox serve` starts that many workers sharing PORT, each its own replica on the same Redis (docs/scale-out.md)", intIn(1, 32, func(c *Config, n int) { c.Workers = n })},
 	{"REDIS_ENABLED", "false", "keep sandbox records, sessions, pool membership and the node list in Redis (shared by several daemons) instead of the local bbolt file; see docs/scale-out.md", boolSetting(func(c *Config, b bool) { c.Redis.Enabled = b })},
 	{"REDIS_SERVER", "localhost", "Redis host name or address", func(c *Config, v string) error {
 		if v == "" || strings.ContainsAny(v, "/ \t") {

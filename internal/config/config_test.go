@@ -45,7 +45,7 @@ func TestErrorsNameTheSetting(t *testing.T) {
 		"PORT": "70000", "POOL_SIZE": "-2", "AUTO_CLEANUP": "maybe", "DEFAULT_MEMORY": "lots",
 		"HOST": "not an ip", "API_KEYS": "nouser", "READONLY_MOUNTS": "{not json", "NETWORK_SUBNET": "10.0.0.0/30",
 		"DEFAULT_SANDBOX_TYPE": "g/pu", "REGISTRY_MIRRORS": `{"docker.io":["ftp://x"]}`, "AGENTBOX_REGISTRY_AUTH": "[1]",
-		"RUNTIME_SANDBOX_IMAGE_TAG": "a:b", "RUNTIME_SANDBOX_REGISTRY": "a b", "TEMPLATE_MAX_PULLS": "0", "SANDBOX_TEMPLATES": `{"x":"a b"}`, "WORKERS": "4", "CONTAINER_DEPLOYMENT": "agentrun", "DEFAULT_TIMEOUT": "999999",
+		"RUNTIME_SANDBOX_IMAGE_TAG": "a:b", "RUNTIME_SANDBOX_REGISTRY": "a b", "TEMPLATE_MAX_PULLS": "0", "SANDBOX_TEMPLATES": `{"x":"a b"}`, "WORKERS": "33", "CONTAINER_DEPLOYMENT": "agentrun", "DEFAULT_TIMEOUT": "999999",
 		"K8S_NAMESPACE": "Bad_NS", "K8S_SECCOMP_PROFILE": "Unconfined", "K8S_INSTANCE": "a.b", "K8S_RUNTIME_CLASS": "x y", "K8S_NODE_SELECTOR": "novalue",
 	} {
 		_, err := Load("", nil, map[string]string{name: value})

@@ -101,8 +101,11 @@ func nodeID(cfg *config.Config, dataDir string) string {
 }
 
 // newRegistry announces this daemon, with its load, to the other replicas.
-func newRegistry(cfg *config.Config, id, addr, backendName string, nodes cluster.Nodes, m *manager.Manager, log *slog.Logger) *cluster.Registry {
+func newRegistry(cfg *config.Config, id, addr, announce, backendName string, nodes cluster.Nodes, m *manager.Manager, log *slog.Logger) *cluster.Registry {
 	address := cfg.NodeAddress
+	if announce != "" {
+		address = announce // a worker's own port (workers.go)
+	}
 	if address == "" {
 		address = "http://" + addr
 	}

@@ -53,6 +53,9 @@ func Run(ctx context.Context, opts Options) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.Workers > 1 && workerIndex() < 0 && opts.Listener == nil && opts.Backend == nil {
+		return superviseWorkers(ctx, cfg, log) // workers.go
+	}
 	if len(cfg.APIKeys) == 0 && !cfg.Loopback() {
 		return fmt.Errorf("refusing to listen on %s without an API key: set BEARER_TOKEN or API_KEYS, or HOST=127.0.0.1", cfg.Host)
 	}
@@ -190,14 +193,19 @@ func Run(ctx context.Context, opts Options) error {
 	api.SetSandboxPorts(e2.ServePort)
 	stopTools := startTools(cfg, api, as, log)
 
-	ln := opts.Listener
-	if ln == nil {
-		ln, err = net.Listen("tcp", cfg.Addr())
-		if err != nil {
+	ln, own, announce := opts.Listener, net.Listener(nil), ""
+	switch {
+	case ln != nil:
+	case workerIndex() >= 0:
+		if ln, own, announce, err = workerListeners(ctx, cfg); err != nil {
+			return err
+		}
+	default:
+		if ln, err = net.Listen("tcp", cfg.Addr()); err != nil {
 			return fmt.Errorf("listen: %w", err)
 		}
 	}
-	registry := newRegistry(cfg, node, ln.Addr().String(), b.Name(), nodes, m, log)
+	registry := newRegistry(cfg, node, ln.Addr().String(), announce, b.Name(), nodes, m, log)
 	api.SetNodes(registry.List)
 	m.SetNodes(registry.List)
 	ln = newLimitListener(ln, maxConns, maxConnsPerIP, log)
@@ -210,8 +218,12 @@ func Run(ctx context.Context, opts Options) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2) // the public listener, and a worker's own
 	go func() { serveErr <- srv.Serve(ln) }()
+	if own != nil {
+		// A worker's own port, where the other replicas forward to it.
+		go func() { serveErr <- srv.Serve(newLimitListener(own, maxConns, maxConnsPerIP, log)) }()
+	}
 	if len(cfg.APIKeys) > 0 && cfg.MetricsToken == "" {
 		log.Info("METRICS_TOKEN is not set: /metrics is refused to every caller")
 	}

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -111,6 +112,16 @@ func NewForwarder(cfg ForwardConfig) *Forwarder {
 			IdleConnTimeout:     90 * time.Second,
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if fb, ok := r.Context().Value(fallbackKey{}).(*fallback); ok && isDialError(err) {
+				// A placed create whose replica could not be reached (it
+				// just died or restarted, its lease not yet run out):
+				// nothing reached it, so this replica creates instead.
+				f.cfg.Log.Warn("placement: the chosen replica is unreachable; creating here", "node", fb.node, "err", err)
+				f.forget()
+				r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(fb.body)), int64(len(fb.body))
+				fb.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), fallbackKey{}, nil)))
+				return
+			}
 			f.cfg.Log.Warn("forward failed", "path", r.URL.Path, "err", err)
 			writeErr(w, http.StatusBadGateway, "unavailable", "the replica running this sandbox did not answer; retry")
 		},
@@ -169,7 +180,7 @@ func (f *Forwarder) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardedKey{}, from)))
 			return
 		}
-		if !f.cfg.Shared || !f.forward(w, r) {
+		if !f.cfg.Shared || !f.forward(w, r, next) {
 			next.ServeHTTP(w, r)
 		}
 	})
@@ -177,10 +188,10 @@ func (f *Forwarder) Wrap(next http.Handler) http.Handler {
 
 // forward serves r by another replica when it is for a sandbox that
 // replica runs (or a create placed there), reporting whether it did.
-func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request) bool {
+func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
 	t := f.target(r)
 	if t.create {
-		return f.place(w, r)
+		return f.place(w, r, next)
 	}
 	if t.id == "" || (f.cfg.Local != nil && f.cfg.Local(t.id)) {
 		return false
@@ -296,7 +307,7 @@ func wholeBody(r *http.Request) (io.ReadCloser, error) {
 
 // place forwards a create to the least loaded live node, when that is not
 // this one.
-func (f *Forwarder) place(w http.ResponseWriter, r *http.Request) bool {
+func (f *Forwarder) place(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
 	if !f.cfg.Place || len(f.cfg.Secret) == 0 {
 		return false
 	}
@@ -322,8 +333,42 @@ func (f *Forwarder) place(w http.ResponseWriter, r *http.Request) bool {
 	if target.ID == f.cfg.Self {
 		return false
 	}
+	if next != nil && r.ContentLength <= maxBufferedBody {
+		// Kept to create here should the chosen replica be unreachable.
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBufferedBody+1))
+		if err != nil || len(body) > maxBufferedBody {
+			writeErr(w, http.StatusBadRequest, "invalid_argument", "request body too large or unreadable")
+			return true
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		r = r.WithContext(context.WithValue(r.Context(), fallbackKey{}, &fallback{body: body, next: next, node: target.ID}))
+	}
 	f.proxyTo(w, r, target)
 	return true
+}
+
+// fallbackKey carries a placed create's fallback.
+type fallbackKey struct{}
+
+// fallback serves a placed create here when its replica is unreachable.
+type fallback struct {
+	body []byte
+	next http.Handler
+	node string
+}
+
+// isDialError reports whether err is a failure to connect (the request
+// never reached the other replica).
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// forget drops the cached node list, so the next request reads it afresh.
+func (f *Forwarder) forget() {
+	f.mu.Lock()
+	f.at = time.Time{}
+	f.mu.Unlock()
 }
 
 // lessLoaded orders nodes by handed-out sandboxes, then memory, then

@@ -246,3 +246,21 @@ func TestForwardStoreDown(t *testing.T) {
 		t.Fatalf("create with the store down: %d", resp.StatusCode)
 	}
 }
+
+// A create placed on a replica that cannot be reached (it died, its lease
+// has not run out) is served by the replica that got it, body intact.
+func TestPlaceFallsBackWhenUnreachable(t *testing.T) {
+	reps := newReplicas(t, store.NewMemory(), testSecret, "a", "b")
+	reps[1].srv.Close() // b (the least loaded) is gone
+	resp := do(t, "POST", reps[0].srv.URL+"/v1/sandboxes", `{"template":"x"}`)
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Served-By") != "a" || string(body) != `{"template":"x"}` {
+		t.Fatalf("got %d by %q: %s", resp.StatusCode, resp.Header.Get("X-Served-By"), body)
+	}
+	// A request for a sandbox b runs is not re-served here: 502.
+	st := reps[0].f.cfg.Store
+	st.Put(context.Background(), &store.Record{ID: "onb", Node: "b", Owner: "alice"})
+	if resp := do(t, "GET", reps[0].srv.URL+"/v1/sandboxes/onb/files", ""); resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("sandbox route to an unreachable replica: %d", resp.StatusCode)
+	}
+}

@@ -126,10 +126,9 @@ func superviseWorkers(ctx context.Context, cfg *config.Config, log *slog.Logger)
 	if err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find the agentbox binary for the workers: %w", err)
-	}
+	// The running binary itself: os.Executable may name runc's sealed
+	// in-memory copy of it, which has no path.
+	exe := "/proc/self/exe"
 	env := os.Environ()
 	if cfg.ClusterSecret == "" {
 		// The workers forward to each other: they need a shared secret,

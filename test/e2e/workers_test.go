@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+// workerPIDs returns the pid of each worker's latest start, from the
+// supervisor's log.
+func workerPIDs(d *daemon) map[int]int {
+	re := regexp.MustCompile(`msg="worker started" worker=(\d+) pid=(\d+)`)
+	out := map[int]int{}
+	for _, m := range re.FindAllStringSubmatch(d.logs.String(), -1) {
+		w, _ := strconv.Atoi(m[1])
+		pid, _ := strconv.Atoi(m[2])
+		out[w] = pid
+	}
+	return out
+}
+
+// alive reports whether pid runs (a zombie has exited).
+func alive(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// "pid (comm) S ...": the state follows the last ')'.
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+func waitWorkersGone(t *testing.T, pids map[int]int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for w, pid := range pids {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("worker %d (pid %d) still runs %s", w, pid, what)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// roundTrips creates, execs in and deletes n sandboxes through d's one
+// port, each request on a new connection (the kernel spreads connections
+// over the workers), and returns the nodes that ran them.
+func roundTrips(t *testing.T, d *daemon, rs *store.Redis, n int) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	c, err := client.New(d.url, client.WithAPIKey("k1"), client.WithHTTPClient(hc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]int{}
+	for i := 0; i < n; i++ {
+		sb, err := c.Create(ctx, client.CreateRequest{Timeout: time.Minute})
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		rec, err := rs.Get(ctx, sandbox.ID(sb.ID))
+		if err != nil {
+			t.Fatalf("record of %s: %v", sb.ID, err)
+		}
+		nodes[rec.Node]++
+		res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"echo", "round", strconv.Itoa(i)}})
+		if err != nil || res.Stdout != fmt.Sprintf("round %d\n", i) {
+			t.Fatalf("exec %d: %+v %v", i, res, err)
+		}
+		if err := c.Delete(ctx, sb.ID); err != nil {
+			t.Fatalf("delete %d: %v", i, err)
+		}
+	}
+	return nodes
+}
+
+// WORKERS=2 on one Redis: one port, two worker processes that are two
+// replicas. Creates, execs and deletes through the port all succeed and
+// land on both workers (forwarded when a request reaches the other one); a
+// worker killed is restarted; SIGTERM stops every worker; a supervisor
+// killed outright takes its workers with it. WORKERS=2 without Redis does
+// not start.
+func TestWorkers(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin, agentBin := binaries(t)
+	out, err := exec.Command(bin, "serve", "--set", "WORKERS=2", "--set", "AGENTBOX_DATA_DIR="+t.TempDir(), "--set", "AGENT_PATH="+agentBin).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "WORKERS=2 needs REDIS_ENABLED=true") {
+		t.Fatalf("WORKERS=2 without Redis: %v\n%s", err, out)
+	}
+
+	srv := testutil.StartRedis(t)
+	rs, err := store.OpenRedis(context.Background(), store.RedisConfig{Addr: srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	settings := []string{"WORKERS=2", "NODE_ID=wk", "REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", srv.Port),
+		"API_KEYS=k1:alice,ko:ops", "TEMPLATE_ADMIN_USERS=ops", "NETWORK=off", "POOL_SIZE=0", "DEFAULT_DISK=64M"}
+	d := startDaemon(t, settings...)
+	waitNodes(t, d, 2)
+	pids := workerPIDs(d)
+	if len(pids) != 2 {
+		t.Fatalf("worker pids from the log: %v", pids)
+	}
+
+	nodes := roundTrips(t, d, rs, 24)
+	if nodes["wk-w0"] == 0 || nodes["wk-w1"] == 0 || len(nodes) != 2 {
+		t.Fatalf("sandboxes per worker: %v", nodes)
+	}
+	for _, w := range []string{"w0", "w1"} {
+		if !strings.Contains(d.logs.String(), "serving a forwarded request") {
+			t.Fatalf("no request was forwarded between the workers (%s)", w)
+		}
+	}
+
+	// A worker killed outright comes back (same node, same data dir) and
+	// announces its new port.
+	address := func() string {
+		for _, n := range listNodes(t, d, "ko", http.StatusOK) {
+			if n.ID == "wk-w1" {
+				return n.Address
+			}
+		}
+		return ""
+	}
+	before := address()
+	if err := syscall.Kill(pids[1], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for workerPIDs(d)[1] == pids[1] {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker 1 not restarted within a minute:\n%s", lastLines(d.logs.String(), 30))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(d.logs.String(), "worker exited; restarting it") {
+		t.Fatal("the supervisor did not log the restart")
+	}
+	for a := address(); a == "" || a == before; a = address() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted worker 1 did not announce itself: %q", a)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The restarted worker serves again: both still take sandboxes.
+	deadline = time.Now().Add(2 * time.Minute)
+	for seen := map[string]int{}; seen["wk-w0"] == 0 || seen["wk-w1"] == 0; {
+		for k, v := range roundTrips(t, d, rs, 4) {
+			seen[k] += v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the restart, sandboxes per worker: %v", seen)
+		}
+	}
+
+	// SIGTERM: every worker stops, the supervisor exits.
+	pids = workerPIDs(d)
+	d.stop()
+	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("supervisor exit code %d", code)
+	}
+	waitWorkersGone(t, pids, "after SIGTERM")
+
+	// SIGKILL of the supervisor: its workers go too (no orphans).
+	d2 := startDaemon(t, settings...)
+	waitNodes(t, d2, 2)
+	pids = workerPIDs(d2)
+	if len(pids) != 2 {
+		t.Fatalf("worker pids from the log: %v", pids)
+	}
+	d2.kill()
+	waitWorkersGone(t, pids, "after their supervisor was killed")
+}

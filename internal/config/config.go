@@ -931,10 +931,11 @@ func redisKey(set func(*Config, string)) func(*Config, string) error {
 
 func boolSetting(set func(*Config, bool)) func(*Config, string) error {
 	return func(c *Config, v string) error {
+		// pydantic's spellings, which agentscope's .env files use.
 		switch strings.ToLower(v) {
-		case "1", "true", "yes", "on":
+		case "1", "true", "yes", "on", "t", "y":
 			set(c, true)
-		case "0", "false", "no", "off", "":
+		case "0", "false", "no", "off", "f", "n", "":
 			set(c, false)
 		default:
 			return fmt.Errorf("want true or false")

@@ -133,3 +133,57 @@ func TestTypeTemplate(t *testing.T) {
 		t.Errorf("template settings: %+v %v", c, err)
 	}
 }
+
+// agentscope's sandbox server .env, as its documentation writes it, loads
+// with every REDIS_* setting in the meaning agentscope gives it.
+func TestAgentscopeRedisSettings(t *testing.T) {
+	env := filepath.Join(t.TempDir(), ".env")
+	os.WriteFile(env, []byte(`# .env
+# Service settings
+HOST="0.0.0.0"
+PORT=8000
+WORKERS=4
+DEBUG=False
+BEARER_TOKEN=your-secret-token
+
+# Sandbox Manager settings
+DEFAULT_SANDBOX_TYPE=base
+POOL_SIZE=10
+AUTO_CLEANUP=True
+CONTAINER_PREFIX_KEY=agent-runtime-container-
+PORT_RANGE=[49152,59152]
+
+# Redis settings
+REDIS_ENABLED=True
+REDIS_SERVER=redis.internal
+REDIS_PORT=6380
+REDIS_DB=2
+REDIS_USER=your-redis-user
+REDIS_PASSWORD=your-redis-password
+REDIS_PORT_KEY=_agent_runtime_container_occupied_ports
+REDIS_CONTAINER_POOL_KEY=_agent_runtime_container_container_pool
+
+# K8S settings
+K8S_NAMESPACE=default
+KUBECONFIG_PATH=
+`), 0o600)
+	c, err := Load(env, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Redis
+	if !r.Enabled || r.Server != "redis.internal" || r.Port != 6380 || r.DB != 2 || r.User != "your-redis-user" ||
+		r.Password != "your-redis-password" || r.PoolKey != "_agent_runtime_container_container_pool" || c.Workers != 4 {
+		t.Fatalf("redis settings: %+v workers %d", r, c.Workers)
+	}
+	if !slices.Contains(c.Ignored, "REDIS_PORT_KEY") {
+		t.Fatalf("REDIS_PORT_KEY not reported as ignored: %v", c.Ignored)
+	}
+	// pydantic's other boolean spellings.
+	for v, want := range map[string]bool{"t": true, "Y": true, "on": true, "F": false, "n": false, "off": false} {
+		c, err := Load("", nil, map[string]string{"REDIS_ENABLED": v})
+		if err != nil || c.Redis.Enabled != want {
+			t.Errorf("REDIS_ENABLED=%s: %v %v", v, c.Redis.Enabled, err)
+		}
+	}
+}

@@ -1,14 +1,18 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/agentbox/agentbox/internal/testutil"
 )
@@ -181,5 +185,88 @@ func TestScaleOutAgentscopeState(t *testing.T) {
 		if st, _ := b.call(t, "GET", "/v1/sandboxes/"+strings.TrimPrefix(name, asPrefix), "k1", nil); st != http.StatusNotFound {
 			t.Fatalf("%s still exists after cleanup: GET %d", name, st)
 		}
+	}
+}
+
+// Two replicas configured by an agentscope sandbox server's own .env (its
+// REDIS_* settings, spelled as agentscope writes them: an ACL user and
+// password, database 3, its pool key; REDIS_PORT_KEY accepted and
+// ignored) serve agentscope's suite through a round-robin balancer, with
+// their state in that database under that pool key and nothing in
+// database 0. A wrong password stops a daemon at start with a clear error
+// that does not print the password.
+func TestAgentscopeRedisSettingsTwoReplicas(t *testing.T) {
+	requirePythonRequests(t)
+	const user, password, defaultPassword = "agentscope", "user-pw-31c9e5", "default-pw-8d02aa"
+	srv := testutil.StartRedisACL(t, user, password, defaultPassword)
+	storage := filepath.Join(testutil.ShortTempDir(t), "storage")
+	envFile := filepath.Join(t.TempDir(), "agentscope.env")
+	if err := os.WriteFile(envFile, []byte(fmt.Sprintf(`# agentscope-runtime sandbox server settings
+BEARER_TOKEN=%s
+DEFAULT_SANDBOX_TYPE=base
+POOL_SIZE=1
+AUTO_CLEANUP=True
+CONTAINER_PREFIX_KEY=%s
+PORT_RANGE=[49152,59152]
+STORAGE_FOLDER=%s
+HEARTBEAT_TIMEOUT=%d
+
+# Redis settings
+REDIS_ENABLED=True
+REDIS_SERVER=localhost
+REDIS_PORT=%d
+REDIS_DB=3
+REDIS_USER=%s
+REDIS_PASSWORD=%s
+REDIS_PORT_KEY=_agent_runtime_container_occupied_ports
+REDIS_CONTAINER_POOL_KEY=_agent_runtime_container_container_pool
+`, asToken, asPrefix, storage, asHeartbeat, srv.Port, user, password)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	bin, agentBin := binaries(t)
+	const wrong = "not-the-pw-5e1b77"
+	cmd := exec.Command(bin, "serve", "--config", envFile, "--set", "REDIS_PASSWORD="+wrong, "--set", "AGENTBOX_DATA_DIR="+t.TempDir())
+	cmd.Env = append(cleanEnv(), "AGENT_PATH="+agentBin, "NETWORK=off")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "Redis") || strings.Contains(string(out), wrong) {
+		t.Fatalf("a wrong REDIS_PASSWORD: %v\n%s", err, out)
+	}
+
+	extra := []string{"API_KEYS=" + asOtherToken + ":bob", "CLUSTER_SECRET=" + clusterSecret, fmt.Sprintf("MAX_SANDBOX_INSTANCES=%d", asMax)}
+	a := startDaemonArgs(t, testutil.ShortTempDir(t), []string{"--config", envFile}, append(extra, "NODE_ID=r0")...)
+	b := startDaemonArgs(t, testutil.ShortTempDir(t), []string{"--config", envFile}, append(extra, "NODE_ID=r1")...)
+	if !strings.Contains(a.logs.String(), "REDIS_PORT_KEY") {
+		t.Fatal("REDIS_PORT_KEY was not reported as ignored")
+	}
+	url, served := roundRobin(t, []*daemon{a, b})
+	lb := &daemon{t: t, url: url, logs: &testutil.SyncBuffer{}}
+	runPythonSuite(t, lb, "test*.py", "AGENTBOX_OTHER_TOKEN="+asOtherToken, "AGENTBOX_PREFIX="+asPrefix,
+		fmt.Sprintf("AGENTBOX_MAX_INSTANCES=%d", asMax), fmt.Sprintf("AGENTBOX_HEARTBEAT=%d", asHeartbeat),
+		"AGENTBOX_STORAGE="+storage)
+	if n0, n1 := served[0].Load(), served[1].Load(); n0 < 50 || n1 < 50 {
+		t.Fatalf("the balancer sent %d and %d requests to the replicas", n0, n1)
+	}
+
+	ctx := context.Background()
+	keys := func(db int, pattern string) []string {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DB: db, Username: user, Password: password})
+		defer c.Close()
+		k, err := c.Keys(ctx, pattern).Result()
+		if err != nil {
+			t.Fatalf("KEYS %s in db %d: %v", pattern, db, err)
+		}
+		return k
+	}
+	if k := keys(3, "agentbox:node:*"); len(k) != 2 {
+		t.Fatalf("node keys in db 3: %v", k)
+	}
+	for _, node := range []string{"r0", "r1"} {
+		if k := keys(3, "_agent_runtime_container_container_pool:"+node+":*"); len(k) == 0 {
+			t.Fatalf("no pool set of %s under REDIS_CONTAINER_POOL_KEY in db 3: %v", node, keys(3, "*"))
+		}
+	}
+	if k := keys(0, "*"); len(k) != 0 {
+		t.Fatalf("keys in db 0: %v", k)
 	}
 }

@@ -83,6 +83,9 @@ type Forwarder struct {
 	cached []store.Node
 	at     time.Time
 	ttl    time.Duration // how long cached serves (nodesTTL)
+	// placed holds when this replica sent creates to each node, until
+	// that node's heartbeat counts them (place).
+	placed map[string][]time.Time
 }
 
 // NewForwarder returns a forwarder.
@@ -103,6 +106,17 @@ func NewForwarder(cfg ForwardConfig) *Forwarder {
 			pr.SetXForwarded()
 			pr.Out.Header.Set(HeaderForwarded, f.sign(pr.Out.Method, pr.In.URL.RequestURI(), time.Now()))
 		},
+		// A placed create refused by its replica's own limit (it filled up
+		// since its last heartbeat): this replica tries instead.
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode == http.StatusTooManyRequests && resp.Request != nil {
+				if fb, ok := resp.Request.Context().Value(fallbackKey{}).(*fallback); ok && fb != nil {
+					resp.Body.Close()
+					return errPlacedFull
+				}
+			}
+			return nil
+		},
 		// Streams (exec output, downloads, PTY) pass as they come.
 		FlushInterval: -1,
 		Transport: &http.Transport{
@@ -112,11 +126,12 @@ func NewForwarder(cfg ForwardConfig) *Forwarder {
 			IdleConnTimeout:     90 * time.Second,
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if fb, ok := r.Context().Value(fallbackKey{}).(*fallback); ok && isDialError(err) {
+			if fb, ok := r.Context().Value(fallbackKey{}).(*fallback); ok && fb != nil && (isDialError(err) || errors.Is(err, errPlacedFull)) {
 				// A placed create whose replica could not be reached (it
-				// just died or restarted, its lease not yet run out):
-				// nothing reached it, so this replica creates instead.
-				f.cfg.Log.Warn("placement: the chosen replica is unreachable; creating here", "node", fb.node, "err", err)
+				// just died or restarted, its lease not yet run out) or
+				// refused it (full, or a limit of its own): this replica
+				// creates instead (its own limits apply).
+				f.cfg.Log.Warn("placement: the chosen replica did not take the create; creating here", "node", fb.node, "err", err)
 				f.forget()
 				r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(fb.body)), int64(len(fb.body))
 				fb.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), fallbackKey{}, nil)))
@@ -311,24 +326,37 @@ func (f *Forwarder) place(w http.ResponseWriter, r *http.Request, next http.Hand
 	if !f.cfg.Place || len(f.cfg.Secret) == 0 {
 		return false
 	}
-	f.live(r.Context()) // refresh the cache when it is old
-	f.mu.Lock()
-	nodes := f.cached
+	nodes := f.live(r.Context()) // refreshed when old
 	if len(nodes) < 2 {
-		f.mu.Unlock()
 		return false
 	}
-	best := 0
-	for i, n := range nodes {
-		if lessLoaded(n, nodes[best], f.cfg.Self) {
+	f.mu.Lock()
+	now := time.Now()
+	best := -1
+	for i := range nodes {
+		n := &nodes[i]
+		// Loads are as of each node's last heartbeat: add the creates this
+		// replica sent it since, so a burst between two heartbeats spreads
+		// instead of piling onto the node that was least loaded when it
+		// began (and a node's room is not overrun).
+		n.Sandboxes += f.placedSince(n.ID, n.SeenAt.Add(-placedMargin), now)
+		if n.MaxSandboxes > 0 && n.Sandboxes-n.Pooled >= n.MaxSandboxes {
+			continue // full
+		}
+		if best < 0 || lessLoaded(*n, nodes[best], f.cfg.Self) {
 			best = i
 		}
 	}
-	// Count the create on the chosen node until the next refresh, so a
-	// burst between two heartbeats spreads instead of piling onto the node
-	// that was least loaded when it began.
-	nodes[best].Sandboxes++
+	if best < 0 {
+		// Every replica is full: this one answers (its own limit refuses).
+		f.mu.Unlock()
+		return false
+	}
 	target := nodes[best]
+	if f.placed == nil {
+		f.placed = map[string][]time.Time{}
+	}
+	f.placed[target.ID] = append(f.placed[target.ID], now)
 	f.mu.Unlock()
 	if target.ID == f.cfg.Self {
 		return false
@@ -347,6 +375,33 @@ func (f *Forwarder) place(w http.ResponseWriter, r *http.Request, next http.Hand
 	return true
 }
 
+// placedMargin is how long before a heartbeat a create sent to its node
+// may still be missing from the load it announced (it had not reached the
+// node yet): counted twice rather than not at all.
+const placedMargin = time.Second
+
+// placedSince counts the creates sent to node after since, dropping older
+// ones (and every record of a node not heard of for a minute). f.mu held.
+func (f *Forwarder) placedSince(node string, since, now time.Time) int {
+	times := f.placed[node]
+	i := 0
+	for i < len(times) && !times[i].After(since) {
+		i++
+	}
+	times = times[i:]
+	if len(times) == 0 {
+		delete(f.placed, node)
+	} else {
+		f.placed[node] = times
+	}
+	for id, ts := range f.placed {
+		if now.Sub(ts[len(ts)-1]) > time.Minute {
+			delete(f.placed, id)
+		}
+	}
+	return len(times)
+}
+
 // fallbackKey carries a placed create's fallback.
 type fallbackKey struct{}
 
@@ -356,6 +411,9 @@ type fallback struct {
 	next http.Handler
 	node string
 }
+
+// errPlacedFull is a placed create refused with 429 by its replica.
+var errPlacedFull = errors.New("the chosen replica refused the create (429)")
 
 // isDialError reports whether err is a failure to connect (the request
 // never reached the other replica).

@@ -264,3 +264,50 @@ func TestPlaceFallsBackWhenUnreachable(t *testing.T) {
 		t.Fatalf("sandbox route to an unreachable replica: %d", resp.StatusCode)
 	}
 }
+
+// Placement adds the creates it sent to a node since that node's last
+// heartbeat to its load, and skips nodes that are full (NODE_MAX_SANDBOXES).
+func TestPlaceCountsAndSkipsFull(t *testing.T) {
+	var reps []*replica
+	seen := time.Now()
+	nodes := func(context.Context) ([]store.Node, error) {
+		var out []store.Node
+		for _, r := range reps {
+			n := store.Node{ID: r.id, Address: r.srv.URL, SeenAt: seen}
+			switch r.id {
+			case "a":
+				n.Sandboxes = 5
+			case "b":
+				n.Sandboxes = 1
+			case "c":
+				n.MaxSandboxes = 1
+			}
+			out = append(out, n)
+		}
+		return out, nil
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		r := &replica{id: id}
+		r.f = NewForwarder(ForwardConfig{Self: id, Secret: []byte(testSecret), Store: store.NewMemory(), Nodes: nodes, Shared: true, Place: true})
+		r.srv = httptest.NewServer(r.f.Wrap(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			w.Header().Set("X-Served-By", id)
+		})))
+		t.Cleanup(r.srv.Close)
+		reps = append(reps, r)
+	}
+	var got []string
+	for i := 0; i < 6; i++ {
+		got = append(got, do(t, "POST", reps[0].srv.URL+"/v1/sandboxes", "{}").Header.Get("X-Served-By"))
+	}
+	// c (empty, room for one), then b until it has a's 5, then a (self) on ties.
+	if want := "c b b b b a"; strings.Join(got, " ") != want {
+		t.Fatalf("placed on %q, want %q", strings.Join(got, " "), want)
+	}
+	// A heartbeat that counts them replaces the creates sent before it.
+	reps[0].f.mu.Lock()
+	n := reps[0].f.placedSince("b", time.Now().Add(time.Second), time.Now())
+	reps[0].f.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d placements kept after a later heartbeat", n)
+	}
+}

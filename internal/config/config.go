@@ -158,6 +158,9 @@ type Config struct {
 	Redis       RedisConfig
 	NodeID      string
 	NodeAddress string
+	// NodeMaxSandboxes caps the sandboxes this replica hands out at once
+	// (NODE_MAX_SANDBOXES; 0: none).
+	NodeMaxSandboxes int
 	// ClusterSecret authenticates requests one replica forwards to another
 	// (CLUSTER_SECRET); ClusterPlacement spreads creates over the replicas.
 	ClusterSecret    string
@@ -442,6 +445,7 @@ var settings = []setting{
 		c.NodeID = v
 		return nil
 	}},
+	{"NODE_MAX_SANDBOXES", "0", "sandboxes this replica hands out at most at once (warm pooled ones not counted); placement sends creates to replicas with room; 0: no limit", intIn(0, 1<<20, func(c *Config, n int) { c.NodeMaxSandboxes = n })},
 	{"NODE_ADDRESS", "", "URL other replicas and operators reach this daemon at, shown in GET /v1/nodes; empty: http://HOST:PORT", func(c *Config, v string) error { c.NodeAddress = v; return nil }},
 	{"CLUSTER_SECRET", "", "secret shared by the replicas on one Redis, signing the requests one forwards to the replica that runs the sandbox (at least 32 characters); empty: nothing is forwarded and another replica's sandbox answers 503", func(c *Config, v string) error {
 		if v != "" && len(v) < 32 {

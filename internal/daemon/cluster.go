@@ -113,7 +113,7 @@ func newRegistry(cfg *config.Config, id, addr, announce, backendName string, nod
 	return cluster.New(nodes, func() store.Node {
 		l := m.Load()
 		return store.Node{ID: id, Address: address, Backends: []string{backendName}, Version: version.Version,
-			Sandboxes: l.Sandboxes, Pooled: l.Pooled, MemoryBytes: l.MemoryBytes, StartedAt: started}
+			Sandboxes: l.Sandboxes, Pooled: l.Pooled, MemoryBytes: l.MemoryBytes, MaxSandboxes: cfg.NodeMaxSandboxes, StartedAt: started}
 	}, cluster.DefaultTTL, log)
 }
 

@@ -14,6 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
@@ -268,5 +271,64 @@ REDIS_CONTAINER_POOL_KEY=_agent_runtime_container_container_pool
 	}
 	if k := keys(0, "*"); len(k) != 0 {
 		t.Fatalf("keys in db 0: %v", k)
+	}
+}
+
+// Three replicas, creates through one of them: least_loaded spreads them
+// (each goes to the replica with the fewest handed-out sandboxes, counting
+// the creates sent since its last heartbeat), and r2, full at its
+// NODE_MAX_SANDBOXES=1, gets one and is skipped after: every create
+// succeeds. A create sent to the full replica itself is placed elsewhere.
+func TestScaleOutPlacementThreeReplicas(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	settings := []string{"REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", srv.Port),
+		"API_KEYS=k1:alice,ko:ops", "TEMPLATE_ADMIN_USERS=ops", "CLUSTER_SECRET=" + clusterSecret,
+		"NETWORK=off", "DEFAULT_DISK=64M", "POOL_SIZE=0", "CLUSTER_PLACEMENT=least_loaded"}
+	ds := []*daemon{
+		startDaemon(t, append(settings, "NODE_ID=r0")...),
+		startDaemon(t, append(settings, "NODE_ID=r1")...),
+		startDaemon(t, append(settings, "NODE_ID=r2", "NODE_MAX_SANDBOXES=1")...),
+	}
+	for _, d := range ds {
+		waitNodes(t, d, 3)
+	}
+	for _, n := range listNodes(t, ds[0], "ko", http.StatusOK) {
+		if want := map[string]int{"r2": 1}[n.ID]; n.MaxSandboxes != want {
+			t.Fatalf("node %s announces max_sandboxes %d, want %d", n.ID, n.MaxSandboxes, want)
+		}
+	}
+	rs, err := store.OpenRedis(context.Background(), store.RedisConfig{Addr: srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	on := map[string]int{}
+	c0 := ds[0].sdk(t, "k1")
+	for i := 0; i < 9; i++ {
+		sb, err := c0.Create(ctx, client.CreateRequest{Timeout: 5 * time.Minute})
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		rec, err := rs.Get(ctx, sandbox.ID(sb.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		on[rec.Node]++
+	}
+	// r2 took exactly its one; r0 and r1 shared the rest (each create to
+	// the one with fewer; a heartbeat landing mid-create may count one
+	// twice, so not always 4 and 4).
+	if on["r2"] != 1 || on["r0"] < 3 || on["r1"] < 3 || on["r0"]+on["r1"] != 8 {
+		t.Fatalf("creates per replica: %v", on)
+	}
+	// Through the full replica itself: placed on another.
+	sb, err := ds[2].sdk(t, "k1").Create(ctx, client.CreateRequest{Timeout: 5 * time.Minute})
+	if err != nil {
+		t.Fatalf("create through the full replica: %v", err)
+	}
+	if rec, err := rs.Get(ctx, sandbox.ID(sb.ID)); err != nil || rec.Node == "r2" {
+		t.Fatalf("a create through the full replica ran on %v (%v)", rec, err)
 	}
 }

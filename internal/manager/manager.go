@@ -107,7 +107,7 @@ type Manager struct {
 	entries map[sandbox.ID]*entry
 	// nodeCreates counts creates holding a NodeMaxSandboxes slot (node.go).
 	nodeCreates int
-	pools   map[string]*pool.Pool // by template name (Template.Ref)
+	pools       map[string]*pool.Pool // by template name (Template.Ref)
 
 	sessionLocks keyedMutex
 	// pauseLocks serialise Pause and Resume of one sandbox.

@@ -28,7 +28,7 @@ type Node struct {
 	// - Pooled) the node takes at most; 0: no limit.
 	MaxSandboxes int       `json:"max_sandboxes,omitempty"`
 	StartedAt    time.Time `json:"started_at"`
-	SeenAt      time.Time `json:"seen_at"`
+	SeenAt       time.Time `json:"seen_at"`
 }
 
 func (r *Redis) nodeKey(id string) string { return r.prefix + ":node:" + id }

@@ -202,26 +202,6 @@ func (g *registry) session(ctx context.Context, owner, key string) ([]*record, e
 	return out, nil
 }
 
-// sessionKeys lists owner's session keys that have bound sandboxes.
-func (g *registry) sessionKeys(ctx context.Context, owner string) ([]string, error) {
-	recs, err := g.all(ctx, owner)
-	if err != nil {
-		return nil, err
-	}
-	seen := map[string]bool{}
-	for _, r := range recs {
-		if r.Session != "" && (r.live() || r.State == stateRecycled) {
-			seen[r.Session] = true
-		}
-	}
-	keys := make([]string, 0, len(seen))
-	for k := range seen {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys, nil
-}
-
 // owned lists owner's records in a live state.
 func (g *registry) owned(ctx context.Context, owner string) ([]*record, error) {
 	recs, err := g.all(ctx, owner)

@@ -2,6 +2,7 @@ package agentscope
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/store"
@@ -139,7 +140,7 @@ func (s *Server) apiGetSessionMapping(ctx context.Context, c *call) (any, error)
 		return nil, err
 	}
 	names := []string{}
-	for _, r := range recs {
+	for _, r := range s.stillBound(ctx, recs) {
 		names = append(names, r.Name)
 	}
 	return names, nil
@@ -150,7 +151,41 @@ func (s *Server) apiListSessionKeys(ctx context.Context, c *call) (any, error) {
 	for _, key := range s.m.SessionKeys(c.owner) {
 		s.adoptSession(ctx, c.owner, key)
 	}
-	return s.reg.sessionKeys(ctx, c.owner)
+	recs, err := s.reg.all(ctx, c.owner)
+	if err != nil {
+		return nil, err
+	}
+	var bound []*record
+	for _, r := range recs {
+		if r.Session != "" && (r.live() || r.State == stateRecycled) {
+			bound = append(bound, r)
+		}
+	}
+	seen := map[string]bool{}
+	keys := []string{}
+	for _, r := range s.stillBound(ctx, bound) {
+		if !seen[r.Session] {
+			seen[r.Session] = true
+			keys = append(keys, r.Session)
+		}
+	}
+	sort.Strings(keys)
+	return keys, nil
+}
+
+// stillBound drops the live records whose sandbox is gone (it went while
+// no gone hook could see it: a host crash, say), turning them released.
+func (s *Server) stillBound(ctx context.Context, recs []*record) []*record {
+	out := recs[:0]
+	for _, r := range recs {
+		if r.live() {
+			if r = s.checkLive(ctx, r); !r.live() {
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // adoptSession makes sure the manager's agentscope sandboxes of a session

@@ -155,8 +155,8 @@ func TestRegistry(t *testing.T) {
 	if g.find(ctx, "u", "p-", "a") == nil || g.find(ctx, "other", "p-", "a") != nil {
 		t.Fatal("find by short name, per owner")
 	}
-	if keys, err := g.sessionKeys(ctx, "u"); err != nil || len(keys) != 1 || keys[0] != "s" {
-		t.Fatalf("keys %v %v", keys, err)
+	if all, err := g.all(ctx, "u"); err != nil || len(all) != 2 {
+		t.Fatalf("u's records %v %v", all, err)
 	}
 	if u := g.update(ctx, "p-a", func(r *record) { r.State, r.Session = stateReleased, "" }); u == nil || u.State != stateReleased {
 		t.Fatalf("update: %+v", u)

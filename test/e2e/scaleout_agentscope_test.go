@@ -73,13 +73,15 @@ func asCreate(t *testing.T, d *daemon, session string) string {
 //     that runs it) leaves its session at once, its record shows
 //     "released" on both, and the replica that ran it dropped its MCP
 //     servers (the gone hook);
-//   - a session recycled on A and restored by a call through B: calls on
-//     the old identity through A are served by the new sandbox on B, and
-//     releasing the old identity through A releases the new one on B;
+//   - a session recycled on A and restored by a call through B (on A or B:
+//     which one depends on whether A had finished destroying it): calls on
+//     the old identity through the other replica are served by the new
+//     sandbox's, and releasing the old identity through the other replica
+//     releases the new one;
 //   - cleanup through A releases the caller's sandboxes of both replicas.
 func TestScaleOutAgentscopeState(t *testing.T) {
 	requirePythonRequests(t) // the MCP echo server is a Python script
-	_, _, ds := startReplicas(t, 2, "CLUSTER_PLACEMENT=local", "POOL_SIZE=0", "HEARTBEAT_TIMEOUT=4", "CONTAINER_PREFIX_KEY="+asPrefix)
+	_, rs, ds := startReplicas(t, 2, "CLUSTER_PLACEMENT=local", "POOL_SIZE=0", "HEARTBEAT_TIMEOUT=4", "CONTAINER_PREFIX_KEY="+asPrefix)
 	a, b := ds[0], ds[1]
 
 	// 1. One session, mapped the same through either replica.
@@ -134,7 +136,8 @@ func TestScaleOutAgentscopeState(t *testing.T) {
 		t.Fatal("A kept the MCP servers of a sandbox deleted through the native API")
 	}
 
-	// 3. Recycled on A, restored through B, used and released through A.
+	// 3. Recycled on A, restored through B, used and released through the
+	// replica that does not run the new sandbox.
 	key2 := key + "-2"
 	old := asCreate(t, a, key2)
 	deadline := time.Now().Add(60 * time.Second)
@@ -143,6 +146,16 @@ func TestScaleOutAgentscopeState(t *testing.T) {
 			t.Fatalf("%s not recycled within 60 s of a 4 s heartbeat timeout: %v", old, asInfo(t, b, old))
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+	// Its sandbox is destroyed right after it is marked recycled.
+	for {
+		if _, err := rs.Get(context.Background(), sandbox.ID(strings.TrimPrefix(old, asPrefix))); sandbox.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the recycled sandbox %s was not destroyed", old)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if got := asStrings(t, asData(t, a, "get_session_mapping", map[string]any{"session_ctx_id": key2})); !slices.Equal(got, []string{old}) {
 		t.Fatalf("mapping of a recycled session through A: %v", got)
@@ -157,6 +170,10 @@ func TestScaleOutAgentscopeState(t *testing.T) {
 	}
 	if !strings.Contains(b.logs.String(), "agentscope sandbox restored") {
 		t.Fatal("B did not restore the session")
+	}
+	host, err := rs.Get(context.Background(), sandbox.ID(strings.TrimPrefix(nw, asPrefix)))
+	if err != nil || host.Node != "r1" {
+		t.Fatalf("the new sandbox runs on %+v (%v), want B (r1)", host, err)
 	}
 	res, _ := asData(t, a, "call_tool", map[string]any{"identity": old, "tool_name": "run_shell_command",
 		"arguments": map[string]any{"command": "echo served-by-new"}}).(map[string]any)

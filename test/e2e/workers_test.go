@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -188,4 +190,77 @@ func TestWorkers(t *testing.T) {
 	}
 	d2.kill()
 	waitWorkersGone(t, pids, "after their supervisor was killed")
+}
+
+// TestWorkersBench measures (AGENTBOX_BENCH=1; numbers for
+// docs/benchmarks.md) one daemon on Redis with WORKERS=1 (the reference)
+// and WORKERS=2 on the same port: exec round trips (keep-alive, so on one
+// worker, forwarded when the other runs the sandbox; and a new connection
+// each, spread by the kernel) and cold creates per second, 4 at a time.
+func TestWorkersBench(t *testing.T) {
+	if os.Getenv("AGENTBOX_BENCH") == "" {
+		t.Skip("a benchmark: set AGENTBOX_BENCH=1")
+	}
+	srv := testutil.StartRedis(t)
+	for _, workers := range []int{1, 2, 1, 2} {
+		d := startDaemon(t, fmt.Sprintf("WORKERS=%d", workers), "REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", srv.Port),
+			"API_KEYS=k1:alice", "NETWORK=off", "POOL_SIZE=0", "DEFAULT_DISK=64M", "MAX_SANDBOXES_PER_USER=100", fmt.Sprintf("REDIS_KEY_PREFIX=bench%d", workers))
+		ctx := context.Background()
+		keep := d.sdk(t, "k1")
+		fresh, err := client.New(d.url, client.WithAPIKey("k1"), client.WithHTTPClient(&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb, err := keep.Create(ctx, client.CreateRequest{Timeout: 10 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 300
+		for _, c := range []struct {
+			name string
+			c    *client.Client
+		}{{"keep-alive", keep}, {"new connection", fresh}} {
+			lat := make([]time.Duration, 0, n)
+			for i := 0; i < n; i++ {
+				start := time.Now()
+				if _, err := c.c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"true"}}); err != nil {
+					t.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			t.Logf("WORKERS=%d exec round trip, %-14s p50 %.2f ms  p90 %.2f ms  p99 %.2f ms", workers, c.name,
+				ms(lat[n/2]), ms(lat[n*9/10]), ms(lat[n*99/100]))
+		}
+		_ = keep.Delete(ctx, sb.ID)
+		const creates, par = 48, 4
+		var mu sync.Mutex
+		var ids []string
+		start := time.Now()
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, par)
+		for i := 0; i < creates; i++ {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				s, err := fresh.Create(ctx, client.CreateRequest{Timeout: 10 * time.Minute})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				ids = append(ids, s.ID)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		el := time.Since(start)
+		t.Logf("WORKERS=%d cold creates: %d in %.2f s = %.1f/s", workers, len(ids), el.Seconds(), float64(len(ids))/el.Seconds())
+		for _, id := range ids {
+			_ = keep.Delete(ctx, id)
+		}
+		d.stop()
+	}
 }

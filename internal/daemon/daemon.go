@@ -56,6 +56,7 @@ func Run(ctx context.Context, opts Options) error {
 	if cfg.Workers > 1 && workerIndex() < 0 && opts.Listener == nil && opts.Backend == nil {
 		return superviseWorkers(ctx, cfg, log) // workers.go
 	}
+	keepReadyPipePrivate()
 	if len(cfg.APIKeys) == 0 && !cfg.Loopback() {
 		return fmt.Errorf("refusing to listen on %s without an API key: set BEARER_TOKEN or API_KEYS, or HOST=127.0.0.1", cfg.Host)
 	}
@@ -246,6 +247,7 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Ready != nil {
 		opts.Ready <- ln.Addr().String()
 	}
+	workerReady()
 
 	select {
 	case err := <-serveErr:

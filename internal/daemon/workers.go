@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -142,6 +143,16 @@ func superviseWorkers(ctx context.Context, cfg *config.Config, log *slog.Logger)
 	}
 	node := nodeID(cfg, dataDir)
 	log.Info("agentbox starting workers", "workers", cfg.Workers, "addr", cfg.Addr(), "node", node, "data_dir", dataDir)
+	// A worker whose first run ends at once (its Redis unreachable, its
+	// port taken) would fail again: stop them all and fail, as a lone
+	// daemon does, rather than restart it for ever.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var startErr error
+	var startOnce sync.Once
+	failed := func(err error) {
+		startOnce.Do(func() { startErr = err; cancel() })
+	}
 	var wg sync.WaitGroup
 	for i := 0; i < cfg.Workers; i++ {
 		settings, err := workerSettings(cfg, dataDir, node, i, cfg.Workers)
@@ -152,13 +163,35 @@ func superviseWorkers(ctx context.Context, cfg *config.Config, log *slog.Logger)
 		for _, s := range settings {
 			args = append(args, "--set", s.name+"="+s.value)
 		}
-		w := &worker{index: i, exe: exe, args: args, env: append(env, workerEnv+"="+strconv.Itoa(i)), log: log.With("worker", i)}
+		w := &worker{index: i, exe: exe, args: args, env: append(env, workerEnv+"="+strconv.Itoa(i)), log: log.With("worker", i), failed: failed}
 		wg.Add(1)
 		go func() { defer wg.Done(); w.run(ctx) }()
 	}
 	wg.Wait()
 	log.Info("every worker stopped")
-	return nil
+	return startErr
+}
+
+// readyFD is the worker's end of the pipe it reports readiness on (the
+// first of cmd.ExtraFiles).
+const readyFD = 3
+
+// keepReadyPipePrivate makes the readiness pipe close-on-exec in a worker,
+// so the processes it starts do not hold it open.
+func keepReadyPipePrivate() {
+	if workerIndex() >= 0 {
+		syscall.CloseOnExec(readyFD)
+	}
+}
+
+// workerReady tells the supervisor this worker serves (a no-op elsewhere).
+func workerReady() {
+	if workerIndex() < 0 {
+		return
+	}
+	f := os.NewFile(readyFD, "ready")
+	_, _ = f.Write([]byte{1})
+	_ = f.Close()
 }
 
 // workerGrace is how long a stopping worker may take (its own shutdown
@@ -173,6 +206,10 @@ type worker struct {
 	args  []string
 	env   []string
 	log   *slog.Logger
+	// failed ends the supervisor with err (a first run that did not get
+	// ready).
+	failed func(err error)
+	ready  atomic.Bool // the worker reported it serves, once
 }
 
 // run starts the worker, restarts it when it dies (after a pause that
@@ -183,10 +220,15 @@ func (w *worker) run(ctx context.Context) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	pause := time.Second
-	for ctx.Err() == nil {
+	for first := true; ctx.Err() == nil; first = false {
 		started := time.Now()
 		err := w.once(ctx)
 		if ctx.Err() != nil {
+			return
+		}
+		if first && !w.ready.Load() {
+			w.log.Error("worker failed at start; stopping every worker", "err", err)
+			w.failed(fmt.Errorf("worker %d failed at start (%v): see its log above", w.index, err))
 			return
 		}
 		if time.Since(started) > time.Minute {
@@ -209,14 +251,36 @@ func (w *worker) once(ctx context.Context) error {
 	cmd.Env = w.env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
+	pr, pw, err := os.Pipe()
+	if err != nil {
 		return fmt.Errorf("start worker: %w", err)
 	}
+	defer pr.Close()
+	cmd.ExtraFiles = []*os.File{pw} // fd 3: readyFD
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		var b [1]byte
+		if n, _ := pr.Read(b[:]); n == 1 {
+			w.ready.Store(true)
+		}
+	}()
 	w.log.Info("worker started", "pid", cmd.Process.Pid)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
+		// Its readiness byte, or the pipe's end (the worker set it
+		// close-on-exec: nothing it started holds it).
+		select {
+		case <-readDone:
+		case <-time.After(5 * time.Second):
+		}
 		return err
 	case <-ctx.Done():
 	}

@@ -98,13 +98,28 @@ func roundTrips(t *testing.T, d *daemon, rs *store.Redis, n int) map[string]int 
 // land on both workers (forwarded when a request reaches the other one); a
 // worker killed is restarted; SIGTERM stops every worker; a supervisor
 // killed outright takes its workers with it. WORKERS=2 without Redis does
-// not start.
+// not start, nor do workers whose Redis is unreachable.
 func TestWorkers(t *testing.T) {
 	testutil.RequireRoot(t)
 	bin, agentBin := binaries(t)
 	out, err := exec.Command(bin, "serve", "--set", "WORKERS=2", "--set", "AGENTBOX_DATA_DIR="+t.TempDir(), "--set", "AGENT_PATH="+agentBin).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "WORKERS=2 needs REDIS_ENABLED=true") {
 		t.Fatalf("WORKERS=2 without Redis: %v\n%s", err, out)
+	}
+
+	// Workers that cannot start (their Redis unreachable): the supervisor
+	// stops and fails, as a lone daemon would, instead of restarting them.
+	{
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, "serve", "--set", "WORKERS=2", "--set", "REDIS_ENABLED=true", "--set", "REDIS_SERVER=127.0.0.1",
+			"--set", fmt.Sprintf("REDIS_PORT=%d", freePort(t)), "--set", "AGENTBOX_DATA_DIR="+testutil.ShortTempDir(t), "--set", "NETWORK=off",
+			"--set", fmt.Sprintf("PORT=%d", freePort(t)))
+		cmd.Env = append(cleanEnv(), "AGENT_PATH="+agentBin)
+		out, err := cmd.CombinedOutput()
+		if err == nil || ctx.Err() != nil || !strings.Contains(string(out), "failed at start") {
+			t.Fatalf("WORKERS=2 with Redis unreachable: %v\n%s", err, out)
+		}
 	}
 
 	srv := testutil.StartRedis(t)

@@ -36,11 +36,70 @@ type Docs interface {
 	GroupDocs(ctx context.Context, kind, group string) ([][]byte, error)
 }
 
+// DocPruner is a Docs whose expired documents stay until they are met or
+// pruned (bbolt, memory; Redis expires them itself).
+type DocPruner interface {
+	// PruneDocs deletes the expired documents of kind and returns how many.
+	PruneDocs(ctx context.Context, kind string) (int, error)
+}
+
 var (
-	_ Docs = (*Memory)(nil)
-	_ Docs = (*Bolt)(nil)
-	_ Docs = (*Redis)(nil)
+	_ Docs      = (*Memory)(nil)
+	_ Docs      = (*Bolt)(nil)
+	_ Docs      = (*Redis)(nil)
+	_ DocPruner = (*Memory)(nil)
+	_ DocPruner = (*Bolt)(nil)
 )
+
+// PruneDocs implements DocPruner.
+func (m *Memory) PruneDocs(_ context.Context, kind string) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now, n := time.Now(), 0
+	for k, d := range m.docs {
+		if strings.HasPrefix(k, kind+"\x00") && d.expired(now) {
+			delete(m.docs, k)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// PruneDocs implements DocPruner: one write transaction over the kind's
+// documents.
+func (b *Bolt) PruneDocs(_ context.Context, kind string) (int, error) {
+	n := 0
+	prefix := []byte(kind + "\x00")
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		docs, groups := tx.Bucket(bucketDocs), tx.Bucket(bucketDocGroups)
+		if docs == nil || groups == nil {
+			return nil
+		}
+		now := time.Now()
+		var expired [][]byte
+		c := docs.Cursor()
+		for k, v := c.Seek(prefix); k != nil && strings.HasPrefix(string(k), string(prefix)); k, v = c.Next() {
+			d := &boltDoc{}
+			if json.Unmarshal(v, d) != nil || d.expired(now) {
+				expired = append(expired, append([]byte(nil), k...))
+				if d.Group != "" || d.Data != nil {
+					_ = groups.Delete([]byte(docKey(kind, d.Group, string(k[len(prefix):]))))
+				}
+			}
+		}
+		for _, k := range expired {
+			if err := docs.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(expired)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("prune documents %s: %w", kind, err)
+	}
+	return n, nil
+}
 
 // docKey joins a kind and a key (or group) into one map or bucket key.
 func docKey(parts ...string) string { return strings.Join(parts, "\x00") }

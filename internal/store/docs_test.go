@@ -162,3 +162,46 @@ func TestRedisDocs(t *testing.T) {
 	srv := testutil.StartRedis(t)
 	testDocs(t, openRedis(t, srv), openRedis(t, srv))
 }
+
+// Expired documents go from bbolt and memory when pruned, and only those.
+func TestPruneDocs(t *testing.T) {
+	b, err := OpenBolt(filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for name, d := range map[string]interface {
+		Docs
+		DocPruner
+	}{"memory": NewMemory(), "bolt": b} {
+		ctx := context.Background()
+		if err := d.UpdateDoc(ctx, "k", "g", "short", put("short", 10*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.UpdateDoc(ctx, "k", "g", "long", put("long", 0)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.UpdateDoc(ctx, "other", "g", "short", put("other", 10*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if got, _ := d.Doc(ctx, "k", "short"); got == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not expired after 10 s", name)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n, err := d.PruneDocs(ctx, "k"); err != nil || n != 1 {
+			t.Fatalf("%s: pruned %d, %v", name, n, err)
+		}
+		if n, _ := d.PruneDocs(ctx, "k"); n != 0 {
+			t.Fatalf("%s: pruned %d more", name, n)
+		}
+		if got := groupDocs(t, d, "g"); len(got) != 1 || got[0] != "long" {
+			t.Fatalf("%s: after prune: %q", name, got)
+		}
+	}
+}

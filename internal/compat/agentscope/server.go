@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
 )
 
 // Server is the agentscope front-end. Create it with New, add its routes
@@ -35,6 +36,7 @@ type Server struct {
 
 	ctx    context.Context // ends at Close: bounds background processes
 	cancel context.CancelFunc
+	pruned chan struct{} // closed when the prune loop is done
 }
 
 // New returns the front-end over m and registers its heartbeat hook.
@@ -56,6 +58,8 @@ func New(cfg Config, m *manager.Manager) *Server {
 	}
 	m.OnHeartbeatRecycle(s.onRecycle)
 	m.OnGone(s.onGone)
+	s.pruned = make(chan struct{})
+	go s.pruneLoop()
 	return s
 }
 
@@ -66,6 +70,7 @@ func (s *Server) SetPeers(p Peers) { s.cfg.Peers = p }
 // to the manager.
 func (s *Server) Close() {
 	s.cancel()
+	<-s.pruned
 	s.procMu.Lock()
 	mcps := s.mcps
 	s.mcps = map[sandbox.ID]*mcpGroup{}
@@ -172,4 +177,38 @@ func hostPort(r *http.Request) int {
 	}
 	n, _ := strconv.Atoi(p)
 	return n
+}
+
+// pruneEvery spaces the sweeps of expired records in a store that keeps
+// them until then (bbolt; Redis expires them itself).
+const pruneEvery = 10 * time.Minute
+
+// pruneLoop deletes expired records (released, replaced, recycled ones
+// past their time) every pruneEvery until Close: records nobody reads
+// again would otherwise stay in the daemon's bbolt file.
+func (s *Server) pruneLoop() {
+	defer close(s.pruned)
+	p, ok := s.cfg.Docs.(store.DocPruner)
+	if !ok {
+		return
+	}
+	t := time.NewTicker(pruneEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, kind := range []string{docKind, lockKind} {
+			ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+			n, err := p.PruneDocs(ctx, kind)
+			cancel()
+			if err != nil {
+				s.log.Warn("agentscope: prune expired records", "kind", kind, "err", err)
+			} else if n > 0 {
+				s.log.Debug("agentscope: pruned expired records", "kind", kind, "records", n)
+			}
+		}
+	}
 }

@@ -24,8 +24,11 @@ func (s *Server) touch(ctx context.Context, c *call, identity string) (*record, 
 			return nil, err
 		}
 	}
-	if r = s.reg.get(ctx, r.Name); r == nil {
-		return nil, errNoContainer(identity)
+	// Read again (a restore replaced it); with the store away, the record
+	// the lookup adopted from the manager serves (a running sandbox keeps
+	// working without Redis).
+	if g := s.reg.get(ctx, r.Name); g != nil {
+		r = g
 	}
 	r = s.follow(ctx, r)
 	if !r.live() {

@@ -279,3 +279,68 @@ func TestWorkersBench(t *testing.T) {
 		d.stop()
 	}
 }
+
+// Workers with sandbox networking: each worker runs its own bridge on its
+// own slice of NETWORK_SUBNET, and sandboxes of both reach the (test)
+// internet by name through their worker's DNS filter.
+func TestWorkersNetwork(t *testing.T) {
+	inet := newTestInternet(t, map[string]string{"allowed.test": "198.18.77.1"})
+	srv := testutil.StartRedis(t)
+	rs, err := store.OpenRedis(context.Background(), store.RedisConfig{Addr: srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	suffix := inet.hostIf[len(inet.hostIf)-4:]
+	d := startDaemon(t, "WORKERS=2", "NODE_ID=wn", "REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", srv.Port),
+		"API_KEYS=k1:alice,ko:ops", "TEMPLATE_ADMIN_USERS=ops", "POOL_SIZE=0", "DEFAULT_DISK=64M",
+		"NETWORK=on", "NETWORK_BRIDGE=abxw"+suffix, "NETWORK_SUBNET=10.214.0.0/24", "NETWORK_DNS="+inet.addr)
+	waitNodes(t, d, 2)
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	c, err := client.New(d.url, client.WithAPIKey("k1"), client.WithHTTPClient(hc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// The /25 slices: worker 0 .0-.127, worker 1 .128-.255.
+	low := map[string]int{"wn-w0": 0, "wn-w1": 128}
+	done := map[string]bool{}
+	for i := 0; i < 24 && len(done) < 2; i++ {
+		sb, err := c.Create(ctx, client.CreateRequest{Timeout: 5 * time.Minute, Network: &client.Network{Mode: "egress"}})
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		rec, err := rs.Get(ctx, sandbox.ID(sb.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !done[rec.Node] {
+			if got := fetchInSandbox(t, d, "k1", sb.ID, "http://allowed.test/"); !strings.HasPrefix(got, "OK hello") {
+				t.Fatalf("egress by name from a sandbox of %s: %s", rec.Node, got)
+			}
+			res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "cat /proc/net/fib_trie | grep -o '10\\.214\\.0\\.[0-9]*' | sort -u"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			addrs := strings.Fields(res.Stdout)
+			if len(addrs) == 0 {
+				t.Fatalf("a sandbox of %s has no address in 10.214.0.0/24", rec.Node)
+			}
+			for _, a := range addrs {
+				n, _ := strconv.Atoi(strings.TrimPrefix(a, "10.214.0."))
+				if lo := low[rec.Node]; n < lo || n > lo+127 {
+					t.Fatalf("a sandbox of %s has address %s, outside its worker's slice", rec.Node, a)
+				}
+			}
+			t.Logf("sandbox of %s: %q", rec.Node, strings.Fields(res.Stdout))
+			done[rec.Node] = true
+		}
+		if err := c.Delete(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(done) != 2 {
+		t.Fatalf("sandboxes ran on %v only", done)
+	}
+}

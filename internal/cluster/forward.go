@@ -109,11 +109,30 @@ func NewForwarder(cfg ForwardConfig) *Forwarder {
 		// A placed create refused by its replica's own limit (it filled up
 		// since its last heartbeat): this replica tries instead.
 		ModifyResponse: func(resp *http.Response) error {
-			if resp.StatusCode == http.StatusTooManyRequests && resp.Request != nil {
-				if fb, ok := resp.Request.Context().Value(fallbackKey{}).(*fallback); ok && fb != nil {
-					resp.Body.Close()
+			if resp.Request == nil {
+				return nil
+			}
+			fb, ok := resp.Request.Context().Value(fallbackKey{}).(*fallback)
+			if !ok || fb == nil {
+				return nil
+			}
+			if resp.StatusCode == http.StatusTooManyRequests {
+				resp.Body.Close()
+				return errPlacedFull
+			}
+			if resp.StatusCode == http.StatusOK && agentscopeCreate(resp.Request.URL.Path) {
+				// agentscope answers a create refused by a limit with
+				// {"data": null}.
+				body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+				resp.Body.Close()
+				if err != nil {
+					return err
+				}
+				var v map[string]json.RawMessage
+				if json.Unmarshal(body, &v) == nil && len(v) == 1 && string(v["data"]) == "null" {
 					return errPlacedFull
 				}
+				resp.Body = io.NopCloser(bytes.NewReader(body))
 			}
 			return nil
 		},
@@ -412,8 +431,16 @@ type fallback struct {
 	node string
 }
 
-// errPlacedFull is a placed create refused with 429 by its replica.
-var errPlacedFull = errors.New("the chosen replica refused the create (429)")
+// errPlacedFull is a placed create refused by its replica's limit (429,
+// or agentscope's null).
+var errPlacedFull = errors.New("the chosen replica refused the create (a limit)")
+
+// agentscopeCreate reports whether path is agentscope's create or
+// create_from_pool (or their _async twins).
+func agentscopeCreate(path string) bool {
+	m := strings.TrimSuffix(strings.TrimPrefix(path, "/"), "_async")
+	return m == "create" || m == "create_from_pool"
+}
 
 // isDialError reports whether err is a failure to connect (the request
 // never reached the other replica).

@@ -311,3 +311,51 @@ func TestPlaceCountsAndSkipsFull(t *testing.T) {
 		t.Fatalf("%d placements kept after a later heartbeat", n)
 	}
 }
+
+// A placed create that its replica refuses with 429, or with agentscope's
+// null, is created by the replica that got it; an answer with a sandbox
+// passes unchanged.
+func TestPlaceFallsBackWhenRefused(t *testing.T) {
+	var reps []*replica
+	nodes := func(context.Context) ([]store.Node, error) {
+		var out []store.Node
+		for _, r := range reps {
+			out = append(out, store.Node{ID: r.id, Address: r.srv.URL, Sandboxes: map[string]int{"a": 5}[r.id], SeenAt: time.Now()})
+		}
+		return out, nil
+	}
+	full := false
+	for _, id := range []string{"a", "b"} {
+		r := &replica{id: id}
+		r.f = NewForwarder(ForwardConfig{Self: id, Secret: []byte(testSecret), Store: store.NewMemory(), Nodes: nodes, Shared: true, Place: true})
+		r.srv = httptest.NewServer(r.f.Wrap(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			body, _ := io.ReadAll(req.Body)
+			w.Header().Set("X-Served-By", id)
+			switch {
+			case id == "b" && full && req.URL.Path == "/v1/sandboxes":
+				w.WriteHeader(http.StatusTooManyRequests)
+			case id == "b" && full:
+				w.Write([]byte(`{"data": null}`))
+			case req.URL.Path == "/create":
+				w.Write([]byte(`{"data": "box-` + id + `"}`))
+			default:
+				w.Write(body)
+			}
+		})))
+		t.Cleanup(r.srv.Close)
+		reps = append(reps, r)
+	}
+	check := func(path, body, by, want string) {
+		t.Helper()
+		resp := do(t, "POST", reps[0].srv.URL+path, body)
+		got, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Served-By") != by || string(got) != want {
+			t.Fatalf("%s: %d by %q: %s", path, resp.StatusCode, resp.Header.Get("X-Served-By"), got)
+		}
+	}
+	check("/create", `{"sandbox_type":"base"}`, "b", `{"data": "box-b"}`)
+	full = true
+	check("/v1/sandboxes", `{"template":"x"}`, "a", `{"template":"x"}`)
+	check("/create", `{"sandbox_type":"base"}`, "a", `{"data": "box-a"}`)
+	check("/create_from_pool_async", `{"sandbox_type":"base"}`, "a", `{"sandbox_type":"base"}`)
+}

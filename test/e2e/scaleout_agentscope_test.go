@@ -281,9 +281,15 @@ REDIS_CONTAINER_POOL_KEY=_agent_runtime_container_container_pool
 	if k := keys(3, "agentbox:node:*"); len(k) != 2 {
 		t.Fatalf("node keys in db 3: %v", k)
 	}
+	// Each replica's warm pool (refilled once the suite's takes are done;
+	// an empty set is no key in Redis).
+	deadline := time.Now().Add(60 * time.Second)
 	for _, node := range []string{"r0", "r1"} {
-		if k := keys(3, "_agent_runtime_container_container_pool:"+node+":*"); len(k) == 0 {
-			t.Fatalf("no pool set of %s under REDIS_CONTAINER_POOL_KEY in db 3: %v", node, keys(3, "*"))
+		for len(keys(3, "_agent_runtime_container_container_pool:"+node+":*")) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("no pool set of %s under REDIS_CONTAINER_POOL_KEY in db 3: %v", node, keys(3, "*"))
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	if k := keys(0, "*"); len(k) != 0 {

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -82,6 +83,9 @@ type Forwarder struct {
 	cached []store.Node
 	at     time.Time
 	ttl    time.Duration // how long cached serves (nodesTTL)
+	// placed holds when this replica sent creates to each node, until
+	// that node's heartbeat counts them (place).
+	placed map[string][]time.Time
 }
 
 // NewForwarder returns a forwarder.
@@ -102,6 +106,36 @@ func NewForwarder(cfg ForwardConfig) *Forwarder {
 			pr.SetXForwarded()
 			pr.Out.Header.Set(HeaderForwarded, f.sign(pr.Out.Method, pr.In.URL.RequestURI(), time.Now()))
 		},
+		// A placed create refused by its replica's own limit (it filled up
+		// since its last heartbeat): this replica tries instead.
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.Request == nil {
+				return nil
+			}
+			fb, ok := resp.Request.Context().Value(fallbackKey{}).(*fallback)
+			if !ok || fb == nil {
+				return nil
+			}
+			if resp.StatusCode == http.StatusTooManyRequests {
+				resp.Body.Close()
+				return errPlacedFull
+			}
+			if resp.StatusCode == http.StatusOK && agentscopeCreate(resp.Request.URL.Path) {
+				// agentscope answers a create refused by a limit with
+				// {"data": null}.
+				body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+				resp.Body.Close()
+				if err != nil {
+					return err
+				}
+				var v map[string]json.RawMessage
+				if json.Unmarshal(body, &v) == nil && len(v) == 1 && string(v["data"]) == "null" {
+					return errPlacedFull
+				}
+				resp.Body = io.NopCloser(bytes.NewReader(body))
+			}
+			return nil
+		},
 		// Streams (exec output, downloads, PTY) pass as they come.
 		FlushInterval: -1,
 		Transport: &http.Transport{
@@ -111,6 +145,17 @@ func NewForwarder(cfg ForwardConfig) *Forwarder {
 			IdleConnTimeout:     90 * time.Second,
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if fb, ok := r.Context().Value(fallbackKey{}).(*fallback); ok && fb != nil && (isDialError(err) || errors.Is(err, errPlacedFull)) {
+				// A placed create whose replica could not be reached (it
+				// just died or restarted, its lease not yet run out) or
+				// refused it (full, or a limit of its own): this replica
+				// creates instead (its own limits apply).
+				f.cfg.Log.Warn("placement: the chosen replica did not take the create; creating here", "node", fb.node, "err", err)
+				f.forget()
+				r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(fb.body)), int64(len(fb.body))
+				fb.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), fallbackKey{}, nil)))
+				return
+			}
 			f.cfg.Log.Warn("forward failed", "path", r.URL.Path, "err", err)
 			writeErr(w, http.StatusBadGateway, "unavailable", "the replica running this sandbox did not answer; retry")
 		},
@@ -166,10 +211,10 @@ func (f *Forwarder) Wrap(next http.Handler) http.Handler {
 			from, _, _ := strings.Cut(v[0], ";")
 			f.cfg.Log.Debug("serving a forwarded request", "from", from, "method", r.Method, "path", r.URL.Path)
 			r.Header.Del(HeaderForwarded)
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardedKey{}, from)))
 			return
 		}
-		if !f.cfg.Shared || !f.forward(w, r) {
+		if !f.cfg.Shared || !f.forward(w, r, next) {
 			next.ServeHTTP(w, r)
 		}
 	})
@@ -177,10 +222,10 @@ func (f *Forwarder) Wrap(next http.Handler) http.Handler {
 
 // forward serves r by another replica when it is for a sandbox that
 // replica runs (or a create placed there), reporting whether it did.
-func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request) bool {
+func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
 	t := f.target(r)
 	if t.create {
-		return f.place(w, r)
+		return f.place(w, r, next)
 	}
 	if t.id == "" || (f.cfg.Local != nil && f.cfg.Local(t.id)) {
 		return false
@@ -206,6 +251,36 @@ func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request) bool {
 		writeErr(w, http.StatusServiceUnavailable, "unavailable", fmt.Sprintf(
 			"sandbox %s is lost: its node %s stopped answering (no heartbeat within its lease); delete it, or restart that node", t.id, rec.Node))
 		return true
+	}
+	f.proxyTo(w, r, node)
+	return true
+}
+
+// forwardedKey marks the context of a request another replica forwarded.
+type forwardedKey struct{}
+
+// Forwarded reports whether r came from another replica (its forwarding
+// header verified): it is served here, never sent on.
+func Forwarded(r *http.Request) bool { return r.Context().Value(forwardedKey{}) != nil }
+
+// ServeBy serves r by the live replica that runs sandbox id, for a front-
+// end that finds the sandbox behind a request only once it read its own
+// records (agentscope: an identity redirected to a restored sandbox, or a
+// cleanup releasing sandboxes of every replica). It reports false, having
+// written nothing, when that is this daemon, no replica (the sandbox is
+// unknown, or its replica is lost), the store cannot say, or r was itself
+// forwarded: the caller serves r then. r's body must not have been read.
+func (f *Forwarder) ServeBy(w http.ResponseWriter, r *http.Request, id sandbox.ID) bool {
+	if !f.cfg.Shared || Forwarded(r) || id.Validate() != nil || (f.cfg.Local != nil && f.cfg.Local(id)) {
+		return false
+	}
+	rec, err := f.cfg.Store.Get(r.Context(), id)
+	if err != nil || rec.Node == "" || rec.Node == f.cfg.Self || rec.State == sandbox.StateCreating {
+		return false
+	}
+	node, live := f.node(r.Context(), rec.Node)
+	if !live {
+		return false
 	}
 	f.proxyTo(w, r, node)
 	return true
@@ -266,34 +341,119 @@ func wholeBody(r *http.Request) (io.ReadCloser, error) {
 
 // place forwards a create to the least loaded live node, when that is not
 // this one.
-func (f *Forwarder) place(w http.ResponseWriter, r *http.Request) bool {
+func (f *Forwarder) place(w http.ResponseWriter, r *http.Request, next http.Handler) bool {
 	if !f.cfg.Place || len(f.cfg.Secret) == 0 {
 		return false
 	}
-	f.live(r.Context()) // refresh the cache when it is old
-	f.mu.Lock()
-	nodes := f.cached
+	nodes := f.live(r.Context()) // refreshed when old
 	if len(nodes) < 2 {
-		f.mu.Unlock()
 		return false
 	}
-	best := 0
-	for i, n := range nodes {
-		if lessLoaded(n, nodes[best], f.cfg.Self) {
+	f.mu.Lock()
+	now := time.Now()
+	best := -1
+	for i := range nodes {
+		n := &nodes[i]
+		// Loads are as of each node's last heartbeat: add the creates this
+		// replica sent it since, so a burst between two heartbeats spreads
+		// instead of piling onto the node that was least loaded when it
+		// began (and a node's room is not overrun).
+		n.Sandboxes += f.placedSince(n.ID, n.SeenAt.Add(-placedMargin), now)
+		if n.MaxSandboxes > 0 && n.Sandboxes-n.Pooled >= n.MaxSandboxes {
+			continue // full
+		}
+		if best < 0 || lessLoaded(*n, nodes[best], f.cfg.Self) {
 			best = i
 		}
 	}
-	// Count the create on the chosen node until the next refresh, so a
-	// burst between two heartbeats spreads instead of piling onto the node
-	// that was least loaded when it began.
-	nodes[best].Sandboxes++
+	if best < 0 {
+		// Every replica is full: this one answers (its own limit refuses).
+		f.mu.Unlock()
+		return false
+	}
 	target := nodes[best]
+	if f.placed == nil {
+		f.placed = map[string][]time.Time{}
+	}
+	f.placed[target.ID] = append(f.placed[target.ID], now)
 	f.mu.Unlock()
 	if target.ID == f.cfg.Self {
 		return false
 	}
+	if next != nil && r.ContentLength <= maxBufferedBody {
+		// Kept to create here should the chosen replica be unreachable.
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBufferedBody+1))
+		if err != nil || len(body) > maxBufferedBody {
+			writeErr(w, http.StatusBadRequest, "invalid_argument", "request body too large or unreadable")
+			return true
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		r = r.WithContext(context.WithValue(r.Context(), fallbackKey{}, &fallback{body: body, next: next, node: target.ID}))
+	}
 	f.proxyTo(w, r, target)
 	return true
+}
+
+// placedMargin is how long before a heartbeat a create sent to its node
+// may still be missing from the load it announced (it had not reached the
+// node yet): counted twice rather than not at all.
+const placedMargin = time.Second
+
+// placedSince counts the creates sent to node after since, dropping older
+// ones (and every record of a node not heard of for a minute). f.mu held.
+func (f *Forwarder) placedSince(node string, since, now time.Time) int {
+	times := f.placed[node]
+	i := 0
+	for i < len(times) && !times[i].After(since) {
+		i++
+	}
+	times = times[i:]
+	if len(times) == 0 {
+		delete(f.placed, node)
+	} else {
+		f.placed[node] = times
+	}
+	for id, ts := range f.placed {
+		if now.Sub(ts[len(ts)-1]) > time.Minute {
+			delete(f.placed, id)
+		}
+	}
+	return len(times)
+}
+
+// fallbackKey carries a placed create's fallback.
+type fallbackKey struct{}
+
+// fallback serves a placed create here when its replica is unreachable.
+type fallback struct {
+	body []byte
+	next http.Handler
+	node string
+}
+
+// errPlacedFull is a placed create refused by its replica's limit (429,
+// or agentscope's null).
+var errPlacedFull = errors.New("the chosen replica refused the create (a limit)")
+
+// agentscopeCreate reports whether path is agentscope's create or
+// create_from_pool (or their _async twins).
+func agentscopeCreate(path string) bool {
+	m := strings.TrimSuffix(strings.TrimPrefix(path, "/"), "_async")
+	return m == "create" || m == "create_from_pool"
+}
+
+// isDialError reports whether err is a failure to connect (the request
+// never reached the other replica).
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// forget drops the cached node list, so the next request reads it afresh.
+func (f *Forwarder) forget() {
+	f.mu.Lock()
+	f.at = time.Time{}
+	f.mu.Unlock()
 }
 
 // lessLoaded orders nodes by handed-out sandboxes, then memory, then

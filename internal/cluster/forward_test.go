@@ -246,3 +246,116 @@ func TestForwardStoreDown(t *testing.T) {
 		t.Fatalf("create with the store down: %d", resp.StatusCode)
 	}
 }
+
+// A create placed on a replica that cannot be reached (it died, its lease
+// has not run out) is served by the replica that got it, body intact.
+func TestPlaceFallsBackWhenUnreachable(t *testing.T) {
+	reps := newReplicas(t, store.NewMemory(), testSecret, "a", "b")
+	reps[1].srv.Close() // b (the least loaded) is gone
+	resp := do(t, "POST", reps[0].srv.URL+"/v1/sandboxes", `{"template":"x"}`)
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Served-By") != "a" || string(body) != `{"template":"x"}` {
+		t.Fatalf("got %d by %q: %s", resp.StatusCode, resp.Header.Get("X-Served-By"), body)
+	}
+	// A request for a sandbox b runs is not re-served here: 502.
+	st := reps[0].f.cfg.Store
+	st.Put(context.Background(), &store.Record{ID: "onb", Node: "b", Owner: "alice"})
+	if resp := do(t, "GET", reps[0].srv.URL+"/v1/sandboxes/onb/files", ""); resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("sandbox route to an unreachable replica: %d", resp.StatusCode)
+	}
+}
+
+// Placement adds the creates it sent to a node since that node's last
+// heartbeat to its load, and skips nodes that are full (NODE_MAX_SANDBOXES).
+func TestPlaceCountsAndSkipsFull(t *testing.T) {
+	var reps []*replica
+	seen := time.Now()
+	nodes := func(context.Context) ([]store.Node, error) {
+		var out []store.Node
+		for _, r := range reps {
+			n := store.Node{ID: r.id, Address: r.srv.URL, SeenAt: seen}
+			switch r.id {
+			case "a":
+				n.Sandboxes = 5
+			case "b":
+				n.Sandboxes = 1
+			case "c":
+				n.MaxSandboxes = 1
+			}
+			out = append(out, n)
+		}
+		return out, nil
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		r := &replica{id: id}
+		r.f = NewForwarder(ForwardConfig{Self: id, Secret: []byte(testSecret), Store: store.NewMemory(), Nodes: nodes, Shared: true, Place: true})
+		r.srv = httptest.NewServer(r.f.Wrap(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			w.Header().Set("X-Served-By", id)
+		})))
+		t.Cleanup(r.srv.Close)
+		reps = append(reps, r)
+	}
+	var got []string
+	for i := 0; i < 6; i++ {
+		got = append(got, do(t, "POST", reps[0].srv.URL+"/v1/sandboxes", "{}").Header.Get("X-Served-By"))
+	}
+	// c (empty, room for one), then b until it has a's 5, then a (self) on ties.
+	if want := "c b b b b a"; strings.Join(got, " ") != want {
+		t.Fatalf("placed on %q, want %q", strings.Join(got, " "), want)
+	}
+	// A heartbeat that counts them replaces the creates sent before it.
+	reps[0].f.mu.Lock()
+	n := reps[0].f.placedSince("b", time.Now().Add(time.Second), time.Now())
+	reps[0].f.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d placements kept after a later heartbeat", n)
+	}
+}
+
+// A placed create that its replica refuses with 429, or with agentscope's
+// null, is created by the replica that got it; an answer with a sandbox
+// passes unchanged.
+func TestPlaceFallsBackWhenRefused(t *testing.T) {
+	var reps []*replica
+	nodes := func(context.Context) ([]store.Node, error) {
+		var out []store.Node
+		for _, r := range reps {
+			out = append(out, store.Node{ID: r.id, Address: r.srv.URL, Sandboxes: map[string]int{"a": 5}[r.id], SeenAt: time.Now()})
+		}
+		return out, nil
+	}
+	full := false
+	for _, id := range []string{"a", "b"} {
+		r := &replica{id: id}
+		r.f = NewForwarder(ForwardConfig{Self: id, Secret: []byte(testSecret), Store: store.NewMemory(), Nodes: nodes, Shared: true, Place: true})
+		r.srv = httptest.NewServer(r.f.Wrap(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			body, _ := io.ReadAll(req.Body)
+			w.Header().Set("X-Served-By", id)
+			switch {
+			case id == "b" && full && req.URL.Path == "/v1/sandboxes":
+				w.WriteHeader(http.StatusTooManyRequests)
+			case id == "b" && full:
+				w.Write([]byte(`{"data": null}`))
+			case req.URL.Path == "/create":
+				w.Write([]byte(`{"data": "box-` + id + `"}`))
+			default:
+				w.Write(body)
+			}
+		})))
+		t.Cleanup(r.srv.Close)
+		reps = append(reps, r)
+	}
+	check := func(path, body, by, want string) {
+		t.Helper()
+		resp := do(t, "POST", reps[0].srv.URL+path, body)
+		got, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Served-By") != by || string(got) != want {
+			t.Fatalf("%s: %d by %q: %s", path, resp.StatusCode, resp.Header.Get("X-Served-By"), got)
+		}
+	}
+	check("/create", `{"sandbox_type":"base"}`, "b", `{"data": "box-b"}`)
+	full = true
+	check("/v1/sandboxes", `{"template":"x"}`, "a", `{"template":"x"}`)
+	check("/create", `{"sandbox_type":"base"}`, "a", `{"data": "box-a"}`)
+	check("/create_from_pool_async", `{"sandbox_type":"base"}`, "a", `{"sandbox_type":"base"}`)
+}

@@ -158,10 +158,16 @@ type Config struct {
 	Redis       RedisConfig
 	NodeID      string
 	NodeAddress string
+	// NodeMaxSandboxes caps the sandboxes this replica hands out at once
+	// (NODE_MAX_SANDBOXES; 0: none).
+	NodeMaxSandboxes int
 	// ClusterSecret authenticates requests one replica forwards to another
 	// (CLUSTER_SECRET); ClusterPlacement spreads creates over the replicas.
 	ClusterSecret    string
 	ClusterPlacement bool
+	// Workers is WORKERS: worker processes `agentbox serve` runs, each a
+	// replica of its own (internal/daemon/workers.go).
+	Workers int
 	// KubeNode configures `agentbox node` (KUBE_NODE_*).
 	KubeNode KubeNode
 
@@ -416,12 +422,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"K8S_USER_NAMESPACES", "false", "run sandbox pods in user namespaces (hostUsers: false; the nodes must support it); root sandboxes need it", boolSetting(func(c *Config, b bool) { c.Kube.UserNamespaces = b })},
-	{"WORKERS", "1", "server processes; agentbox serves all requests from one process", func(c *Config, v string) error {
-		if n, err := strconv.Atoi(v); err != nil || n != 1 {
-			return fmt.Errorf("only 1 is supported (agentbox is one multi-threaded process)")
-		}
-		return nil
-	}},
+	{"WORKERS", "1", "server processes on this host; above 1 (needs REDIS_ENABLED) `agentbox serve` starts that many workers sharing PORT, each its own replica on the same Redis (docs/scale-out.md)", intIn(1, 32, func(c *Config, n int) { c.Workers = n })},
 	{"REDIS_ENABLED", "false", "keep sandbox records, sessions, pool membership and the node list in Redis (shared by several daemons) instead of the local bbolt file; see docs/scale-out.md", boolSetting(func(c *Config, b bool) { c.Redis.Enabled = b })},
 	{"REDIS_SERVER", "localhost", "Redis host name or address", func(c *Config, v string) error {
 		if v == "" || strings.ContainsAny(v, "/ \t") {
@@ -444,6 +445,7 @@ var settings = []setting{
 		c.NodeID = v
 		return nil
 	}},
+	{"NODE_MAX_SANDBOXES", "0", "sandboxes this replica hands out at most at once (warm pooled ones not counted); placement sends creates to replicas with room; 0: no limit", intIn(0, 1<<20, func(c *Config, n int) { c.NodeMaxSandboxes = n })},
 	{"NODE_ADDRESS", "", "URL other replicas and operators reach this daemon at, shown in GET /v1/nodes; empty: http://HOST:PORT", func(c *Config, v string) error { c.NodeAddress = v; return nil }},
 	{"CLUSTER_SECRET", "", "secret shared by the replicas on one Redis, signing the requests one forwards to the replica that runs the sandbox (at least 32 characters); empty: nothing is forwarded and another replica's sandbox answers 503", func(c *Config, v string) error {
 		if v != "" && len(v) < 32 {
@@ -933,10 +935,11 @@ func redisKey(set func(*Config, string)) func(*Config, string) error {
 
 func boolSetting(set func(*Config, bool)) func(*Config, string) error {
 	return func(c *Config, v string) error {
+		// pydantic's spellings, which agentscope's .env files use.
 		switch strings.ToLower(v) {
-		case "1", "true", "yes", "on":
+		case "1", "true", "yes", "on", "t", "y":
 			set(c, true)
-		case "0", "false", "no", "off", "":
+		case "0", "false", "no", "off", "f", "n", "":
 			set(c, false)
 		default:
 			return fmt.Errorf("want true or false")

@@ -45,7 +45,7 @@ func TestErrorsNameTheSetting(t *testing.T) {
 		"PORT": "70000", "POOL_SIZE": "-2", "AUTO_CLEANUP": "maybe", "DEFAULT_MEMORY": "lots",
 		"HOST": "not an ip", "API_KEYS": "nouser", "READONLY_MOUNTS": "{not json", "NETWORK_SUBNET": "10.0.0.0/30",
 		"DEFAULT_SANDBOX_TYPE": "g/pu", "REGISTRY_MIRRORS": `{"docker.io":["ftp://x"]}`, "AGENTBOX_REGISTRY_AUTH": "[1]",
-		"RUNTIME_SANDBOX_IMAGE_TAG": "a:b", "RUNTIME_SANDBOX_REGISTRY": "a b", "TEMPLATE_MAX_PULLS": "0", "SANDBOX_TEMPLATES": `{"x":"a b"}`, "WORKERS": "4", "CONTAINER_DEPLOYMENT": "agentrun", "DEFAULT_TIMEOUT": "999999",
+		"RUNTIME_SANDBOX_IMAGE_TAG": "a:b", "RUNTIME_SANDBOX_REGISTRY": "a b", "TEMPLATE_MAX_PULLS": "0", "SANDBOX_TEMPLATES": `{"x":"a b"}`, "WORKERS": "33", "CONTAINER_DEPLOYMENT": "agentrun", "DEFAULT_TIMEOUT": "999999",
 		"K8S_NAMESPACE": "Bad_NS", "K8S_SECCOMP_PROFILE": "Unconfined", "K8S_INSTANCE": "a.b", "K8S_RUNTIME_CLASS": "x y", "K8S_NODE_SELECTOR": "novalue",
 	} {
 		_, err := Load("", nil, map[string]string{name: value})
@@ -131,5 +131,59 @@ func TestTypeTemplate(t *testing.T) {
 		"TEMPLATE_ADMIN_USERS": "default, ops", "AGENTBOX_REGISTRY_AUTH": `{"r.example":{"token":"x"}}`})
 	if err != nil || len(c.RegistryMirrors["docker.io"]) != 2 || len(c.TemplateAdmins) != 2 || c.TemplateAdmins[1] != "ops" || c.RegistryAuth == "" {
 		t.Errorf("template settings: %+v %v", c, err)
+	}
+}
+
+// agentscope's sandbox server .env, as its documentation writes it, loads
+// with every REDIS_* setting in the meaning agentscope gives it.
+func TestAgentscopeRedisSettings(t *testing.T) {
+	env := filepath.Join(t.TempDir(), ".env")
+	os.WriteFile(env, []byte(`# .env
+# Service settings
+HOST="0.0.0.0"
+PORT=8000
+WORKERS=4
+DEBUG=False
+BEARER_TOKEN=your-secret-token
+
+# Sandbox Manager settings
+DEFAULT_SANDBOX_TYPE=base
+POOL_SIZE=10
+AUTO_CLEANUP=True
+CONTAINER_PREFIX_KEY=agent-runtime-container-
+PORT_RANGE=[49152,59152]
+
+# Redis settings
+REDIS_ENABLED=True
+REDIS_SERVER=redis.internal
+REDIS_PORT=6380
+REDIS_DB=2
+REDIS_USER=your-redis-user
+REDIS_PASSWORD=your-redis-password
+REDIS_PORT_KEY=_agent_runtime_container_occupied_ports
+REDIS_CONTAINER_POOL_KEY=_agent_runtime_container_container_pool
+
+# K8S settings
+K8S_NAMESPACE=default
+KUBECONFIG_PATH=
+`), 0o600)
+	c, err := Load(env, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Redis
+	if !r.Enabled || r.Server != "redis.internal" || r.Port != 6380 || r.DB != 2 || r.User != "your-redis-user" ||
+		r.Password != "your-redis-password" || r.PoolKey != "_agent_runtime_container_container_pool" || c.Workers != 4 {
+		t.Fatalf("redis settings: %+v workers %d", r, c.Workers)
+	}
+	if !slices.Contains(c.Ignored, "REDIS_PORT_KEY") {
+		t.Fatalf("REDIS_PORT_KEY not reported as ignored: %v", c.Ignored)
+	}
+	// pydantic's other boolean spellings.
+	for v, want := range map[string]bool{"t": true, "Y": true, "on": true, "F": false, "n": false, "off": false} {
+		c, err := Load("", nil, map[string]string{"REDIS_ENABLED": v})
+		if err != nil || c.Redis.Enabled != want {
+			t.Errorf("REDIS_ENABLED=%s: %v %v", v, c.Redis.Enabled, err)
+		}
 	}
 }

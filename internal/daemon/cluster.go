@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/cluster"
+	"github.com/agentbox/agentbox/internal/compat/agentscope"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/netpolicy"
@@ -100,8 +101,11 @@ func nodeID(cfg *config.Config, dataDir string) string {
 }
 
 // newRegistry announces this daemon, with its load, to the other replicas.
-func newRegistry(cfg *config.Config, id, addr, backendName string, nodes cluster.Nodes, m *manager.Manager, log *slog.Logger) *cluster.Registry {
+func newRegistry(cfg *config.Config, id, addr, announce, backendName string, nodes cluster.Nodes, m *manager.Manager, log *slog.Logger) *cluster.Registry {
 	address := cfg.NodeAddress
+	if announce != "" {
+		address = announce // a worker's own port (workers.go)
+	}
 	if address == "" {
 		address = "http://" + addr
 	}
@@ -109,7 +113,7 @@ func newRegistry(cfg *config.Config, id, addr, backendName string, nodes cluster
 	return cluster.New(nodes, func() store.Node {
 		l := m.Load()
 		return store.Node{ID: id, Address: address, Backends: []string{backendName}, Version: version.Version,
-			Sandboxes: l.Sandboxes, Pooled: l.Pooled, MemoryBytes: l.MemoryBytes, StartedAt: started}
+			Sandboxes: l.Sandboxes, Pooled: l.Pooled, MemoryBytes: l.MemoryBytes, MaxSandboxes: cfg.NodeMaxSandboxes, StartedAt: started}
 	}, cluster.DefaultTTL, log)
 }
 
@@ -124,4 +128,19 @@ func forwarder(cfg *config.Config, node string, st store.Store, registry *cluste
 		PreviewDomain: cfg.PreviewDomain, Prefix: cfg.ContainerPrefix, Place: cfg.ClusterPlacement,
 		Shared: func() bool { _, ok := st.(store.Atomic); return ok }(), Log: log,
 	})
+}
+
+// docsOf is the store's documents for front-ends (agentscope's records):
+// shared between replicas on Redis, kept across restarts in bbolt.
+func docsOf(st store.Store) store.Docs {
+	d, _ := st.(store.Docs)
+	return d
+}
+
+// setPeers lets agentscope serve a call by the replica that runs its
+// sandbox, when replicas share the store.
+func setPeers(as *agentscope.Server, st store.Store, fw *cluster.Forwarder) {
+	if _, shared := st.(store.Atomic); shared {
+		as.SetPeers(fw)
+	}
 }

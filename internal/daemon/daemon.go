@@ -53,6 +53,10 @@ func Run(ctx context.Context, opts Options) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.Workers > 1 && workerIndex() < 0 && opts.Listener == nil && opts.Backend == nil {
+		return superviseWorkers(ctx, cfg, log) // workers.go
+	}
+	keepReadyPipePrivate()
 	if len(cfg.APIKeys) == 0 && !cfg.Loopback() {
 		return fmt.Errorf("refusing to listen on %s without an API key: set BEARER_TOKEN or API_KEYS, or HOST=127.0.0.1", cfg.Host)
 	}
@@ -159,7 +163,7 @@ func Run(ctx context.Context, opts Options) error {
 		MaxExecOutput: cfg.MaxExecOutputBytes, Logger: log, Metrics: manager.NewMetrics(reg),
 		MaxRequestsPerUser: cfg.MaxRequestsPerUser, RequestMemory: cfg.RequestMemory,
 		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: netMgr != nil,
-		ValidateNetwork: netpolicy.Validate, Resolver: resolver, Committer: templates, NodeID: node,
+		ValidateNetwork: netpolicy.Validate, Resolver: resolver, Committer: templates, NodeID: node, NodeMaxSandboxes: cfg.NodeMaxSandboxes,
 	}, b, st)
 	if cfg.DefaultNetworkMode == string(sandbox.NetworkEgress) && netMgr == nil && opts.Backend == nil {
 		return fmt.Errorf("setting DEFAULT_NETWORK_MODE=egress: sandbox networking is unavailable (see NETWORK)")
@@ -180,7 +184,7 @@ func Run(ctx context.Context, opts Options) error {
 	api.RegisterBuilds(httpapi.BuildConfig{Builder: bld, Store: templates})
 	as := agentscope.New(agentscope.Config{APIKeys: cfg.APIKeys, Prefix: cfg.ContainerPrefix, DefaultTypes: cfg.DefaultTypes,
 		StorageFolder: cfg.StorageFolder, SandboxTimeout: cfg.MaxTimeout, MaxOutput: cfg.MaxExecOutputBytes,
-		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log, DesktopLink: api.DesktopLink}, m)
+		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log, DesktopLink: api.DesktopLink, Docs: docsOf(st)}, m)
 	as.Register(api.Mux())
 	api.AllowBody("multipart/form-data", agentscope.IsMultipartUpload)
 	defer as.Close()
@@ -190,26 +194,37 @@ func Run(ctx context.Context, opts Options) error {
 	api.SetSandboxPorts(e2.ServePort)
 	stopTools := startTools(cfg, api, as, log)
 
-	ln := opts.Listener
-	if ln == nil {
-		ln, err = net.Listen("tcp", cfg.Addr())
-		if err != nil {
+	ln, own, announce := opts.Listener, net.Listener(nil), ""
+	switch {
+	case ln != nil:
+	case workerIndex() >= 0:
+		if ln, own, announce, err = workerListeners(ctx, cfg); err != nil {
+			return err
+		}
+	default:
+		if ln, err = net.Listen("tcp", cfg.Addr()); err != nil {
 			return fmt.Errorf("listen: %w", err)
 		}
 	}
-	registry := newRegistry(cfg, node, ln.Addr().String(), b.Name(), nodes, m, log)
+	registry := newRegistry(cfg, node, ln.Addr().String(), announce, b.Name(), nodes, m, log)
 	api.SetNodes(registry.List)
 	m.SetNodes(registry.List)
 	ln = newLimitListener(ln, maxConns, maxConnsPerIP, log)
+	fw := forwarder(cfg, node, st, registry, m, log)
+	setPeers(as, st, fw)
 	srv := &http.Server{
-		Handler:           withBodyTimeout(forwarder(cfg, node, st, registry, m, log).Wrap(api.Handler()), cfg.BodyTimeout),
+		Handler:           withBodyTimeout(fw.Wrap(api.Handler()), cfg.BodyTimeout),
 		ReadHeaderTimeout: cfg.HeaderTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2) // the public listener, and a worker's own
 	go func() { serveErr <- srv.Serve(ln) }()
+	if own != nil {
+		// A worker's own port, where the other replicas forward to it.
+		go func() { serveErr <- srv.Serve(newLimitListener(own, maxConns, maxConnsPerIP, log)) }()
+	}
 	if len(cfg.APIKeys) > 0 && cfg.MetricsToken == "" {
 		log.Info("METRICS_TOKEN is not set: /metrics is refused to every caller")
 	}
@@ -232,6 +247,7 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Ready != nil {
 		opts.Ready <- ln.Addr().String()
 	}
+	workerReady()
 
 	select {
 	case err := <-serveErr:

@@ -196,6 +196,11 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if err := m.stateReady(ctx); err != nil {
 		return nil, err
 	}
+	release, err := m.admitNode()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if m.poolEligible(req) {
 		if cp := m.claimPoolFor(template.Ref); cp != nil {
 			if rec, ok, err := m.createClaimed(ctx, cp, owner, typ, template, req); ok || err != nil {

@@ -23,6 +23,43 @@ var hookSets sync.Map // *Manager -> *hookSet
 type hookSet struct {
 	mu      sync.Mutex
 	recycle []RecycleHook
+	gone    []GoneHook
+}
+
+// GoneHook is called once a handed-out sandbox is gone for its user,
+// whichever way it went: deleted through any API (native, E2B,
+// agentscope, MCP), expired, recycled by the heartbeat, its session
+// released, its reset for a warm pool (POOL_MAX_USES: the same id comes
+// back for another user), or destroyed at shutdown. rec is its last
+// record (the user's). Front-ends drop what they keep per sandbox
+// (agentscope's MCP servers and browser connections, its record turned
+// "released"), on the replica that ran it: the one whose manager calls
+// the hook. It runs on the destroying goroutine after the sandbox is
+// gone: it must be quick and bound its own work by ctx.
+type GoneHook func(ctx context.Context, rec *store.Record, reason string)
+
+// OnGone registers h to run after each sandbox is gone (see GoneHook).
+// Hooks run in registration order.
+func (m *Manager) OnGone(h GoneHook) {
+	hs := m.hooks()
+	hs.mu.Lock()
+	hs.gone = append(hs.gone, h)
+	hs.mu.Unlock()
+}
+
+// runGoneHooks calls the gone hooks for rec. Pooled sandboxes never
+// handed out have nothing to drop and are skipped.
+func (m *Manager) runGoneHooks(ctx context.Context, rec *store.Record, reason string) {
+	if rec == nil || rec.Pool != "" {
+		return
+	}
+	hs := m.hooks()
+	hs.mu.Lock()
+	hooks := append([]GoneHook(nil), hs.gone...)
+	hs.mu.Unlock()
+	for _, h := range hooks {
+		h(ctx, rec, reason)
+	}
 }
 
 func (m *Manager) hooks() *hookSet {

@@ -47,6 +47,7 @@ func (m *Manager) destroy(ctx context.Context, id sandbox.ID, reason string) err
 		e.timer.Stop()
 	}
 	poolKey := e.rec.Pool
+	last := e.rec.Clone()
 	client := e.client
 	e.client = nil
 	m.mu.Unlock()
@@ -76,6 +77,7 @@ func (m *Manager) destroy(ctx context.Context, id sandbox.ID, reason string) err
 	m.metrics.destroyed(reason)
 	m.metrics.setLive(m.countLive())
 	m.log.Info("sandbox destroyed", "sandbox", id, "reason", reason)
+	m.runGoneHooks(context.WithoutCancel(ctx), last, reason)
 	if poolKey == "" {
 		// A freed slot may let a pool refill that was over the limit.
 		m.kickPools()

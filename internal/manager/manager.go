@@ -85,6 +85,10 @@ type Config struct {
 	// NodeID names this daemon among replicas sharing a store: its records
 	// carry it, and recovery leaves other nodes' records alone.
 	NodeID string
+	// NodeMaxSandboxes caps the sandboxes this daemon hands out at once
+	// (pooled ones not counted); 0: no cap. Unlike MaxInstances it is this
+	// replica's own room, whatever the others run.
+	NodeMaxSandboxes int
 
 	Logger  *slog.Logger
 	Metrics *Metrics
@@ -101,7 +105,9 @@ type Manager struct {
 
 	mu      sync.Mutex
 	entries map[sandbox.ID]*entry
-	pools   map[string]*pool.Pool // by template name (Template.Ref)
+	// nodeCreates counts creates holding a NodeMaxSandboxes slot (node.go).
+	nodeCreates int
+	pools       map[string]*pool.Pool // by template name (Template.Ref)
 	// claimPools are the pools the backend keeps itself (claimpool.go).
 	claimPools map[string]*claimPool
 

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -45,4 +46,35 @@ func (m *Manager) stateReady(ctx context.Context) error {
 		return p.Ping(ctx)
 	}
 	return nil
+}
+
+// nodeFullMsg is the message of the quota error a create gets when this
+// replica hands out its NODE_MAX_SANDBOXES already.
+const nodeFullMsg = "this replica runs its maximum of %d sandboxes (NODE_MAX_SANDBOXES)"
+
+// admitNode holds one of the NodeMaxSandboxes slots for a create, or fails
+// with a quota error when they are taken: handed-out sandboxes plus the
+// creates under way. The slot is released when the create ends (its
+// sandbox then counts itself).
+func (m *Manager) admitNode() (release func(), err error) {
+	if m.cfg.NodeMaxSandboxes <= 0 {
+		return func() {}, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.nodeCreates
+	for _, e := range m.entries {
+		if !e.creating && e.rec.Pool == "" {
+			n++
+		}
+	}
+	if n >= m.cfg.NodeMaxSandboxes {
+		return nil, sandbox.Errorf(sandbox.ClassQuota, nodeFullMsg, m.cfg.NodeMaxSandboxes)
+	}
+	m.nodeCreates++
+	return func() {
+		m.mu.Lock()
+		m.nodeCreates--
+		m.mu.Unlock()
+	}, nil
 }

@@ -84,6 +84,8 @@ func (m *Manager) recycle(ctx context.Context, id sandbox.ID) (ok bool, err erro
 	e.logs = newEventLog() // the previous user's log is theirs
 	e.logs.add("info", "recycled into the warm pool", map[string]any{"uses": rec.Uses})
 	m.mu.Unlock()
+	// The user's sandbox is gone (the id now names a pooled one).
+	m.runGoneHooks(context.WithoutCancel(ctx), prev.Clone(), "recycled into the warm pool")
 	p.Add(id)
 	m.metrics.recycled(p.Key())
 	m.metrics.phase("recycle", time.Since(start))

@@ -104,6 +104,7 @@ func (m *Manager) deleteRemote(ctx context.Context, owner string, id sandbox.ID)
 		return err
 	}
 	m.log.Info("record of a lost sandbox deleted", "sandbox", id, "node", rec.Node)
+	m.runGoneHooks(context.WithoutCancel(ctx), rec, "deleted (lost node)")
 	return nil
 }
 
@@ -224,6 +225,7 @@ func (m *Manager) sweepLost(ctx context.Context, a store.Atomic) {
 			}
 			m.metrics.destroyed("timeout (lost node)")
 			m.log.Info("sandbox of a lost replica expired; record deleted", "sandbox", rec.ID, "node", rec.Node, "end_at", rec.EndAt)
+			m.runGoneHooks(ctx, rec, "timeout (lost node)")
 		}
 	}
 }

@@ -108,6 +108,23 @@ func readRecords(path string) (map[string][]byte, error) {
 		}
 		defer db.Close()
 		return db.View(func(tx *bolt.Tx) error {
+			// Front-ends' documents (docs.go) are read too, so damage
+			// there is found here rather than in a panic later; only the
+			// records are salvaged.
+			sum := 0
+			for _, name := range [][]byte{bucketDocs, bucketDocGroups} {
+				if b := tx.Bucket(name); b != nil {
+					if err := b.ForEach(func(k, v []byte) error {
+						if len(v) > 0 {
+							sum += int(v[len(v)-1]) // touch the value's last page
+						}
+						return nil
+					}); err != nil {
+						return err
+					}
+				}
+			}
+			_ = sum
 			b := tx.Bucket(bucketSandboxes)
 			if b == nil {
 				return nil

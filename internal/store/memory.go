@@ -12,6 +12,7 @@ import (
 type Memory struct {
 	mu   sync.Mutex
 	recs map[sandbox.ID]*Record
+	docs map[string]memDoc // Docs (docs.go)
 }
 
 var _ Store = (*Memory)(nil)

@@ -23,9 +23,12 @@ type Node struct {
 	Pooled    int `json:"pooled"`
 	// MemoryBytes is the memory its sandboxes may use together (their
 	// limits summed).
-	MemoryBytes int64     `json:"memory_bytes"`
-	StartedAt   time.Time `json:"started_at"`
-	SeenAt      time.Time `json:"seen_at"`
+	MemoryBytes int64 `json:"memory_bytes"`
+	// MaxSandboxes is NODE_MAX_SANDBOXES: handed-out sandboxes (Sandboxes
+	// - Pooled) the node takes at most; 0: no limit.
+	MaxSandboxes int       `json:"max_sandboxes,omitempty"`
+	StartedAt    time.Time `json:"started_at"`
+	SeenAt       time.Time `json:"seen_at"`
 }
 
 func (r *Redis) nodeKey(id string) string { return r.prefix + ":node:" + id }

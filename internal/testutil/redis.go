@@ -20,6 +20,8 @@ type RedisServer struct {
 	dir  string
 	cmd  *exec.Cmd
 	t    testing.TB
+	args []string // more server settings (StartRedisACL)
+	auth string   // the default user's password, for SHUTDOWN
 }
 
 // Addr is host:port of the server.
@@ -45,14 +47,34 @@ func StartRedis(t testing.TB) *RedisServer {
 	return r
 }
 
+// StartRedisACL is StartRedis with authentication: the default user needs
+// defaultPassword, and user (password) may use every key and command.
+func StartRedisACL(t testing.TB, user, password, defaultPassword string) *RedisServer {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redis-server not found (scripts/install-deps.sh installs it): %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	r := &RedisServer{Port: port, dir: t.TempDir(), t: t, auth: defaultPassword,
+		args: []string{"--requirepass", defaultPassword, "--user", user, "on", ">" + password, "~*", "&*", "+@all"}}
+	r.Start()
+	t.Cleanup(r.Stop)
+	return r
+}
+
 // Start (re)starts the server on its port; it returns once it answers PING.
 func (r *RedisServer) Start() {
 	r.t.Helper()
 	if r.cmd != nil {
 		r.t.Fatal("redis-server already running")
 	}
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(r.Port), "--bind", "127.0.0.1",
-		"--dir", r.dir, "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning")
+	cmd := exec.Command("redis-server", append([]string{"--port", strconv.Itoa(r.Port), "--bind", "127.0.0.1",
+		"--dir", r.dir, "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"}, r.args...)...)
 	cmd.Stdout, cmd.Stderr = nil, nil
 	if err := cmd.Start(); err != nil {
 		r.t.Fatalf("start redis-server: %v", err)
@@ -83,6 +105,9 @@ func (r *RedisServer) Stop() {
 	go func() { _ = r.cmd.Wait(); close(done) }()
 	if c, err := net.DialTimeout("tcp", r.Addr(), time.Second); err == nil {
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if r.auth != "" {
+			_, _ = c.Write([]byte("AUTH " + r.auth + "\r\n"))
+		}
 		_, _ = c.Write([]byte("SHUTDOWN SAVE\r\n"))
 		_, _ = bufio.NewReader(c).ReadString('\n') // the server closes the connection
 		c.Close()
@@ -110,7 +135,7 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if !strings.HasPrefix(line, "+PONG") {
+	if !strings.HasPrefix(line, "+PONG") && !strings.HasPrefix(line, "-NOAUTH") {
 		return fmt.Errorf("unexpected answer %q", line)
 	}
 	return nil

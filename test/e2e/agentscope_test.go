@@ -37,7 +37,7 @@ func requirePythonRequests(t *testing.T) {
 
 // runPythonSuite runs the suite (unittest discovery with pattern) against
 // d with env, failing the test on a non-zero exit.
-func runPythonSuite(t *testing.T, d *daemon, pattern string, env ...string) {
+func runPythonSuite(t *testing.T, d *daemon, pattern string, env ...string) string {
 	t.Helper()
 	root, err := testutil.ModuleRoot()
 	if err != nil {
@@ -54,6 +54,7 @@ func runPythonSuite(t *testing.T, d *daemon, pattern string, env ...string) {
 	if err != nil {
 		t.Fatalf("python suite failed: %v\ndaemon log tail:\n%s", err, tail(d.logs.String(), 60))
 	}
+	return string(out)
 }
 
 func tail(s string, lines int) string {

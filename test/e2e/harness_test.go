@@ -77,6 +77,7 @@ type daemon struct {
 	url     string
 	dataDir string
 	env     []string
+	args    []string // after "serve"
 	cmd     *exec.Cmd
 	logs    *testutil.SyncBuffer
 	done    chan struct{}
@@ -104,8 +105,14 @@ func startDaemon(t *testing.T, settings ...string) *daemon {
 // filesystem of its own, say).
 func startDaemonIn(t *testing.T, dataDir string, settings ...string) *daemon {
 	t.Helper()
+	return startDaemonArgs(t, dataDir, nil, settings...)
+}
+
+// startDaemonArgs is startDaemonIn with arguments after "serve".
+func startDaemonArgs(t *testing.T, dataDir string, args []string, settings ...string) *daemon {
+	t.Helper()
 	testutil.RequireRoot(t)
-	d := &daemon{t: t, dataDir: dataDir}
+	d := &daemon{t: t, dataDir: dataDir, args: args}
 	d.env = append([]string{"HOST=127.0.0.1", "AGENTBOX_DATA_DIR=" + d.dataDir, "LOG_LEVEL=debug"}, settings...)
 	d.start()
 	t.Cleanup(func() {
@@ -135,7 +142,7 @@ func (d *daemon) start() {
 	port := freePort(t)
 	d.url = fmt.Sprintf("http://127.0.0.1:%d", port)
 	d.logs = &testutil.SyncBuffer{}
-	d.cmd = exec.Command(daemonBin, "serve")
+	d.cmd = exec.Command(daemonBin, append([]string{"serve"}, d.args...)...)
 	d.cmd.Env = append(append(cleanEnv(), "AGENT_PATH="+agentBin, fmt.Sprintf("PORT=%d", port)), d.env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
 	if err := d.cmd.Start(); err != nil {

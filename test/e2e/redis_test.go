@@ -149,6 +149,12 @@ func TestRedisDaemon(t *testing.T) {
 	if err != nil || res.Stdout != "state\n" {
 		t.Fatalf("exec with Redis down: %+v %v", res, err)
 	}
+	// So is an agentscope tool call on it (its records are in Redis too).
+	status, tool := asCall(t, d, "call_tool", "k1", map[string]any{"identity": sb.ID, "tool_name": "run_shell_command",
+		"arguments": map[string]any{"command": "cat /workspace/f"}})
+	if data, _ := tool["data"].(map[string]any); status != http.StatusOK || !strings.Contains(fmt.Sprint(data["content"]), "state") {
+		t.Fatalf("agentscope call_tool with Redis down: %d %v", status, tool)
+	}
 
 	// Redis back: creates work again (the client redials within seconds).
 	srv.Start()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -434,9 +435,19 @@ func TestAgentscopePythonSuiteTwoReplicas(t *testing.T) {
 	waitNodes(t, b, 2)
 	url, served := roundRobin(t, []*daemon{a, b})
 	lb := &daemon{t: t, url: url, logs: &testutil.SyncBuffer{}}
-	runPythonSuite(t, lb, "test*.py", "AGENTBOX_OTHER_TOKEN="+asOtherToken, "AGENTBOX_PREFIX="+asPrefix,
+	out := runPythonSuite(t, lb, "test*.py", "AGENTBOX_OTHER_TOKEN="+asOtherToken, "AGENTBOX_PREFIX="+asPrefix,
 		fmt.Sprintf("AGENTBOX_MAX_INSTANCES=%d", asMax), fmt.Sprintf("AGENTBOX_HEARTBEAT=%d", asHeartbeat),
-		"AGENTBOX_STORAGE="+storage, "AGENTBOX_REPLICAS=2")
+		"AGENTBOX_STORAGE="+storage)
+	// The tests of state every replica must share ran, and passed: session
+	// mappings and keys, released records, cleanup, a session recycled on
+	// one replica and restored (maybe) on the other.
+	for _, name := range []string{"test_release_keeps_record", "test_cleanup", "test_mapping_before_and_after_release",
+		"test_session_service_flow", "test_recycle_then_restore"} {
+		// "name (module.Class.name)", a docstring line maybe, "... ok".
+		if !regexp.MustCompile(`(?m)^\s*` + name + ` \([^)]*\)(\n[^\n]*)? \.\.\. ok$`).MatchString(out) {
+			t.Errorf("%s did not run and pass over two replicas", name)
+		}
+	}
 	if n0, n1 := served[0].Load(), served[1].Load(); n0 < 50 || n1 < 50 {
 		t.Fatalf("the balancer sent %d and %d requests to the replicas", n0, n1)
 	}

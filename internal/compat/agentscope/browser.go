@@ -71,7 +71,7 @@ func (b *browserConns) get(id sandbox.ID) *browserConn {
 }
 
 // stop ends id's server (the sandbox is going away).
-func (b *browserConns) stop(id sandbox.ID) {
+func (b *browserConns) stop(id sandbox.ID) bool {
 	b.mu.Lock()
 	c := b.conns[id]
 	delete(b.conns, id)
@@ -84,6 +84,7 @@ func (b *browserConns) stop(id sandbox.ID) {
 		}
 		c.mu.Unlock()
 	}
+	return c != nil
 }
 
 // stopAll ends every server (shutdown).

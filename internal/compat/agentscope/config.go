@@ -3,6 +3,8 @@ package agentscope
 import (
 	"log/slog"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/store"
 )
 
 // Config configures the front-end. The daemon fills it from the server
@@ -37,12 +39,20 @@ type Config struct {
 	// redirects to (desktop.go); nil: the route answers that the desktop
 	// is not available.
 	DesktopLink DesktopLinkFunc
-	Logger      *slog.Logger
+	// Docs keeps the records (the daemon's store: Redis shares them
+	// between replicas, bbolt keeps them across restarts). nil: memory.
+	Docs store.Docs
+	// Peers reaches the other replicas (nil: none, a lone daemon).
+	Peers  Peers
+	Logger *slog.Logger
 }
 
 func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Docs == nil {
+		c.Docs = store.NewMemory()
 	}
 	if len(c.DefaultTypes) == 0 {
 		c.DefaultTypes = []string{"base"}

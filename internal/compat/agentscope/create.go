@@ -73,7 +73,10 @@ func (s *Server) createSandbox(ctx context.Context, owner string, o createOpts) 
 		_ = s.m.Delete(context.WithoutCancel(ctx), owner, rec.ID)
 		return nil, err
 	}
-	s.reg.put(r)
+	if err := s.reg.put(ctx, r); err != nil {
+		_ = s.m.Delete(context.WithoutCancel(ctx), owner, rec.ID)
+		return nil, fmt.Errorf("record sandbox %s: %w", r.Name, err)
+	}
 	s.prestartBrowser(r)
 	s.log.Info("agentscope sandbox created", "sandbox", r.Name, "type", r.Type, "session", r.Session, "owner", owner)
 	return r, nil

@@ -34,7 +34,7 @@ func FuzzToolArgs(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte, p string) {
 		req := httptest.NewRequest("POST", "/sandbox/call_tool", bytes.NewReader(body))
-		args, err := decodeArgs(httptest.NewRecorder(), req, callTool)
+		args, _, err := decodeArgs(httptest.NewRecorder(), req, callTool)
 		if err == nil {
 			for k := range args {
 				if !contains(callTool.params, k) && !callTool.anyKeys {

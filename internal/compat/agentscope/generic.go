@@ -91,7 +91,7 @@ func (s *Server) runIPythonCell(ctx context.Context, r *record, args map[string]
 
 // stopProcesses ends the MCP servers of a sandbox that is
 // going away.
-func (s *Server) stopProcesses(id sandbox.ID) {
+func (s *Server) stopProcesses(id sandbox.ID) (dropped bool) {
 	s.procMu.Lock()
 	g := s.mcps[id]
 	delete(s.mcps, id)
@@ -99,5 +99,5 @@ func (s *Server) stopProcesses(id sandbox.ID) {
 	if g != nil {
 		g.close()
 	}
-	s.browsers.stop(id)
+	return s.browsers.stop(id) || g != nil
 }

@@ -2,7 +2,9 @@ package agentscope
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/manager"
@@ -19,9 +21,9 @@ func errNoContainer(identity string) error {
 func identityArg(c *call) (string, error) { return c.str("identity") }
 
 // follow resolves a replaced record to the sandbox that replaced it.
-func (s *Server) follow(r *record) *record {
+func (s *Server) follow(ctx context.Context, r *record) *record {
 	for i := 0; i < maxRedirects && r.State == stateReplaced && r.RedirectTo != ""; i++ {
-		next := s.reg.get(r.RedirectTo)
+		next := s.reg.get(ctx, r.RedirectTo)
 		if next == nil || next.Owner != r.Owner {
 			break
 		}
@@ -40,27 +42,38 @@ func (s *Server) apiRelease(ctx context.Context, c *call) (any, error) {
 	r := s.lookup(ctx, c.owner, identity)
 	for i := 0; r != nil && i <= maxRedirects; i++ {
 		next := r.RedirectTo
-		if err := s.release(ctx, r); err != nil {
+		if err := s.release(ctx, c, r); err != nil {
+			var ee errElsewhere
+			if errors.As(err, &ee) {
+				return nil, err // the replica running it releases the chain
+			}
 			s.log.Warn("agentscope release failed", "sandbox", r.Name, "err", err)
 			return false, nil
 		}
 		if next == "" || r.State != stateReplaced {
 			break
 		}
-		r = s.reg.find(c.owner, "", next)
+		r = s.reg.find(ctx, c.owner, "", next)
 	}
 	return true, nil
 }
 
 // release destroys r's sandbox (if it still runs), copies its workspace
 // to storage, and marks the record released and unbound from its session.
-func (s *Server) release(ctx context.Context, r *record) error {
+// A sandbox another replica runs is released there: errElsewhere.
+func (s *Server) release(ctx context.Context, c *call, r *record) error {
+	if r.live() && s.elsewhere(c, r.ID) {
+		return errElsewhere{r.ID}
+	}
 	unlock := func() {}
 	if r.Session != "" {
-		unlock = s.sessionLock(r.Owner, r.Session)
+		var err error
+		if unlock, err = s.sessionLock(ctx, r.Owner, r.Session); err != nil {
+			return err
+		}
 	}
 	defer unlock()
-	r = s.reg.get(r.Name) // the state may have changed while waiting
+	r = s.reg.get(ctx, r.Name) // the state may have changed while waiting
 	if r == nil || r.State == stateReleased {
 		return nil
 	}
@@ -81,7 +94,7 @@ func (s *Server) release(ctx context.Context, r *record) error {
 		}
 	}
 	now := time.Now()
-	s.reg.update(r.Name, func(x *record) {
+	s.reg.update(ctx, r.Name, func(x *record) {
 		if x.State != stateReplaced {
 			x.State = stateReleased
 		}
@@ -102,9 +115,12 @@ func (s *Server) apiStart(ctx context.Context, c *call) (any, error) {
 	if r == nil {
 		return false, nil
 	}
-	r = s.checkLive(ctx, s.follow(r))
+	r = s.checkLive(ctx, s.follow(ctx, r))
 	if !r.live() {
 		return false, nil
+	}
+	if s.elsewhere(c, r.ID) {
+		return nil, errElsewhere{r.ID}
 	}
 	if _, err := s.m.StartSandbox(ctx, r.Owner, r.ID); err != nil {
 		s.log.Warn("agentscope start", "sandbox", r.ID, "err", err)
@@ -125,9 +141,12 @@ func (s *Server) apiStop(ctx context.Context, c *call) (any, error) {
 	if r == nil {
 		return true, nil
 	}
-	r = s.checkLive(ctx, s.follow(r))
+	r = s.checkLive(ctx, s.follow(ctx, r))
 	if !r.live() {
 		return true, nil
+	}
+	if s.elsewhere(c, r.ID) {
+		return nil, errElsewhere{r.ID}
 	}
 	if _, err := s.m.StopSandbox(ctx, r.Owner, r.ID); err != nil {
 		s.log.Warn("agentscope stop", "sandbox", r.ID, "err", err)
@@ -177,7 +196,7 @@ func (s *Server) apiCheckHealth(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.touch(ctx, c.owner, identity)
+	r, err := s.touch(ctx, c, identity)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +209,9 @@ func (s *Server) apiCheckHealth(ctx context.Context, c *call) (any, error) {
 	return client.Health(hctx) == nil, nil
 }
 
-// apiCleanup is POST /cleanup: release every sandbox of the caller.
+// apiCleanup is POST /cleanup: release every sandbox of the caller, on
+// every replica (a sandbox another replica runs is released there, as a
+// release request of the caller's).
 func (s *Server) apiCleanup(ctx context.Context, c *call) (any, error) {
 	// Adopt the caller's sandboxes created elsewhere too: cleanup destroys
 	// every sandbox, as in agentscope.
@@ -207,10 +228,23 @@ func (s *Server) apiCleanup(ctx context.Context, c *call) (any, error) {
 			break
 		}
 	}
-	for _, r := range s.reg.owned(c.owner) {
-		if err := s.release(ctx, r); err != nil {
-			s.log.Error("agentscope cleanup: release", "sandbox", r.Name, "err", err)
+	owned, err := s.reg.owned(ctx, c.owner)
+	if err != nil {
+		return nil, err
+	}
+	var failed []string
+	for _, r := range owned {
+		done, err := s.releaseBy(ctx, c, r)
+		if !done && err == nil {
+			err = s.release(ctx, &call{owner: c.owner, local: true}, r)
 		}
+		if err != nil {
+			s.log.Error("agentscope cleanup: release", "sandbox", r.Name, "err", err)
+			failed = append(failed, r.Name)
+		}
+	}
+	if len(failed) > 0 {
+		return nil, fmt.Errorf("cleanup could not release %d sandboxes (%s); retry", len(failed), strings.Join(failed, ", "))
 	}
 	return nil, nil
 }

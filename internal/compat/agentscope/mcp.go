@@ -168,7 +168,7 @@ func (s *Server) apiAddMCPServers(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.touch(ctx, c.owner, identity)
+	r, err := s.touch(ctx, c, identity)
 	if err != nil {
 		return nil, err
 	}

@@ -17,26 +17,27 @@ const (
 )
 
 // record is what this front-end knows about one sandbox. Records are
-// replaced, never mutated, once published in Server.recs (copy, change,
-// store), so a reader holding one sees a consistent snapshot.
+// replaced, never mutated, once published in the registry (copy, change,
+// store), so a reader holding one sees a consistent snapshot. They are
+// kept as JSON in the daemon's store (registry.go).
 type record struct {
-	Name     string     // container_name: Prefix + ID
-	ID       sandbox.ID // the manager's sandbox id (session_id, container_id)
-	Owner    string
-	Type     string
-	State    string
-	Session  string // session_ctx_id, "" when unbound
-	Token    string // runtime token = the sandbox's access token
-	MountDir string // host directory bind-mounted at /workspace, if any
-	Storage  string // storage_path: where the workspace is copied on release
+	Name     string     `json:"name"` // container_name: Prefix + ID
+	ID       sandbox.ID `json:"id"`   // the manager's sandbox id (session_id, container_id)
+	Owner    string     `json:"owner"`
+	Type     string     `json:"type"`
+	State    string     `json:"state"`
+	Session  string     `json:"session,omitempty"`   // session_ctx_id, "" when unbound
+	Token    string     `json:"token"`               // runtime token = the sandbox's access token
+	MountDir string     `json:"mount_dir,omitempty"` // host directory bind-mounted at /workspace, if any
+	Storage  string     `json:"storage,omitempty"`   // storage_path: where the workspace is copied on release
 
-	CreatedAt     time.Time
-	LastActive    time.Time
-	UpdatedAt     time.Time
-	RecycledAt    time.Time
-	ReleasedAt    time.Time
-	RecycleReason string
-	RedirectTo    string
+	CreatedAt     time.Time `json:"created_at"`
+	LastActive    time.Time `json:"last_active"`
+	UpdatedAt     time.Time `json:"updated_at"`
+	RecycledAt    time.Time `json:"recycled_at,omitzero"`
+	ReleasedAt    time.Time `json:"released_at,omitzero"`
+	RecycleReason string    `json:"recycle_reason,omitempty"`
+	RedirectTo    string    `json:"redirect_to,omitempty"`
 }
 
 func (r *record) clone() *record {

@@ -2,109 +2,152 @@ package agentscope
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-// How long records of sandboxes that are gone stay answerable, and how
-// many are kept at most (the oldest go first beyond that).
+// How long records of sandboxes that are gone stay answerable.
 const (
 	terminalTTL   = time.Hour      // released, replaced
 	recycledTTL   = 24 * time.Hour // waiting for their session to come back
-	maxTerminal   = 10000
 	extraMarker   = "agentscope"
 	extraType     = "agentscope.type"
 	extraStorage  = "agentscope.storage_path"
 	extraMountDir = "agentscope.mount_dir"
+	// docKind names the records among the store's documents.
+	docKind = "agentscope"
+	// lockKind names the session locks that span replicas.
+	lockKind = "agentscope-lock"
 )
 
-// registry holds the records by container name.
+// registry holds the records by container name, in the daemon's store
+// (store.Docs): with Redis every replica sees every record, a session's
+// sandboxes, released and recycled ones included, whichever replica runs
+// (or ran) them; with bbolt they survive a restart. Each record is grouped
+// under its owner. Records are replaced, never mutated, once published.
+//
+// Reads that fail (the store is away) are logged and answer as if there
+// were no record; listings return the error.
 type registry struct {
-	mu   sync.Mutex
-	recs map[string]*record
+	docs     store.Docs
+	log      *slog.Logger
+	terminal time.Duration // terminalTTL (shorter in tests)
+	recycled time.Duration // recycledTTL
 }
 
-func newRegistry() *registry { return &registry{recs: map[string]*record{}} }
+func newRegistry(docs store.Docs, log *slog.Logger) *registry {
+	return &registry{docs: docs, log: log, terminal: terminalTTL, recycled: recycledTTL}
+}
 
-// put publishes r (a fresh copy the caller no longer changes).
-func (g *registry) put(r *record) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.recs[r.Name] = r
-	if !r.live() {
-		g.pruneLocked(time.Now())
+// ttl is how long a record in r's state is kept (0: as long as it is live).
+func (g *registry) ttl(r *record) time.Duration {
+	switch {
+	case r.live():
+		return 0
+	case r.State == stateRecycled:
+		return g.recycled
+	default:
+		return g.terminal
 	}
 }
 
-func (g *registry) get(name string) *record {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.recs[name]
-}
-
-func (g *registry) remove(name string) {
-	g.mu.Lock()
-	delete(g.recs, name)
-	g.mu.Unlock()
-}
-
-// update applies change to a copy of the named record and publishes it,
-// atomically. It returns the new record, or nil when there is none.
-func (g *registry) update(name string, change func(r *record)) *record {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	old := g.recs[name]
-	if old == nil {
+func decodeRecord(data []byte) *record {
+	if data == nil {
 		return nil
 	}
-	r := old.clone()
-	change(r)
-	r.UpdatedAt = time.Now()
-	g.recs[name] = r
+	r := &record{}
+	if json.Unmarshal(data, r) != nil || r.Name == "" {
+		return nil // not one of ours: treated as absent
+	}
 	return r
 }
 
-// pruneLocked drops expired terminal records, then the oldest ones while
-// there are more than maxTerminal.
-func (g *registry) pruneLocked(now time.Time) {
-	var terminal []*record
-	for name, r := range g.recs {
-		if r.live() {
-			continue
-		}
-		ttl := terminalTTL
-		if r.State == stateRecycled {
-			ttl = recycledTTL
-		}
-		if now.Sub(r.UpdatedAt) > ttl {
-			delete(g.recs, name)
-			continue
-		}
-		terminal = append(terminal, r)
+// put publishes r (a fresh copy the caller no longer changes).
+func (g *registry) put(ctx context.Context, r *record) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode agentscope record %s: %w", r.Name, err)
 	}
-	if len(terminal) <= maxTerminal {
-		return
-	}
-	sort.Slice(terminal, func(i, j int) bool { return terminal[i].UpdatedAt.Before(terminal[j].UpdatedAt) })
-	for _, r := range terminal[:len(terminal)-maxTerminal] {
-		delete(g.recs, r.Name)
-	}
+	ttl := g.ttl(r)
+	return g.docs.UpdateDoc(ctx, docKind, r.Owner, r.Name, func([]byte) ([]byte, time.Duration, error) {
+		return data, ttl, nil
+	})
 }
+
+func (g *registry) get(ctx context.Context, name string) *record {
+	data, err := g.docs.Doc(ctx, docKind, name)
+	if err != nil {
+		g.log.Warn("agentscope: read record", "sandbox", name, "err", err)
+		return nil
+	}
+	return decodeRecord(data)
+}
+
+// errGone ends an update of a record that is not there.
+var errGone = errors.New("no such record")
+
+// update applies change to a copy of the named record and publishes it,
+// atomically (against other replicas too). It returns the new record, or
+// nil when there is none (or the store failed, logged).
+func (g *registry) update(ctx context.Context, name string, change func(r *record)) *record {
+	cur := g.get(ctx, name)
+	if cur == nil {
+		return nil
+	}
+	var out *record
+	err := g.docs.UpdateDoc(ctx, docKind, cur.Owner, name, func(old []byte) ([]byte, time.Duration, error) {
+		r := decodeRecord(old)
+		if r == nil || r.Owner != cur.Owner {
+			return nil, 0, errGone
+		}
+		before := *r
+		change(r)
+		if *r == before {
+			out = r
+			return nil, 0, errUnchanged // nothing to write (its TTL runs on)
+		}
+		r.UpdatedAt = time.Now()
+		data, err := json.Marshal(r)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = r
+		return data, g.ttl(r), nil
+	})
+	switch {
+	case errors.Is(err, errUnchanged):
+		return out
+	case errors.Is(err, errGone):
+		return nil
+	case err != nil:
+		g.log.Warn("agentscope: update record", "sandbox", name, "err", err)
+		return nil
+	}
+	return out
+}
+
+// errUnchanged ends an update that changed nothing.
+var errUnchanged = errors.New("unchanged")
 
 // find returns owner's record for identity: the full name, or the name
 // without the prefix. Expired terminal records are not found.
-func (g *registry) find(owner, prefix, identity string) *record {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.pruneLocked(time.Now())
+func (g *registry) find(ctx context.Context, owner, prefix, identity string) *record {
 	for _, name := range []string{identity, prefix + identity} {
-		if r := g.recs[name]; r != nil && r.Owner == owner {
+		if r := g.get(ctx, name); r != nil && r.Owner == owner {
 			return r
+		}
+		if prefix == "" {
+			break
 		}
 	}
 	return nil
@@ -112,23 +155,41 @@ func (g *registry) find(owner, prefix, identity string) *record {
 
 // byName returns the record named identity (or prefix+identity),
 // whoever owns it: the runtime-token check is the caller's job.
-func (g *registry) byName(prefix, identity string) *record {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if r := g.recs[identity]; r != nil {
+func (g *registry) byName(ctx context.Context, prefix, identity string) *record {
+	if r := g.get(ctx, identity); r != nil {
 		return r
 	}
-	return g.recs[prefix+identity]
+	if prefix == "" {
+		return nil
+	}
+	return g.get(ctx, prefix+identity)
+}
+
+// all returns owner's records.
+func (g *registry) all(ctx context.Context, owner string) ([]*record, error) {
+	docs, err := g.docs.GroupDocs(ctx, docKind, owner)
+	if err != nil {
+		return nil, fmt.Errorf("list agentscope records: %w", err)
+	}
+	out := make([]*record, 0, len(docs))
+	for _, d := range docs {
+		if r := decodeRecord(d); r != nil && r.Owner == owner {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 // session returns owner's records bound to key (live or recycled), oldest
 // first.
-func (g *registry) session(owner, key string) []*record {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+func (g *registry) session(ctx context.Context, owner, key string) ([]*record, error) {
+	recs, err := g.all(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
 	var out []*record
-	for _, r := range g.recs {
-		if r.Owner == owner && r.Session == key && (r.live() || r.State == stateRecycled) {
+	for _, r := range recs {
+		if r.Session == key && (r.live() || r.State == stateRecycled) {
 			out = append(out, r)
 		}
 	}
@@ -138,38 +199,74 @@ func (g *registry) session(owner, key string) []*record {
 		}
 		return out[i].Name < out[j].Name
 	})
-	return out
-}
-
-// sessionKeys lists owner's session keys that have bound sandboxes.
-func (g *registry) sessionKeys(owner string) []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	seen := map[string]bool{}
-	for _, r := range g.recs {
-		if r.Owner == owner && r.Session != "" && (r.live() || r.State == stateRecycled) {
-			seen[r.Session] = true
-		}
-	}
-	keys := make([]string, 0, len(seen))
-	for k := range seen {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	return out, nil
 }
 
 // owned lists owner's records in a live state.
-func (g *registry) owned(owner string) []*record {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var out []*record
-	for _, r := range g.recs {
-		if r.Owner == owner && r.live() {
+func (g *registry) owned(ctx context.Context, owner string) ([]*record, error) {
+	recs, err := g.all(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if r.live() {
 			out = append(out, r)
 		}
 	}
-	return out
+	return out, nil
+}
+
+// errHeld means another holder has the lock.
+var errHeld = errors.New("held")
+
+// lock takes the lock named key across every replica sharing the store,
+// waiting for it up to wait; it lasts until the returned unlock, or hold
+// (so a holder that died does not block it for ever).
+func (g *registry) lock(ctx context.Context, key string, hold, wait time.Duration) (func(), error) {
+	token := newLockToken()
+	deadline := time.Now().Add(wait)
+	for {
+		err := g.docs.UpdateDoc(ctx, lockKind, "", key, func(old []byte) ([]byte, time.Duration, error) {
+			if old != nil {
+				return nil, 0, errHeld
+			}
+			return []byte(token), hold, nil
+		})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errHeld) {
+			return nil, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("session busy: another replica holds its lock for more than %s", wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		err := g.docs.UpdateDoc(uctx, lockKind, "", key, func(old []byte) ([]byte, time.Duration, error) {
+			if string(old) != token {
+				return nil, 0, errHeld // expired and taken by another: theirs now
+			}
+			return nil, 0, nil
+		})
+		if err != nil && !errors.Is(err, errHeld) {
+			g.log.Warn("agentscope: release a session lock (it expires by itself)", "err", err)
+		}
+	}, nil
+}
+
+func newLockToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // lookup returns owner's record for identity, adopting a sandbox the
@@ -179,7 +276,7 @@ func (s *Server) lookup(ctx context.Context, owner, identity string) *record {
 	if identity == "" {
 		return nil
 	}
-	if r := s.reg.find(owner, s.cfg.Prefix, identity); r != nil {
+	if r := s.reg.find(ctx, owner, s.cfg.Prefix, identity); r != nil {
 		return r
 	}
 	id := sandbox.ID(strings.TrimPrefix(identity, s.cfg.Prefix))
@@ -190,9 +287,33 @@ func (s *Server) lookup(ctx context.Context, owner, identity string) *record {
 	if err != nil {
 		return nil
 	}
-	r := s.adopt(owner, rec)
-	s.reg.put(r)
-	return r
+	return s.reg.adopt(ctx, s.adopt(owner, rec))
+}
+
+// adopt publishes r unless a record of that name exists (another replica
+// may have written one since it was looked for), and returns the one that
+// is there.
+func (g *registry) adopt(ctx context.Context, r *record) *record {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return r
+	}
+	out := r
+	err = g.docs.UpdateDoc(ctx, docKind, r.Owner, r.Name, func(old []byte) ([]byte, time.Duration, error) {
+		if cur := decodeRecord(old); cur != nil {
+			out = cur
+			return old, 0, errHeld
+		}
+		out = r
+		return data, g.ttl(r), nil
+	})
+	if err != nil && !errors.Is(err, errHeld) {
+		g.log.Warn("agentscope: record an adopted sandbox", "sandbox", r.Name, "err", err)
+	}
+	if out.Owner != r.Owner {
+		return nil
+	}
+	return out
 }
 
 // adopt builds a record for a manager record.
@@ -226,8 +347,10 @@ func (s *Server) checkLive(ctx context.Context, r *record) *record {
 		return r
 	}
 	now := time.Now()
-	if u := s.reg.update(r.Name, func(x *record) {
-		x.State, x.ReleasedAt, x.Session = stateReleased, now, ""
+	if u := s.reg.update(ctx, r.Name, func(x *record) {
+		if x.live() {
+			x.State, x.ReleasedAt, x.Session = stateReleased, now, ""
+		}
 	}); u != nil {
 		return u
 	}

@@ -39,6 +39,10 @@ type call struct {
 	baseURL string
 	port    int
 	args    map[string]json.RawMessage
+
+	req   *http.Request // the request, for a method served by another replica (peers.go)
+	body  []byte        // its body as read
+	local bool          // serve here even when the sandbox runs elsewhere
 }
 
 func (s *Server) methods() []method {
@@ -68,10 +72,18 @@ func (s *Server) methodHandler(m method) http.Handler {
 		if !ok {
 			return
 		}
-		args, err := decodeArgs(w, r, m)
+		args, body, err := decodeArgs(w, r, m)
 		if err == nil {
+			c := &call{owner: owner, baseURL: baseURL(r), port: hostPort(r), args: args, req: r, body: body}
 			var result any
-			result, err = m.fn(r.Context(), &call{owner: owner, baseURL: baseURL(r), port: hostPort(r), args: args})
+			result, err = m.fn(r.Context(), c)
+			var ee errElsewhere
+			if errors.As(err, &ee) {
+				if s.serveElsewhere(w, r, c, ee.id) {
+					return
+				}
+				result, err = m.fn(r.Context(), c)
+			}
 			if err == nil {
 				writeJSON(w, http.StatusOK, map[string]any{"data": result})
 				return
@@ -97,11 +109,17 @@ func errorText(err error) string {
 // argument sent as "args" (some async client wrappers do) is the first
 // parameter, or the leading ones when it is a list; "kwargs" sent as an
 // object is merged.
-func decodeArgs(w http.ResponseWriter, r *http.Request, m method) (map[string]json.RawMessage, error) {
+func decodeArgs(w http.ResponseWriter, r *http.Request, m method) (map[string]json.RawMessage, []byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxMethodBody))
 	if err != nil {
-		return nil, fmt.Errorf("request body: %w", err)
+		return nil, nil, fmt.Errorf("request body: %w", err)
 	}
+	args, err := parseArgs(body, m)
+	return args, body, err
+}
+
+// parseArgs decodes a method's JSON body.
+func parseArgs(body []byte, m method) (map[string]json.RawMessage, error) {
 	args := map[string]json.RawMessage{}
 	if len(bytes.TrimSpace(body)) > 0 {
 		if err := json.Unmarshal(body, &args); err != nil {

@@ -62,7 +62,7 @@ func (s *Server) proxyTarget(w http.ResponseWriter, r *http.Request, identity st
 		}
 		// Agentscope's direct client calls a sandbox's url with its runtime
 		// token: accept that token for its own sandbox only.
-		rec = s.reg.byName(s.cfg.Prefix, identity)
+		rec = s.reg.byName(r.Context(), s.cfg.Prefix, identity)
 		if rec == nil || subtle.ConstantTimeCompare([]byte(rec.Token), []byte(token)) != 1 {
 			unauthorized(w, detailAuthInvalid)
 			return nil, false
@@ -72,9 +72,14 @@ func (s *Server) proxyTarget(w http.ResponseWriter, r *http.Request, identity st
 		return notFound()
 	}
 	httpapi.SetUser(r, rec.Owner)
-	rec = s.checkLive(r.Context(), s.follow(rec))
+	rec = s.checkLive(r.Context(), s.follow(r.Context(), rec))
 	if !rec.live() {
 		return notFound()
+	}
+	// Identity redirects to a sandbox another replica runs (a session
+	// restored there): that replica serves the request.
+	if s.cfg.Peers != nil && !s.m.Hosts(rec.ID) && s.cfg.Peers.ServeBy(w, r, rec.ID) {
+		return nil, false
 	}
 	return rec, true
 }

@@ -2,15 +2,18 @@ package agentscope
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
 )
 
 // Server is the agentscope front-end. Create it with New, add its routes
@@ -33,14 +36,16 @@ type Server struct {
 
 	ctx    context.Context // ends at Close: bounds background processes
 	cancel context.CancelFunc
+	pruned chan struct{} // closed when the prune loop is done
 }
 
 // New returns the front-end over m and registers its heartbeat hook.
 func New(cfg Config, m *manager.Manager) *Server {
 	cfg.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
+	log := cfg.Logger.With("component", "agentscope")
 	s := &Server{
-		cfg: cfg, m: m, log: cfg.Logger.With("component", "agentscope"), reg: newRegistry(),
+		cfg: cfg, m: m, log: log, reg: newRegistry(cfg.Docs, log),
 		sessionLocks: map[string]*refMutex{},
 		mcps:         map[sandbox.ID]*mcpGroup{},
 		ctx:          ctx, cancel: cancel,
@@ -52,13 +57,20 @@ func New(cfg Config, m *manager.Manager) *Server {
 		s.cfg.StorageFolder = ""
 	}
 	m.OnHeartbeatRecycle(s.onRecycle)
+	m.OnGone(s.onGone)
+	s.pruned = make(chan struct{})
+	go s.pruneLoop()
 	return s
 }
+
+// SetPeers gives the front-end the other replicas (before it serves).
+func (s *Server) SetPeers(p Peers) { s.cfg.Peers = p }
 
 // Close stops the MCP servers this front-end started. Sandboxes are left
 // to the manager.
 func (s *Server) Close() {
 	s.cancel()
+	<-s.pruned
 	s.procMu.Lock()
 	mcps := s.mcps
 	s.mcps = map[sandbox.ID]*mcpGroup{}
@@ -106,8 +118,25 @@ type refMutex struct {
 	refs int
 }
 
-// sessionLock locks the session key of owner and returns the unlock.
-func (s *Server) sessionLock(owner, key string) func() {
+// sessionHold bounds how long a session lock shared between replicas is
+// held (a restore creates sandboxes and copies workspaces), and how long a
+// call waits for it.
+const sessionHold, sessionWait = 5 * time.Minute, 5 * time.Minute
+
+// sessionLock locks the session key of owner, here and on every replica
+// sharing the store, and returns the unlock.
+func (s *Server) sessionLock(ctx context.Context, owner, key string) (func(), error) {
+	unlock := s.localSessionLock(owner, key)
+	shared, err := s.reg.lock(ctx, "session\x00"+owner+"\x00"+key, sessionHold, sessionWait)
+	if err != nil {
+		unlock()
+		return nil, fmt.Errorf("lock session %s: %w", key, err)
+	}
+	return func() { shared(); unlock() }, nil
+}
+
+// localSessionLock locks the session key of owner in this process.
+func (s *Server) localSessionLock(owner, key string) func() {
 	k := owner + "\x00" + key
 	s.sessionMu.Lock()
 	l := s.sessionLocks[k]
@@ -148,4 +177,38 @@ func hostPort(r *http.Request) int {
 	}
 	n, _ := strconv.Atoi(p)
 	return n
+}
+
+// pruneEvery spaces the sweeps of expired records in a store that keeps
+// them until then (bbolt; Redis expires them itself).
+const pruneEvery = 10 * time.Minute
+
+// pruneLoop deletes expired records (released, replaced, recycled ones
+// past their time) every pruneEvery until Close: records nobody reads
+// again would otherwise stay in the daemon's bbolt file.
+func (s *Server) pruneLoop() {
+	defer close(s.pruned)
+	p, ok := s.cfg.Docs.(store.DocPruner)
+	if !ok {
+		return
+	}
+	t := time.NewTicker(pruneEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, kind := range []string{docKind, lockKind} {
+			ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+			n, err := p.PruneDocs(ctx, kind)
+			cancel()
+			if err != nil {
+				s.log.Warn("agentscope: prune expired records", "kind", kind, "err", err)
+			} else if n > 0 {
+				s.log.Debug("agentscope: pruned expired records", "kind", kind, "records", n)
+			}
+		}
+	}
 }

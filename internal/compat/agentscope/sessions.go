@@ -2,6 +2,7 @@ package agentscope
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/store"
@@ -10,23 +11,38 @@ import (
 // touch records session activity for a call on identity (check_health,
 // list_tools, call_tool, add_mcp_servers), restores the session first if
 // the heartbeat recycled it, and returns the record that serves the call:
-// the sandbox that replaced identity's, if it was replaced.
-func (s *Server) touch(ctx context.Context, owner, identity string) (*record, error) {
+// the sandbox that replaced identity's, if it was replaced. When that
+// sandbox runs on another replica the call is served there: errElsewhere.
+func (s *Server) touch(ctx context.Context, c *call, identity string) (*record, error) {
+	owner := c.owner
 	r := s.lookup(ctx, owner, identity)
 	if r == nil {
 		return nil, errNoContainer(identity)
 	}
-	if r.Session != "" && s.needsRestore(owner, r.Session) {
-		s.restoreSession(ctx, owner, r.Session)
+	if r.Session != "" && s.needsRestore(ctx, owner, r.Session) {
+		if err := s.restoreSession(ctx, owner, r.Session); err != nil {
+			return nil, err
+		}
 	}
-	r = s.follow(s.reg.get(r.Name))
+	// Read again (a restore replaced it); with the store away, the record
+	// the lookup adopted from the manager serves (a running sandbox keeps
+	// working without Redis).
+	if g := s.reg.get(ctx, r.Name); g != nil {
+		r = g
+	}
+	r = s.follow(ctx, r)
 	if !r.live() {
 		return nil, errNoContainer(identity)
+	}
+	if s.elsewhere(c, r.ID) {
+		return nil, errElsewhere{r.ID}
 	}
 	now := time.Now()
 	s.m.Touch(r.ID)
 	if now.Sub(r.LastActive) > time.Second {
-		r = s.reg.update(r.Name, func(x *record) { x.LastActive = now })
+		if u := s.reg.update(ctx, r.Name, func(x *record) { x.LastActive = now }); u != nil {
+			r = u
+		}
 		// Agentscope sandboxes live until released: keep the end time far
 		// ahead of any activity.
 		if _, err := s.m.Refresh(ctx, r.Owner, r.ID, s.cfg.SandboxTimeout); err != nil {
@@ -36,8 +52,13 @@ func (s *Server) touch(ctx context.Context, owner, identity string) (*record, er
 	return r, nil
 }
 
-func (s *Server) needsRestore(owner, key string) bool {
-	for _, r := range s.reg.session(owner, key) {
+func (s *Server) needsRestore(ctx context.Context, owner, key string) bool {
+	recs, err := s.reg.session(ctx, owner, key)
+	if err != nil {
+		s.log.Warn("agentscope: read session", "session", key, "err", err)
+		return false
+	}
+	for _, r := range recs {
 		if r.State == stateRecycled {
 			return true
 		}
@@ -48,10 +69,19 @@ func (s *Server) needsRestore(owner, key string) bool {
 // restoreSession replaces every recycled sandbox of the session with a new
 // one of the same type, on the same workspace (its mount directory, or the
 // copy in storage). The old record becomes "replaced" with redirect_to.
-func (s *Server) restoreSession(ctx context.Context, owner, key string) {
-	unlock := s.sessionLock(owner, key)
+// The session's lock spans replicas: a session is restored once, by the
+// replica whose call came first.
+func (s *Server) restoreSession(ctx context.Context, owner, key string) error {
+	unlock, err := s.sessionLock(ctx, owner, key)
+	if err != nil {
+		return err
+	}
 	defer unlock()
-	for _, old := range s.reg.session(owner, key) {
+	recs, err := s.reg.session(ctx, owner, key)
+	if err != nil {
+		return err
+	}
+	for _, old := range recs {
 		if old.State != stateRecycled {
 			continue
 		}
@@ -63,11 +93,12 @@ func (s *Server) restoreSession(ctx context.Context, owner, key string) {
 			s.log.Warn("agentscope: restore recycled sandbox", "sandbox", old.Name, "session", key, "err", err)
 			continue
 		}
-		s.reg.update(old.Name, func(x *record) {
+		s.reg.update(ctx, old.Name, func(x *record) {
 			x.State, x.RedirectTo, x.Session = stateReplaced, nr.Name, ""
 		})
 		s.log.Info("agentscope sandbox restored", "old", old.Name, "new", nr.Name, "session", key)
 	}
+	return nil
 }
 
 // onRecycle runs (from the manager's heartbeat loop) before an idle
@@ -78,10 +109,11 @@ func (s *Server) onRecycle(ctx context.Context, rec *store.Record) {
 		return // not an agentscope sandbox: the native session rules apply
 	}
 	name := s.cfg.Prefix + string(rec.ID)
-	r := s.reg.get(name)
+	r := s.reg.get(ctx, name)
 	if r == nil {
-		r = s.adopt(rec.Owner, rec)
-		s.reg.put(r)
+		if r = s.reg.adopt(ctx, s.adopt(rec.Owner, rec)); r == nil {
+			return
+		}
 	}
 	s.stopProcesses(r.ID)
 	if r.Storage != "" {
@@ -92,7 +124,7 @@ func (s *Server) onRecycle(ctx context.Context, rec *store.Record) {
 		cancel()
 	}
 	now := time.Now()
-	s.reg.update(name, func(x *record) {
+	s.reg.update(ctx, name, func(x *record) {
 		x.State, x.RecycledAt, x.RecycleReason = stateRecycled, now, "heartbeat_timeout"
 	})
 	s.log.Info("agentscope sandbox recycled", "sandbox", name, "session", r.Session)
@@ -106,8 +138,12 @@ func (s *Server) apiGetSessionMapping(ctx context.Context, c *call) (any, error)
 		return nil, err
 	}
 	s.adoptSession(ctx, c.owner, key)
+	recs, err := s.reg.session(ctx, c.owner, key)
+	if err != nil {
+		return nil, err
+	}
 	names := []string{}
-	for _, r := range s.reg.session(c.owner, key) {
+	for _, r := range s.stillBound(ctx, recs) {
 		names = append(names, r.Name)
 	}
 	return names, nil
@@ -118,7 +154,41 @@ func (s *Server) apiListSessionKeys(ctx context.Context, c *call) (any, error) {
 	for _, key := range s.m.SessionKeys(c.owner) {
 		s.adoptSession(ctx, c.owner, key)
 	}
-	return s.reg.sessionKeys(c.owner), nil
+	recs, err := s.reg.all(ctx, c.owner)
+	if err != nil {
+		return nil, err
+	}
+	var bound []*record
+	for _, r := range recs {
+		if r.Session != "" && (r.live() || r.State == stateRecycled) {
+			bound = append(bound, r)
+		}
+	}
+	seen := map[string]bool{}
+	keys := []string{}
+	for _, r := range s.stillBound(ctx, bound) {
+		if !seen[r.Session] {
+			seen[r.Session] = true
+			keys = append(keys, r.Session)
+		}
+	}
+	sort.Strings(keys)
+	return keys, nil
+}
+
+// stillBound drops the live records whose sandbox is gone (it went while
+// no gone hook could see it: a host crash, say), turning them released.
+func (s *Server) stillBound(ctx context.Context, recs []*record) []*record {
+	out := recs[:0]
+	for _, r := range recs {
+		if r.live() {
+			if r = s.checkLive(ctx, r); !r.live() {
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // adoptSession makes sure the manager's agentscope sandboxes of a session
@@ -129,4 +199,23 @@ func (s *Server) adoptSession(ctx context.Context, owner, key string) {
 			s.lookup(ctx, owner, string(rec.ID))
 		}
 	}
+}
+
+// onGone runs (manager.GoneHook) once a sandbox is gone, whichever API or
+// timer ended it: the MCP servers and browser connection this replica
+// keeps for it go, and a live record of it becomes "released" (in the
+// shared store: every replica answers so). A record already recycled,
+// replaced or released stays as it is.
+func (s *Server) onGone(ctx context.Context, rec *store.Record, reason string) {
+	if s.stopProcesses(rec.ID) {
+		s.log.Info("agentscope: dropped the MCP servers and browser connection of a gone sandbox", "sandbox", rec.ID, "reason", reason)
+	}
+	now := time.Now()
+	uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s.reg.update(uctx, s.cfg.Prefix+string(rec.ID), func(x *record) {
+		if x.live() && x.ID == rec.ID {
+			x.State, x.ReleasedAt, x.Session = stateReleased, now, ""
+		}
+	})
 }

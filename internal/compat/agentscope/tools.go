@@ -116,7 +116,7 @@ func (s *Server) apiListTools(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.touch(ctx, c.owner, identity)
+	r, err := s.touch(ctx, c, identity)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +149,7 @@ func (s *Server) apiCallTool(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.touch(ctx, c.owner, identity)
+	r, err := s.touch(ctx, c, identity)
 	if err != nil {
 		return nil, err
 	}

@@ -1,11 +1,15 @@
 package agentscope
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/store"
 )
 
 func TestUnifiedDiff(t *testing.T) {
@@ -92,7 +96,11 @@ func TestDecodeArgs(t *testing.T) {
 	m := method{name: "call_tool", params: []string{"identity", "tool_name", "arguments"}, required: 1}
 	decode := func(body string) (map[string]json.RawMessage, error) {
 		r := httptest.NewRequest("POST", "/call_tool", strings.NewReader(body))
-		return decodeArgs(httptest.NewRecorder(), r, m)
+		args, raw, err := decodeArgs(httptest.NewRecorder(), r, m)
+		if string(raw) != body {
+			t.Fatalf("body kept as %q, sent %q", raw, body)
+		}
+		return args, err
 	}
 	args, err := decode(`{"args": ["id1", "run_shell_command", {"command": "ls"}]}`)
 	if err != nil || string(args["identity"]) != `"id1"` || string(args["tool_name"]) != `"run_shell_command"` {
@@ -128,34 +136,66 @@ func TestSplitPatch(t *testing.T) {
 }
 
 func TestRegistry(t *testing.T) {
-	g := newRegistry()
+	ctx := context.Background()
+	g := newRegistry(store.NewMemory(), slog.Default())
+	g.terminal = 100 * time.Millisecond
 	now := time.Now()
-	g.put(&record{Name: "p-b", Owner: "u", Session: "s", State: stateRunning, CreatedAt: now.Add(time.Second), UpdatedAt: now})
-	g.put(&record{Name: "p-a", Owner: "u", Session: "s", State: stateRunning, CreatedAt: now, UpdatedAt: now})
-	g.put(&record{Name: "p-c", Owner: "other", Session: "s", State: stateRunning, CreatedAt: now, UpdatedAt: now})
-	if got := g.session("u", "s"); len(got) != 2 || got[0].Name != "p-a" || got[1].Name != "p-b" {
-		t.Fatalf("session order: %v", got)
+	for _, r := range []*record{
+		{Name: "p-b", Owner: "u", Session: "s", State: stateRunning, CreatedAt: now.Add(time.Second), UpdatedAt: now},
+		{Name: "p-a", Owner: "u", Session: "s", State: stateRunning, CreatedAt: now, UpdatedAt: now},
+		{Name: "p-c", Owner: "other", Session: "s", State: stateRunning, CreatedAt: now, UpdatedAt: now},
+	} {
+		if err := g.put(ctx, r); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if g.find("u", "p-", "a") == nil || g.find("other", "p-", "a") != nil {
+	if got, err := g.session(ctx, "u", "s"); err != nil || len(got) != 2 || got[0].Name != "p-a" || got[1].Name != "p-b" {
+		t.Fatalf("session order: %v %v", got, err)
+	}
+	if g.find(ctx, "u", "p-", "a") == nil || g.find(ctx, "other", "p-", "a") != nil {
 		t.Fatal("find by short name, per owner")
 	}
-	if keys := g.sessionKeys("u"); len(keys) != 1 || keys[0] != "s" {
-		t.Fatalf("keys %v", keys)
+	if all, err := g.all(ctx, "u"); err != nil || len(all) != 2 {
+		t.Fatalf("u's records %v %v", all, err)
 	}
-	g.update("p-a", func(r *record) { r.State, r.Session = stateReleased, "" })
-	if got := g.session("u", "s"); len(got) != 1 {
+	if u := g.update(ctx, "p-a", func(r *record) { r.State, r.Session = stateReleased, "" }); u == nil || u.State != stateReleased {
+		t.Fatalf("update: %+v", u)
+	}
+	if g.update(ctx, "p-none", func(r *record) {}) != nil {
+		t.Fatal("update of a missing record")
+	}
+	if got, _ := g.session(ctx, "u", "s"); len(got) != 1 {
 		t.Fatalf("released record still mapped: %v", got)
 	}
-	// Terminal records expire after their TTL.
-	g.mu.Lock()
-	g.recs["p-a"].UpdatedAt = now.Add(-2 * terminalTTL)
-	g.mu.Unlock()
-	if g.find("u", "p-", "p-a") != nil {
-		t.Fatal("expired released record still answers")
+	// Adopting keeps a record that is there.
+	if r := g.adopt(ctx, &record{Name: "p-a", Owner: "u", State: stateRunning}); r == nil || r.State != stateReleased {
+		t.Fatalf("adopt replaced an existing record: %+v", r)
 	}
-	if g.find("u", "p-", "p-b") == nil {
+	// Terminal records expire after their TTL; live ones stay.
+	deadline := time.Now().Add(10 * time.Second)
+	for g.find(ctx, "u", "p-", "p-a") != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("expired released record still answers")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if g.find(ctx, "u", "p-", "p-b") == nil {
 		t.Fatal("live record pruned")
 	}
+	// The shared lock: a second taker waits until the first unlocks.
+	unlock, err := g.lock(ctx, "k", time.Minute, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.lock(ctx, "k", time.Minute, 100*time.Millisecond); err == nil {
+		t.Fatal("a held lock was taken twice")
+	}
+	unlock()
+	unlock2, err := g.lock(ctx, "k", time.Minute, time.Second)
+	if err != nil {
+		t.Fatalf("lock after unlock: %v", err)
+	}
+	unlock2()
 }
 
 func TestTreeJSON(t *testing.T) {

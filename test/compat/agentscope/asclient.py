@@ -31,12 +31,6 @@ MAX_INSTANCES = int(os.environ.get("AGENTBOX_MAX_INSTANCES", "0") or 0)
 HEARTBEAT = float(os.environ.get("AGENTBOX_HEARTBEAT", "0") or 0)
 STORAGE = os.environ.get("AGENTBOX_STORAGE", "")
 MOUNT_DIR = os.environ.get("AGENTBOX_MOUNT_DIR", "")
-# REPLICAS > 1: the URL is a balancer spreading requests over that many
-# replicas. agentscope's session mappings, cleanup and its records of
-# released sandboxes answer from the replica a request lands on
-# (docs/scale-out.md): those tests are skipped.
-REPLICAS = int(os.environ.get("AGENTBOX_REPLICAS", "1") or 1)
-PER_REPLICA = "session mappings, cleanup and released records are per replica (docs/scale-out.md, 'not there yet')"
 TIMEOUT = 120  # seconds, per request
 
 METHODS = [

@@ -2,7 +2,7 @@
 import time
 import unittest
 
-from asclient import (MAX_INSTANCES, PER_REPLICA, PREFIX, REPLICAS, SandboxTest, data, raw, text_of)
+from asclient import (MAX_INSTANCES, PREFIX, SandboxTest, data, raw, text_of)
 
 MODEL_FIELDS = {
     "session_id", "container_id", "container_name", "url", "ports", "mount_dir", "storage_path",
@@ -36,7 +36,6 @@ class LifecycleTest(SandboxTest):
         self.assertEqual(data("get_info", identity=short)["container_name"], sid)
         self.assertEqual(data("get_status", identity=short), "running")
 
-    @unittest.skipIf(REPLICAS > 1, PER_REPLICA)
     def test_release_keeps_record(self):
         sid = self.create()
         self.assertIs(data("release", identity=sid), True)
@@ -91,7 +90,6 @@ class LifecycleTest(SandboxTest):
                     arguments={"command": "cat /workspace/kept.txt"})
         self.assertEqual(tool["content"][0]["text"].strip(), "still here", tool)
 
-    @unittest.skipIf(REPLICAS > 1, PER_REPLICA)
     def test_cleanup(self):
         a, b = self.create(), self.create("filesystem", pool=False)
         self.assertIsNone(data("cleanup"))

@@ -2,11 +2,10 @@
 import time
 import unittest
 
-from asclient import HEARTBEAT, MOUNT_DIR, PER_REPLICA, REPLICAS, STORAGE, SandboxTest, data, new_session, proxy, text_of
+from asclient import HEARTBEAT, MOUNT_DIR, STORAGE, SandboxTest, data, new_session, proxy, text_of
 
 
 class SessionTest(SandboxTest):
-    @unittest.skipIf(REPLICAS > 1, PER_REPLICA)
     def test_mapping_before_and_after_release(self):
         key = new_session()
         self.assertEqual(data("get_session_mapping", session_ctx_id=key), [])
@@ -24,7 +23,6 @@ class SessionTest(SandboxTest):
         self.assertEqual(data("get_session_mapping", session_ctx_id=key), [])
         self.assertNotIn(key, data("list_session_keys"))
 
-    @unittest.skipIf(REPLICAS > 1, PER_REPLICA)
     def test_session_service_flow(self):
         """What SandboxService.connect/release do with session_ctx_id = f"{session}_{user}"."""
         key = new_session() + "_user1"
@@ -55,7 +53,6 @@ class HeartbeatTest(SandboxTest):
             time.sleep(0.5)
         self.fail(f"{sid} did not become {state} within {limit}s: {info}")
 
-    @unittest.skipIf(REPLICAS > 1, PER_REPLICA)
     def test_recycle_then_restore(self):
         key = new_session()
         old = self.create(meta={"session_ctx_id": key})

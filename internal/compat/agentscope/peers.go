@@ -1,0 +1,118 @@
+package agentscope
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// Peers reaches the other replicas that share the daemon's store
+// (cluster.Forwarder). The daemon's forwarder already sends a method that
+// names an identity to the replica running that sandbox; the front-end
+// needs Peers where the sandbox that serves a call is only known once its
+// record is read: a recycled session restored on another replica (the old
+// identity redirects there), and cleanup, which releases sandboxes of
+// every replica.
+type Peers interface {
+	// ServeBy serves r by the live replica that runs sandbox id, with the
+	// caller's own credentials, reporting false (nothing written) when that
+	// is this daemon, none (the sandbox is gone, or its replica is lost),
+	// or r was itself forwarded by a replica: the caller serves it then.
+	ServeBy(w http.ResponseWriter, r *http.Request, id sandbox.ID) bool
+}
+
+// errElsewhere asks the method handler to serve the request by the replica
+// that runs id (the method changed nothing before it returned this).
+type errElsewhere struct{ id sandbox.ID }
+
+func (e errElsewhere) Error() string {
+	return fmt.Sprintf("sandbox %s runs on another replica", e.id)
+}
+
+// elsewhere reports whether c is to be served by another replica because
+// the sandbox id it acts on runs there.
+func (s *Server) elsewhere(c *call, id sandbox.ID) bool {
+	return s.cfg.Peers != nil && c != nil && c.req != nil && !c.local && !s.m.Hosts(id)
+}
+
+// serveElsewhere hands the request of a method that returned errElsewhere
+// to the replica running the sandbox, reporting whether it did. When it
+// did not (that replica is lost, or the sandbox went meanwhile) the method
+// is run again here, told to stay local.
+func (s *Server) serveElsewhere(w http.ResponseWriter, r *http.Request, c *call, id sandbox.ID) bool {
+	r.Body = io.NopCloser(bytes.NewReader(c.body))
+	r.ContentLength = int64(len(c.body))
+	if s.cfg.Peers.ServeBy(w, r, id) {
+		return true
+	}
+	c.local = true
+	return false
+}
+
+// releaseBy releases r on the live replica that runs it, as a release
+// request of the caller's (cleanup on this replica of a sandbox another
+// runs). It reports false when no other replica runs it.
+func (s *Server) releaseBy(ctx context.Context, c *call, r *record) (bool, error) {
+	if !s.elsewhere(c, r.ID) {
+		return false, nil
+	}
+	body, _ := json.Marshal(map[string]string{"identity": r.Name})
+	req := c.req.Clone(ctx)
+	req.Method, req.URL.Path, req.URL.RawPath, req.URL.RawQuery = http.MethodPost, "/release", "", ""
+	req.RequestURI = ""
+	req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Del("Content-Length")
+	rec := &recorder{header: http.Header{}}
+	if !s.cfg.Peers.ServeBy(rec, req, r.ID) {
+		return false, nil
+	}
+	var out struct {
+		Data   any    `json:"data"`
+		Detail string `json:"detail"`
+	}
+	if rec.status != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &out) != nil || out.Data != true {
+		return true, fmt.Errorf("release %s on its replica: status %d %s", r.Name, rec.status, firstLine(rec.body.String()))
+	}
+	return true, nil
+}
+
+// recorder is the ResponseWriter of a request made to another replica on
+// the caller's behalf (bounded: an answer of a release is a few bytes).
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	if r.body.Len()+len(p) > 64<<10 {
+		return 0, errors.New("answer too large")
+	}
+	return r.body.Write(p)
+}
+
+func firstLine(s string) string {
+	if i := bytes.IndexByte([]byte(s), '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}

@@ -32,24 +32,19 @@ func (r *RedisServer) Addr() string { return net.JoinHostPort("127.0.0.1", strco
 // it): a scale-out test that skipped would prove nothing.
 func StartRedis(t testing.TB) *RedisServer {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatalf("redis-server not found (scripts/install-deps.sh installs it): %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	r := &RedisServer{Port: port, dir: t.TempDir(), t: t}
-	r.Start()
-	t.Cleanup(r.Stop)
-	return r
+	return startRedis(t, "")
 }
 
 // StartRedisACL is StartRedis with authentication: the default user needs
 // defaultPassword, and user (password) may use every key and command.
 func StartRedisACL(t testing.TB, user, password, defaultPassword string) *RedisServer {
+	t.Helper()
+	return startRedis(t, defaultPassword, "--requirepass", defaultPassword, "--user", user, "on", ">"+password, "~*", "&*", "+@all")
+}
+
+// startRedis starts a server on a free loopback port with extra args;
+// auth is the default user's password ("" for none).
+func startRedis(t testing.TB, auth string, args ...string) *RedisServer {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not found (scripts/install-deps.sh installs it): %v", err)
@@ -60,8 +55,7 @@ func StartRedisACL(t testing.TB, user, password, defaultPassword string) *RedisS
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	r := &RedisServer{Port: port, dir: t.TempDir(), t: t, auth: defaultPassword,
-		args: []string{"--requirepass", defaultPassword, "--user", user, "on", ">" + password, "~*", "&*", "+@all"}}
+	r := &RedisServer{Port: port, dir: t.TempDir(), t: t, auth: auth, args: args}
 	r.Start()
 	t.Cleanup(r.Stop)
 	return r

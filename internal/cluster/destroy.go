@@ -42,6 +42,8 @@ func (f *Forwarder) DestroyBy(ctx context.Context, id sandbox.ID) error {
 		return nil
 	case rec.status == http.StatusNotFound:
 		return sandbox.ErrNotFound(id)
+	case rec.status >= 500:
+		return sandbox.Errorf(sandbox.ClassUnavailable, "delete sandbox %s on its replica: status %d: %s", id, rec.status, firstLine(rec.body.Bytes()))
 	default:
 		return fmt.Errorf("delete sandbox %s on its replica: status %d: %s", id, rec.status, firstLine(rec.body.Bytes()))
 	}

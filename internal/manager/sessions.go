@@ -43,8 +43,12 @@ func (m *Manager) ConnectSession(ctx context.Context, owner, key string, types [
 	}
 	defer unlock()
 
+	recs, err := m.sessionRecords(ctx, owner, key)
+	if err != nil {
+		return nil, err
+	}
 	byType := map[string]*store.Record{}
-	for _, r := range m.sessionRecords(ctx, owner, key) {
+	for _, r := range recs {
 		if _, dup := byType[r.Type]; !dup && r.State != sandbox.StateLost {
 			byType[r.Type] = r
 		}
@@ -112,8 +116,12 @@ func (m *Manager) ReleaseSession(ctx context.Context, owner, key string) ([]sand
 		return nil, err
 	}
 	defer unlock()
+	recs, err := m.sessionRecords(ctx, owner, key)
+	if err != nil {
+		return nil, err
+	}
 	var ids []sandbox.ID
-	for _, r := range m.sessionRecords(ctx, owner, key) {
+	for _, r := range recs {
 		switch {
 		case r.Node == "" || r.Node == m.cfg.NodeID:
 			err = m.destroy(ctx, r.ID, "session released")
@@ -147,19 +155,25 @@ func (m *Manager) SetPeerDestroy(fn PeerDestroy) { m.peerDestroy = fn }
 // sessionRecords lists owner's sandboxes bound to key, oldest first: this
 // daemon's, and with a shared store every other replica's (a lost one's in
 // state lost).
-func (m *Manager) sessionRecords(ctx context.Context, owner, key string) []*store.Record {
+// Unlike a list, it fails when the store cannot say: a connect would
+// create a second sandbox of a type another replica runs.
+func (m *Manager) sessionRecords(ctx context.Context, owner, key string) ([]*store.Record, error) {
 	out := m.SessionSandboxes(owner, key)
-	remote := m.remoteRecords(ctx, owner)
-	if len(remote) == 0 {
-		return out
+	if m.atomicStore() == nil {
+		return out, nil
 	}
-	for _, r := range remote {
-		if r.SessionKey == key {
+	recs, err := m.store.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the sandboxes of session %s: %w", key, err)
+	}
+	live := m.liveNodes(ctx)
+	for _, r := range recs {
+		if r.Owner == owner && r.SessionKey == key && m.remote(r, live) {
 			out = append(out, r)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	return out
+	return out, nil
 }
 
 // sessionLockKind names the native session locks in the shared store.

@@ -113,8 +113,8 @@ func TestManagersShareSessions(t *testing.T) {
 				t.Fatalf("%s: type %s is %s on a, %s on b", key, got[0][i].Type, got[0][i].ID, got[1][i].ID)
 			}
 		}
-		if n := len(a.sessionRecords(ctx, "alice", key)); n != 2 {
-			t.Fatalf("%s: %d sandboxes, want 2", key, n)
+		if recs, err := a.sessionRecords(ctx, "alice", key); err != nil || len(recs) != 2 {
+			t.Fatalf("%s: %d sandboxes (%v), want 2", key, len(recs), err)
 		}
 		if ids, err := a.ReleaseSession(ctx, "alice", key); err != nil || len(ids) != 2 {
 			t.Fatalf("release %s: %v %v", key, ids, err)
@@ -139,4 +139,19 @@ func TestManagersShareSessions(t *testing.T) {
 	if _, err := rs.Get(ctx, onA[0].ID); sandbox.ClassOf(err) != sandbox.ClassNotFound {
 		t.Fatalf("record of the lost replica's sandbox after the release: %v", err)
 	}
+
+	// Redis away: a connect cannot know the session's sandboxes on other
+	// replicas, so it is refused (503) and creates nothing.
+	before := b.Load().Sandboxes
+	srv.Stop()
+	if got, err := b.ConnectSession(ctx, "alice", "s3", nil, CreateRequest{}); sandbox.ClassOf(err) != sandbox.ClassUnavailable {
+		t.Fatalf("connect with Redis away: %+v %v, want unavailable", got, err)
+	}
+	if _, err := b.ReleaseSession(ctx, "alice", "s3"); sandbox.ClassOf(err) != sandbox.ClassUnavailable {
+		t.Fatalf("release with Redis away: %v, want unavailable", err)
+	}
+	if n := b.Load().Sandboxes; n != before {
+		t.Fatalf("b runs %d sandboxes after a refused connect, had %d", n, before)
+	}
+	srv.Start()
 }

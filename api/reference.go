@@ -119,6 +119,8 @@ text messages; the server sends ` + "`" + `{"type":"exit","exit_code"}` + "`" + 
 ` + "`" + `POST /v1/sessions/{session_id}/connect {"user_id"?, "types"?: ["base", ...]}` + "`" + ` returns the
 session's sandboxes, one per type, creating missing ones (key ` + "`" + `<session_id>_<user_id>` + "`" + `, as
 agentscope's SandboxService). Session sandboxes idle for ` + "`" + `HEARTBEAT_TIMEOUT` + "`" + ` are recycled.
-` + "`" + `POST .../release` + "`" + ` destroys them.
+` + "`" + `POST .../release` + "`" + ` destroys them. With replicas sharing Redis a session spans them: any
+replica finds its sandboxes on every replica, concurrent connects create one sandbox per type,
+and a release destroys each sandbox on the replica that runs it (docs/scale-out.md).
 
 `

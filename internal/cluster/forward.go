@@ -215,6 +215,11 @@ func (f *Forwarder) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		if !f.cfg.Shared || !f.forward(w, r, next) {
+			if f.cfg.Shared && strings.HasPrefix(r.URL.Path, "/v1/sessions/") {
+				// A session's release destroys its sandboxes other replicas
+				// run through them, as the caller (DestroyBy).
+				r = r.WithContext(context.WithValue(r.Context(), callerKey{}, r))
+			}
 			next.ServeHTTP(w, r)
 		}
 	})

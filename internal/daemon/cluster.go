@@ -138,9 +138,11 @@ func docsOf(st store.Store) store.Docs {
 }
 
 // setPeers lets agentscope serve a call by the replica that runs its
-// sandbox, when replicas share the store.
-func setPeers(as *agentscope.Server, st store.Store, fw *cluster.Forwarder) {
+// sandbox, and a native session's release destroy the sandboxes other
+// replicas run, when replicas share the store.
+func setPeers(as *agentscope.Server, m *manager.Manager, st store.Store, fw *cluster.Forwarder) {
 	if _, shared := st.(store.Atomic); shared {
 		as.SetPeers(fw)
+		m.SetPeerDestroy(fw.DestroyBy)
 	}
 }

@@ -211,7 +211,7 @@ func Run(ctx context.Context, opts Options) error {
 	m.SetNodes(registry.List)
 	ln = newLimitListener(ln, maxConns, maxConnsPerIP, log)
 	fw := forwarder(cfg, node, st, registry, m, log)
-	setPeers(as, st, fw)
+	setPeers(as, m, st, fw)
 	srv := &http.Server{
 		Handler:           withBodyTimeout(fw.Wrap(api.Handler()), cfg.BodyTimeout),
 		ReadHeaderTimeout: cfg.HeaderTimeout,

@@ -112,6 +112,7 @@ type Manager struct {
 	claimPools map[string]*claimPool
 
 	sessionLocks keyedMutex
+	peerDestroy  PeerDestroy // another replica's sandbox of a session (sessions.go)
 	// pauseLocks serialise Pause and Resume of one sandbox.
 	pauseLocks keyedMutex
 	admission  *admission

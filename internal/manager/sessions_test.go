@@ -1,0 +1,157 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/agentbox/agentbox/internal/backend/fake"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+// Two managers (replicas) on one Redis share native sessions: a connect
+// on b finds a's sandbox and creates only the missing type, concurrent
+// connects on a and b create one sandbox per type, a release on b has a
+// destroy a's sandboxes (PeerDestroy), and a lost replica's sandbox is
+// replaced by a connect and its record dropped by a release.
+func TestManagersShareSessions(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	ctx := context.Background()
+	rs, err := store.OpenRedis(ctx, store.RedisConfig{Addr: srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	var aLive atomic.Bool
+	aLive.Store(true)
+	nodes := func(context.Context) ([]store.Node, error) {
+		out := []store.Node{{ID: "b"}}
+		if aLive.Load() {
+			out = append(out, store.Node{ID: "a"})
+		}
+		return out, nil
+	}
+	var ms []*Manager
+	for _, node := range []string{"a", "b"} {
+		b := fake.New(testutil.AgentBinary(t), t.TempDir())
+		t.Cleanup(func() { b.Close() })
+		m := New(Config{NodeID: node, Templates: map[string]string{"base": "host", "filesystem": "host"}}, b, rs)
+		m.SetNodes(nodes)
+		if err := m.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Shutdown(context.Background(), true) })
+		ms = append(ms, m)
+	}
+	a, b := ms[0], ms[1]
+	// What the forwarder does: the delete runs on the replica hosting it.
+	var peerDeletes atomic.Int32
+	for _, m := range ms {
+		m.SetPeerDestroy(func(ctx context.Context, id sandbox.ID) error {
+			peerDeletes.Add(1)
+			for _, o := range ms {
+				if o.Hosts(id) {
+					return o.Delete(ctx, "alice", id)
+				}
+			}
+			return sandbox.ErrNotFound(id)
+		})
+	}
+
+	first, err := a.ConnectSession(ctx, "alice", "s1", []string{"base"}, CreateRequest{})
+	if err != nil || len(first) != 1 || !a.Hosts(first[0].ID) {
+		t.Fatalf("connect on a: %+v %v", first, err)
+	}
+	both, err := b.ConnectSession(ctx, "alice", "s1", []string{"base", "filesystem"}, CreateRequest{})
+	if err != nil || len(both) != 2 || both[0].ID != first[0].ID || !b.Hosts(both[1].ID) {
+		t.Fatalf("connect on b: %+v %v (a's base: %s)", both, err, first[0].ID)
+	}
+	if other, err := b.ConnectSession(ctx, "bob", "s1", nil, CreateRequest{}); err != nil || other[0].ID == first[0].ID {
+		t.Fatalf("bob's session s1 got %+v %v", other, err)
+	}
+	ids, err := b.ReleaseSession(ctx, "alice", "s1")
+	want := []sandbox.ID{first[0].ID, both[1].ID}
+	slices.Sort(ids)
+	slices.Sort(want)
+	if err != nil || !slices.Equal(ids, want) || peerDeletes.Load() != 1 {
+		t.Fatalf("release on b = %v %v, want %v (peer deletes %d)", ids, err, want, peerDeletes.Load())
+	}
+	if a.Hosts(first[0].ID) || b.Hosts(both[1].ID) {
+		t.Fatal("a session's sandbox runs on after its release")
+	}
+	if _, err := rs.Get(ctx, first[0].ID); sandbox.ClassOf(err) != sandbox.ClassNotFound {
+		t.Fatalf("record of a's released sandbox: %v", err)
+	}
+	if _, err := b.ReleaseSession(ctx, "bob", "s1"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Concurrent connects of one session on both replicas.
+	for round := 0; round < 3; round++ {
+		key := fmt.Sprintf("race%d", round)
+		var wg sync.WaitGroup
+		got := make([][]*store.Record, 2)
+		errs := make([]error, 2)
+		for i, m := range ms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got[i], errs[i] = m.ConnectSession(ctx, "alice", key, []string{"base", "filesystem"}, CreateRequest{})
+			}()
+		}
+		wg.Wait()
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatalf("%s: %v %v", key, errs[0], errs[1])
+		}
+		for i := range got[0] {
+			if got[0][i].ID != got[1][i].ID {
+				t.Fatalf("%s: type %s is %s on a, %s on b", key, got[0][i].Type, got[0][i].ID, got[1][i].ID)
+			}
+		}
+		if recs, err := a.sessionRecords(ctx, "alice", key); err != nil || len(recs) != 2 {
+			t.Fatalf("%s: %d sandboxes (%v), want 2", key, len(recs), err)
+		}
+		if ids, err := a.ReleaseSession(ctx, "alice", key); err != nil || len(ids) != 2 {
+			t.Fatalf("release %s: %v %v", key, ids, err)
+		}
+	}
+
+	// a is lost: b replaces its sandbox on connect, and drops its record
+	// on release.
+	onA, err := a.ConnectSession(ctx, "alice", "s2", nil, CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aLive.Store(false)
+	onB, err := b.ConnectSession(ctx, "alice", "s2", nil, CreateRequest{})
+	if err != nil || onB[0].ID == onA[0].ID || !b.Hosts(onB[0].ID) {
+		t.Fatalf("connect on b with a lost: %+v %v (a's %s)", onB, err, onA[0].ID)
+	}
+	ids, err = b.ReleaseSession(ctx, "alice", "s2")
+	if err != nil || len(ids) != 2 {
+		t.Fatalf("release on b with a lost: %v %v", ids, err)
+	}
+	if _, err := rs.Get(ctx, onA[0].ID); sandbox.ClassOf(err) != sandbox.ClassNotFound {
+		t.Fatalf("record of the lost replica's sandbox after the release: %v", err)
+	}
+
+	// Redis away: a connect cannot know the session's sandboxes on other
+	// replicas, so it is refused (503) and creates nothing.
+	before := b.Load().Sandboxes
+	srv.Stop()
+	if got, err := b.ConnectSession(ctx, "alice", "s3", nil, CreateRequest{}); sandbox.ClassOf(err) != sandbox.ClassUnavailable {
+		t.Fatalf("connect with Redis away: %+v %v, want unavailable", got, err)
+	}
+	if _, err := b.ReleaseSession(ctx, "alice", "s3"); sandbox.ClassOf(err) != sandbox.ClassUnavailable {
+		t.Fatalf("release with Redis away: %v, want unavailable", err)
+	}
+	if n := b.Load().Sandboxes; n != before {
+		t.Fatalf("b runs %d sandboxes after a refused connect, had %d", n, before)
+	}
+	srv.Start()
+}

@@ -1,12 +1,11 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 
+	"github.com/agentbox/agentbox/internal/httpbody"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -32,56 +31,19 @@ func (f *Forwarder) DestroyBy(ctx context.Context, id sandbox.ID) error {
 		req.Header.Del(h)
 	}
 	req.TransferEncoding = nil
-	rec := &recorder{header: http.Header{}}
+	rec := httpbody.NewAnswer()
 	if !f.ServeBy(rec, req, id) {
 		// Not on a live replica (any more): gone, or its replica lost.
 		return sandbox.Errorf(sandbox.ClassUnavailable, "sandbox %s: the replica running it did not take the delete (it may just have stopped); retry", id)
 	}
 	switch {
-	case rec.status == http.StatusNoContent || rec.status == http.StatusOK:
+	case rec.Status == http.StatusNoContent || rec.Status == http.StatusOK:
 		return nil
-	case rec.status == http.StatusNotFound:
+	case rec.Status == http.StatusNotFound:
 		return sandbox.ErrNotFound(id)
-	case rec.status >= 500:
-		return sandbox.Errorf(sandbox.ClassUnavailable, "delete sandbox %s on its replica: status %d: %s", id, rec.status, firstLine(rec.body.Bytes()))
+	case rec.Status >= 500:
+		return sandbox.Errorf(sandbox.ClassUnavailable, "delete sandbox %s on its replica: status %d: %s", id, rec.Status, rec.FirstLine())
 	default:
-		return fmt.Errorf("delete sandbox %s on its replica: status %d: %s", id, rec.status, firstLine(rec.body.Bytes()))
+		return fmt.Errorf("delete sandbox %s on its replica: status %d: %s", id, rec.Status, rec.FirstLine())
 	}
-}
-
-// recorder is the ResponseWriter of a request made to another replica on
-// the caller's behalf (bounded: the answer of a delete is a few bytes).
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header { return r.header }
-
-func (r *recorder) WriteHeader(code int) {
-	if r.status == 0 {
-		r.status = code
-	}
-}
-
-func (r *recorder) Write(p []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	if r.body.Len()+len(p) > 64<<10 {
-		return 0, errors.New("answer too large")
-	}
-	return r.body.Write(p)
-}
-
-// firstLine is the start of an answer's body, for an error message.
-func firstLine(b []byte) string {
-	if i := bytes.IndexByte(b, '\n'); i >= 0 {
-		b = b[:i]
-	}
-	if len(b) > 200 {
-		b = b[:200]
-	}
-	return string(b)
 }

@@ -1,5 +1,6 @@
-// Package httpbody holds helpers for request bodies that a daemon passes
-// on to another server (a sandbox's agent, another replica).
+// Package httpbody holds helpers for HTTP bodies that a daemon passes on
+// to another server (a sandbox's agent, another replica), or reads back
+// from another replica (Answer).
 package httpbody
 
 import "io"

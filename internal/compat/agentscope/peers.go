@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 
+	"github.com/agentbox/agentbox/internal/httpbody"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -69,7 +69,7 @@ func (s *Server) releaseBy(ctx context.Context, c *call, r *record) (bool, error
 	req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Del("Content-Length")
-	rec := &recorder{header: http.Header{}}
+	rec := httpbody.NewAnswer()
 	if !s.cfg.Peers.ServeBy(rec, req, r.ID) {
 		return false, nil
 	}
@@ -77,42 +77,8 @@ func (s *Server) releaseBy(ctx context.Context, c *call, r *record) (bool, error
 		Data   any    `json:"data"`
 		Detail string `json:"detail"`
 	}
-	if rec.status != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &out) != nil || out.Data != true {
-		return true, fmt.Errorf("release %s on its replica: status %d %s", r.Name, rec.status, firstLine(rec.body.String()))
+	if rec.Status != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &out) != nil || out.Data != true {
+		return true, fmt.Errorf("release %s on its replica: status %d %s", r.Name, rec.Status, rec.FirstLine())
 	}
 	return true, nil
-}
-
-// recorder is the ResponseWriter of a request made to another replica on
-// the caller's behalf (bounded: an answer of a release is a few bytes).
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header { return r.header }
-func (r *recorder) WriteHeader(code int) {
-	if r.status == 0 {
-		r.status = code
-	}
-}
-func (r *recorder) Write(p []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	if r.body.Len()+len(p) > 64<<10 {
-		return 0, errors.New("answer too large")
-	}
-	return r.body.Write(p)
-}
-
-func firstLine(s string) string {
-	if i := bytes.IndexByte([]byte(s), '\n'); i >= 0 {
-		s = s[:i]
-	}
-	if len(s) > 200 {
-		s = s[:200]
-	}
-	return s
 }

@@ -48,6 +48,8 @@ type Config struct {
 	Shim string
 	// Service is what StartService runs and supervises; nil runs nothing.
 	Service *sandbox.Service
+	// Reset, when set, enables the host's warm reset routes (reset_linux.go).
+	Reset *ResetConfig
 }
 
 // Server is the agent's HTTP server: the envd services plus REST routes.
@@ -79,6 +81,8 @@ type Server struct {
 	// (still valid on ServeHost's listener).
 	token      atomic.Pointer[[32]byte]
 	startToken *[32]byte
+	// reset is nil unless Config.Reset enabled the warm reset.
+	reset *resetState
 }
 
 // NewServer builds a server. It starts the process-wide reaper, so the
@@ -123,6 +127,7 @@ func NewServer(cfg Config) *Server {
 	s.mountCode() // code contexts: /execute, /contexts (code.go)
 	s.svc = newSupervisor(s, cfg.Service)
 	s.mux.HandleFunc("GET /service", s.handleService)
+	s.mountReset(cfg.Reset)
 	s.handler = s.authorize(s.mux)
 	return s
 }

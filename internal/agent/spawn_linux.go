@@ -55,6 +55,11 @@ const childOOMScoreAdj = "500"
 // process group (a new session with the PTY as controlling terminal when
 // req.pty) so signals can be sent to everything it starts.
 func (s *Server) spawn(req spawnRequest) (int, <-chan unix.WaitStatus, *childIO, error) {
+	if s.closing.Load() {
+		// Shutting down or being reset: whatever started now would
+		// outlive the kill of everything.
+		return 0, nil, nil, errors.New("the agent is shutting down or being reset")
+	}
 	var path string
 	err := req.user.do(func() error {
 		if err := checkDir(req.dir); err != nil {

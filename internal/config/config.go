@@ -44,6 +44,9 @@ type Config struct {
 	// PoolMaxUses is how many users a pooled sandbox serves: above 1 a
 	// deleted pooled sandbox is reset in place and goes back to its pool.
 	PoolMaxUses int
+	// PoolWarmReset lets a recycle keep the sandbox's init when the
+	// backend can prove the reset (native: see warmreset.go).
+	PoolWarmReset bool
 
 	AutoCleanup      bool
 	DefaultMountDir  string
@@ -262,6 +265,7 @@ var settings = []setting{
 	}},
 	{"POOL_SIZE", "0", "warm sandboxes kept ready per default sandbox type", intIn(0, 1000, func(c *Config, n int) { c.PoolSize = n })},
 	{"POOL_MAX_USES", "1", "users a pooled sandbox serves before it is destroyed; above 1 a deleted pooled sandbox is reset in place (processes, disk, /tmp, env, network policy, access token) and returned to its pool (docs/pools.md)", intIn(1, 1000000, func(c *Config, n int) { c.PoolMaxUses = n })},
+	{"POOL_WARM_RESET", "true", "with POOL_MAX_USES above 1, reset a native host-template sandbox without restarting its init (milliseconds instead of a boot); false always resets by stopping and booting it again (docs/pools.md)", boolSetting(func(c *Config, b bool) { c.PoolWarmReset = b })},
 	{"AUTO_CLEANUP", "true", "destroy every sandbox on shutdown (otherwise they survive a restart)", boolSetting(func(c *Config, b bool) { c.AutoCleanup = b })},
 	{"DEFAULT_MOUNT_DIR", "", "host dir for per-sandbox workspaces (<dir>/<id>), kept after release", func(c *Config, v string) error { c.DefaultMountDir = v; return nil }},
 	{"READONLY_MOUNTS", "", `JSON map of host path to sandbox path, mounted read-only in every sandbox`, func(c *Config, v string) error {

@@ -92,7 +92,7 @@ func Run(ctx context.Context, opts Options) error {
 			PrivateDirs: []string{dataDir, cfg.DefaultMountDir, cfg.StorageFolder},
 			DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit,
 			NofileSoft: cfg.NofileSoft, NofileHard: cfg.NofileHard,
-			IDBase: cfg.IDBase, IDRanges: cfg.IDRanges, PauseReclaim: cfg.PauseReclaim}
+			IDBase: cfg.IDBase, IDRanges: cfg.IDRanges, PauseReclaim: cfg.PauseReclaim, NoWarmReset: !cfg.PoolWarmReset}
 		if netMgr != nil {
 			ncfg.Network = netMgr
 		}

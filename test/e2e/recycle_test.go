@@ -191,6 +191,12 @@ echo "$A_EXEC_ENV $A_CREATE_ENV $(bash -lc 'echo $A_PROFILE')"`, map[string]stri
 		t.Fatal("A sees B's sandbox")
 	}
 
+	// The host template's reset is the warm one (the init kept); the
+	// checks below are its proof (the full reset's: TestRecycle* in
+	// backend/native and POOL_WARM_RESET=false).
+	if logs := d.logs.String(); strings.Contains(logs, "warm reset not possible") {
+		t.Fatalf("the reset fell back to the full one:\n%s", grepLines(logs, "warm reset"))
+	}
 	// Files anywhere writable, and the profile.
 	out = shIn(t, d, keyB, id, `ls -A /workspace /tmp /dev/shm "$HOME" 2>&1; grep -rs secretA /workspace /tmp /dev/shm /home /root /var/tmp 2>/dev/null; echo end`, nil)
 	if strings.Contains(out, "secretA") || strings.Contains(out, "a.txt") || strings.Contains(out, ".bash_history") || !strings.HasSuffix(out, "end\n") {

@@ -603,6 +603,13 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 			return err
 		}
 	}
+	var control string
+	if b.warmEligible(spec, tmpl) {
+		if control, err = newControlToken(); err != nil {
+			return err
+		}
+		oci.Process.Env = append(oci.Process.Env, "AGENTBOX_CONTROL_TOKEN="+control)
+	}
 	bx.phases.mark("OCI spec + mountpoints in rootfs")
 	cfg, err := libcontainerConfig(spec.ID, oci, b.rootless)
 	if err != nil {
@@ -687,6 +694,14 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 		return fmt.Errorf("agent did not start: %w%s", err, logTail(bx.diskPath("agent.log")))
 	}
 	bx.phases.mark("agent start until ready byte")
+	bx.warm = nil
+	if control != "" {
+		// The mount table a warm reset finds again (nothing of the
+		// sandbox has run yet).
+		if mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid)); err == nil {
+			bx.warm = &warmState{control: control, mountinfo: mi}
+		}
+	}
 	if bx.phases != nil {
 		bx.phases.report("sandbox init process CPU (init + agent, until ready)", processCPU(pid))
 	}

@@ -111,7 +111,10 @@ type Config struct {
 	// memory at once (page cache without swap; see pause.go), rather than
 	// only when the host runs short.
 	PauseReclaim bool
-	Logger       *slog.Logger
+	// NoWarmReset makes every recycle stop and boot the sandbox again,
+	// even where a warm reset (warmreset.go) applies.
+	NoWarmReset bool
+	Logger      *slog.Logger
 }
 
 // Backend is the native backend. Create it with New.
@@ -185,6 +188,9 @@ type box struct {
 	// phases times the steps of a create or destroy in progress (nil
 	// unless a phase hook is set).
 	phases *phaseTimer
+	// warm is what a warm reset of the running sandbox needs (nil: it
+	// cannot be warm reset; see warmreset.go).
+	warm *warmState
 }
 
 // record is the persistent description of a sandbox, enough to reattach

@@ -62,6 +62,26 @@ func (b *Backend) Recycle(ctx context.Context, id sandbox.ID, req backend.Recycl
 	bx.phases = startPhases("recycle")
 	defer func() { bx.phases = nil }()
 
+	if bx.warm != nil && !b.cfg.NoWarmReset {
+		err := b.warmReset(ctx, bx, req)
+		if err == nil {
+			spec.Network = req.Network
+			spec.Env = nil
+			spec.AccessToken = ""
+			bx.rec.Spec = spec
+			bx.rec.AccessToken = req.AccessToken
+			bx.rec.CreatedAt = time.Now().UTC()
+			if err := b.saveRecord(bx); err != nil {
+				return err
+			}
+			bx.phases.mark("record")
+			return nil
+		}
+		// Whatever it left, the full recycle replaces.
+		b.log.Info("warm reset not possible: recycling in full", "sandbox", id, "reason", err)
+		bx.phases = startPhases("recycle")
+	}
+
 	// Processes, cgroups, network, mounts: all gone, as at a destroy.
 	loopDev := bx.loopDev // teardown forgets it
 	b.teardown(ctx, bx, false)

@@ -59,7 +59,8 @@ func runSh(t testing.TB, ctx context.Context, c *agentclient.Client, script stri
 
 // TestRecycle: after Recycle the agent refuses the old token, and with the
 // new one the sandbox has none of the files, processes or env of before,
-// while its id, limits and disk size stay.
+// while its id, limits and disk size stay. A host-template sandbox is
+// reset warm: its init keeps running.
 func TestRecycle(t *testing.T) {
 	testutil.RequireRoot(t)
 	be := newTestBackend(t, testutil.ShortTempDir(t))
@@ -102,8 +103,8 @@ func TestRecycle(t *testing.T) {
 	if strings.Contains(out, "f\n") || strings.Contains(out, "s1") || strings.Contains(out, "4242") {
 		t.Fatalf("the previous use left traces:\n%s", out)
 	}
-	if got.Pid == 0 || got.Pid == info.Pid {
-		t.Fatalf("init not restarted: pid %d (was %d)", got.Pid, info.Pid)
+	if got.Pid != info.Pid {
+		t.Fatalf("a host-template sandbox was not warm reset: init pid %d (was %d)", got.Pid, info.Pid)
 	}
 	if max := hostPidsMax(t, got.Pid); max != "77" {
 		t.Fatalf("pids limit after recycle: %q", max)
@@ -198,5 +199,96 @@ func TestRecycleImageTemplate(t *testing.T) {
 	r := backendtest.Exec(t, cb, `test -e /etc/written && echo leaked; cat /etc/image-only /opt/data/new; id -u`)
 	if r.Stdout != "from the lower layer\nlayer 2\n0\n" {
 		t.Fatalf("recycled image sandbox = %+v", r)
+	}
+}
+
+// TestRecycleWarmLeavesNothing goes after what a warm reset (which keeps
+// the sandbox's init and namespaces) must take away besides files and
+// processes: System V and POSIX IPC objects, TCP sockets the kernel keeps
+// after their process died (TIME_WAIT), additions to /dev, /run and
+// /dev/shm, and the owner, mode and extended attributes of the disk's
+// directories; a link to / in the workspace is removed, not followed.
+// Then a sandbox whose /dev was tampered with (its root replaced a link)
+// falls back to the full recycle, which boots it again.
+func TestRecycleWarmLeavesNothing(t *testing.T) {
+	testutil.RequireRoot(t)
+	be := newTestBackend(t, testutil.ShortTempDir(t))
+	ctx := ctxT(t)
+	id := sandbox.NewID()
+	info, err := be.Create(ctx, sandbox.Spec{ID: id, Template: sandbox.HostTemplate(), AccessToken: "token-one", Root: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Destroy(context.Background(), id)
+	c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address}, "token-one")
+	defer c.Close()
+	before, err := runSh(t, ctx, c, `stat -c '%a %u %g' /workspace /root`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	use := `set -e
+ipcmk -M 4096 >/dev/null; ipcmk -Q >/dev/null; ipcmk -S 2 >/dev/null
+python3 - <<'PY'
+import ctypes, os, socket
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+if rt.mq_open(b"/secretq", os.O_CREAT | os.O_RDWR, 0o600, None) < 0:
+    raise SystemExit("mq_open: %d" % ctypes.get_errno())
+srv = socket.socket(); srv.bind(("127.0.0.1", 4777)); srv.listen()
+cl = socket.create_connection(("127.0.0.1", 4777)); conn, _ = srv.accept()
+cl.close(); conn.close(); srv.close()
+os.setxattr("/workspace", "user.secret", b"s1")
+PY
+chmod 700 /workspace; chmod 755 /root
+ln -s / /workspace/hostroot; mkdir -p /workspace/a/b/c; echo s1 > /workspace/a/b/c/f
+echo s1 > /run/s1; echo s1 > /dev/shm/s1; echo s1 > /dev/s1
+ipcs | grep -c 0x || true; grep -c ':12A9' /proc/net/tcp`
+	if out, err := runSh(t, ctx, c, use); err != nil || !strings.Contains(out, "1\n") {
+		t.Fatalf("using the sandbox: %v\n%s", err, out)
+	}
+	if err := be.Recycle(ctx, id, backend.RecycleRequest{AccessToken: "token-two"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := be.Inspect(ctx, id)
+	if err != nil || got.Pid != info.Pid {
+		t.Fatalf("not a warm reset: pid %d, was %d (%v)", got.Pid, info.Pid, err)
+	}
+	c2 := agentclient.New(agentclient.Endpoint{Network: got.Agent.Network, Address: got.Agent.Address}, "token-two")
+	defer c2.Close()
+	out, err := runSh(t, ctx, c2, `ipcs; python3 -c '
+import ctypes, os
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+print("mq", rt.mq_open(b"/secretq", os.O_RDWR))
+print("xattr", os.listxattr("/workspace"))'
+cat /proc/net/tcp /proc/net/tcp6; ls -A /workspace /run /dev/shm; ls /dev; stat -c '%a %u %g' /workspace /root`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, trace := range []string{"0x", "mq 3", "user.secret", ":12A9", "hostroot", "s1"} {
+		if strings.Contains(out, trace) {
+			t.Fatalf("%q survived the warm reset:\n%s", trace, out)
+		}
+	}
+	if !strings.Contains(out, "mq -1") || !strings.HasSuffix(out, before) {
+		t.Fatalf("after the warm reset (want owners and modes %q):\n%s", before, out)
+	}
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Fatalf("the host lost /bin/sh: %v", err)
+	}
+
+	// Tampered: the full recycle takes over.
+	if out, err := runSh(t, ctx, c2, `ln -sfn /tmp /dev/fd && ls -l /dev/fd`); err != nil || !strings.Contains(out, "/tmp") {
+		t.Fatalf("replace /dev/fd: %v\n%s", err, out)
+	}
+	if err := be.Recycle(ctx, id, backend.RecycleRequest{AccessToken: "token-three"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = be.Inspect(ctx, id)
+	if err != nil || got.Pid == info.Pid || got.Pid == 0 {
+		t.Fatalf("a tampered sandbox was not booted again: pid %d, was %d (%v)", got.Pid, info.Pid, err)
+	}
+	c3 := agentclient.New(agentclient.Endpoint{Network: got.Agent.Network, Address: got.Agent.Address}, "token-three")
+	defer c3.Close()
+	if out, err := runSh(t, ctx, c3, `readlink /dev/fd`); err != nil || strings.Contains(out, "/tmp") {
+		t.Fatalf("/dev/fd after the full recycle: %v %q", err, out)
 	}
 }

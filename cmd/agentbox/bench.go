@@ -80,7 +80,7 @@ operations with bare fork/exec and Docker as references.`,
 	cmd.Flags().IntVar(&clients, "clients", 8, "concurrent clients of the throughput run")
 	cmd.Flags().IntVar(&idle, "idle", 0, "instead: fill a daemon with this many idle sandboxes and print (JSON) create and exec latency with none and with them, and their cost")
 	cmd.Flags().BoolVar(&quick, "quick", false, "the scenarios of --json with few samples: finishes in under a minute")
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print one JSON array of {"scenario","target","n","p50_ms","p99_ms"[,"ops_per_s"]} (scenarios cold_create_exec, exec_rtt, pool_create, recycle, cycle_throughput; targets agentbox, baseline, docker)`)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print one JSON array of {"scenario","target","n","p50_ms","p99_ms"[,"ops_per_s"]} (scenarios cold_create_exec, exec_rtt, pool_create, recycle, cycle_throughput, cycle_throughput_recycled; targets agentbox, baseline, docker)`)
 	cmd.Flags().BoolVar(&backends, "backends", false, "only compare the native and the Docker backend (cold create, pool hit, exec) through one server")
 	return cmd
 }

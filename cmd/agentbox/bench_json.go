@@ -220,7 +220,24 @@ func benchAPIRows(ctx context.Context, tmp, agentPath string, opts rowOptions, l
 	}
 	defer rstop()
 	samples, err = bench.APIRecycle(ctx, rc, opts.n, waitPoolOf(ctx, rc, 1))
-	return add(bench.ScenarioRecycle, bench.TargetAgentbox, samples, 0, err)
+	if err := add(bench.ScenarioRecycle, bench.TargetAgentbox, samples, 0, err); err != nil {
+		return err
+	}
+	rstop()
+
+	// cycle_throughput_recycled: the cycle of cycle_throughput against a
+	// pool as large as the number of clients whose sandboxes are recycled.
+	pc, pstop, err := benchDaemon(ctx, filepath.Join(tmp, "recycle-cycle"), agentPath,
+		map[string]string{"POOL_SIZE": strconv.Itoa(opts.clients), "POOL_MAX_USES": "1000000"}, log)
+	if err != nil {
+		return err
+	}
+	defer pstop()
+	if err := waitPoolOf(ctx, pc, opts.clients)(); err != nil {
+		return err
+	}
+	rate, samples, err = bench.ParallelThroughput(ctx, opts.clients, opts.tput, func(ctx context.Context) error { return bench.Cycle(ctx, pc) })
+	return add(bench.ScenarioCycleRecycled, bench.TargetAgentbox, samples, rate, err)
 }
 
 // runBenchScenarios sets up what runBenchRows needs (agent, scratch dir,

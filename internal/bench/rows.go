@@ -29,11 +29,15 @@ const (
 	ScenarioPoolCreate      = "pool_create"
 	ScenarioRecycle         = "recycle"
 	ScenarioCycleThroughput = "cycle_throughput"
+	// ScenarioCycleRecycled is cycle_throughput against a daemon whose
+	// warm pool recycles (POOL_MAX_USES): the deletes reset sandboxes and
+	// the creates take them from the pool again.
+	ScenarioCycleRecycled = "cycle_throughput_recycled"
 )
 
 // Scenarios lists every scenario `agentbox bench --json` reports for
 // target agentbox.
-var Scenarios = []string{ScenarioColdCreateExec, ScenarioExecRTT, ScenarioPoolCreate, ScenarioRecycle, ScenarioCycleThroughput}
+var Scenarios = []string{ScenarioColdCreateExec, ScenarioExecRTT, ScenarioPoolCreate, ScenarioRecycle, ScenarioCycleThroughput, ScenarioCycleRecycled}
 
 // NewRow summarizes samples as a Row; rate > 0 sets OpsPerS.
 func NewRow(scenario, target string, samples []time.Duration, rate float64) Row {

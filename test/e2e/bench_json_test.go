@@ -51,7 +51,7 @@ func TestBenchQuickJSON(t *testing.T) {
 			t.Errorf("row %s/%s: p99 %v < p50 %v", scenario, target, p99, p50)
 		}
 		ops, hasOps := r["ops_per_s"]
-		if scenario == bench.ScenarioCycleThroughput {
+		if scenario == bench.ScenarioCycleThroughput || scenario == bench.ScenarioCycleRecycled {
 			if v, ok := ops.(float64); !ok || v <= 0 {
 				t.Errorf("row %s/%s: ops_per_s = %v, want a positive number", scenario, target, ops)
 			}

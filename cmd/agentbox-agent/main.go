@@ -85,13 +85,6 @@ func run() error {
 			return fmt.Errorf("install seccomp filter: %w", err)
 		}
 	}
-	if os.Getenv(reexecEnv) != "" {
-		// Re-executed by a warm reset: the filter installed at the first
-		// start is inherited; make sure of it.
-		if err := seccompload.CheckFiltered(); err != nil {
-			return err
-		}
-	}
 	// Non-dumpable: the sandbox's own processes (same uid) cannot read the
 	// agent's memory, environment (the access token) or file descriptors
 	// through /proc/1.
@@ -108,7 +101,6 @@ func run() error {
 
 	token := os.Getenv("AGENTBOX_ACCESS_TOKEN")
 	control := os.Getenv("AGENTBOX_CONTROL_TOKEN")
-	startEnv := os.Environ()
 	service, err := serviceFromEnv()
 	if err != nil {
 		return err
@@ -138,18 +130,10 @@ func run() error {
 			return fmt.Errorf("find the agent's executable (the exec shim): %w", err)
 		}
 	}
-	ln, err := agent.Listen(*listen)
-	if err != nil {
-		return err
-	}
 	var reset *agent.ResetConfig
 	if control != "" && *listenAlso == "" {
-		// The host's warm reset (see agent.ResetConfig): this process
-		// image is replaced by the same binary, with the flags and
-		// environment of this start, on the same listening socket.
-		reset = &agent.ResetConfig{ControlToken: control, Exec: func(accessToken string) error {
-			return reexec(ln, startEnv, accessToken, *workdir, *logLevel, *rlimits)
-		}}
+		// The host's warm reset (see agent.ResetConfig).
+		reset = &agent.ResetConfig{ControlToken: control}
 	}
 	srv := agent.NewServer(agent.Config{
 		Shim:        shim,
@@ -159,7 +143,12 @@ func run() error {
 		Logger:      log,
 		Service:     service,
 		Reset:       reset,
+		DeferShims:  true,
 	})
+	ln, err := agent.Listen(*listen)
+	if err != nil {
+		return err
+	}
 	var lnAlso net.Listener
 	if *listenAlso != "" {
 		// Reachable from outside the sandbox: never without a token.
@@ -189,6 +178,8 @@ func run() error {
 		log.Info("agent listening", "addr", *listenAlso)
 		go func() { serveErr <- srv.Serve(ctx, lnAlso) }()
 	}
+	// After ready: the first shim's start would compete with ours.
+	srv.StartShims()
 	srv.StartService(ctx)
 	select {
 	case err = <-serveErr:
@@ -203,49 +194,6 @@ func run() error {
 		err = <-serveErr
 	}
 	return err
-}
-
-// reexecEnv marks an agent started by a warm reset's execve.
-const reexecEnv = "AGENTBOX_REEXEC"
-
-// reexec replaces the agent's process image with a fresh agent serving ln,
-// started with env (the start's environment) and a new access token. The
-// seccomp filter and the rlimits carry over the execve; the ready and
-// seccomp descriptors of the first start are gone and not asked for.
-func reexec(ln net.Listener, env []string, accessToken, workdir, logLevel, rlimits string) error {
-	sc, ok := ln.(syscall.Conn)
-	if !ok {
-		return fmt.Errorf("listener %T has no descriptor", ln)
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return err
-	}
-	fd := -1
-	var dupErr error
-	if err := raw.Control(func(s uintptr) {
-		// A duplicate without close-on-exec: the one descriptor the new
-		// image inherits on purpose.
-		fd, dupErr = unix.FcntlInt(s, unix.F_DUPFD, 3)
-	}); err != nil {
-		return err
-	}
-	if dupErr != nil {
-		return fmt.Errorf("duplicate the listening socket: %w", dupErr)
-	}
-	next := make([]string, 0, len(env)+2)
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		if k != "AGENTBOX_ACCESS_TOKEN" && k != reexecEnv {
-			next = append(next, kv)
-		}
-	}
-	next = append(next, "AGENTBOX_ACCESS_TOKEN="+accessToken, reexecEnv+"=1")
-	args := []string{os.Args[0], "--listen", fmt.Sprintf("fd://%d", fd), "--workdir", workdir, "--log-level", logLevel}
-	if rlimits != "" {
-		args = append(args, "--rlimits", rlimits)
-	}
-	return unix.Exec("/proc/self/exe", args, next)
 }
 
 // install copies the running binary to dst (mode 0555), through a

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,13 +19,16 @@ import (
 // The warm reset: a host resets a used sandbox for its next user without
 // stopping the sandbox's init (this agent, PID 1), in two calls.
 //
-//	POST /reset/kill  every other process of the sandbox is killed and the
-//	                  memory file systems (/tmp, /run, /dev/shm, /dev) go
-//	                  back to what they held when the agent started;
-//	POST /reset/exec  the agent re-executes itself with the start
-//	                  environment and a new access token: nothing of its
-//	                  memory (environment set by /init, code contexts,
-//	                  PTYs, watchers, tokens) survives the execve.
+//	POST /reset/kill   every other process of the sandbox is killed, every
+//	                   other connection to the agent cut and its requests
+//	                   waited for, and the memory file systems (/tmp, /run,
+//	                   /dev/shm, /dev) go back to what they held at start;
+//	POST /reset/renew  a new generation of the server takes over: built
+//	                   from the start configuration with the new access
+//	                   token, it shares nothing with the previous one (env
+//	                   set by /init, code contexts, processes, PTYs,
+//	                   watchers, exec shims are the old generation's, which
+//	                   is dropped).
 //
 // In between the host checks what only it can see (the cgroup holds the
 // agent alone, the mount table is unchanged) and resets the sandbox's
@@ -36,9 +40,6 @@ import (
 type ResetConfig struct {
 	// ControlToken authenticates the host's reset calls (X-Agentbox-Control).
 	ControlToken string
-	// Exec replaces the agent's process image with a fresh agent that
-	// requires accessToken; it returns only on failure.
-	Exec func(accessToken string) error
 }
 
 // memoryDirs are the tmpfs mounts a sandbox starts with, emptied by a reset.
@@ -47,7 +48,6 @@ var memoryDirs = []string{"/tmp", "/run", "/dev/shm"}
 // resetState is what the agent saw at start, which a reset restores.
 type resetState struct {
 	control [32]byte
-	exec    func(accessToken string) error
 	// dev lists /dev's entries at start (name → type and, for links,
 	// target): runc's device nodes, links and mount points.
 	dev map[string]string
@@ -59,10 +59,10 @@ type resetState struct {
 }
 
 func (s *Server) mountReset(cfg *ResetConfig) {
-	if cfg == nil || cfg.ControlToken == "" || cfg.Exec == nil {
+	if cfg == nil || cfg.ControlToken == "" {
 		return
 	}
-	st := &resetState{control: sha256.Sum256([]byte(cfg.ControlToken)), exec: cfg.Exec, memoryOK: true}
+	st := &resetState{control: sha256.Sum256([]byte(cfg.ControlToken)), memoryOK: true}
 	st.dev, _ = listDev()
 	st.roots = memoryRoots()
 	for _, d := range memoryDirs {
@@ -70,9 +70,15 @@ func (s *Server) mountReset(cfg *ResetConfig) {
 			st.memoryOK = false
 		}
 	}
+	s.mountResetRoutes(st)
+}
+
+// mountResetRoutes adds the reset routes, which restore st (the state of
+// the first generation's start).
+func (s *Server) mountResetRoutes(st *resetState) {
 	s.reset = st
 	s.mux.HandleFunc("POST /reset/kill", s.handleResetKill)
-	s.mux.HandleFunc("POST /reset/exec", s.handleResetExec)
+	s.mux.HandleFunc("POST /reset/renew", s.handleResetRenew)
 }
 
 // isControl reports whether r carries the control token.
@@ -89,7 +95,21 @@ func (s *Server) handleResetKill(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "reset needs the host's control token")
 		return
 	}
+	if s.cfg.Service != nil {
+		// Its service would have to start again: the full reset does.
+		writeError(w, http.StatusConflict, "reset: a sandbox with a service is reset in full")
+		return
+	}
 	if err := s.killAllButSelf(5 * time.Second); err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	// No request of the previous user may act after the host empties the
+	// disk: cut every other connection and wait for their handlers (their
+	// processes are dead, so none waits on one).
+	self, _ := r.Context().Value(connKey{}).(net.Conn)
+	s.front.conns.closeAllBut(self)
+	if err := s.waitAlone(2 * time.Second); err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
@@ -100,7 +120,7 @@ func (s *Server) handleResetKill(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) handleResetExec(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleResetRenew(w http.ResponseWriter, r *http.Request) {
 	if !s.isControl(r) {
 		writeError(w, http.StatusForbidden, "reset needs the host's control token")
 		return
@@ -116,23 +136,21 @@ func (s *Server) handleResetExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "access_token: required")
 		return
 	}
-	if !s.closing.Load() {
+	if !s.killed.Load() {
 		writeError(w, http.StatusConflict, "POST /reset/kill first")
 		return
 	}
-	// The answer goes out before the execve ends this process; the host
-	// then waits for the new agent on the same listening socket.
-	w.WriteHeader(http.StatusAccepted)
-	if f, ok := w.(http.Flusher); ok {
-		f.Flush()
-	}
-	go func() {
-		err := s.reset.exec(req.AccessToken)
-		// Still here: the image could not be replaced. Half reset is no
-		// state to serve in; the host sees the sandbox die.
-		s.log.Error("reset: re-execute the agent", "err", err)
-		os.Exit(1)
-	}()
+	cfg := s.cfg
+	cfg.AccessToken = req.AccessToken
+	cfg.Reset = nil // the routes restore the first start's state, below
+	cfg.DeferShims = true
+	next := newServer(cfg)
+	next.front = s.front
+	next.mountResetRoutes(s.reset)
+	next.setAccessToken(req.AccessToken)
+	s.front.active.Store(next)
+	next.StartShims()
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // killAllButSelf SIGKILLs every process of the sandbox's pid namespace but
@@ -142,9 +160,10 @@ func (s *Server) killAllButSelf(timeout time.Duration) error {
 	if os.Getpid() != 1 {
 		return errors.New("reset: the agent is not PID 1 of its sandbox")
 	}
-	// From here on nothing is started again: no service restart, no shim
-	// kept ready, no watcher.
+	// From here on this generation starts nothing again: no service
+	// restart, no shim kept ready, no watcher, no process.
 	s.closing.Store(true)
+	s.killed.Store(true)
 	s.pollWatchers.closeAll()
 	if s.shims != nil {
 		s.shims.close()
@@ -166,8 +185,20 @@ func (s *Server) killAllButSelf(timeout time.Duration) error {
 			return fmt.Errorf("reset: %d processes still there after %s", others, timeout)
 		}
 		s.reaper.reap()
-		time.Sleep(200 * time.Microsecond)
+		time.Sleep(50 * time.Microsecond)
 	}
+}
+
+// waitAlone waits until the calling request is the only one being handled.
+func (s *Server) waitAlone(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for s.front.inflight.Load() > 1 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("reset: %d requests still being handled after %s", s.front.inflight.Load()-1, timeout)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return nil
 }
 
 // otherProcesses counts the processes (zombies included) /proc lists

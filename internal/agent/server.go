@@ -50,6 +50,10 @@ type Config struct {
 	Service *sandbox.Service
 	// Reset, when set, enables the host's warm reset routes (reset_linux.go).
 	Reset *ResetConfig
+	// DeferShims leaves the first exec shim to StartShims (or the first
+	// process start): an agent that reports ready before it starts one
+	// does not compete with it for the CPU on the way to ready.
+	DeferShims bool
 }
 
 // Server is the agent's HTTP server: the envd services plus REST routes.
@@ -81,13 +85,80 @@ type Server struct {
 	// (still valid on ServeHost's listener).
 	token      atomic.Pointer[[32]byte]
 	startToken *[32]byte
-	// reset is nil unless Config.Reset enabled the warm reset.
-	reset *resetState
+	// reset is nil unless Config.Reset enabled the warm reset; killed is
+	// set once /reset/kill ended this generation's processes.
+	reset  *resetState
+	killed atomic.Bool
+	// front is what the generations of a server renewed by warm resets
+	// share: the listeners' handler, connections and requests.
+	front *frontend
+}
+
+// frontend dispatches every request to the active generation of a server
+// (a warm reset replaces it, see renew) and tracks the open connections
+// and the requests being handled, which a warm reset cuts and waits for.
+type frontend struct {
+	active   atomic.Pointer[Server]
+	handler  http.Handler
+	conns    connSet
+	inflight atomic.Int64
+}
+
+func newFrontend(first *Server) *frontend {
+	f := &frontend{}
+	f.active.Store(first)
+	f.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.inflight.Add(1)
+		defer f.inflight.Add(-1)
+		f.active.Load().handler.ServeHTTP(w, r)
+	})
+	return f
+}
+
+// connKey marks a request's context with its connection.
+type connKey struct{}
+
+// connSet tracks a server's open connections (http.Server.ConnState).
+type connSet struct {
+	mu sync.Mutex
+	m  map[net.Conn]struct{}
+}
+
+func (cs *connSet) track(c net.Conn, st http.ConnState) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	switch st {
+	case http.StateNew:
+		if cs.m == nil {
+			cs.m = map[net.Conn]struct{}{}
+		}
+		cs.m[c] = struct{}{}
+	case http.StateClosed:
+		delete(cs.m, c)
+	}
+}
+
+// closeAllBut closes every tracked connection but keep.
+func (cs *connSet) closeAllBut(keep net.Conn) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for c := range cs.m {
+		if c != keep {
+			c.Close()
+		}
+	}
 }
 
 // NewServer builds a server. It starts the process-wide reaper, so the
 // embedding program must not wait for child processes itself.
 func NewServer(cfg Config) *Server {
+	s := newServer(cfg)
+	s.front = newFrontend(s)
+	return s
+}
+
+// newServer builds one generation of a server, without its frontend.
+func newServer(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -113,6 +184,9 @@ func NewServer(cfg Config) *Server {
 	s.self = currentUser(s.accounts)
 	if cfg.Shim != "" {
 		s.shims = newShimPool(s, cfg.Shim)
+		if !cfg.DeferShims {
+			s.shims.poke()
+		}
 	}
 	// Messages are small (input chunks, paths); file content goes through
 	// /files. The cap keeps a bogus length prefix from allocating wildly.
@@ -132,13 +206,22 @@ func NewServer(cfg Config) *Server {
 	return s
 }
 
+// StartShims starts the exec shims kept ready ahead of need (see
+// Config.DeferShims).
+func (s *Server) StartShims() {
+	if s.shims != nil {
+		s.shims.poke()
+	}
+}
+
 // Mux returns the router, so that other handler sets (for example the
 // code-interpreter routes) can be mounted on the same server. Routes added
-// here are behind the same access-token check as the built-in ones.
+// here are behind the same access-token check as the built-in ones. A warm
+// reset's new generation has the built-in routes only.
 func (s *Server) Mux() *http.ServeMux { return s.mux }
 
 // Handler returns the complete HTTP handler (routes plus authorization).
-func (s *Server) Handler() http.Handler { return s.handler }
+func (s *Server) Handler() http.Handler { return s.front.handler }
 
 // Serve serves HTTP/1.1 and cleartext HTTP/2 (for gRPC clients) on ln until
 // ctx is cancelled, then closes the listener and all connections.
@@ -165,16 +248,19 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, host bool) error {
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
-		Handler:           s.handler,
+		Handler:           s.front.handler,
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       10 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	if host {
-		srv.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
-			return context.WithValue(ctx, hostConn{}, true)
+	srv.ConnState = s.front.conns.track
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		ctx = context.WithValue(ctx, connKey{}, c)
+		if host {
+			ctx = context.WithValue(ctx, hostConn{}, true)
 		}
+		return ctx
 	}
 	stop := context.AfterFunc(ctx, func() { srv.Close() })
 	defer stop()
@@ -190,6 +276,7 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, host bool) error {
 // once all of them have been reaped or ctx is done, and also stops the
 // polling watchers.
 func (s *Server) Shutdown(ctx context.Context) {
+	s = s.front.active.Load() // the generation a warm reset left serving
 	s.closing.Store(true)
 	s.pollWatchers.closeAll()
 	if s.shims != nil {

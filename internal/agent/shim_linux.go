@@ -476,7 +476,6 @@ type shimPool struct {
 func newShimPool(s *Server, path string) *shimPool {
 	p := &shimPool{s: s, path: path, refill: make(chan struct{}, 1)}
 	go p.refiller()
-	p.poke()
 	return p
 }
 
@@ -492,8 +491,14 @@ func (p *shimPool) refiller() {
 	for range p.refill {
 		for {
 			p.mu.Lock()
-			done := p.closed || len(p.idle) >= shimPoolWarm
+			closed := p.closed
+			done := closed || len(p.idle) >= shimPoolWarm
 			p.mu.Unlock()
+			if closed {
+				// A warm reset drops a generation's pool: its
+				// refiller must not outlive it.
+				return
+			}
 			if done {
 				break
 			}
@@ -546,7 +551,7 @@ func (p *shimPool) put(sh *shim) {
 	p.mu.Unlock()
 }
 
-// close ends the idle shims and stops refilling.
+// close ends the idle shims and the refiller.
 func (p *shimPool) close() {
 	p.mu.Lock()
 	idle := p.idle
@@ -555,6 +560,7 @@ func (p *shimPool) close() {
 	for _, sh := range idle {
 		sh.close()
 	}
+	p.poke() // the refiller sees closed and returns
 }
 
 // start starts one idle shim, as the agent's own user, in /, with an

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -72,23 +71,4 @@ func InstallFromFd(fd int) error {
 		return err
 	}
 	return Install(prog)
-}
-
-// CheckFiltered returns an error unless the calling process runs under a
-// seccomp filter (mode 2 in /proc/self/status): an agent re-executed by a
-// warm reset relies on the filter its first start installed.
-func CheckFiltered() error {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return fmt.Errorf("check seccomp: %w", err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "Seccomp:"); ok {
-			if strings.TrimSpace(v) == "2" {
-				return nil
-			}
-			return fmt.Errorf("check seccomp: not filtered (mode %s)", strings.TrimSpace(v))
-		}
-	}
-	return errors.New("check seccomp: no Seccomp line in /proc/self/status")
 }

@@ -45,8 +45,10 @@ import (
 //     POSIX IPC object; sets the host name back; destroys every TCP socket
 //     left in the network namespace (TIME_WAIT ones included); and puts
 //     the egress policy back;
-//  4. the agent re-executes itself (execve) with its start environment and
-//     the new access token, so nothing of its memory survives.
+//  4. the agent replaces its server with a new generation built from its
+//     start configuration and the new access token: the environment set
+//     by /init, code contexts, processes, PTYs, watchers and exec shims
+//     were the old generation's, and every connection to it was cut.
 //
 // It applies to sandboxes whose every writable place is one of those: the
 // host template with a read-only root, no host workspace directory and no
@@ -57,9 +59,8 @@ import (
 // What it keeps, by design: the pid namespace's pid counter, the inode
 // numbers of the disk, and the cgroup's cumulative counters (CPU time,
 // peaks) go on from the previous user's values; the agent's process is the
-// same one, re-executed from its read-only binary (no process of the
-// sandbox could write it or trace the agent: it is not dumpable, and
-// every other process is dead before the execve).
+// same one (no process of the sandbox can trace it or read its memory: it
+// is not dumpable), so what the old generation held is garbage in it.
 
 // warmState is what a warm reset needs of a booted sandbox; nil when the
 // sandbox cannot be warm reset.
@@ -103,12 +104,43 @@ func (b *Backend) warmReset(ctx context.Context, bx *box, req backend.RecycleReq
 	bx.warm = nil
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	agent := &warmAgent{socket: bx.paths.socket(), control: ws.control}
+	agent := &warmAgent{client: unixClient(bx.paths.socket()), control: ws.control}
+	defer agent.client.CloseIdleConnections()
 
 	if err := agent.post(ctx, "/reset/kill", nil, http.StatusNoContent); err != nil {
 		return err
 	}
 	bx.phases.mark("warm: agent kills every other process, empties /tmp, /run, /dev/shm")
+	// The namespaces' clean-up runs beside the checks and the disk (it
+	// needs only that every process is dead); all must succeed.
+	nsDone := make(chan error, 1)
+	go func() { nsDone <- cleanNamespaces(bx.pid, hostnameOf(bx.rec.Spec), bx.paths.dir) }()
+	if err := b.warmChecksAndDisk(bx, ws); err != nil {
+		<-nsDone
+		return err
+	}
+	if err := <-nsDone; err != nil {
+		return err
+	}
+	bx.phases.mark("warm: checks, disk directories, IPC objects, host name, sockets")
+	if bx.rec.Spec.Network.Mode == sandbox.NetworkEgress && b.cfg.Network != nil {
+		if err := b.cfg.Network.UpdatePolicy(ctx, bx.id, req.Network); err != nil {
+			return fmt.Errorf("reset the egress policy: %w", err)
+		}
+		bx.phases.mark("warm: egress policy")
+	}
+	body := fmt.Sprintf(`{"access_token":%q}`, req.AccessToken)
+	if err := agent.post(ctx, "/reset/renew", strings.NewReader(body), http.StatusNoContent); err != nil {
+		return err
+	}
+	bx.phases.mark("warm: agent renewed (new server generation, new token)")
+	bx.warm = ws
+	return nil
+}
+
+// warmChecksAndDisk checks that the sandbox's init is alone and its mount
+// table unchanged, then empties its disk directories.
+func (b *Backend) warmChecksAndDisk(bx *box, ws *warmState) error {
 	if err := b.onlyInit(bx); err != nil {
 		return err
 	}
@@ -119,33 +151,7 @@ func (b *Backend) warmReset(ctx context.Context, bx *box, req backend.RecycleReq
 	if !bytes.Equal(mi, ws.mountinfo) {
 		return errors.New("the sandbox's mount table changed")
 	}
-	bx.phases.mark("warm: cgroup and mount table checks")
-	if err := b.resetDiskDirs(bx); err != nil {
-		return err
-	}
-	bx.phases.mark("warm: disk directories emptied")
-	if err := cleanNamespaces(bx.pid, hostnameOf(bx.rec.Spec), bx.paths.dir); err != nil {
-		return err
-	}
-	bx.phases.mark("warm: IPC objects, host name, sockets")
-	if bx.rec.Spec.Network.Mode == sandbox.NetworkEgress && b.cfg.Network != nil {
-		if err := b.cfg.Network.UpdatePolicy(ctx, bx.id, req.Network); err != nil {
-			return fmt.Errorf("reset the egress policy: %w", err)
-		}
-		bx.phases.mark("warm: egress policy")
-	}
-	body := fmt.Sprintf(`{"access_token":%q}`, req.AccessToken)
-	if err := agent.post(ctx, "/reset/exec", strings.NewReader(body), http.StatusAccepted); err != nil {
-		return err
-	}
-	if err := waitAgent(ctx, bx.paths.socket(), req.AccessToken); err != nil {
-		return err
-	}
-	bx.phases.mark("warm: agent re-executed and ready")
-	// The next reset needs the mount table again: the new agent's is the
-	// same one (nothing else runs).
-	bx.warm = &warmState{control: ws.control, mountinfo: ws.mountinfo}
-	return nil
+	return b.resetDiskDirs(bx)
 }
 
 // onlyInit checks that the sandbox's cgroup holds its init alone.
@@ -412,7 +418,8 @@ func removeMessageQueues(at string) error {
 
 // warmAgent calls the agent's reset routes with the control token.
 type warmAgent struct {
-	socket, control string
+	client  *http.Client
+	control string
 }
 
 func unixClient(socket string) *http.Client {
@@ -421,7 +428,8 @@ func unixClient(socket string) *http.Client {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", socket)
 		},
-		DisableKeepAlives: true,
+		// One connection for both calls: /reset/kill cuts every other.
+		MaxIdleConnsPerHost: 1,
 	}}
 }
 
@@ -431,43 +439,19 @@ func (a *warmAgent) post(ctx context.Context, path string, body io.Reader, want 
 		return err
 	}
 	req.Header.Set("X-Agentbox-Control", a.control)
-	resp, err := unixClient(a.socket).Do(req)
+	resp, err := a.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("agent %s: %w", path, err)
 	}
-	defer resp.Body.Close()
+	defer func() {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096)) // keep the connection
+		resp.Body.Close()
+	}()
 	if resp.StatusCode != want {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return fmt.Errorf("agent %s: %s: %s", path, resp.Status, bytes.TrimSpace(msg))
 	}
 	return nil
-}
-
-// waitAgent waits until the re-executed agent answers on socket with token
-// (an authenticated route: the answer proves the new image serves).
-func waitAgent(ctx context.Context, socket, token string) error {
-	cl := unixClient(socket)
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent/envs", nil)
-		if err != nil {
-			return err
-		}
-		req.Header.Set("X-Access-Token", token)
-		resp, err := cl.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			// The old image, accepting once more before its execve,
-			// refuses the new token: ask again.
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the re-executed agent did not answer: %w (last: %v)", ctx.Err(), err)
-		case <-time.After(200 * time.Microsecond):
-		}
-	}
 }
 
 // destroyTCPSockets destroys every TCP socket of the calling thread's

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -24,21 +25,32 @@ type codeHost struct {
 var _ codeinterp.Host = (*codeHost)(nil)
 
 func newCodeHost(s *Server) *codeHost {
-	h := &codeHost{s: s, forks: make(chan func())}
-	go h.forkThread()
-	return h
+	return &codeHost{s: s, forks: forkThread()}
 }
 
-// forkThread forks every interpreter from one OS thread that lives as long
-// as the agent. Interpreters get PR_SET_PDEATHSIG=SIGKILL so they never
-// outlive an agent that is not PID 1 (tests, or a crash); the kernel sends
-// that signal when the forking *thread* exits, and the Go runtime may end
-// ordinary threads at any time, so the thread must be pinned.
-func (h *codeHost) forkThread() {
-	runtime.LockOSThread()
-	for fn := range h.forks {
-		fn()
-	}
+var (
+	forksOnce sync.Once
+	forks     chan func()
+)
+
+// forkThread returns the channel of the process's one fork thread, which
+// forks every interpreter and lives as long as the agent (shared by the
+// generations a warm reset makes, like the reaper). Interpreters get
+// PR_SET_PDEATHSIG=SIGKILL so they never outlive an agent that is not
+// PID 1 (tests, or a crash); the kernel sends that signal when the forking
+// *thread* exits, and the Go runtime may end ordinary threads at any time,
+// so the thread must be pinned.
+func forkThread() chan func() {
+	forksOnce.Do(func() {
+		forks = make(chan func())
+		go func() {
+			runtime.LockOSThread()
+			for fn := range forks {
+				fn()
+			}
+		}()
+	})
+	return forks
 }
 
 // Resolve implements codeinterp.Host.

@@ -147,7 +147,6 @@ func (s *Server) handleResetRenew(w http.ResponseWriter, r *http.Request) {
 	next := newServer(cfg)
 	next.front = s.front
 	next.mountResetRoutes(s.reset)
-	next.setAccessToken(req.AccessToken)
 	s.front.active.Store(next)
 	next.StartShims()
 	w.WriteHeader(http.StatusNoContent)

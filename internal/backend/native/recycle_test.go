@@ -256,6 +256,7 @@ os.setxattr("/workspace", "user.secret", b"s1")
 PY
 chmod 700 /workspace; chmod 755 /root
 ln -s / /workspace/hostroot; mkdir -p /workspace/a/b/c; echo s1 > /workspace/a/b/c/f
+mkdir /workspace/many; (cd /workspace/many && seq 1500 | xargs touch) # more than one listing batch
 echo s1 > /run/s1; echo s1 > /dev/shm/s1; echo s1 > /dev/s1
 ipcs | grep -c 0x || true; grep -c ':12A9' /proc/net/tcp`
 	if out, err := runSh(t, ctx, c, use); err != nil || !strings.Contains(out, "1\n") {
@@ -280,11 +281,11 @@ import ctypes, os
 rt = ctypes.CDLL("librt.so.1", use_errno=True)
 print("mq", rt.mq_open(b"/secretq", os.O_RDWR))
 print("xattr", os.listxattr("/workspace"))'
-cat /proc/net/tcp /proc/net/tcp6; ls -A /workspace /run /dev/shm; ls /dev; stat -c '%a %u %g' /workspace /root`)
+cat /proc/net/tcp /proc/net/tcp6; ls -A /workspace /run /dev/shm; ls /dev; find /workspace /root -mindepth 1 | head; stat -c '%a %u %g' /workspace /root`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, trace := range []string{"0x", "mq 3", "user.secret", ":12A9", "hostroot", "s1"} {
+	for _, trace := range []string{"0x", "mq 3", "user.secret", ":12A9", "hostroot", "s1", "many"} {
 		if strings.Contains(out, trace) {
 			t.Fatalf("%q survived the warm reset:\n%s", trace, out)
 		}

@@ -235,33 +235,50 @@ func resetDir(rootFd int, name string, mode os.FileMode, owner int) error {
 }
 
 // removeContents removes everything in the directory dirFd, never
-// following a symbolic link (entries are removed, not resolved).
+// following a symbolic link (entries are removed, not resolved). It reads
+// the directory again until a pass finds it empty, so nothing a removal
+// during the listing made it skip is left behind.
 func removeContents(dirFd, depth int) error {
 	if depth > maxResetDepth {
 		return errors.New("directory tree too deep")
 	}
+	for pass := 0; ; pass++ {
+		removed, err := removePass(dirFd, depth)
+		if err != nil || removed == 0 {
+			return err
+		}
+		if pass == 8 {
+			return errors.New("directory does not empty")
+		}
+	}
+}
+
+// removePass removes the entries one listing of dirFd returns, in batches.
+func removePass(dirFd, depth int) (removed int, err error) {
 	dup, err := unix.Dup(dirFd)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	dir := os.NewFile(uintptr(dup), "dir")
+	defer dir.Close()
+	if _, err := dir.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
 	for {
 		names, err := dir.Readdirnames(512)
 		for _, name := range names {
 			if err := removeEntry(dirFd, name, depth); err != nil {
-				dir.Close()
-				return err
+				return removed, err
 			}
+			removed++
 		}
 		if err == io.EOF || len(names) == 0 {
-			break
+			return removed, nil
 		}
 		if err != nil {
-			dir.Close()
-			return err
+			return removed, err
 		}
 	}
-	return dir.Close()
 }
 
 func removeEntry(dirFd int, name string, depth int) error {

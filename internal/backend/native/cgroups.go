@@ -194,6 +194,23 @@ func (b *Backend) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, erro
 	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
+	s := b.rawStats(bx)
+	if z := bx.statsZero; z != nil {
+		// Counted since the last warm reset: the previous user's are not
+		// the next one's business.
+		s.CPUSeconds = max(s.CPUSeconds-z.CPUSeconds, 0)
+		s.OOMKills = max(s.OOMKills-z.OOMKills, 0)
+		s.PidsLimitHits = max(s.PidsLimitHits-z.PidsLimitHits, 0)
+		if s.NetworkDenials >= z.NetworkDenials {
+			s.NetworkDenials -= z.NetworkDenials
+		}
+	}
+	return s, nil
+}
+
+// rawStats reads the sandbox's usage as its cgroup and network count it,
+// from boot. The caller holds bx.mu.
+func (b *Backend) rawStats(bx *box) backend.Stats {
 	var s backend.Stats
 	p := b.cgroupPaths(bx)
 	if isCgroup2() {
@@ -218,14 +235,14 @@ func (b *Backend) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, erro
 		s.PidsLimitHits = cgroupfs.ReadKey(filepath.Join(p["pids"], "pids.events"), "max")
 	}
 	if b.cfg.Network != nil && bx.rec.Spec.Network.Mode == sandbox.NetworkEgress {
-		s.NetworkDenials = b.cfg.Network.Denials(id)
+		s.NetworkDenials = b.cfg.Network.Denials(bx.id)
 	}
 	var fs unix.Statfs_t
 	if err := unix.Statfs(bx.diskPath("workspace"), &fs); err == nil && bx.diskMounted() {
 		s.DiskTotalBytes = int64(fs.Blocks) * fs.Bsize
 		s.DiskUsedBytes = int64(fs.Blocks-fs.Bfree) * fs.Bsize
 	}
-	return s, nil
+	return s
 }
 
 // canLowerOOMScore reports whether this process has CAP_SYS_RESOURCE.

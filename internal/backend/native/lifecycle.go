@@ -81,7 +81,7 @@ func (b *Backend) OnAgentExit(fn func(id sandbox.ID, reason string)) {
 // far as it can.
 func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 	bx.stopping = true
-	bx.warm = nil
+	bx.warm, bx.statsZero = nil, nil
 	bx.closeLimitFiles() // their cgroups are removed below
 	if bx.container == nil {
 		if c, err := libcontainer.Load(b.stateRoot, string(bx.id)); err == nil {

@@ -191,6 +191,9 @@ type box struct {
 	// warm is what a warm reset of the running sandbox needs (nil: it
 	// cannot be warm reset; see warmreset.go).
 	warm *warmState
+	// statsZero holds the cumulative counters at the last warm reset,
+	// which Stats subtracts (nil: counted from boot).
+	statsZero *backend.Stats
 }
 
 // record is the persistent description of a sandbox, enough to reattach

@@ -253,6 +253,11 @@ srv = socket.socket(); srv.bind(("127.0.0.1", 4777)); srv.listen()
 cl = socket.create_connection(("127.0.0.1", 4777)); conn, _ = srv.accept()
 cl.close(); conn.close(); srv.close()
 os.setxattr("/workspace", "user.secret", b"s1")
+import time
+big = b"x" * (64 << 20)
+end = time.time() + 0.4
+while time.time() < end:
+    pass
 PY
 chmod 700 /workspace; chmod 755 /root
 ln -s / /workspace/hostroot; mkdir -p /workspace/a/b/c; echo s1 > /workspace/a/b/c/f
@@ -267,12 +272,21 @@ ipcs | grep -c 0x || true; grep -c ':12A9' /proc/net/tcp`
 	if out, _ := runSh(t, ctx, c, `cat /proc/1/environ; tr '\0' '\n' < /proc/self/environ; env`); strings.Contains(out, "AGENTBOX_CONTROL") {
 		t.Fatalf("the control token is readable in the sandbox:\n%s", out)
 	}
+	used, err := be.Stats(ctx, id)
+	if err != nil || used.CPUSeconds < 0.3 || used.MemoryMaxBytes < 64<<20 {
+		t.Fatalf("the previous user's usage did not show: %+v %v", used, err)
+	}
 	if err := be.Recycle(ctx, id, backend.RecycleRequest{AccessToken: "token-two"}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := be.Inspect(ctx, id)
 	if err != nil || got.Pid != info.Pid {
 		t.Fatalf("not a warm reset: pid %d, was %d (%v)", got.Pid, info.Pid, err)
+	}
+	// Usage starts again (the peak where cgroup v1 can reset it).
+	fresh, err := be.Stats(ctx, id)
+	if err != nil || fresh.CPUSeconds > 0.2 || !isCgroup2() && fresh.MemoryMaxBytes >= 64<<20 {
+		t.Fatalf("the previous user's usage shows after the warm reset: %+v %v", fresh, err)
 	}
 	c2 := agentclient.New(agentclient.Endpoint{Network: got.Agent.Network, Address: got.Agent.Address}, "token-two")
 	defer c2.Close()

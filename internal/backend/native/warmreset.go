@@ -58,7 +58,8 @@ import (
 //
 // What it keeps, by design: the pid namespace's pid counter, the inode
 // numbers of the disk, and the cgroup's cumulative counters (CPU time,
-// peaks) go on from the previous user's values; the agent's process is the
+// peaks) go on from the previous user's values (Stats reports them net of
+// those: zeroStats); the agent's process is the
 // same one (no process of the sandbox can trace it or read its memory: it
 // is not dumpable), so what the old generation held is garbage in it.
 
@@ -135,7 +136,19 @@ func (b *Backend) warmReset(ctx context.Context, bx *box, req backend.RecycleReq
 	}
 	bx.phases.mark("warm: agent renewed (new server generation, new token)")
 	bx.warm = ws
+	b.zeroStats(bx)
 	return nil
+}
+
+// zeroStats starts the sandbox's usage statistics again: the peak memory
+// is reset where cgroup v1 allows it, the cumulative counters are
+// remembered for Stats to subtract.
+func (b *Backend) zeroStats(bx *box) {
+	if !isCgroup2() {
+		_ = os.WriteFile(filepath.Join(b.cgroupPaths(bx)["memory"], "memory.max_usage_in_bytes"), []byte("0"), 0)
+	}
+	st := b.rawStats(bx)
+	bx.statsZero = &st
 }
 
 // warmChecksAndDisk checks that the sandbox's init is alone and its mount

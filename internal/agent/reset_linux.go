@@ -113,6 +113,12 @@ func (s *Server) handleResetKill(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
+	// Once more: a request that was past its check of closing when the
+	// first sweep ran may have started a process before it ended.
+	if err := s.killAllButSelf(time.Second); err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
 	if err := s.resetMemoryDirs(); err != nil {
 		writeError(w, http.StatusConflict, err.Error())
 		return

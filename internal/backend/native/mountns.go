@@ -46,22 +46,30 @@ func inPrivateMountNS(fn func() error) error {
 		// goroutine returns, so no other goroutine ever runs in the
 		// private namespace.
 		runtime.LockOSThread()
-		// A thread shares its root and cwd (fs_struct) with the others,
-		// which setns and unshare of a mount namespace refuse: unshare it.
-		if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
-			errc <- fmt.Errorf("private mount namespace: %w", err)
-			return
-		}
-		// The copy's mounts are peers of the host's where those are
-		// shared: a mount made under one would propagate back into the
-		// daemon's namespace. Cut every propagation first.
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			errc <- fmt.Errorf("private mount namespace: make mounts private: %w", err)
+		if err := enterPrivateMountNS(); err != nil {
+			errc <- err
 			return
 		}
 		errc <- fn()
 	}()
 	return <-errc
+}
+
+// enterPrivateMountNS moves the calling thread, which must be locked and
+// never handed back, into a private copy of its mount namespace.
+func enterPrivateMountNS() error {
+	// A thread shares its root and cwd (fs_struct) with the others,
+	// which setns and unshare of a mount namespace refuse: unshare it.
+	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("private mount namespace: %w", err)
+	}
+	// The copy's mounts are peers of the host's where those are shared:
+	// a mount made under one would propagate back into the daemon's
+	// namespace. Cut every propagation first.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("private mount namespace: make mounts private: %w", err)
+	}
+	return nil
 }
 
 // openDiskRoot opens the root of the sandbox's mounted disk for the daemon

@@ -112,7 +112,9 @@ type Config struct {
 	// only when the host runs short.
 	PauseReclaim bool
 	// NoWarmReset makes every recycle stop and boot the sandbox again,
-	// even where a warm reset (warmreset.go) applies.
+	// even where a warm reset (warmreset.go) applies; creates then skip
+	// what a warm reset needs (a control token, the boot's mount table).
+	// The daemon sets it when nothing recycles (POOL_MAX_USES 1).
 	NoWarmReset bool
 	Logger      *slog.Logger
 }

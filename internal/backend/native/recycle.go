@@ -62,20 +62,11 @@ func (b *Backend) Recycle(ctx context.Context, id sandbox.ID, req backend.Recycl
 	bx.phases = startPhases("recycle")
 	defer func() { bx.phases = nil }()
 
-	if bx.warm != nil && !b.cfg.NoWarmReset {
+	if bx.warm != nil {
 		err := b.warmReset(ctx, bx, req)
 		if err == nil {
-			spec.Network = req.Network
-			spec.Env = nil
-			spec.AccessToken = ""
-			bx.rec.Spec = spec
-			bx.rec.AccessToken = req.AccessToken
-			bx.rec.CreatedAt = time.Now().UTC()
-			if err := b.saveRecord(bx); err != nil {
-				return err
-			}
-			bx.phases.mark("record")
-			return nil
+			bx.forNextUser(spec, req)
+			return b.saveRecycled(bx)
 		}
 		// Whatever it left, the full recycle replaces.
 		b.log.Info("warm reset not possible: recycling in full", "sandbox", id, "reason", err)
@@ -93,11 +84,7 @@ func (b *Backend) Recycle(ctx context.Context, id sandbox.ID, req backend.Recycl
 	}
 	bx.phases.mark("disk: revoke check + fresh sparse copy")
 
-	spec.Network = req.Network
-	spec.Env = nil
-	spec.AccessToken = ""
-	bx.rec.Spec = spec
-	bx.rec.AccessToken = req.AccessToken
+	bx.forNextUser(spec, req)
 	net, err := b.setupNetwork(ctx, bx)
 	if err != nil {
 		b.teardown(context.WithoutCancel(ctx), bx, false)
@@ -126,6 +113,21 @@ func (b *Backend) Recycle(ctx context.Context, id sandbox.ID, req backend.Recycl
 		_ = b.saveRecord(bx)
 		return err
 	}
+	return b.saveRecycled(bx)
+}
+
+// forNextUser gives bx's record the spec the next user starts with: the
+// pool's network policy, no env of the previous user, the new token.
+func (bx *box) forNextUser(spec sandbox.Spec, req backend.RecycleRequest) {
+	spec.Network = req.Network
+	spec.Env = nil
+	spec.AccessToken = ""
+	bx.rec.Spec = spec
+	bx.rec.AccessToken = req.AccessToken
+}
+
+// saveRecycled records bx as running, created now.
+func (b *Backend) saveRecycled(bx *box) error {
 	bx.rec.Stopped = false
 	bx.rec.Reason = ""
 	bx.rec.CreatedAt = time.Now().UTC()

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,6 +21,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/internal/agent/agentclient"
 	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -75,7 +75,7 @@ type warmState struct {
 
 // warmEligible reports whether a sandbox of spec can be warm reset.
 func (b *Backend) warmEligible(spec sandbox.Spec, tmpl sandbox.Template) bool {
-	if b.rootless || tmpl.Kind != sandbox.TemplateHost || spec.WritableRoot || spec.WorkspaceDir != "" || spec.AgentListen != "" {
+	if b.cfg.NoWarmReset || b.rootless || tmpl.Kind != sandbox.TemplateHost || spec.WritableRoot || spec.WorkspaceDir != "" || spec.AgentListen != "" {
 		return false
 	}
 	for _, m := range spec.Mounts {
@@ -105,10 +105,12 @@ func (b *Backend) warmReset(ctx context.Context, bx *box, req backend.RecycleReq
 	bx.warm = nil
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	agent := &warmAgent{client: unixClient(bx.paths.socket()), control: ws.control}
-	defer agent.client.CloseIdleConnections()
+	// One connection for both calls: /reset/kill cuts every other. (The
+	// socket is the daemon's own, passed to the agent at boot.)
+	agent := agentclient.New(agentclient.Endpoint{Network: "unix", Address: bx.paths.socket()}, "")
+	defer agent.Close()
 
-	if err := agent.post(ctx, "/reset/kill", nil, http.StatusNoContent); err != nil {
+	if err := agent.ResetKill(ctx, ws.control); err != nil {
 		return err
 	}
 	bx.phases.mark("warm: agent kills every other process, empties /tmp, /run, /dev/shm")
@@ -130,8 +132,7 @@ func (b *Backend) warmReset(ctx context.Context, bx *box, req backend.RecycleReq
 		}
 		bx.phases.mark("warm: egress policy")
 	}
-	body := fmt.Sprintf(`{"access_token":%q}`, req.AccessToken)
-	if err := agent.post(ctx, "/reset/renew", strings.NewReader(body), http.StatusNoContent); err != nil {
+	if err := agent.ResetRenew(ctx, ws.control, req.AccessToken); err != nil {
 		return err
 	}
 	bx.phases.mark("warm: agent renewed (new server generation, new token)")
@@ -423,11 +424,8 @@ func removeSysvIPC() error {
 // thread's IPC namespace. Queues are only listed through an mqueue file
 // system, mounted here in a private mount namespace of this thread.
 func removeMessageQueues(at string) error {
-	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("private mount namespace: %w", err)
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("private mount namespace: %w", err)
+	if err := enterPrivateMountNS(); err != nil {
+		return err
 	}
 	// Any directory of the copy will do (at is the sandbox's state
 	// directory): the mount stays in this thread's namespace.
@@ -442,44 +440,6 @@ func removeMessageQueues(at string) error {
 		if err := unix.Unlink(filepath.Join(at, e.Name())); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("remove message queue %s: %w", e.Name(), err)
 		}
-	}
-	return nil
-}
-
-// warmAgent calls the agent's reset routes with the control token.
-type warmAgent struct {
-	client  *http.Client
-	control string
-}
-
-func unixClient(socket string) *http.Client {
-	return &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		},
-		// One connection for both calls: /reset/kill cuts every other.
-		MaxIdleConnsPerHost: 1,
-	}}
-}
-
-func (a *warmAgent) post(ctx context.Context, path string, body io.Reader, want int) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+path, body)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-Agentbox-Control", a.control)
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("agent %s: %w", path, err)
-	}
-	defer func() {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096)) // keep the connection
-		resp.Body.Close()
-	}()
-	if resp.StatusCode != want {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("agent %s: %s: %s", path, resp.Status, bytes.TrimSpace(msg))
 	}
 	return nil
 }

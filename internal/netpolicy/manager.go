@@ -254,23 +254,59 @@ func (m *Manager) removeKernelState(id sandbox.ID, addr netip.Addr) error {
 	run(func() error { return m.fw.removeSandboxes([]netip.Addr{addr}) })
 	// A later sandbox may get this address: it must not inherit conntrack
 	// entries (and their NAT mappings) of this one.
-	run(func() error {
-		f := &netlink.ConntrackFilter{}
-		if err := f.AddIP(netlink.ConntrackOrigSrcIP, net.IP(addr.AsSlice())); err != nil {
-			return err
-		}
-		_, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, f)
-		if err != nil {
-			return fmt.Errorf("flush conntrack of %s: %w", addr, err)
-		}
-		return nil
-	})
+	run(func() error { return flushConntrack(addr) })
 	wg.Wait()
 	err := errors.Join(errs...)
 	if err != nil {
 		m.log.Warn("network teardown incomplete", "sandbox", id, "addr", addr, "err", err)
 	}
 	return err
+}
+
+// flushConntrack deletes every conntrack entry (and with it its NAT
+// mapping) of a flow addr started or was the destination of.
+func flushConntrack(addr netip.Addr) error {
+	ip := net.IP(addr.AsSlice())
+	var filters []netlink.CustomConntrackFilter
+	for _, field := range []netlink.ConntrackFilterType{netlink.ConntrackOrigSrcIP, netlink.ConntrackOrigDstIP} {
+		f := &netlink.ConntrackFilter{}
+		if err := f.AddIP(field, ip); err != nil {
+			return err
+		}
+		filters = append(filters, f)
+	}
+	// A dump the table's changes interrupted may have skipped entries: go
+	// again (entries deleted by the first pass are not in the second).
+	var err error
+	for range 3 {
+		if _, err = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, filters...); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("flush conntrack of %s: %w", addr, err)
+	}
+	return nil
+}
+
+// ResetFlows forgets the connection state of a running sandbox whose
+// processes are all gone (a warm reset between two users): its conntrack
+// entries and their NAT mappings, and its DNS query budget. Without it the
+// next user's packets could match a flow the previous user opened (an
+// established UDP flow is accepted whatever the new policy says) and would
+// inherit the previous user's rate limit.
+func (m *Manager) ResetFlows(ctx context.Context, id sandbox.ID) error {
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	addr, ok := m.Addr(id)
+	if !ok {
+		return sandbox.Errorf(sandbox.ClassNotFound, "sandbox %s has no network", id)
+	}
+	if m.dns != nil {
+		m.dns.limiter.forget(addr)
+	}
+	return flushConntrack(addr)
 }
 
 // forget drops the sandbox's record.

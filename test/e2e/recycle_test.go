@@ -128,6 +128,28 @@ echo "$A_EXEC_ENV $A_CREATE_ENV $(bash -lc 'echo $A_PROFILE')"`, map[string]stri
 		t.Fatalf("bash context: %d %s", status, data)
 	}
 	bashCtx := mustJSON(t, data)["id"].(string)
+	// A UDP flow of A's that the test host answers: conntrack holds it as
+	// established, and established flows pass whatever the policy says.
+	udpEcho := inet.listenPacket(t, inet.other+":5300")
+	t.Cleanup(func() { udpEcho.Close() })
+	udpGot := make(chan string, 64)
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, from, err := udpEcho.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			select {
+			case udpGot <- string(buf[:n]):
+			default:
+			}
+			udpEcho.WriteTo(buf[:n], from)
+		}
+	}()
+	if got := strings.TrimSpace(shIn(t, d, keyA, id, udpFromFixedPort(inet.other, "udp-A"), nil)); got != "udp-A" {
+		t.Fatalf("A's UDP flow to the test host: %q", got)
+	}
 	// Network policy: A denies the test host.
 	if got := fetchInSandbox(t, d, keyA, id, "http://allowed.test/"); !strings.HasPrefix(got, "OK") {
 		t.Fatalf("default egress did not reach the test host: %s", got)
@@ -207,6 +229,12 @@ echo "$A_EXEC_ENV $A_CREATE_ENV $(bash -lc 'echo $A_PROFILE')"`, map[string]stri
 	if strings.Contains(out, "31337") || strings.Contains(out, "http.server") || strings.Contains(strings.ToUpper(out), fmt.Sprintf(":%04X", port)) {
 		t.Fatalf("A's processes or sockets survived the recycle:\n%s", out)
 	}
+	// The kernel's memory of the hosts A talked to, which any process of
+	// the network namespace may list: TCP metrics and route exceptions.
+	out = shIn(t, d, keyB, id, `ip tcp_metrics show; ip -6 tcp_metrics show; ip route show cache; ip -6 route show cache; echo end`, nil)
+	if strings.Contains(out, inet.addr) || strings.Contains(out, inet.other) || !strings.HasSuffix(out, "end\n") {
+		t.Fatalf("the kernel remembers A's peers after the recycle:\n%s", out)
+	}
 	// Env: the agent's, a login shell's, an interactive shell's.
 	out = shIn(t, d, keyB, id, `env; bash -lc env; bash -ic env 2>/dev/null`, nil)
 	if strings.Contains(out, "secretA") || strings.Contains(out, "A_CREATE_ENV") || strings.Contains(out, "A_EXEC_ENV") {
@@ -223,6 +251,25 @@ echo "$A_EXEC_ENV $A_CREATE_ENV $(bash -lc 'echo $A_PROFILE')"`, map[string]stri
 	// Network policy back to the default: the test host is reachable.
 	if got := fetchInSandbox(t, d, keyB, id, "http://allowed.test/"); !strings.HasPrefix(got, "OK") {
 		t.Fatalf("A's deny rule survived the recycle: %s", got)
+	}
+	// B denies the host A's UDP flow went to, then sends from A's port to
+	// it: A's flow must be gone, so B's own rule applies.
+	status, data = d.call(t, "PUT", "/v1/sandboxes/"+id+"/network", keyB, map[string]any{"mode": "egress", "deny_out": []string{inet.other + "/32"}})
+	if status != http.StatusOK {
+		t.Fatalf("B's network update: %d %s", status, data)
+	}
+	if got := strings.TrimSpace(shIn(t, d, keyB, id, udpFromFixedPort(inet.other, "udp-B"), nil)); got == "udp-B" {
+		t.Fatalf("B's datagram passed B's deny rule on A's conntrack entry")
+	}
+	for drained := false; !drained; {
+		select {
+		case got := <-udpGot:
+			if got != "udp-A" {
+				t.Fatalf("the test host got %q through B's deny rule", got)
+			}
+		default:
+			drained = true
+		}
 	}
 	// Tokens: A's access token and preview token are refused; B's works.
 	shIn(t, d, keyB, id, `cd /tmp && setsid nohup python3 -m http.server `+fmt.Sprint(port)+` --bind 127.0.0.1 >/dev/null 2>&1 &
@@ -255,6 +302,23 @@ for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("12
 			t.Fatal("a sandbox at max_uses came out of the pool again")
 		}
 	}
+}
+
+// udpFromFixedPort is a script that sends msg from UDP port 40404 to port
+// 5300 of host and prints the answer, or "no answer".
+func udpFromFixedPort(host, msg string) string {
+	return `python3 - <<'EOF'
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 40404))
+s.settimeout(2)
+try:
+    s.sendto(b"` + msg + `", ("` + host + `", 5300))
+    print(s.recvfrom(64)[0].decode())
+except OSError as e:
+    print("no answer:", e)
+EOF`
 }
 
 func grepLines(s, sub string) string {

@@ -69,6 +69,10 @@ type NetworkProvider interface {
 	Teardown(ctx context.Context, id sandbox.ID) error
 	// UpdatePolicy replaces a running sandbox's egress policy.
 	UpdatePolicy(ctx context.Context, id sandbox.ID, n sandbox.Network) error
+	// ResetFlows forgets the connection state (conntrack entries, NAT
+	// mappings, DNS budget) of a running sandbox none of whose processes
+	// is left, so that none of it carries over to a next user.
+	ResetFlows(ctx context.Context, id sandbox.ID) error
 	// Reconcile removes the networking of every sandbox not in live.
 	Reconcile(ctx context.Context, live []sandbox.ID) error
 	// Denials counts the sandbox's rejected packets.

@@ -221,7 +221,8 @@ func TestRecycleImageTemplate(t *testing.T) {
 // TestRecycleWarmLeavesNothing goes after what a warm reset (which keeps
 // the sandbox's init and namespaces) must take away besides files and
 // processes: System V and POSIX IPC objects, TCP sockets the kernel keeps
-// after their process died (TIME_WAIT), additions to /dev, /run and
+// after their process died (TIME_WAIT) and the TCP metrics it keeps of
+// their peers, additions to /dev, /run and
 // /dev/shm, and the owner, mode and extended attributes of the disk's
 // directories; a link to / in the workspace is removed, not followed.
 // Then a sandbox whose /dev was tampered with (its root replaced a link)
@@ -263,8 +264,8 @@ chmod 700 /workspace; chmod 755 /root
 ln -s / /workspace/hostroot; mkdir -p /workspace/a/b/c; echo s1 > /workspace/a/b/c/f
 mkdir /workspace/many; (cd /workspace/many && seq 1500 | xargs touch) # more than one listing batch
 echo s1 > /run/s1; echo s1 > /dev/shm/s1; echo s1 > /dev/s1
-ipcs | grep -c 0x || true; grep -c ':12A9' /proc/net/tcp`
-	if out, err := runSh(t, ctx, c, use); err != nil || !strings.Contains(out, "1\n") {
+ipcs | grep -c 0x || true; grep -c ':12A9' /proc/net/tcp; ip tcp_metrics show`
+	if out, err := runSh(t, ctx, c, use); err != nil || !strings.Contains(out, "1\n") || !strings.Contains(out, "127.0.0.1 age") {
 		t.Fatalf("using the sandbox: %v\n%s", err, out)
 	}
 	// The agent's control token, which opens its reset routes, is out of
@@ -295,11 +296,11 @@ import ctypes, os
 rt = ctypes.CDLL("librt.so.1", use_errno=True)
 print("mq", rt.mq_open(b"/secretq", os.O_RDWR))
 print("xattr", os.listxattr("/workspace"))'
-cat /proc/net/tcp /proc/net/tcp6; ls -A /workspace /run /dev/shm; ls /dev; find /workspace /root -mindepth 1 | head; stat -c '%a %u %g' /workspace /root`)
+cat /proc/net/tcp /proc/net/tcp6; ip tcp_metrics show; ls -A /workspace /run /dev/shm; ls /dev; find /workspace /root -mindepth 1 | head; stat -c '%a %u %g' /workspace /root`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, trace := range []string{"0x", "mq 3", "user.secret", ":12A9", "hostroot", "s1", "many"} {
+	for _, trace := range []string{"0x", "mq 3", "user.secret", ":12A9", "127.0.0.1 age", "hostroot", "s1", "many"} {
 		if strings.Contains(out, trace) {
 			t.Fatalf("%q survived the warm reset:\n%s", trace, out)
 		}

@@ -130,7 +130,13 @@ func (b *Backend) warmReset(ctx context.Context, bx *box, req backend.RecycleReq
 		if err := b.cfg.Network.UpdatePolicy(ctx, bx.id, req.Network); err != nil {
 			return fmt.Errorf("reset the egress policy: %w", err)
 		}
-		bx.phases.mark("warm: egress policy")
+		// After the policy: flows the previous user opened (an established
+		// UDP flow passes whatever the policy) end here, and no process is
+		// left to open another.
+		if err := b.cfg.Network.ResetFlows(ctx, bx.id); err != nil {
+			return fmt.Errorf("reset the sandbox's connection tracking: %w", err)
+		}
+		bx.phases.mark("warm: egress policy, connection tracking")
 	}
 	if err := agent.ResetRenew(ctx, ws.control, req.AccessToken); err != nil {
 		return err
@@ -364,6 +370,11 @@ func cleanNamespaces(pid int, hostname, scratch string) error {
 				return fmt.Errorf("set the host name back: %w", err)
 			}
 			if err := destroyTCPSockets(); err != nil {
+				return err
+			}
+			// After the sockets: a destroyed connection updates the TCP
+			// metrics of its peer.
+			if err := forgetPeers(); err != nil {
 				return err
 			}
 			// Last: it leaves the daemon's mount namespace for a copy.

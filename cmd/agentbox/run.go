@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -42,8 +43,9 @@ it runs rootless (user namespace only: no memory, CPU, process or disk
 limits).
 
 Exit codes: COMMAND's own; 124 when --timeout killed it; 137 when it was
-killed by a signal (the OOM killer included); 125 when the sandbox could not
-be created.`,
+killed by a signal (the OOM killer included); 141 when its output could not
+be written because the reader went away (as "| head" does); 125 when the
+sandbox could not be created.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runOneShot(cmd.Context(), o, args) },
 	}
@@ -96,6 +98,13 @@ func runOneShot(ctx context.Context, o runOptions, args []string) error {
 	// the process is killed, and the deferred Destroy runs.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	// So does a reader that goes away (`agentbox run ... | head`): Go ends
+	// a process writing to a closed stdout or stderr by SIGPIPE, before
+	// any deferred call, unless SIGPIPE is notified; then the write fails
+	// with EPIPE and the run ends below like a shell's pipeline writer.
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
 	info, err := b.Create(ctx, spec)
 	if err != nil {
 		return &exitError{code: 125, msg: "create sandbox: " + err.Error()}
@@ -114,6 +123,9 @@ func runOneShot(ctx context.Context, o runOptions, args []string) error {
 	if err != nil {
 		if ctx.Err() != nil {
 			return &exitError{code: 130}
+		}
+		if errors.Is(err, syscall.EPIPE) {
+			return &exitError{code: 128 + int(syscall.SIGPIPE)} // as a shell reports a writer killed by SIGPIPE
 		}
 		return &exitError{code: 125, msg: err.Error()}
 	}

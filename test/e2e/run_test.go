@@ -76,6 +76,13 @@ func TestRunOneShot(t *testing.T) {
 	if !strings.Contains(stderr.String(), "oops") {
 		t.Errorf("stderr %q, want the command's stderr", stderr.String())
 	}
+	assertOneShotGone(t, dataDir)
+}
+
+// assertOneShotGone fails t if a one-shot run under dataDir left a
+// sandbox directory, a disk or a mount behind.
+func assertOneShotGone(t *testing.T, dataDir string) {
+	t.Helper()
 	oneshot := filepath.Join(dataDir, "oneshot")
 	for _, sub := range []string{"state/sb", "disks"} {
 		entries, _ := os.ReadDir(filepath.Join(oneshot, sub))
@@ -89,4 +96,39 @@ func TestRunOneShot(t *testing.T) {
 			t.Errorf("mount left behind: %s", line)
 		}
 	}
+}
+
+// TestRunOneShotReaderGone: a reader that closes the output early
+// (`agentbox run ... | head -1`) ends the run with 141, the shell's code
+// for a writer killed by SIGPIPE, and the sandbox is destroyed as usual
+// (SIGPIPE used to kill the run before its deferred destroy).
+func TestRunOneShotReaderGone(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin, agent := binaries(t)
+	dataDir := testutil.ShortTempDir(t)
+	cmd := execCommand(bin, "run", "--data-dir", dataDir, "--no-stdin", "--", "sh", "-c", `while :; do echo more; done`)
+	cmd.Env = append(cmd.Env, "AGENT_PATH="+agent)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = w
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	timer := time.AfterFunc(2*time.Minute, func() { cmd.Process.Kill() })
+	defer timer.Stop()
+	if line, err := bufio.NewReader(r).ReadString('\n'); line != "more\n" {
+		t.Fatalf("first line %q (%v); stderr %q", line, err, stderr.String())
+	}
+	r.Close()
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 141 {
+		t.Fatalf("agentbox run whose reader went away: %v, want exit code 141; stderr %q", err, stderr.String())
+	}
+	assertOneShotGone(t, dataDir)
 }

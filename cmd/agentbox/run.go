@@ -105,11 +105,27 @@ func runOneShot(ctx context.Context, o runOptions, args []string) error {
 	sigpipe := make(chan os.Signal, 1)
 	signal.Notify(sigpipe, syscall.SIGPIPE)
 	defer signal.Stop(sigpipe)
+	owners := filepath.Join(dataDir, "oneshot", "owners")
+	reapAbandoned(ctx, b, owners)
+	// Claimed before it exists, given up once it is destroyed; a destroy
+	// that fails leaves the claim's file for the next run to reap.
+	claim, err := lockOwner(owners, spec.ID)
+	if err != nil {
+		return &exitError{code: 125, msg: err.Error()}
+	}
 	info, err := b.Create(ctx, spec)
 	if err != nil {
+		claim.release() // a failed create removes what it made
 		return &exitError{code: 125, msg: "create sandbox: " + err.Error()}
 	}
-	defer b.Destroy(context.WithoutCancel(ctx), info.ID)
+	defer func() {
+		if err := b.Destroy(context.WithoutCancel(ctx), info.ID); err != nil {
+			fmt.Fprintf(os.Stderr, "agentbox run: destroy sandbox %s: %v (the next run removes it)\n", info.ID, err)
+			claim.abandon()
+			return
+		}
+		claim.release()
+	}()
 
 	client := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address}, "")
 	defer client.Close()

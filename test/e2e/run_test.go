@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -131,4 +132,99 @@ func TestRunOneShotReaderGone(t *testing.T) {
 		t.Fatalf("agentbox run whose reader went away: %v, want exit code 141; stderr %q", err, stderr.String())
 	}
 	assertOneShotGone(t, dataDir)
+}
+
+// TestRunOneShotReapsAbandoned: a run killed outright (SIGKILL: no
+// deferred destroy runs) leaves its sandbox running; the next run on the
+// same data directory removes it, and never a live run's sandbox.
+func TestRunOneShotReapsAbandoned(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin, agent := binaries(t)
+	dataDir := testutil.ShortTempDir(t)
+	run := func(args ...string) *exec.Cmd {
+		cmd := execCommand(bin, append([]string{"run", "--data-dir", dataDir, "--no-stdin", "--"}, args...)...)
+		cmd.Env = append(cmd.Env, "AGENT_PATH="+agent)
+		return cmd
+	}
+	// Whatever happens below, a last run removes what is left.
+	t.Cleanup(func() { run("true").Run() })
+	start := func() (*exec.Cmd, *bufio.Reader) {
+		t.Helper()
+		cmd := run("sh", "-c", "echo ready; exec sleep 600")
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		timer := time.AfterFunc(2*time.Minute, func() { cmd.Process.Kill() })
+		t.Cleanup(func() { timer.Stop(); cmd.Process.Kill(); cmd.Wait() })
+		r := bufio.NewReader(out)
+		if line, err := r.ReadString('\n'); line != "ready\n" {
+			t.Fatalf("first line %q (%v)", line, err)
+		}
+		return cmd, r
+	}
+	sandboxes := func() []string {
+		entries, _ := os.ReadDir(filepath.Join(dataDir, "oneshot", "state", "sb"))
+		var ids []string
+		for _, e := range entries {
+			ids = append(ids, e.Name())
+		}
+		return ids
+	}
+	killed, _ := start()
+	abandoned := sandboxes()
+	if len(abandoned) != 1 {
+		t.Fatalf("sandboxes of the first run: %v", abandoned)
+	}
+	initPids := pidsInCgroupsOf(t, abandoned[0])
+	if len(initPids) == 0 {
+		t.Fatalf("no process of sandbox %s found", abandoned[0])
+	}
+	killed.Process.Kill()
+	killed.Wait()
+	if got := sandboxes(); len(got) != 1 {
+		t.Fatalf("after SIGKILL of its run: %v, want the sandbox still there", got)
+	}
+	// A live run's sandbox beside it must survive the reaping.
+	live, liveOut := start()
+	if err := run("true").Run(); err != nil {
+		t.Fatalf("the run after: %v", err)
+	}
+	got := sandboxes()
+	if len(got) != 1 || got[0] == abandoned[0] {
+		t.Fatalf("after the next run: %v, want only the live run's (abandoned %s)", got, abandoned[0])
+	}
+	// Dead, or a zombie: the init's parent died with the killed run, so
+	// the host's init reaps it, in its own time.
+	for _, pid := range initPids {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if i := bytes.LastIndexByte(stat, ')'); err == nil && i > 0 && len(stat) > i+2 && stat[i+2] != 'Z' {
+			t.Errorf("process %d of the abandoned sandbox survived: %s", pid, stat)
+		}
+	}
+	live.Process.Signal(os.Interrupt)
+	io.Copy(io.Discard, liveOut)
+	live.Wait()
+	assertOneShotGone(t, dataDir)
+}
+
+// pidsInCgroupsOf returns the host pids whose cgroup path names sandbox id.
+func pidsInCgroupsOf(t *testing.T, id string) []int {
+	t.Helper()
+	var pids []int
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cgroup"))
+		if err == nil && strings.Contains(string(data), "/"+id+"\n") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }

@@ -239,3 +239,26 @@ func (b *Backend) removeOrphanDisks(known map[string]bool) {
 		_ = os.Remove(filepath.Join(b.diskRoot, e.Name()))
 	}
 }
+
+// Reap removes sandbox id and everything of it on this host (init,
+// cgroups, mounts, disk, state), in whatever state its creator left it:
+// a sandbox another process of this backend's root created and can no
+// longer destroy, such as a one-shot run that was killed. The caller
+// makes sure no live process owns it; unlike Recover, Reap touches no
+// other sandbox.
+func (b *Backend) Reap(ctx context.Context, id sandbox.ID) error {
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	_, live := b.boxes[id]
+	b.mu.Unlock()
+	if live {
+		return fmt.Errorf("native: reap %s: the sandbox is this backend's own", id)
+	}
+	// An incomplete sandbox is removed by recoverOne itself.
+	if _, ok := b.recoverOne(ctx, id); !ok {
+		return nil
+	}
+	return b.Destroy(ctx, id)
+}

@@ -18,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/internal/backend/native/usernsholder"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -296,7 +297,16 @@ func newUserNamespace(exe string, ids idMap) (*nsHolder, error) {
 func startAsOwner(exe string, uid, gid uint32) (*os.Process, error) {
 	var proc *os.Process
 	err := asHostUser(uid, gid, func() error {
-		var err error
+		// Without copying the daemon where the kernel and build allow;
+		// os.StartProcess forks.
+		pid, err := usernsholder.Start(exe)
+		if err == nil {
+			proc, err = os.FindProcess(pid)
+			return err
+		}
+		if !errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, unix.EINVAL) {
+			return err
+		}
 		proc, err = os.StartProcess(exe, []string{"agentbox-userns"}, &os.ProcAttr{Sys: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER,
 			Ptrace:     true, // stop at the exec: the program never runs

@@ -18,14 +18,13 @@ import (
 // codeHost gives package codeinterp the agent's users, environment and
 // reaper-safe process creation.
 type codeHost struct {
-	s     *Server
-	forks chan func()
+	s *Server
 }
 
 var _ codeinterp.Host = (*codeHost)(nil)
 
 func newCodeHost(s *Server) *codeHost {
-	return &codeHost{s: s, forks: forkThread()}
+	return &codeHost{s: s}
 }
 
 var (
@@ -34,7 +33,8 @@ var (
 )
 
 // forkThread returns the channel of the process's one fork thread, which
-// forks every interpreter and lives as long as the agent (shared by the
+// forks every interpreter and lives as long as the agent from the first
+// interpreter on (an idle sandbox has no thread for it; shared by the
 // generations a warm reset makes, like the reaper). Interpreters get
 // PR_SET_PDEATHSIG=SIGKILL so they never outlive an agent that is not
 // PID 1 (tests, or a crash); the kernel sends that signal when the forking
@@ -179,7 +179,7 @@ func (h *codeHost) Spawn(spec codeinterp.SpawnSpec) (codeinterp.Proc, *codeinter
 		exit <-chan unix.WaitStatus
 	)
 	done := make(chan struct{})
-	h.forks <- func() {
+	forkThread() <- func() {
 		defer close(done)
 		pid, exit, err = h.s.reaper.Spawn(func() (int, error) {
 			return syscall.ForkExec(spec.Path, spec.Argv, attr)

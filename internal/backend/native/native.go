@@ -363,10 +363,7 @@ func New(cfg Config) (*Backend, error) {
 	if b.genEtc, err = genEtcDir(etcBuildDir(b.runRoot, tmplDir, rootless)); err != nil {
 		return nil, fmt.Errorf("native: write generated /etc: %w", err)
 	}
-	if b.seccompUser, err = compileSeccomp(nil); err != nil {
-		return nil, fmt.Errorf("native: compile seccomp profile: %w", err)
-	}
-	if b.seccompRoot, err = compileSeccomp(rootCapabilities); err != nil {
+	if b.seccompUser, b.seccompRoot, err = seccompPrograms(filepath.Join(root, "cache", "seccomp")); err != nil {
 		return nil, fmt.Errorf("native: compile seccomp profile: %w", err)
 	}
 	if b.initExe, err = initBinary(cfg.AgentPath); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runc/libcontainer/specconv"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
 )
@@ -18,13 +19,18 @@ import (
 // act (see internal/seccompload), before any sandbox code can run. The agent
 // refuses to start if that fails, so a sandbox never runs unfiltered.
 
-// compileSeccomp turns a seccomp profile into a BPF program for this
-// machine's native architecture and its compat ones.
+// compileSeccomp turns the profile for capabilities into a BPF program for
+// this machine's native architecture and its compat ones.
 func compileSeccomp(capabilities []string) ([]byte, error) {
 	prof, err := seccompProfile(capabilities)
 	if err != nil {
 		return nil, err
 	}
+	return compileSeccompProfile(prof)
+}
+
+// compileSeccompProfile compiles prof with libseccomp.
+func compileSeccompProfile(prof *specs.LinuxSeccomp) ([]byte, error) {
 	cfg, err := specconv.SetupSeccomp(prof)
 	if err != nil {
 		return nil, fmt.Errorf("convert seccomp profile: %w", err)

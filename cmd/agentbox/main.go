@@ -22,14 +22,12 @@ func main() {
 	// Commands that start many sandboxes re-exec this binary for each;
 	// running from a sealed copy saves libcontainer protecting the binary
 	// per sandbox (see SealSelf). `run` starts one: copying the whole binary
-	// into memory first (over 100 MB) would cost it more than libcontainer's
-	// protection of that one start (a sealed read-only overlay of the binary
-	// where the kernel allows it). Client commands start no sandbox.
-	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case "serve", "bench":
-			native.SealSelf()
-		}
+	// into memory first would cost it more than libcontainer's protection of
+	// that one start (a sealed read-only overlay of the binary where the
+	// kernel allows it). Client commands start no sandbox. `serve` seals
+	// itself once its settings are read (runWithSettings).
+	if len(os.Args) > 1 && os.Args[1] == "bench" {
+		native.SealSelf()
 	}
 
 	root := &cobra.Command{

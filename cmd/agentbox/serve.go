@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentbox/agentbox/internal/backend/native"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/daemon"
 )
@@ -51,7 +52,7 @@ flags. Run "agentbox serve --help-settings" for every setting.`,
 			if f.Changed("pool-size") {
 				overrides["POOL_SIZE"] = strconv.Itoa(poolSize)
 			}
-			return runWithSettings(configFile, sets, overrides, daemon.Run)
+			return runWithSettings(configFile, sets, overrides, daemon.Run, func(cfg *config.Config) bool { return cfg.Kube.Enabled })
 		},
 	}
 	f := cmd.Flags()
@@ -87,7 +88,9 @@ func printSettings() {
 // runWithSettings loads the settings (environment, the .env file, the
 // --set NAME=VALUE flags over overrides) and runs run until SIGINT or
 // SIGTERM: the daemon (serve) and the Kubernetes node (node) start alike.
-func runWithSettings(configFile string, sets []string, overrides map[string]string, run func(context.Context, daemon.Options) error) error {
+// When needsKube says the settings need Kubernetes support and this build
+// has none, the process becomes agentbox-kube instead (see execKube).
+func runWithSettings(configFile string, sets []string, overrides map[string]string, run func(context.Context, daemon.Options) error, needsKube func(*config.Config) bool) error {
 	for _, kv := range sets {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
@@ -99,6 +102,13 @@ func runWithSettings(configFile string, sets []string, overrides map[string]stri
 	if err != nil {
 		return err
 	}
+	if needsKube(cfg) && !daemon.KubeLinked {
+		return execKube()
+	}
+	// A daemon starts many sandboxes: it runs from a sealed copy of itself
+	// (see native.SealSelf), made here rather than first thing in main so
+	// that a hand-off to agentbox-kube does not copy this binary first.
+	native.SealSelf()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return run(ctx, daemon.Options{Config: cfg, Logger: newLogger(cfg)})

@@ -1,3 +1,5 @@
+//go:build !nokube
+
 package daemon
 
 import (
@@ -15,6 +17,10 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
+
+// KubeLinked reports whether this build has the Kubernetes backend and
+// `agentbox node` (see kube_nokube.go for the build without them).
+const KubeLinked = true
 
 // withKube puts the Kubernetes backend beside b when the configuration
 // asks for it (KUBE_BACKEND, CONTAINER_DEPLOYMENT=k8s): kube: templates

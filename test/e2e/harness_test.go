@@ -59,10 +59,15 @@ func binaries(t *testing.T) (daemonBin, agentBin string) {
 		if buildErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, "agentbox"), "./cmd/agentbox")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build daemon: %v: %s", err, out)
+		// As make build: bin/agentbox without Kubernetes support, which
+		// hands it to agentbox-kube beside it.
+		for _, b := range [][]string{{"-tags", "nokube", "-o", filepath.Join(binDir, "agentbox")}, {"-o", filepath.Join(binDir, "agentbox-kube")}} {
+			cmd := exec.Command("go", append(append([]string{"build"}, b...), "./cmd/agentbox")...)
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("build daemon: %v: %s", err, out)
+				return
+			}
 		}
 	})
 	if buildErr != nil {

@@ -58,7 +58,9 @@ func SealSelf() {
 // Executable returns the path of the running binary on disk, also after
 // SealSelf re-executed it from memory.
 func Executable() (string, error) {
-	if p := os.Getenv(origExeEnv); p != "" {
+	// Only a process that runs from its sealed copy trusts the marker: one
+	// that merely inherited it (a child of a sealed daemon) is on disk.
+	if p := os.Getenv(origExeEnv); p != "" && exeseal.IsSelfExeCloned() {
 		return p, nil
 	}
 	return os.Executable()

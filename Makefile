@@ -19,11 +19,11 @@ TEST_TIMEOUT ?= 40m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test deps vet bench clean agent init daemon templates console fuzz load soak k8s-tools
+.PHONY: all build run test deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools
 
 all: build
 
-build: agent init daemon
+build: agent init shim daemon
 
 # The web console (web/console: TypeScript, vite, xterm.js), built into
 # internal/console/static/dist, which the daemon embeds. npm packages are
@@ -43,6 +43,12 @@ console:
 # The agent runs inside every sandbox, whatever its root filesystem: static.
 agent:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN)/agentbox-agent ./cmd/agentbox-agent
+
+# The exec shim every command in a sandbox runs below (C, static: any
+# root filesystem), mounted next to the agent; see cmd/agentbox-shim.
+CC ?= cc
+shim:
+	$(CC) -static -O2 -Wall -Wextra -Werror -o $(BIN)/agentbox-shim cmd/agentbox-shim/shim.c
 
 # Each native sandbox's first process (libcontainer's init), found next to
 # the agent: static, small, so a sandbox does not start the daemon's runtime.

@@ -71,6 +71,7 @@ func run() error {
 	logLevel := flag.String("log-level", "info", "debug, info, warn or error")
 	seccompFD := flag.Int("seccomp-fd", -1, "file descriptor holding a seccomp BPF program to install before anything else")
 	rlimits := flag.String("rlimits", "", "resource limits of the agent and everything it starts: name=soft:hard,... (nofile, core)")
+	shimPath := flag.String("shim", "", "agentbox-shim, the exec shim to start commands under (default: this binary, re-executed)")
 	flag.Parse()
 
 	// First of all: every process of the sandbox (the exec shims the
@@ -122,12 +123,22 @@ func run() error {
 		defer stopSignal()
 	}
 
-	// The exec shim is this very binary, also when it was replaced or
-	// removed on the host meanwhile.
-	shim := "/proc/self/exe"
-	if _, err := os.Stat(shim); err != nil {
-		if shim, err = os.Executable(); err != nil {
-			return fmt.Errorf("find the agent's executable (the exec shim): %w", err)
+	// The exec shim is agentbox-shim when the host mounted it, else this
+	// very binary, also when it was replaced or removed on the host
+	// meanwhile.
+	shim, shimExternal := *shimPath, true
+	if shim != "" {
+		if err := unix.Access(shim, unix.X_OK); err != nil {
+			log.Warn("exec shim not usable; using the agent itself", "shim", shim, "err", err)
+			shim = ""
+		}
+	}
+	if shim == "" {
+		shim, shimExternal = "/proc/self/exe", false
+		if _, err := os.Stat(shim); err != nil {
+			if shim, err = os.Executable(); err != nil {
+				return fmt.Errorf("find the agent's executable (the exec shim): %w", err)
+			}
 		}
 	}
 	var reset *agent.ResetConfig
@@ -136,14 +147,15 @@ func run() error {
 		reset = &agent.ResetConfig{ControlToken: control}
 	}
 	srv := agent.NewServer(agent.Config{
-		Shim:        shim,
-		Workdir:     *workdir,
-		AccessToken: token,
-		Env:         os.Environ(),
-		Logger:      log,
-		Service:     service,
-		Reset:       reset,
-		DeferShims:  true,
+		Shim:         shim,
+		ShimExternal: shimExternal,
+		Workdir:      *workdir,
+		AccessToken:  token,
+		Env:          os.Environ(),
+		Logger:       log,
+		Service:      service,
+		Reset:        reset,
+		DeferShims:   true,
 	})
 	ln, err := agent.Listen(*listen)
 	if err != nil {

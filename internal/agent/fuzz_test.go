@@ -96,3 +96,41 @@ func FuzzUploadMultipart(f *testing.F) {
 		}
 	})
 }
+
+// FuzzShimRequest: any bytes either decode into a request that encodes
+// back to the same bytes, or are refused; a decoded request never holds
+// more than the bytes could (counts are checked before allocating).
+func FuzzShimRequest(f *testing.F) {
+	for _, req := range []shimRequest{
+		{Path: "/bin/sh", Dir: "/", Argv: []string{"sh", "-c", "true"}},
+		{Path: "/usr/bin/env", Dir: "/workspace", Argv: []string{"env"}, Env: []string{"A=1", "B="}, PTY: true,
+			Cred: true, UID: 1000, GID: 1000, Groups: []uint32{1000, 27}, NoSetg: true},
+	} {
+		b, err := req.encode()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{1, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req, err := decodeShimRequest(b)
+		if err != nil {
+			return
+		}
+		if len(req.Argv)+len(req.Env)+4*len(req.Groups) > len(b) {
+			t.Fatalf("decoded %d strings and %d groups from %d bytes", len(req.Argv)+len(req.Env), len(req.Groups), len(b))
+		}
+		again, err := req.encode()
+		if err != nil {
+			t.Fatalf("a decoded request does not encode: %v", err)
+		}
+		// The reserved bytes and flags outside the known ones are not kept.
+		want := bytes.Clone(b)
+		want[1] &= shimFlagPTY | shimFlagCred | shimFlagNoSetgroups
+		want[2], want[3] = 0, 0
+		if !bytes.Equal(again, want) {
+			t.Fatalf("round trip changed the request:\n% x\n% x", b, again)
+		}
+	})
+}

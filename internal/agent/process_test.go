@@ -72,20 +72,22 @@ func TestStartEventsInOrder(t *testing.T) {
 }
 
 func TestStartErrors(t *testing.T) {
-	_, c := startAgent(t, agenttest.Options{})
-	ctx := testCtx(t)
-	_, err := c.Start(ctx, agentclient.StartOptions{Cmd: "definitely-not-a-command"})
-	if sandbox.ClassOf(err) != sandbox.ClassInvalid {
-		t.Errorf("missing executable: %v", err)
-	}
-	_, err = c.Start(ctx, agentclient.StartOptions{Cmd: "true", Cwd: "/does/not/exist"})
-	if sandbox.ClassOf(err) != sandbox.ClassInvalid {
-		t.Errorf("missing cwd: %v", err)
-	}
-	_, err = c.Start(ctx, agentclient.StartOptions{Cmd: "true", User: "no-such-user"})
-	if sandbox.ClassOf(err) != sandbox.ClassInvalid {
-		t.Errorf("unknown user: %v", err)
-	}
+	forEachShim(t, func(t *testing.T, goShim bool) {
+		_, c := startAgent(t, agenttest.Options{GoShim: goShim})
+		ctx := testCtx(t)
+		_, err := c.Start(ctx, agentclient.StartOptions{Cmd: "definitely-not-a-command"})
+		if sandbox.ClassOf(err) != sandbox.ClassInvalid {
+			t.Errorf("missing executable: %v", err)
+		}
+		_, err = c.Start(ctx, agentclient.StartOptions{Cmd: "true", Cwd: "/does/not/exist"})
+		if sandbox.ClassOf(err) != sandbox.ClassInvalid {
+			t.Errorf("missing cwd: %v", err)
+		}
+		_, err = c.Start(ctx, agentclient.StartOptions{Cmd: "true", User: "no-such-user"})
+		if sandbox.ClassOf(err) != sandbox.ClassInvalid {
+			t.Errorf("unknown user: %v", err)
+		}
+	})
 }
 
 func TestCwdAndEnv(t *testing.T) {
@@ -134,62 +136,64 @@ func TestCwdAndEnv(t *testing.T) {
 }
 
 func TestStdinSendAndClose(t *testing.T) {
-	_, c := startAgent(t, agenttest.Options{})
-	ctx := testCtx(t)
-	p, err := c.Start(ctx, agentclient.StartOptions{Cmd: "cat", Stdin: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SendStdin(ctx, []byte("hello ")); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SendStdin(ctx, []byte("world")); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.CloseStdin(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	for ev, err := range p.Events() {
+	forEachShim(t, func(t *testing.T, goShim bool) {
+		_, c := startAgent(t, agenttest.Options{GoShim: goShim})
+		ctx := testCtx(t)
+		p, err := c.Start(ctx, agentclient.StartOptions{Cmd: "cat", Stdin: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ev.Kind == agentclient.EventStdout {
-			out.Write(ev.Data)
+		if err := p.SendStdin(ctx, []byte("hello ")); err != nil {
+			t.Fatal(err)
 		}
-		if ev.Kind == agentclient.EventEnd && ev.End.ExitCode != 0 {
-			t.Errorf("cat: %+v", ev.End)
+		if err := p.SendStdin(ctx, []byte("world")); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if out.String() != "hello world" {
-		t.Errorf("output %q", out.String())
-	}
+		if err := p.CloseStdin(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		for ev, err := range p.Events() {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Kind == agentclient.EventStdout {
+				out.Write(ev.Data)
+			}
+			if ev.Kind == agentclient.EventEnd && ev.End.ExitCode != 0 {
+				t.Errorf("cat: %+v", ev.End)
+			}
+		}
+		if out.String() != "hello world" {
+			t.Errorf("output %q", out.String())
+		}
 
-	// Run feeds a reader through the input stream and closes stdin.
-	in := strings.Repeat("0123456789abcdef", 10000) // 160 KB: several chunks
-	out.Reset()
-	res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "cat"}, strings.NewReader(in), &out, nil)
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("run cat: %+v %v", res, err)
-	}
-	if out.String() != in {
-		t.Errorf("cat echoed %d bytes, want %d", out.Len(), len(in))
-	}
+		// Run feeds a reader through the input stream and closes stdin.
+		in := strings.Repeat("0123456789abcdef", 10000) // 160 KB: several chunks
+		out.Reset()
+		res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "cat"}, strings.NewReader(in), &out, nil)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("run cat: %+v %v", res, err)
+		}
+		if out.String() != in {
+			t.Errorf("cat echoed %d bytes, want %d", out.Len(), len(in))
+		}
 
-	// Without Stdin the process reads /dev/null, and input is refused.
-	res, err = c.Run(ctx, agentclient.StartOptions{Cmd: "cat"}, nil, nil, nil)
-	if err != nil || res.ExitCode != 0 {
-		t.Errorf("cat without stdin: %+v %v", res, err)
-	}
-	p, err = c.Start(ctx, sh("sleep 5"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SendStdin(ctx, []byte("x")); sandbox.ClassOf(err) != sandbox.ClassConflict {
-		t.Errorf("input without stdin: %v", err)
-	}
-	_ = p.Signal(ctx, syscall.SIGKILL)
-	_, _ = p.Wait()
+		// Without Stdin the process reads /dev/null, and input is refused.
+		res, err = c.Run(ctx, agentclient.StartOptions{Cmd: "cat"}, nil, nil, nil)
+		if err != nil || res.ExitCode != 0 {
+			t.Errorf("cat without stdin: %+v %v", res, err)
+		}
+		p, err = c.Start(ctx, sh("sleep 5"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SendStdin(ctx, []byte("x")); sandbox.ClassOf(err) != sandbox.ClassConflict {
+			t.Errorf("input without stdin: %v", err)
+		}
+		_ = p.Signal(ctx, syscall.SIGKILL)
+		_, _ = p.Wait()
+	})
 }
 
 // startWithChild starts a shell that runs a background sleep and waits;
@@ -230,79 +234,85 @@ func waitGone(t *testing.T, pid int) {
 }
 
 func TestSignalKillsWholeGroup(t *testing.T) {
-	_, c := startAgent(t, agenttest.Options{})
-	p, child := startWithChild(t, c, agentclient.StartOptions{})
-	if err := p.Signal(testCtx(t), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	res, err := p.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Exited || res.ExitCode != -1 || res.Status != "signal: terminated" {
-		t.Errorf("result %+v", res)
-	}
-	waitGone(t, child)
+	forEachShim(t, func(t *testing.T, goShim bool) {
+		_, c := startAgent(t, agenttest.Options{GoShim: goShim})
+		p, child := startWithChild(t, c, agentclient.StartOptions{})
+		if err := p.Signal(testCtx(t), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		res, err := p.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Exited || res.ExitCode != -1 || res.Status != "signal: terminated" {
+			t.Errorf("result %+v", res)
+		}
+		waitGone(t, child)
+	})
 }
 
 func TestTimeoutKillsWholeGroup(t *testing.T) {
-	_, c := startAgent(t, agenttest.Options{})
-	start := time.Now()
-	p, child := startWithChild(t, c, agentclient.StartOptions{Timeout: 300 * time.Millisecond})
-	res, err := p.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := agentclient.ExitResult{ExitCode: -1, Status: "killed", Error: "timeout after 300ms"}
-	if res != want {
-		t.Errorf("result %+v, want %+v", res, want)
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("timeout took %v", d)
-	}
-	waitGone(t, child)
+	forEachShim(t, func(t *testing.T, goShim bool) {
+		_, c := startAgent(t, agenttest.Options{GoShim: goShim})
+		start := time.Now()
+		p, child := startWithChild(t, c, agentclient.StartOptions{Timeout: 300 * time.Millisecond})
+		res, err := p.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := agentclient.ExitResult{ExitCode: -1, Status: "killed", Error: "timeout after 300ms"}
+		if res != want {
+			t.Errorf("result %+v, want %+v", res, want)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("timeout took %v", d)
+		}
+		waitGone(t, child)
+	})
 }
 
 func TestPTYOutputAndResize(t *testing.T) {
-	_, c := startAgent(t, agenttest.Options{})
-	ctx := testCtx(t)
-	p, err := c.Start(ctx, agentclient.StartOptions{
-		Cmd: "/bin/sh", Args: []string{"-c", "stty size; read x; stty size; tty"},
-		PTY: &agentclient.PTYSize{Cols: 100, Rows: 30},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	readUntil := func(s string) {
-		t.Helper()
-		for !strings.Contains(out.String(), s) {
-			ev, err := p.Next()
-			if err != nil {
-				t.Fatalf("waiting for %q in %q: %v", s, out.String(), err)
-			}
-			if ev.Kind == agentclient.EventEnd {
-				t.Fatalf("ended before %q appeared in %q", s, out.String())
-			}
-			if ev.Kind != agentclient.EventPTY {
-				t.Fatalf("event kind %v in a PTY", ev.Kind)
-			}
-			out.Write(ev.Data)
+	forEachShim(t, func(t *testing.T, goShim bool) {
+		_, c := startAgent(t, agenttest.Options{GoShim: goShim})
+		ctx := testCtx(t)
+		p, err := c.Start(ctx, agentclient.StartOptions{
+			Cmd: "/bin/sh", Args: []string{"-c", "stty size; read x; stty size; tty"},
+			PTY: &agentclient.PTYSize{Cols: 100, Rows: 30},
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	readUntil("30 100")
-	if err := p.Resize(ctx, 120, 40); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SendStdin(ctx, []byte("go\n")); err != nil {
-		t.Fatal(err)
-	}
-	readUntil("40 120")
-	readUntil("/dev/pts/")
-	res, err := p.Wait()
-	if err != nil || res.ExitCode != 0 {
-		t.Errorf("pty process: %+v %v", res, err)
-	}
+		var out strings.Builder
+		readUntil := func(s string) {
+			t.Helper()
+			for !strings.Contains(out.String(), s) {
+				ev, err := p.Next()
+				if err != nil {
+					t.Fatalf("waiting for %q in %q: %v", s, out.String(), err)
+				}
+				if ev.Kind == agentclient.EventEnd {
+					t.Fatalf("ended before %q appeared in %q", s, out.String())
+				}
+				if ev.Kind != agentclient.EventPTY {
+					t.Fatalf("event kind %v in a PTY", ev.Kind)
+				}
+				out.Write(ev.Data)
+			}
+		}
+		readUntil("30 100")
+		if err := p.Resize(ctx, 120, 40); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SendStdin(ctx, []byte("go\n")); err != nil {
+			t.Fatal(err)
+		}
+		readUntil("40 120")
+		readUntil("/dev/pts/")
+		res, err := p.Wait()
+		if err != nil || res.ExitCode != 0 {
+			t.Errorf("pty process: %+v %v", res, err)
+		}
+	})
 }
 
 func TestConnectFromSecondClientAndList(t *testing.T) {
@@ -401,21 +411,23 @@ func TestUnknownProcessNotFound(t *testing.T) {
 }
 
 func TestUserSwitchAsRoot(t *testing.T) {
-	requireRoot(t)
-	_, c := startAgent(t, agenttest.Options{})
-	ctx := testCtx(t)
-	var out bytes.Buffer
-	res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "sh", Args: []string{"-c", "id -u; id -g; echo $USER $HOME"}, User: "nobody"}, nil, &out, nil)
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("%+v %v", res, err)
-	}
-	if got := out.String(); got != "65534\n65534\nnobody /nonexistent\n" {
-		t.Errorf("as nobody: %q", got)
-	}
-	out.Reset()
-	if _, err := c.Run(ctx, agentclient.StartOptions{Cmd: "id", Args: []string{"-u"}, User: "root"}, nil, &out, nil); err != nil || out.String() != "0\n" {
-		t.Errorf("as root: %q %v", out.String(), err)
-	}
+	forEachShim(t, func(t *testing.T, goShim bool) {
+		requireRoot(t)
+		_, c := startAgent(t, agenttest.Options{GoShim: goShim})
+		ctx := testCtx(t)
+		var out bytes.Buffer
+		res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "sh", Args: []string{"-c", "id -u; id -g; echo $USER $HOME"}, User: "nobody"}, nil, &out, nil)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("%+v %v", res, err)
+		}
+		if got := out.String(); got != "65534\n65534\nnobody /nonexistent\n" {
+			t.Errorf("as nobody: %q", got)
+		}
+		out.Reset()
+		if _, err := c.Run(ctx, agentclient.StartOptions{Cmd: "id", Args: []string{"-u"}, User: "root"}, nil, &out, nil); err != nil || out.String() != "0\n" {
+			t.Errorf("as root: %q %v", out.String(), err)
+		}
+	})
 }
 
 func TestNonRootAgentCannotSwitchUser(t *testing.T) {
@@ -607,19 +619,21 @@ func TestChildStreamsNotLeaked(t *testing.T) {
 // is larger than a unix socket takes in one write: the request reaches
 // the exec shim in pieces, the descriptors with the first.
 func TestLargeRequestReachesShim(t *testing.T) {
-	_, c := startAgent(t, agenttest.Options{})
-	env := map[string]string{}
-	for i := range 10 {
-		env[fmt.Sprintf("BIG%d", i)] = strings.Repeat(strconv.Itoa(i), 100<<10)
-	}
-	var out bytes.Buffer
-	opts := sh(`echo ${#BIG0} ${#BIG9} $(printf %s "$BIG9" | cut -c1-3); cat`)
-	opts.Env = env
-	res, err := c.Run(testCtx(t), opts, strings.NewReader("stdin ok\n"), &out, nil)
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("%+v %v", res, err)
-	}
-	if want := "102400 102400 999\nstdin ok\n"; out.String() != want {
-		t.Errorf("output %q, want %q", out.String(), want)
-	}
+	forEachShim(t, func(t *testing.T, goShim bool) {
+		_, c := startAgent(t, agenttest.Options{GoShim: goShim})
+		env := map[string]string{}
+		for i := range 10 {
+			env[fmt.Sprintf("BIG%d", i)] = strings.Repeat(strconv.Itoa(i), 100<<10)
+		}
+		var out bytes.Buffer
+		opts := sh(`echo ${#BIG0} ${#BIG9} $(printf %s "$BIG9" | cut -c1-3); cat`)
+		opts.Env = env
+		res, err := c.Run(testCtx(t), opts, strings.NewReader("stdin ok\n"), &out, nil)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("%+v %v", res, err)
+		}
+		if want := "102400 102400 999\nstdin ok\n"; out.String() != want {
+			t.Errorf("output %q, want %q", out.String(), want)
+		}
+	})
 }

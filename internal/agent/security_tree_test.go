@@ -75,52 +75,56 @@ func waitNoSleepers(t *testing.T, tag string) {
 // every process it started ends, also those that called setsid or were
 // re-parented by a double fork.
 func TestSecurityExecTimeoutEndsWholeTree(t *testing.T) {
-	requireRoot(t)
-	_, c := startAgent(t, agenttest.Options{PIDNamespace: true})
-	tag := uniqueSleep()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", escapeScript(tag)}, Timeout: time.Second}, nil, &out, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out.String() != "started\n" || res.Exited {
-		t.Fatalf("exec: %+v output %q", res, out.String())
-	}
-	waitNoSleepers(t, tag)
+	forEachShim(t, func(t *testing.T, goShim bool) {
+		requireRoot(t)
+		_, c := startAgent(t, agenttest.Options{PIDNamespace: true, GoShim: goShim})
+		tag := uniqueSleep()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var out bytes.Buffer
+		res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", escapeScript(tag)}, Timeout: time.Second}, nil, &out, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != "started\n" || res.Exited {
+			t.Fatalf("exec: %+v output %q", res, out.String())
+		}
+		waitNoSleepers(t, tag)
+	})
 }
 
 // TestSecurityKillEndsWholeTree: SIGKILL through the process API ends
 // every process the command started, detached or not.
 func TestSecurityKillEndsWholeTree(t *testing.T) {
-	requireRoot(t)
-	_, c := startAgent(t, agenttest.Options{PIDNamespace: true})
-	tag := uniqueSleep()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, err := c.Start(ctx, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", escapeScript(tag)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []byte
-	for !bytes.Contains(out, []byte("started\n")) {
-		ev, err := p.Next()
+	forEachShim(t, func(t *testing.T, goShim bool) {
+		requireRoot(t)
+		_, c := startAgent(t, agenttest.Options{PIDNamespace: true, GoShim: goShim})
+		tag := uniqueSleep()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p, err := c.Start(ctx, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", escapeScript(tag)}})
 		if err != nil {
-			t.Fatalf("before the kill: %v", err)
+			t.Fatal(err)
 		}
-		out = append(out, ev.Data...)
-	}
-	for i := 0; len(sleepers(tag)) < 4 && i < 250; i++ {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := len(sleepers(tag)); n != 4 {
-		t.Fatalf("%d detached sleeps running, want 4", n)
-	}
-	if err := c.Kill(ctx, p.Pid()); err != nil {
-		t.Fatal(err)
-	}
-	waitNoSleepers(t, tag)
+		var out []byte
+		for !bytes.Contains(out, []byte("started\n")) {
+			ev, err := p.Next()
+			if err != nil {
+				t.Fatalf("before the kill: %v", err)
+			}
+			out = append(out, ev.Data...)
+		}
+		for i := 0; len(sleepers(tag)) < 4 && i < 250; i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := len(sleepers(tag)); n != 4 {
+			t.Fatalf("%d detached sleeps running, want 4", n)
+		}
+		if err := c.Kill(ctx, p.Pid()); err != nil {
+			t.Fatal(err)
+		}
+		waitNoSleepers(t, tag)
+	})
 }
 
 // TestSecurityBackgroundProcessesOutliveTheirCommand keeps E2B's
@@ -128,49 +132,61 @@ func TestSecurityKillEndsWholeTree(t *testing.T) {
 // exits on its own keeps running (and can still be found), and a process
 // started without a timeout runs until it is killed.
 func TestSecurityBackgroundProcessesOutliveTheirCommand(t *testing.T) {
-	requireRoot(t)
-	_, c := startAgent(t, agenttest.Options{PIDNamespace: true})
-	tag := uniqueSleep()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	script := fmt.Sprintf("sleep %[1]s >/dev/null 2>&1 & setsid sleep %[1]s >/dev/null 2>&1 & (sleep %[1]s >/dev/null 2>&1 &); exit 0", tag)
-	res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", script}, Timeout: 30 * time.Second}, nil, nil, nil)
-	if err != nil || !res.Exited || res.ExitCode != 0 {
-		t.Fatalf("command: %+v %v", res, err)
-	}
-	// A forked sleep may not have reached exec yet: wait for it (bounded).
-	for i := 0; len(sleepers(tag)) < 3 && i < 250; i++ {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := len(sleepers(tag)); n != 3 {
-		t.Fatalf("%d background sleeps survived their command, want 3", n)
-	}
-	// They are ordinary processes of the sandbox: a later command can end them.
-	if _, err := c.Run(ctx, sh("pkill -f 'sleep "+tag+"'"), nil, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	waitNoSleepers(t, tag)
+	forEachShim(t, func(t *testing.T, goShim bool) {
+		requireRoot(t)
+		_, c := startAgent(t, agenttest.Options{PIDNamespace: true, GoShim: goShim})
+		tag := uniqueSleep()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		script := fmt.Sprintf("sleep %[1]s >/dev/null 2>&1 & setsid sleep %[1]s >/dev/null 2>&1 & (sleep %[1]s >/dev/null 2>&1 &); exit 0", tag)
+		res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", script}, Timeout: 30 * time.Second}, nil, nil, nil)
+		if err != nil || !res.Exited || res.ExitCode != 0 {
+			t.Fatalf("command: %+v %v", res, err)
+		}
+		// A forked sleep may not have reached exec yet: wait for it (bounded).
+		for i := 0; len(sleepers(tag)) < 3 && i < 250; i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := len(sleepers(tag)); n != 3 {
+			t.Fatalf("%d background sleeps survived their command, want 3", n)
+		}
+		// They are ordinary processes of the sandbox: a later command can end them.
+		if _, err := c.Run(ctx, sh("pkill -f 'sleep "+tag+"'"), nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		waitNoSleepers(t, tag)
+	})
 }
 
 // TestSecurityKilledShimEndsItsCommand: a command that kills its own
 // supervisor (the shim is its parent) to escape a later kill is ended
 // with it, not left unsupervised.
 func TestSecurityKilledShimEndsItsCommand(t *testing.T) {
-	requireRoot(t)
-	_, c := startAgent(t, agenttest.Options{PIDNamespace: true})
-	tag := uniqueSleep()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	// The command waits for a line on stdin, which the client sends only
-	// once the start was reported: killing the shim before it reported the
-	// process is another case (the start fails).
-	script := fmt.Sprintf("sleep %s & read go; kill -9 $PPID; wait", tag)
-	res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", script}}, strings.NewReader("go\n"), nil, nil)
-	if err != nil {
-		t.Fatal(err)
+	forEachShim(t, func(t *testing.T, goShim bool) {
+		requireRoot(t)
+		_, c := startAgent(t, agenttest.Options{PIDNamespace: true, GoShim: goShim})
+		tag := uniqueSleep()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// The command waits for a line on stdin, which the client sends only
+		// once the start was reported: killing the shim before it reported the
+		// process is another case (the start fails).
+		script := fmt.Sprintf("sleep %s & read go; kill -9 $PPID; wait", tag)
+		res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", script}}, strings.NewReader("go\n"), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Exited {
+			t.Fatalf("the command survived its shim: %+v", res)
+		}
+		waitNoSleepers(t, tag)
+	})
+}
+
+// forEachShim runs test as a subtest with each exec shim: agentbox-shim
+// and the agent's own fallback.
+func forEachShim(t *testing.T, test func(t *testing.T, goShim bool)) {
+	for _, sh := range agenttest.Shims {
+		t.Run(sh.Name, func(t *testing.T) { test(t, sh.Go) })
 	}
-	if res.Exited {
-		t.Fatalf("the command survived its shim: %+v", res)
-	}
-	waitNoSleepers(t, tag)
 }

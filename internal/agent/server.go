@@ -40,12 +40,17 @@ type Config struct {
 	// /etc/passwd and /etc/group.
 	PasswdFile string
 	GroupFile  string
-	// Shim is the agent's own executable, re-executed (with ShimArg) as
-	// the supervisor of every process the process API starts, so that a
-	// timeout or a kill ends the process's whole tree (see ShimArg).
-	// Empty starts processes directly: then only their process group is
-	// signalled.
+	// Shim is the supervisor of every process the process API starts, so
+	// that a timeout or a kill ends the process's whole tree (see
+	// ShimArg): the agent's own executable, re-executed with ShimArg, or
+	// with ShimExternal agentbox-shim (cmd/agentbox-shim), the same
+	// protocol in a small static program. Empty starts processes
+	// directly: then only their process group is signalled.
 	Shim string
+	// ShimExternal says Shim is agentbox-shim. It starts in a tenth of
+	// a millisecond, so none is started ahead of need: an idle sandbox
+	// holds no shim.
+	ShimExternal bool
 	// Service is what StartService runs and supervises; nil runs nothing.
 	Service *sandbox.Service
 	// Reset, when set, enables the host's warm reset routes (reset_linux.go).
@@ -183,7 +188,7 @@ func newServer(cfg Config) *Server {
 	}
 	s.self = currentUser(s.accounts)
 	if cfg.Shim != "" {
-		s.shims = newShimPool(s, cfg.Shim)
+		s.shims = newShimPool(s, cfg.Shim, cfg.ShimExternal)
 		if !cfg.DeferShims {
 			s.shims.poke()
 		}

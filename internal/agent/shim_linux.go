@@ -2,7 +2,6 @@ package agent
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -73,8 +72,9 @@ const (
 	// forking; the pids limit bounds how much each round finds.
 	shimKillRounds = 10000
 	// shimPoolSize is how many idle shims are kept when commands end;
-	// shimPoolWarm how many are started ahead of need (one: an idle
-	// sandbox pays about 1 MiB and 4-5 tasks of its pids limit for it).
+	// shimPoolWarm how many Go shims are started ahead of need (one: an
+	// idle sandbox pays about 1 MiB and 3-5 tasks of its pids limit for
+	// it). agentbox-shim starts fast enough to be started on demand.
 	shimPoolSize = 2
 	shimPoolWarm = 1
 	// shimTimeout bounds waiting for a shim to answer a request.
@@ -83,18 +83,18 @@ const (
 	shimMaxRequest = 16 << 20
 )
 
-// shimRequest is what a shim starts.
+// shimRequest is what a shim starts (on the wire: shimproto.go).
 type shimRequest struct {
-	Path   string   `json:"path"`
-	Argv   []string `json:"argv"`
-	Env    []string `json:"env"`
-	Dir    string   `json:"dir"`
-	PTY    bool     `json:"pty"` // new session, fd 0 as controlling terminal
-	Cred   bool     `json:"cred"`
-	UID    uint32   `json:"uid"`
-	GID    uint32   `json:"gid"`
-	Groups []uint32 `json:"groups"`
-	NoSetg bool     `json:"no_setgroups"`
+	Path   string
+	Argv   []string
+	Env    []string
+	Dir    string
+	PTY    bool // new session, fd 0 as controlling terminal
+	Cred   bool
+	UID    uint32
+	GID    uint32
+	Groups []uint32
+	NoSetg bool
 }
 
 // RunShim is the shim's main (the arguments after ShimArg are unused). It
@@ -348,8 +348,8 @@ func shimReceive() (shimRequest, []uintptr, error) {
 	if err := shimReadFull(buf); err != nil {
 		return req, nil, err
 	}
-	if err := json.Unmarshal(buf, &req); err != nil {
-		return req, nil, fmt.Errorf("decode request: %w", err)
+	if req, err = decodeShimRequest(buf); err != nil {
+		return req, nil, err
 	}
 	return req, []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}, nil
 }
@@ -466,6 +466,10 @@ func (sh *shim) close() { sh.conn.Close() }
 type shimPool struct {
 	s    *Server
 	path string
+	// external: path is agentbox-shim, not the agent (see Config).
+	external bool
+	// warm is how many idle shims the refiller keeps ready.
+	warm int
 
 	mu     sync.Mutex
 	idle   []*shim
@@ -473,8 +477,11 @@ type shimPool struct {
 	refill chan struct{}
 }
 
-func newShimPool(s *Server, path string) *shimPool {
-	p := &shimPool{s: s, path: path, refill: make(chan struct{}, 1)}
+func newShimPool(s *Server, path string, external bool) *shimPool {
+	p := &shimPool{s: s, path: path, external: external, warm: shimPoolWarm, refill: make(chan struct{}, 1)}
+	if external {
+		p.warm = 0
+	}
 	go p.refiller()
 	return p
 }
@@ -486,13 +493,13 @@ func (p *shimPool) poke() {
 	}
 }
 
-// refiller starts shims in the background until shimPoolWarm are idle.
+// refiller starts shims in the background until warm are idle.
 func (p *shimPool) refiller() {
 	for range p.refill {
 		for {
 			p.mu.Lock()
 			closed := p.closed
-			done := closed || len(p.idle) >= shimPoolWarm
+			done := closed || len(p.idle) >= p.warm
 			p.mu.Unlock()
 			if closed {
 				// A warm reset drops a generation's pool: its
@@ -580,8 +587,12 @@ func (p *shimPool) start() (*shim, error) {
 	defer null.Close()
 	attr := &syscall.ProcAttr{Dir: "/", Env: []string{"GOMAXPROCS=1"},
 		Files: []uintptr{null.Fd(), null.Fd(), null.Fd(), child.Fd()}}
+	argv := []string{"agentbox-agent", ShimArg}
+	if p.external {
+		attr.Env, argv = []string{}, []string{"agentbox-shim"}
+	}
 	pid, exit, err := p.s.reaper.Spawn(func() (int, error) {
-		return syscall.ForkExec(p.path, []string{"agentbox-agent", ShimArg}, attr)
+		return syscall.ForkExec(p.path, argv, attr)
 	})
 	if err != nil {
 		unix.Close(fds[0])
@@ -607,12 +618,9 @@ func (s *Server) spawnShimmed(path string, argv []string, attr *syscall.ProcAttr
 	if c := attr.Sys.Credential; c != nil {
 		req.Cred, req.UID, req.GID, req.Groups, req.NoSetg = true, c.Uid, c.Gid, c.Groups, c.NoSetGroups
 	}
-	msg, err := json.Marshal(req)
+	msg, err := req.encode()
 	if err != nil {
-		return 0, nil, fmt.Errorf("encode shim request: %w", err)
-	}
-	if len(msg) > shimMaxRequest {
-		return 0, nil, fmt.Errorf("command line and environment too large (%d bytes): %w", len(msg), unix.E2BIG)
+		return 0, nil, err
 	}
 	var hdr [4]byte
 	binary.LittleEndian.PutUint32(hdr[:], uint32(len(msg)))

@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,4 +199,34 @@ func TestHubEvictsSlowSubscriber(t *testing.T) {
 	}
 	slow.release()
 	fast.release()
+}
+
+// TestShimRequestRoundTrip: what the agent encodes the Go shim decodes,
+// every field kept; a NUL inside a string, an empty argv and an
+// oversized request are refused before anything is sent.
+func TestShimRequestRoundTrip(t *testing.T) {
+	req := shimRequest{Path: "/usr/bin/env", Dir: "/workspace", Argv: []string{"env", "", "ü"}, Env: []string{"A=1", "B="},
+		PTY: true, Cred: true, UID: 1000, GID: 1001, Groups: []uint32{1000, 27}, NoSetg: true}
+	b, err := req.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeShimRequest(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, req) {
+		t.Fatalf("decoded %+v, want %+v", got, req)
+	}
+	for name, bad := range map[string]shimRequest{
+		"NUL in argv": {Path: "/bin/x", Dir: "/", Argv: []string{"a\x00b"}},
+		"NUL in env":  {Path: "/bin/x", Dir: "/", Argv: []string{"x"}, Env: []string{"A=\x00"}},
+		"NUL in path": {Path: "/bin/\x00", Dir: "/", Argv: []string{"x"}},
+		"empty argv":  {Path: "/bin/x", Dir: "/"},
+		"too large":   {Path: "/bin/x", Dir: "/", Argv: []string{"x"}, Env: []string{strings.Repeat("x", shimMaxRequest)}},
+	} {
+		if _, err := bad.encode(); err == nil {
+			t.Errorf("%s: encoded", name)
+		}
+	}
 }

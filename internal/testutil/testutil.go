@@ -60,12 +60,39 @@ func AgentBinary(t testing.TB) string {
 			agentErr = fmt.Errorf("build init: %v: %s", err, b)
 			return
 		}
+		// So does the exec shim the backends mount beside the agent.
+		if err := BuildShim(root, filepath.Join(agentTmp, "agentbox-shim")); err != nil {
+			agentErr = err
+			return
+		}
 		agentPath = out
 	})
 	if agentErr != nil {
 		t.Fatalf("agent binary: %v", agentErr)
 	}
 	return agentPath
+}
+
+// BuildShim compiles agentbox-shim (cmd/agentbox-shim, C) from the module
+// at root into out, as make build does.
+func BuildShim(root, out string) error {
+	cmd := exec.Command("cc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", out, "cmd/agentbox-shim/shim.c")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build agentbox-shim: %v: %s", err, b)
+	}
+	return nil
+}
+
+// ShimBinary returns agentbox-shim next to the agent binary of
+// AgentBinary, failing the test when it is not there.
+func ShimBinary(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(filepath.Dir(AgentBinary(t)), "agentbox-shim")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("agentbox-shim: %v (make build puts it next to the agent)", err)
+	}
+	return p
 }
 
 // Cleanup removes what AgentBinary built. Call it from TestMain after m.Run.

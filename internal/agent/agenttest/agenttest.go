@@ -36,7 +36,18 @@ type Options struct {
 	// ListenAlso is --listen-also (tcp://HOST:PORT), a second listener
 	// as on an agentbox node's pod IP.
 	ListenAlso string
+	// GoShim starts commands below the agent's own binary as exec shim
+	// (the fallback where agentbox-shim is not mounted) instead of
+	// agentbox-shim, as the backends run it.
+	GoShim bool
 }
+
+// Shims are the two exec shims, for tests that run against each: "c" is
+// agentbox-shim, "go" the agent's own fallback.
+var Shims = []struct {
+	Name string
+	Go   bool
+}{{"c", false}, {"go", true}}
 
 // Agent is a running agent subprocess.
 type Agent struct {
@@ -103,6 +114,9 @@ func Start(tb testing.TB, opts Options) *Agent {
 	args := []string{bin, "--listen", "unix://" + a.Socket, "--workdir", a.Workdir, "--ready-fd", "3", "--log-level", level}
 	if opts.ListenAlso != "" {
 		args = append(args, "--listen-also", opts.ListenAlso)
+	}
+	if !opts.GoShim {
+		args = append(args, "--shim", testutil.ShimBinary(tb))
 	}
 	if opts.PIDNamespace {
 		args = append([]string{"unshare", "--pid", "--fork", "--mount-proc", "--kill-child"}, args...)

@@ -308,6 +308,11 @@ func (b *Backend) containerConfig(bx *box) (*container.Config, *container.HostCo
 		{Type: mount.TypeBind, Source: workspace, Target: workspaceInSandbox},
 		{Type: mount.TypeBind, Source: filepath.Join(bx.dir, "home"), Target: home},
 	}
+	entrypoint := []string{agentInSandbox, "--listen", "unix://" + runInSandbox + "/" + socketName, "--workdir", workspaceInSandbox}
+	if b.shimPath != "" {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: b.shimPath, Target: shimInSandbox, ReadOnly: true})
+		entrypoint = append(entrypoint, "--shim", shimInSandbox)
+	}
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
@@ -317,7 +322,7 @@ func (b *Backend) containerConfig(bx *box) (*container.Config, *container.HostCo
 	labels := map[string]string{LabelSandbox: string(spec.ID), LabelInstance: b.instance, LabelBackend: "docker"}
 	cfg := &container.Config{
 		Image:      imageOf(spec.Template),
-		Entrypoint: []string{agentInSandbox, "--listen", "unix://" + runInSandbox + "/" + socketName, "--workdir", workspaceInSandbox},
+		Entrypoint: entrypoint,
 		Cmd:        nil,
 		User:       user,
 		Env:        envList,

@@ -54,6 +54,7 @@ var DefaultResources = sandbox.Resources{
 // Paths inside the container.
 const (
 	agentInSandbox     = "/opt/agentbox/agentbox-agent"
+	shimInSandbox      = "/opt/agentbox/agentbox-shim"
 	runInSandbox       = "/run/agentbox"
 	workspaceInSandbox = "/workspace"
 	sandboxHome        = "/home/user"
@@ -110,6 +111,9 @@ type Backend struct {
 	userns   bool
 	seccompU string // "seccomp=<json>" for user sandboxes
 	seccompR string // and for root ones
+	// shimPath is agentbox-shim next to the agent, the agent's exec shim
+	// ("": the agent uses its own binary).
+	shimPath string
 
 	// loadMu serialises loads of store templates into the engine.
 	loadMu sync.Mutex
@@ -214,6 +218,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		instance: hex.EncodeToString(sum[:6]),
 		sbRoot:   sbRoot,
 		boxes:    map[sandbox.ID]*box{},
+	}
+	if b.shimPath, err = backend.ShimBinary(cfg.AgentPath); err != nil {
+		b.log.Warn("commands in sandboxes start below the agent's own binary (a slower first command, more memory per sandbox)", "reason", err)
 	}
 	for _, opt := range info.Info.SecurityOptions {
 		if strings.Contains(opt, "name=userns") {

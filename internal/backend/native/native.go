@@ -149,6 +149,9 @@ type Backend struct {
 
 	// Precompiled seccomp programs, by whether the sandbox runs as root.
 	seccompUser, seccompRoot []byte
+	// shimPath is agentbox-shim next to the agent, mounted in every
+	// sandbox as the agent's exec shim ("": the agent uses its own binary).
+	shimPath string
 	// initExe is the sealed agentbox-init each sandbox's init switches to
 	// (see package fastinit), nil to run the init from the daemon binary.
 	initExe *os.File
@@ -368,6 +371,9 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if b.initExe, err = initBinary(cfg.AgentPath); err != nil {
 		b.log.Warn("sandbox inits start from the daemon binary (slower)", "reason", err)
+	}
+	if b.shimPath, err = backend.ShimBinary(cfg.AgentPath); err != nil {
+		b.log.Warn("commands in sandboxes start below the agent's own binary (a slower first command, more memory per sandbox)", "reason", err)
 	}
 	// Formatting the default-size disk now keeps it off the first create.
 	if !rootless {

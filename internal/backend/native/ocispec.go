@@ -17,6 +17,7 @@ import (
 // In-sandbox paths the backend relies on.
 const (
 	agentPathInSandbox = "/.agentbox/agent"
+	shimPathInSandbox  = "/.agentbox/shim"
 	agentRunDir        = "/run/agentbox" // reserved; nothing is mounted there any more
 	agentSocketName    = "agent.sock"
 	agentReadyFd       = 3
@@ -185,6 +186,9 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl sandbox.Template, iu *imageUse
 		// namespace, behind its token.
 		args = append(args, "--listen-also", spec.AgentListen)
 	}
+	if b.shimPath != "" {
+		args = append(args, "--shim", shimPathInSandbox)
+	}
 
 	s := &specs.Spec{
 		Version: specs.Version,
@@ -307,6 +311,9 @@ func (b *Backend) mounts(spec sandbox.Spec, tmpl sandbox.Template, p boxPaths, i
 		specs.Mount{Destination: workspaceInSandbox, Type: "bind", Source: workspace, Options: rw},
 		specs.Mount{Destination: agentPathInSandbox, Type: "bind", Source: b.cfg.AgentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 	)
+	if b.shimPath != "" {
+		ms = append(ms, specs.Mount{Destination: shimPathInSandbox, Type: "bind", Source: b.shimPath, Options: []string{"bind", "ro", "nosuid", "nodev"}})
+	}
 	if tmpl.Kind == sandbox.TemplateImage {
 		// An image has its own /etc (accounts included) and homes: they
 		// live in its writable root, on the sandbox's disk through the

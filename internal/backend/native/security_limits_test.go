@@ -49,7 +49,7 @@ func TestSecurityNofileLimit(t *testing.T) {
 		t.Errorf("a sandbox process raised its nofile limit past the hard limit: %q", r.Stdout)
 	}
 	// Every process of the sandbox has the hard limit: the agent itself
-	// and the exec shims it starts ahead of need (right at boot) included.
+	// and the exec shim running this command included.
 	// (Go programs raise their own soft limit towards the hard one, and
 	// give their children the soft limit they started with.)
 	r = backendtest.Exec(t, c, `for f in /proc/[0-9]*/limits; do grep 'Max open files' "$f" || echo "unreadable $f"; done`)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -86,7 +87,17 @@ func runOneShot(ctx context.Context, o runOptions, args []string) error {
 			}
 		}
 	}
-	b, err := native.New(native.Config{Root: filepath.Join(dataDir, "oneshot"), AgentPath: agentPath})
+	// The one setting of the daemon's a run reads: whether it may tune the
+	// host's cgroup2 mount (see CGROUP_FAVOR_DYNMODS).
+	leave := false
+	if v := os.Getenv("CGROUP_FAVOR_DYNMODS"); v != "" {
+		favor, err := strconv.ParseBool(v)
+		if err != nil {
+			return &exitError{code: 125, msg: fmt.Sprintf("CGROUP_FAVOR_DYNMODS=%q: want true or false", v)}
+		}
+		leave = !favor
+	}
+	b, err := native.New(native.Config{Root: filepath.Join(dataDir, "oneshot"), AgentPath: agentPath, LeaveCgroupMounts: leave})
 	if err != nil {
 		return &exitError{code: 125, msg: err.Error()}
 	}

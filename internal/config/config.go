@@ -58,6 +58,9 @@ type Config struct {
 	PausedTTL time.Duration
 	// PauseReclaim reclaims a sandbox's reclaimable memory when it pauses.
 	PauseReclaim bool
+	// CgroupFavorDynmods lets the native backend remount the host's
+	// cgroup2 mount with favordynmods (CGROUP_FAVOR_DYNMODS).
+	CgroupFavorDynmods bool
 	// MCPSessionTimeout ends MCP sessions idle this long (their sandboxes
 	// are destroyed); MCPTemplate is the template of a session's sandbox.
 	MCPSessionTimeout time.Duration
@@ -298,6 +301,7 @@ var settings = []setting{
 	{"DEFAULT_TIMEOUT", "300", "seconds a sandbox lives when the caller gives no timeout", seconds(func(c *Config, d time.Duration) { c.DefaultTimeout = d })},
 	{"MAX_TIMEOUT", "86400", "largest timeout a caller may ask for, in seconds", seconds(func(c *Config, d time.Duration) { c.MaxTimeout = d })},
 	{"PAUSED_TTL", "86400", "seconds a paused sandbox is kept before it is destroyed (its clock is stopped while paused), 0 = until deleted", seconds(func(c *Config, d time.Duration) { c.PausedTTL = d })},
+	{"CGROUP_FAVOR_DYNMODS", "true", "native backend, as root: remount the host's cgroup2 mount with favordynmods (Linux 6.0+), so that moving each new sandbox into its cgroups does not wait for an RCU grace period (~8 ms a create); host-wide until reboot: forks and exits take a slightly slower lock path", boolSetting(func(c *Config, b bool) { c.CgroupFavorDynmods = b })},
 	{"PAUSE_RECLAIM", "true", "reclaim a sandbox's page cache (and, with host swap, its other memory) as it pauses; its memory is made the first to reclaim either way", boolSetting(func(c *Config, b bool) { c.PauseReclaim = b })},
 	{"DEFAULT_MEMORY", "512M", "memory limit of a sandbox (swap is not allowed)", size(func(c *Config, n int64) { c.Resources.MemoryBytes = n })},
 	{"DEFAULT_CPUS", "1", "CPU quota of a sandbox in cores", func(c *Config, v string) error {

@@ -92,7 +92,8 @@ func Run(ctx context.Context, opts Options) error {
 			PrivateDirs: []string{dataDir, cfg.DefaultMountDir, cfg.StorageFolder},
 			DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit,
 			NofileSoft: cfg.NofileSoft, NofileHard: cfg.NofileHard,
-			IDBase: cfg.IDBase, IDRanges: cfg.IDRanges, PauseReclaim: cfg.PauseReclaim, NoWarmReset: !cfg.PoolWarmReset || cfg.PoolMaxUses <= 1}
+			IDBase: cfg.IDBase, IDRanges: cfg.IDRanges, PauseReclaim: cfg.PauseReclaim, NoWarmReset: !cfg.PoolWarmReset || cfg.PoolMaxUses <= 1,
+			LeaveCgroupMounts: !cfg.CgroupFavorDynmods}
 		if netMgr != nil {
 			ncfg.Network = netMgr
 		}

@@ -82,7 +82,7 @@ func RunNode(ctx context.Context, opts Options) error {
 	nb, err := native.New(native.Config{Root: filepath.Join(dataDir, "native"), AgentPath: agent, Defaults: cfg.Resources, Logger: log,
 		PrivateDirs: []string{dataDir}, DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit,
 		NofileSoft: cfg.NofileSoft, NofileHard: cfg.NofileHard, IDBase: cfg.IDBase, IDRanges: cfg.IDRanges,
-		Network: netMgr})
+		Network: netMgr, LeaveCgroupMounts: !cfg.CgroupFavorDynmods})
 	if err != nil {
 		netMgr.Close(false)
 		return err

@@ -120,7 +120,11 @@ type Config struct {
 	// what a warm reset needs (a control token, the boot's mount table).
 	// The daemon sets it when nothing recycles (POOL_MAX_USES 1).
 	NoWarmReset bool
-	Logger      *slog.Logger
+	// LeaveCgroupMounts keeps New from remounting the host's cgroup2 mount
+	// with favordynmods (see favordynmods.go), a host-wide setting that
+	// saves every create a wait for an RCU grace period.
+	LeaveCgroupMounts bool
+	Logger            *slog.Logger
 }
 
 // Backend is the native backend. Create it with New.
@@ -352,6 +356,15 @@ func New(cfg Config) (*Backend, error) {
 		}
 		if err := mountStateTmpfs(b.runRoot); err != nil {
 			return nil, err
+		}
+		if !cfg.LeaveCgroupMounts {
+			switch changed, err := favorDynmods(); {
+			case errors.Is(err, errNoCgroup2):
+			case err != nil:
+				b.log.Warn("cgroup moves wait for an RCU grace period: the cgroup2 mount could not take favordynmods (CGROUP_FAVOR_DYNMODS)", "err", err)
+			case changed:
+				b.log.Info("remounted cgroup2 with favordynmods: moving a sandbox into its cgroups no longer waits for an RCU grace period; forks and exits on this host take the slower lock path until reboot (CGROUP_FAVOR_DYNMODS=false leaves the host as it is)")
+			}
 		}
 	}
 	for _, d := range []string{b.stateRoot, b.sbRoot} {

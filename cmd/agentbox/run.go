@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
 	"github.com/agentbox/agentbox/internal/backend/native"
 	"github.com/agentbox/agentbox/internal/config"
@@ -37,18 +38,37 @@ func newRunCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- COMMAND [ARG...]",
 		Short: "Run one command in a fresh sandbox, then destroy it (no daemon needed)",
-		Long: `Creates a sandbox on this host, runs COMMAND in it with stdin, stdout and
-stderr passed through, destroys the sandbox and exits with COMMAND's exit
-code — like "docker run --rm". As root every limit applies; as another user
-it runs rootless (user namespace only: no memory, CPU, process or disk
-limits).
+		Long: `Creates a sandbox, runs COMMAND in it with stdin, stdout and stderr passed
+through, destroys the sandbox and exits with COMMAND's exit code — like
+"docker run --rm".
+
+Without --url (or AGENTBOX_URL) the sandbox is made on this host by this
+process, no daemon involved: as root every limit applies; as another user it
+runs rootless (user namespace only: no memory, CPU, process or disk limits).
+With --url the server at that address makes it (its limits, its warm pool,
+any user with an API key): the command's input and output still stream both
+ways, byte for byte.
 
 Exit codes: COMMAND's own; 124 when --timeout killed it; 137 when it was
 killed by a signal (the OOM killer included); 141 when its output could not
 be written because the reader went away (as "| head" does); 125 when the
 sandbox could not be created.`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return runOneShot(cmd.Context(), o, args) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f := cmd.Flags()
+			url, _ := f.GetString(flagURL)
+			if url == "" {
+				url = os.Getenv(client.EnvURL)
+			}
+			if url != "" {
+				key, _ := f.GetString(flagAPIKey)
+				if key == "" {
+					key = os.Getenv(client.EnvAPIKey)
+				}
+				return runViaServer(cmd.Context(), o, f.Changed("template"), args, url, key)
+			}
+			return runOneShot(cmd.Context(), o, args)
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.memory, "memory", "", "memory limit, e.g. 256M (default 512M)")
@@ -138,13 +158,24 @@ func runOneShot(ctx context.Context, o runOptions, args []string) error {
 		claim.release()
 	}()
 
-	client := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address}, "")
-	defer client.Close()
+	ac := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address}, "")
+	defer ac.Close()
+	return runCommand(ctx, ac, o, args, func() bool {
+		st, err := b.Stats(context.WithoutCancel(ctx), info.ID)
+		return err == nil && st.OOMKills > 0
+	})
+}
+
+// runCommand runs args through the sandbox's agent with this process's
+// standard streams and turns how it ended into run's exit (see the
+// command's help); oomKilled tells whether the sandbox's memory limit
+// killed something.
+func runCommand(ctx context.Context, ac *agentclient.Client, o runOptions, args []string, oomKilled func() bool) error {
 	var stdin io.Reader
 	if !o.noStdin {
 		stdin = os.Stdin
 	}
-	res, err := client.Run(ctx, agentclient.StartOptions{
+	res, err := ac.Run(ctx, agentclient.StartOptions{
 		Cmd: args[0], Args: args[1:], Cwd: o.workdir, Timeout: o.timeout,
 	}, stdin, os.Stdout, os.Stderr)
 	if err != nil {
@@ -162,7 +193,7 @@ func runOneShot(ctx context.Context, o runOptions, args []string) error {
 	case o.timeout > 0 && res.Status == "killed":
 		return &exitError{code: 124, msg: fmt.Sprintf("killed after --timeout %s", o.timeout)}
 	}
-	if st, err := b.Stats(context.WithoutCancel(ctx), info.ID); err == nil && st.OOMKills > 0 {
+	if oomKilled() {
 		return &exitError{code: 137, msg: "killed: out of memory (raise --memory)"}
 	}
 	return &exitError{code: 137, msg: res.Status}

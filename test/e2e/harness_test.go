@@ -183,7 +183,7 @@ func cleanEnv() []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "HOST", "PORT", "BEARER_TOKEN", "API_KEYS", "POOL_SIZE", "DEFAULT_SANDBOX_TYPE", "AUTO_CLEANUP":
+		case "HOST", "PORT", "BEARER_TOKEN", "API_KEYS", "POOL_SIZE", "DEFAULT_SANDBOX_TYPE", "AUTO_CLEANUP", "AGENTBOX_URL", "AGENTBOX_API_KEY":
 			continue
 		}
 		out = append(out, kv)

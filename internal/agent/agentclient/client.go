@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/api/proto/process/processconnect"
@@ -73,6 +74,46 @@ func New(ep Endpoint, accessToken string) *Client {
 		http:    hc,
 		proc:    processconnect.NewProcessClient(hc, base),
 	}
+}
+
+// NewVia returns a client for an agent reached through an HTTP proxy at
+// baseURL, such as an agentbox daemon's data plane: every request also
+// carries header (the daemon routes on E2b-Sandbox-Id), and accessToken as
+// X-Access-Token. ProxyTarget of such a client is not meant for use.
+func NewVia(baseURL string, header http.Header, accessToken string) *Client {
+	tr := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConns:        16,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		WriteBufferSize:     64 << 10,
+		ReadBufferSize:      64 << 10,
+	}
+	base := strings.TrimRight(baseURL, "/")
+	hc := &http.Client{Transport: headerTransport{header: header, next: tr}}
+	return &Client{
+		token:   accessToken,
+		baseURL: base,
+		tr:      tr,
+		http:    hc,
+		proc:    processconnect.NewProcessClient(hc, base),
+	}
+}
+
+// headerTransport adds header to every request.
+type headerTransport struct {
+	header http.Header
+	next   http.RoundTripper
+}
+
+func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range t.header {
+		r.Header[k] = v
+	}
+	return t.next.RoundTrip(r)
 }
 
 // Close releases idle connections. Calls in flight are not interrupted.

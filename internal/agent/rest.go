@@ -106,5 +106,10 @@ func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
 	if req.AccessToken != nil {
 		s.setAccessToken(*req.AccessToken)
 	}
+	// A warm pool hands its sandboxes out with this call: a command is
+	// likely to follow.
+	if s.shims != nil {
+		s.shims.prestart()
+	}
 	w.WriteHeader(http.StatusNoContent)
 }

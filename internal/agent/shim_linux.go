@@ -474,7 +474,9 @@ type shimPool struct {
 	mu     sync.Mutex
 	idle   []*shim
 	closed bool
-	refill chan struct{}
+	// starting is set while prestart starts one.
+	starting bool
+	refill   chan struct{}
 }
 
 func newShimPool(s *Server, path string, external bool) *shimPool {
@@ -524,6 +526,33 @@ func (p *shimPool) refiller() {
 			p.mu.Unlock()
 		}
 	}
+}
+
+// prestart starts one shim in the background if none is idle: for an
+// agent about to get its first command (a warm pool's sandbox being handed
+// out), so that command does not wait for it.
+func (p *shimPool) prestart() {
+	p.mu.Lock()
+	busy := p.closed || len(p.idle) > 0 || p.starting
+	p.starting = !busy
+	p.mu.Unlock()
+	if busy {
+		return
+	}
+	go func() {
+		sh, err := p.start()
+		p.mu.Lock()
+		p.starting = false
+		if err != nil || p.closed || len(p.idle) >= shimPoolSize {
+			p.mu.Unlock()
+			if sh != nil {
+				sh.close()
+			}
+			return
+		}
+		p.idle = append(p.idle, sh)
+		p.mu.Unlock()
+	}()
 }
 
 // get returns an idle shim, or starts one when none is left. Shims come

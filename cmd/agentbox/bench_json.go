@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -66,6 +68,21 @@ func runBenchRows(ctx context.Context, out io.Writer, tmp, agentPath string, opt
 	}
 	samples, err = bench.Measure(opts.n, 2, func() error { return bench.BareExec(bench.PythonPrint) })
 	if err := add(bench.ScenarioColdCreateExec, bench.TargetBaseline, samples, 0, err); err != nil {
+		return err
+	}
+	// run: `agentbox run` of this binary as a whole process, no server.
+	self, err := native.Executable()
+	if err != nil {
+		return err
+	}
+	run := exec.Command(self, append([]string{"run", "--data-dir", filepath.Join(tmp, "run"), "--no-stdin", "--"}, bench.PythonPrint...)...)
+	run.Env = append(os.Environ(), "AGENT_PATH="+agentPath, "AGENTBOX_URL=")
+	samples, err = bench.Measure(opts.n, 2, func() error { return rerun(run) })
+	if err := add(bench.ScenarioRun, bench.TargetAgentbox, samples, 0, err); err != nil {
+		return err
+	}
+	samples, err = bench.Measure(opts.n, 2, func() error { return bench.BareExec(bench.PythonPrint) })
+	if err := add(bench.ScenarioRun, bench.TargetBaseline, samples, 0, err); err != nil {
 		return err
 	}
 
@@ -223,6 +240,16 @@ func benchAPIRows(ctx context.Context, tmp, agentPath string, opts rowOptions, l
 	if err := add(bench.ScenarioRecycle, bench.TargetAgentbox, samples, 0, err); err != nil {
 		return err
 	}
+	// run_server: `agentbox run --url` of this binary against that daemon.
+	self, err := native.Executable()
+	if err != nil {
+		return err
+	}
+	runServer := exec.Command(self, append([]string{"run", "--url", rc.BaseURL(), "--no-stdin", "--"}, bench.PythonPrint...)...)
+	samples, err = bench.Measure(opts.n, 2, func() error { return rerun(runServer) })
+	if err := add(bench.ScenarioRunServer, bench.TargetAgentbox, samples, 0, err); err != nil {
+		return err
+	}
 	rstop()
 
 	// cycle_throughput_recycled: the cycle of cycle_throughput against a
@@ -260,4 +287,17 @@ func runBenchScenarios(ctx context.Context, out io.Writer, opts rowOptions) erro
 	_ = os.Chmod(tmp, 0o711)
 	fmt.Fprintf(os.Stderr, "agentbox bench: %d samples, %d clients for %s, %d CPUs\n", opts.n, opts.clients, opts.tput, runtime.NumCPU())
 	return runBenchRows(ctx, out, tmp, agentPath, opts)
+}
+
+// rerun runs a copy of the prepared cmd (an exec.Cmd runs once), its
+// output discarded; a failure carries its stderr.
+func rerun(cmd *exec.Cmd) error {
+	c := exec.Command(cmd.Path, cmd.Args[1:]...)
+	c.Env = cmd.Env
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	if err := c.Run(); err != nil {
+		return fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, stderr.String())
+	}
+	return nil
 }

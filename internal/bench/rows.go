@@ -33,11 +33,17 @@ const (
 	// warm pool recycles (POOL_MAX_USES): the deletes reset sandboxes and
 	// the creates take them from the pool again.
 	ScenarioCycleRecycled = "cycle_throughput_recycled"
+	// ScenarioRun is `agentbox run -- python3 -c 'print(1)'` as a whole
+	// process, without a server (baseline: the bare command as a process).
+	ScenarioRun = "run"
+	// ScenarioRunServer is the same run through a server (--url) whose
+	// warm pool recycles.
+	ScenarioRunServer = "run_server"
 )
 
 // Scenarios lists every scenario `agentbox bench --json` reports for
 // target agentbox.
-var Scenarios = []string{ScenarioColdCreateExec, ScenarioExecRTT, ScenarioPoolCreate, ScenarioRecycle, ScenarioCycleThroughput, ScenarioCycleRecycled}
+var Scenarios = []string{ScenarioColdCreateExec, ScenarioExecRTT, ScenarioPoolCreate, ScenarioRecycle, ScenarioCycleThroughput, ScenarioCycleRecycled, ScenarioRun, ScenarioRunServer}
 
 // NewRow summarizes samples as a Row; rate > 0 sets OpsPerS.
 func NewRow(scenario, target string, samples []time.Duration, rate float64) Row {

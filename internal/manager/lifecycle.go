@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/agent/agentclient"
 	"github.com/agentbox/agentbox/internal/pool"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
@@ -295,8 +296,30 @@ func (m *Manager) poolFill(ref string) pool.FillFunc {
 		if err != nil {
 			return "", err
 		}
+		m.warmPooled(ctx, rec.ID)
 		m.metrics.phase("pool_fill", time.Since(start))
 		return rec.ID, nil
+	}
+}
+
+// warmPooled readies a sandbox entering a pool for the command its taker
+// is likely to run first (see agentclient.Warm): that command then starts
+// about a millisecond sooner. A failure only costs that millisecond.
+func (m *Manager) warmPooled(ctx context.Context, id sandbox.ID) {
+	m.mu.Lock()
+	e, ok := m.entries[id]
+	var c *agentclient.Client
+	if ok && !e.destroying {
+		c = m.clientLocked(e)
+	}
+	m.mu.Unlock()
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := c.Warm(ctx); err != nil {
+		m.log.Debug("warm up of a pooled sandbox failed", "sandbox", id, "err", err)
 	}
 }
 

@@ -172,6 +172,18 @@ func (c *Client) SetAccessToken(ctx context.Context, token string) error {
 	return nil
 }
 
+// Warm readies the agent for a first command soon (POST /init with
+// nothing to set): the agent starts an exec shim ahead of it, and the
+// connection the call opens stays in the client's pool for that command.
+func (c *Client) Warm(ctx context.Context) error {
+	resp, err := c.do(ctx, http.MethodPost, "/init", nil, "", strings.NewReader("{}"), "application/json")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
 // SetEnv adds variables to the default environment of every process the
 // agent starts from now on (POST /init).
 func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {

@@ -155,6 +155,12 @@ func (s *Server) handleResetRenew(w http.ResponseWriter, r *http.Request) {
 	next.mountResetRoutes(s.reset)
 	s.front.active.Store(next)
 	next.StartShims()
+	// The sandbox goes back to a warm pool: its next user's first command
+	// need not wait for a shim (agentbox-shim is otherwise started on
+	// demand; see Config.ShimExternal).
+	if next.shims != nil {
+		next.shims.prestart()
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -302,9 +302,10 @@ func (m *Manager) poolFill(ref string) pool.FillFunc {
 	}
 }
 
-// warmPooled readies a sandbox entering a pool for the command its taker
+// warmPooled readies a sandbox a pool fill made for the command its taker
 // is likely to run first (see agentclient.Warm): that command then starts
-// about a millisecond sooner. A failure only costs that millisecond.
+// about a millisecond sooner. A failure only costs that millisecond. (A
+// recycled sandbox needs no call: the agent's warm reset starts its shim.)
 func (m *Manager) warmPooled(ctx context.Context, id sandbox.ID) {
 	m.mu.Lock()
 	e, ok := m.entries[id]

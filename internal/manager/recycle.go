@@ -86,8 +86,6 @@ func (m *Manager) recycle(ctx context.Context, id sandbox.ID) (ok bool, err erro
 	m.mu.Unlock()
 	// The user's sandbox is gone (the id now names a pooled one).
 	m.runGoneHooks(context.WithoutCancel(ctx), prev.Clone(), "recycled into the warm pool")
-	// Off the delete's path: a take before it is done loses nothing.
-	go m.warmPooled(context.WithoutCancel(ctx), id)
 	p.Add(id)
 	m.metrics.recycled(p.Key())
 	m.metrics.phase("recycle", time.Since(start))

@@ -211,28 +211,33 @@ func (o runOptions) spec() (sandbox.Spec, error) {
 	if err != nil {
 		return sandbox.Spec{}, fmt.Errorf("--template: %w", err)
 	}
-	spec := sandbox.Spec{ID: sandbox.NewID(), Template: tmpl, Root: o.root,
-		Resources: sandbox.Resources{CPUs: o.cpus, PIDs: o.pids}, Env: map[string]string{}}
+	memory, disk, env, err := o.limitsAndEnv()
+	if err != nil {
+		return sandbox.Spec{}, err
+	}
+	return sandbox.Spec{ID: sandbox.NewID(), Template: tmpl, Root: o.root, Env: env,
+		Resources: sandbox.Resources{CPUs: o.cpus, PIDs: o.pids, MemoryBytes: memory, DiskBytes: disk}}, nil
+}
+
+// limitsAndEnv parses --memory and --disk (0 when not given) and --env.
+func (o runOptions) limitsAndEnv() (memory, disk int64, env map[string]string, err error) {
 	if o.memory != "" {
-		n, err := config.ParseSize(o.memory)
-		if err != nil {
-			return spec, fmt.Errorf("--memory: %w", err)
+		if memory, err = config.ParseSize(o.memory); err != nil {
+			return 0, 0, nil, fmt.Errorf("--memory: %w", err)
 		}
-		spec.Resources.MemoryBytes = n
 	}
 	if o.disk != "" {
-		n, err := config.ParseSize(o.disk)
-		if err != nil {
-			return spec, fmt.Errorf("--disk: %w", err)
+		if disk, err = config.ParseSize(o.disk); err != nil {
+			return 0, 0, nil, fmt.Errorf("--disk: %w", err)
 		}
-		spec.Resources.DiskBytes = n
 	}
+	env = map[string]string{}
 	for _, kv := range o.env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return spec, fmt.Errorf("--env %q: want KEY=VALUE", kv)
+			return 0, 0, nil, fmt.Errorf("--env %q: want KEY=VALUE", kv)
 		}
-		spec.Env[k] = v
+		env[k] = v
 	}
-	return spec, nil
+	return memory, disk, env, nil
 }

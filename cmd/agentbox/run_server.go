@@ -12,7 +12,6 @@ import (
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
-	"github.com/agentbox/agentbox/internal/config"
 )
 
 // A run through a server keeps its sandbox alive in slices of runLease,
@@ -100,33 +99,16 @@ func (o runOptions) createRequest(templateSet bool) (client.CreateRequest, error
 		}
 		req.Template = o.template
 	}
-	res := client.Resources{CPUs: o.cpus, PIDs: o.pids}
-	if o.memory != "" {
-		n, err := config.ParseSize(o.memory)
-		if err != nil {
-			return req, fmt.Errorf("--memory: %w", err)
-		}
-		res.MemoryBytes = n
+	memory, disk, env, err := o.limitsAndEnv()
+	if err != nil {
+		return req, err
 	}
-	if o.disk != "" {
-		n, err := config.ParseSize(o.disk)
-		if err != nil {
-			return req, fmt.Errorf("--disk: %w", err)
-		}
-		res.DiskBytes = n
-	}
+	res := client.Resources{CPUs: o.cpus, PIDs: o.pids, MemoryBytes: memory, DiskBytes: disk}
 	if res != (client.Resources{}) {
 		req.Resources = &res
 	}
-	if len(o.env) > 0 {
-		req.Env = map[string]string{}
-		for _, kv := range o.env {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				return req, fmt.Errorf("--env %q: want KEY=VALUE", kv)
-			}
-			req.Env[k] = v
-		}
+	if len(env) > 0 {
+		req.Env = env
 	}
 	return req, nil
 }

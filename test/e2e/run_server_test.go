@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,38 +55,9 @@ func TestRunViaServer(t *testing.T) {
 
 	t.Run("interactive", func(t *testing.T) {
 		cmd := run("--", "sh", "-c", `echo ready; head -c 1 >/dev/null; echo "uid=$(id -u)"; echo oops >&2; exit 7`)
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer bound(cmd)()
-		r := bufio.NewReader(out)
-		// The command waits for input the run only sends after this line:
-		// input is streamed, not read up front.
-		if line, err := r.ReadString('\n'); line != "ready\n" {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("first line %q (%v); stderr %q", line, err, stderr.String())
-		}
-		stdin.Write([]byte("x"))
-		stdin.Close()
-		rest, _ := io.ReadAll(r)
-		err = cmd.Wait()
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 7 {
-			t.Fatalf("run: %v, want exit code 7; stdout %q, stderr %q", err, rest, stderr.String())
-		}
-		if string(rest) != "uid=1000\n" || !strings.Contains(stderr.String(), "oops") {
-			t.Fatalf("stdout %q, stderr %q", rest, stderr.String())
+		rest, stderr := runInteractive(t, cmd, 7, func() {})
+		if rest != "uid=1000\n" || !strings.Contains(stderr, "oops") {
+			t.Fatalf("stdout %q, stderr %q", rest, stderr)
 		}
 	})
 

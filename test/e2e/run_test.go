@@ -30,6 +30,35 @@ func TestRunOneShot(t *testing.T) {
 	cmd := execCommand(bin, "run", "--data-dir", dataDir, "--",
 		"sh", "-c", `echo ready; head -c 1 >/dev/null; echo "pid=$$ uid=$(id -u)"; echo oops >&2; exit 7`)
 	cmd.Env = append(cmd.Env, "AGENT_PATH="+agent)
+	rest, stderr := runInteractive(t, cmd, 7, func() {
+		// The command runs: `run` did not re-execute itself from an
+		// in-memory copy (that is for serve, which starts many sandboxes).
+		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)); err != nil || strings.HasPrefix(exe, "/memfd:") {
+			t.Errorf("agentbox run runs from %q (%v), want its binary on disk", exe, err)
+		}
+	})
+	out := strings.TrimSpace(rest)
+	// The agent is pid 1 of the sandbox; the shell a low pid of its own
+	// namespace, running as the sandbox's unprivileged user.
+	if !strings.HasPrefix(out, "pid=") || strings.HasPrefix(out, "pid=1 ") || !strings.HasSuffix(out, " uid=1000") {
+		t.Errorf("stdout %q, want the command's own output from a sandbox (pid != 1, uid 1000)", out)
+	}
+	if pid := strings.TrimSuffix(strings.TrimPrefix(out, "pid="), " uid=1000"); len(pid) > 3 {
+		t.Errorf("the command's pid %s is not from a fresh pid namespace", pid)
+	}
+	if !strings.Contains(stderr, "oops") {
+		t.Errorf("stderr %q, want the command's stderr", stderr)
+	}
+	assertOneShotGone(t, dataDir)
+}
+
+// runInteractive runs cmd, an `agentbox run` of a command that prints
+// "ready", then reads one byte of input before it goes on: it waits for
+// that line, calls meanwhile, only then sends the byte (so input must be
+// streamed to the command, not read up front), and returns the rest of the
+// output and stderr, failing t unless cmd exits with code.
+func runInteractive(t *testing.T, cmd *exec.Cmd, code int, meanwhile func()) (rest, stderr string) {
+	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -38,8 +67,8 @@ func TestRunOneShot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	var errBuf bytes.Buffer
+	cmd.Stderr = &errBuf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -50,34 +79,18 @@ func TestRunOneShot(t *testing.T) {
 	if line, err := stdout.ReadString('\n'); line != "ready\n" {
 		cmd.Process.Kill()
 		cmd.Wait()
-		t.Fatalf("first line %q (%v), want ready; stderr %q", line, err, stderr.String())
+		t.Fatalf("first line %q (%v), want ready; stderr %q", line, err, errBuf.String())
 	}
-	// The command runs: `run` did not re-execute itself from an in-memory
-	// copy (that is for serve, which starts many sandboxes).
-	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)); err != nil || strings.HasPrefix(exe, "/memfd:") {
-		t.Errorf("agentbox run runs from %q (%v), want its binary on disk", exe, err)
-	}
+	meanwhile()
 	stdin.Write([]byte("x"))
 	stdin.Close()
-	rest, _ := io.ReadAll(stdout)
+	out, _ := io.ReadAll(stdout)
 	err = cmd.Wait()
 	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 7 {
-		t.Fatalf("agentbox run: %v, want exit code 7; stdout %q, stderr %q", err, rest, stderr.String())
+	if !errors.As(err, &exit) || exit.ExitCode() != code {
+		t.Fatalf("agentbox run: %v, want exit code %d; stdout %q, stderr %q", err, code, out, errBuf.String())
 	}
-	out := strings.TrimSpace(string(rest))
-	// The agent is pid 1 of the sandbox; the shell a low pid of its own
-	// namespace, running as the sandbox's unprivileged user.
-	if !strings.HasPrefix(out, "pid=") || strings.HasPrefix(out, "pid=1 ") || !strings.HasSuffix(out, " uid=1000") {
-		t.Errorf("stdout %q, want the command's own output from a sandbox (pid != 1, uid 1000)", out)
-	}
-	if pid := strings.TrimSuffix(strings.TrimPrefix(out, "pid="), " uid=1000"); len(pid) > 3 {
-		t.Errorf("the command's pid %s is not from a fresh pid namespace", pid)
-	}
-	if !strings.Contains(stderr.String(), "oops") {
-		t.Errorf("stderr %q, want the command's stderr", stderr.String())
-	}
-	assertOneShotGone(t, dataDir)
+	return string(out), errBuf.String()
 }
 
 // assertOneShotGone fails t if a one-shot run under dataDir left a

@@ -46,13 +46,33 @@ type Client struct {
 // call.
 func New(ep Endpoint, accessToken string) *Client {
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			if ep.Network == "unix" {
-				return dialUnix(ctx, dialer, ep.Address, ep.Pid)
-			}
-			return dialer.DialContext(ctx, ep.Network, ep.Address)
-		},
+	tr := newTransport(func(ctx context.Context, _, _ string) (net.Conn, error) {
+		if ep.Network == "unix" {
+			return dialUnix(ctx, dialer, ep.Address, ep.Pid)
+		}
+		return dialer.DialContext(ctx, ep.Network, ep.Address)
+	})
+	base := "http://agent"
+	if ep.Network == "tcp" {
+		base = "http://" + ep.Address
+	}
+	return newClient(base, tr, tr, accessToken)
+}
+
+// NewVia returns a client for an agent reached through an HTTP proxy at
+// baseURL, such as an agentbox daemon's data plane: every request also
+// carries header (the daemon routes on E2b-Sandbox-Id), and accessToken as
+// X-Access-Token. ProxyTarget of such a client is not meant for use.
+func NewVia(baseURL string, header http.Header, accessToken string) *Client {
+	tr := newTransport((&net.Dialer{Timeout: 5 * time.Second}).DialContext)
+	tr.Proxy = http.ProxyFromEnvironment
+	return newClient(strings.TrimRight(baseURL, "/"), tr, headerTransport{header: header, next: tr}, accessToken)
+}
+
+// newTransport is the HTTP/1.1 transport of a client, dialling with dial.
+func newTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+	return &http.Transport{
+		DialContext: dial,
 		// Keep a pool of warm connections: every call reuses one.
 		MaxIdleConns:        64,
 		MaxIdleConnsPerHost: 64,
@@ -62,37 +82,12 @@ func New(ep Endpoint, accessToken string) *Client {
 		WriteBufferSize:    64 << 10,
 		ReadBufferSize:     64 << 10,
 	}
-	base := "http://agent"
-	if ep.Network == "tcp" {
-		base = "http://" + ep.Address
-	}
-	hc := &http.Client{Transport: tr}
-	return &Client{
-		token:   accessToken,
-		baseURL: base,
-		tr:      tr,
-		http:    hc,
-		proc:    processconnect.NewProcessClient(hc, base),
-	}
 }
 
-// NewVia returns a client for an agent reached through an HTTP proxy at
-// baseURL, such as an agentbox daemon's data plane: every request also
-// carries header (the daemon routes on E2b-Sandbox-Id), and accessToken as
-// X-Access-Token. ProxyTarget of such a client is not meant for use.
-func NewVia(baseURL string, header http.Header, accessToken string) *Client {
-	tr := &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		MaxIdleConns:        16,
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-		WriteBufferSize:     64 << 10,
-		ReadBufferSize:      64 << 10,
-	}
-	base := strings.TrimRight(baseURL, "/")
-	hc := &http.Client{Transport: headerTransport{header: header, next: tr}}
+// newClient makes a client of base whose requests go through rt (tr, or
+// a wrapper of it).
+func newClient(base string, tr *http.Transport, rt http.RoundTripper, accessToken string) *Client {
+	hc := &http.Client{Transport: rt}
 	return &Client{
 		token:   accessToken,
 		baseURL: base,

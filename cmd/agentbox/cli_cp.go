@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -40,10 +41,10 @@ func (p cpPath) String() string {
 
 // remoteArg matches "ID:path" with a well-formed sandbox id. A local path
 // containing ':' can be written "./name:x".
-var remoteArg = regexp.MustCompile(`^([a-z0-9][a-z0-9-]{0,62}):(.*)$`)
+var remoteArg = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([a-z0-9][a-z0-9-]{0,62}):(.*)$`) })
 
 func parseCpPath(s string) cpPath {
-	if m := remoteArg.FindStringSubmatch(s); m != nil {
+	if m := remoteArg().FindStringSubmatch(s); m != nil {
 		return cpPath{id: m[1], path: m[2]}
 	}
 	return cpPath{path: s}

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -55,7 +56,7 @@ type Result struct {
 
 // keyPattern is one xdotool key combination: keysym names joined by "+"
 // ("ctrl+l", "Return", "shift+Tab", "F5").
-var keyPattern = regexp.MustCompile(`^[A-Za-z0-9_]{1,32}(\+[A-Za-z0-9_]{1,32}){0,4}$`)
+var keyPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_]{1,32}(\+[A-Za-z0-9_]{1,32}){0,4}$`) })
 
 var buttons = map[string]string{"": "1", "left": "1", "middle": "2", "right": "3"}
 
@@ -161,7 +162,7 @@ func XdotoolArgs(a Action) ([]string, error) {
 			return nil, invalid("keys", "keys must be 1-20 key combinations separated by spaces, e.g. \"ctrl+l\" or \"Return\"")
 		}
 		for _, k := range combos {
-			if !keyPattern.MatchString(k) {
+			if !keyPattern().MatchString(k) {
 				return nil, invalid("keys", "%q is not a key combination: X keysym names joined by +, e.g. ctrl+shift+Tab, Return, a", k)
 			}
 		}

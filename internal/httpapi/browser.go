@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/computer"
@@ -87,7 +88,7 @@ func (s *Server) cdp(w http.ResponseWriter, r *http.Request) error {
 }
 
 // devtoolsPath is what a browser endpoint's path looks like.
-var devtoolsPath = regexp.MustCompile(`^/devtools/browser/[A-Za-z0-9-]{1,64}$`)
+var devtoolsPath = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^/devtools/browser/[A-Za-z0-9-]{1,64}$`) })
 
 // versionFields are the fields of Chromium's /json/version passed on (as
 // strings); webSocketDebuggerUrl is the daemon's own.
@@ -146,7 +147,7 @@ func (s *Server) browserEndpoint(ctx context.Context, id sandbox.ID) (string, ma
 	}
 	raw, _ := doc["webSocketDebuggerUrl"].(string)
 	u, err := url.Parse(raw)
-	if err != nil || !devtoolsPath.MatchString(u.Path) {
+	if err != nil || !devtoolsPath().MatchString(u.Path) {
 		return "", nil, sandbox.Errorf(sandbox.ClassUnavailable, "%s: unexpected webSocketDebuggerUrl %q", noBrowser, raw)
 	}
 	return u.Path, doc, nil

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/computer"
@@ -33,7 +34,7 @@ const (
 	maxRecordMaxBytes     = 4 << 30
 )
 
-var recordName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+var recordName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) })
 
 func (s *Server) recordRoutes(v1 func(string, func(http.ResponseWriter, *http.Request) error)) {
 	v1("POST /v1/sandboxes/{id}/desktop/record", s.record)
@@ -66,7 +67,7 @@ func recordArgs(req recordRequest, now time.Time) ([]string, error) {
 		name = "recording-" + now.UTC().Format("20060102-150405")
 	}
 	name = strings.TrimSuffix(name, ".mp4")
-	if !recordName.MatchString(name) {
+	if !recordName().MatchString(name) {
 		return nil, badRequest("name", "name must be 1-64 letters, digits, '.', '_' or '-' (the file is %s/<name>.mp4)", recordDir)
 	}
 	secs := req.MaxSeconds

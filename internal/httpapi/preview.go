@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/manager"
@@ -45,7 +46,7 @@ const (
 	maxPreviewTokenTTL = 7 * 24 * time.Hour
 )
 
-var previewLabelPattern = regexp.MustCompile(`^([0-9]{1,5})-([a-z0-9][a-z0-9-]{0,62})$`)
+var previewLabelPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([0-9]{1,5})-([a-z0-9][a-z0-9-]{0,62})$`) })
 
 // previewName is hostport as compared with the preview domain: lowercased,
 // without the port unless the domain names one.
@@ -69,7 +70,7 @@ func (s *Server) previewTarget(hostport string) (sandbox.ID, int, bool) {
 		return "", 0, false
 	}
 	label := strings.TrimSuffix(s.previewName(hostport), "."+s.cfg.PreviewDomain)
-	m := previewLabelPattern.FindStringSubmatch(label)
+	m := previewLabelPattern().FindStringSubmatch(label)
 	if m == nil {
 		return "", 0, false
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -46,7 +47,9 @@ func (s *Store) maxArchiveBytes() int64 {
 }
 
 // layoutFile matches the files of an OCI layout the store reads.
-var layoutFile = regexp.MustCompile(`^(oci-layout|index\.json|blobs/sha256/[a-f0-9]{64})$`)
+var layoutFile = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(oci-layout|index\.json|blobs/sha256/[a-f0-9]{64})$`)
+})
 
 // extractLayout writes the OCI layout files of tar r into dst: regular
 // files with the names above only (every other entry is skipped, so no
@@ -67,7 +70,7 @@ func extractLayout(ctx context.Context, r io.Reader, dst string, max int64) erro
 			return sandbox.Wrap(sandbox.ClassInvalid, err, fmt.Sprintf("corrupt tar archive: %v", err))
 		}
 		n := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
-		if h.Typeflag != tar.TypeReg || !layoutFile.MatchString(n) {
+		if h.Typeflag != tar.TypeReg || !layoutFile().MatchString(n) {
 			continue
 		}
 		if total += h.Size; total > max {

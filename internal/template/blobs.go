@@ -125,7 +125,7 @@ func (s *Store) writeBlobBytes(ctx context.Context, b []byte) (v1.Hash, error) {
 
 // readBlob reads a small blob (config, manifest) of at most max bytes.
 func (s *Store) readBlob(digest string, max int64) ([]byte, error) {
-	if !digestPattern.MatchString(digest) {
+	if !digestPattern().MatchString(digest) {
 		return nil, fmt.Errorf("template store: invalid digest %q", digest)
 	}
 	f, err := os.Open(s.blobPath(hexOf(digest)))

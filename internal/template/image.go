@@ -110,7 +110,7 @@ func parseConfig(raw []byte, layers int) (*v1.ConfigFile, error) {
 		return nil, sandbox.Errorf(sandbox.ClassInvalid, "image config lists %d layer diff ids for %d layers", len(cfg.RootFS.DiffIDs), layers)
 	}
 	for _, d := range cfg.RootFS.DiffIDs {
-		if !digestPattern.MatchString(d.String()) {
+		if !digestPattern().MatchString(d.String()) {
 			return nil, sandbox.Errorf(sandbox.ClassInvalid, "image config has an unsupported diff id %q", d)
 		}
 	}
@@ -128,7 +128,7 @@ func (s *Store) storeImage(ctx context.Context, r ref, src imageSrc, progress fu
 		return Info{}, err
 	}
 	for i, l := range src.layers {
-		if !digestPattern.MatchString(l.blob.String()) {
+		if !digestPattern().MatchString(l.blob.String()) {
 			return Info{}, sandbox.Errorf(sandbox.ClassInvalid, "layer %d has an unsupported digest %q", i, l.blob)
 		}
 	}

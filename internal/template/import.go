@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -69,7 +70,9 @@ const (
 // (docker's "<id>/layer.tar", "<id>.json"; go-containerregistry's
 // "sha256:<id>", "<id>.tar.gz") and OCI archives; any other name means a
 // root filesystem tarball, found without reading it all.
-var imageArchiveEntry = regexp.MustCompile(`^(manifest\.json|repositories|index\.json|oci-layout|blobs|(sha256:)?[a-f0-9]{64}(\.[a-z.]{1,16})?)$`)
+var imageArchiveEntry = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(manifest\.json|repositories|index\.json|oci-layout|blobs|(sha256:)?[a-f0-9]{64}(\.[a-z.]{1,16})?)$`)
+})
 
 // openTar opens a possibly compressed tarball.
 func openTar(p string) (io.ReadCloser, error) {
@@ -116,7 +119,7 @@ func scanArchive(ctx context.Context, p string) (archiveKind, map[string]int64, 
 		}
 		n := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
 		top, _, _ := strings.Cut(n, "/")
-		if n != "" && !imageArchiveEntry.MatchString(top) {
+		if n != "" && !imageArchiveEntry().MatchString(top) {
 			return archiveRootfs, nil, nil
 		}
 		sizes[n] = h.Size
@@ -290,7 +293,7 @@ func pickFromIndex(dir string, idx v1.ImageIndex, plat v1.Platform, depth int) (
 	if pick == nil {
 		return nil, v1.Descriptor{}, sandbox.Errorf(sandbox.ClassNotFound, "no image for %s among %d manifests (platforms: %s)", plat.String(), len(cands), strings.Join(seen, ", "))
 	}
-	if !digestPattern.MatchString(pick.Digest.String()) || pick.Size < 0 || pick.Size > maxManifestBytes {
+	if !digestPattern().MatchString(pick.Digest.String()) || pick.Size < 0 || pick.Size > maxManifestBytes {
 		return nil, v1.Descriptor{}, sandbox.Errorf(sandbox.ClassInvalid, "manifest %s: bad digest or over %d bytes", pick.Digest, maxManifestBytes)
 	}
 	if fi, err := os.Lstat(filepath.Join(dir, "blobs", "sha256", pick.Digest.Hex)); err != nil || !fi.Mode().IsRegular() || fi.Size() != pick.Size {

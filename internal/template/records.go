@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -51,7 +52,7 @@ type recordsFile struct {
 
 const recordsVersion = 1
 
-var digestPattern = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
+var digestPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^sha256:[a-f0-9]{64}$`) })
 
 // hexOf returns the hex part of a validated "sha256:..." digest.
 func hexOf(digest string) string { return digest[len("sha256:"):] }
@@ -63,17 +64,17 @@ func (r *record) validate(retired bool) error {
 	if err := validName(r.Name); err != nil {
 		return fmt.Errorf("record %q: %w", r.Name, err)
 	}
-	if !retired && !tagPattern.MatchString(r.Tag) {
+	if !retired && !tagPattern().MatchString(r.Tag) {
 		return fmt.Errorf("record %q: invalid tag %q", r.Name, r.Tag)
 	}
 	if r.Kind != sandbox.TemplateImage {
 		return fmt.Errorf("record %s:%s: kind %q is not stored", r.Name, r.Tag, r.Kind)
 	}
-	if !digestPattern.MatchString(r.Digest) || (r.Manifest != "" && !digestPattern.MatchString(r.Manifest)) {
+	if !digestPattern().MatchString(r.Digest) || (r.Manifest != "" && !digestPattern().MatchString(r.Manifest)) {
 		return fmt.Errorf("record %s:%s: invalid digest", r.Name, r.Tag)
 	}
 	for _, l := range r.Layers {
-		if !digestPattern.MatchString(l.DiffID) || !digestPattern.MatchString(l.Blob) {
+		if !digestPattern().MatchString(l.DiffID) || !digestPattern().MatchString(l.Blob) {
 			return fmt.Errorf("record %s:%s: invalid layer digest", r.Name, r.Tag)
 		}
 	}

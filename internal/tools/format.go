@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -103,12 +104,14 @@ func imageType(data []byte) string {
 }
 
 // ansi matches terminal escape sequences: CSI, OSC, and two-byte escapes.
-var ansi = regexp.MustCompile(`\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]|\x1b[()][0-9A-Za-z]`)
+var ansi = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]|\x1b[()][0-9A-Za-z]`)
+})
 
 // plainTerminal strips escape sequences and carriage returns from terminal
 // output, so a model reads what a person would see.
 func plainTerminal(s string) string {
-	s = ansi.ReplaceAllString(s, "")
+	s = ansi().ReplaceAllString(s, "")
 	s = strings.ReplaceAll(s, "\r\n", "\n")
 	// A lone \r rewinds the line: keep what was written last.
 	lines := strings.Split(s, "\n")

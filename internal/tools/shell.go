@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/client"
@@ -251,7 +252,7 @@ func runShellExec(ctx context.Context, s *Session, sb string, raw json.RawMessag
 	return textResult("%s", text), nil
 }
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`) })
 
 // loadEnv returns the persisted variables of sb (cached in the kit).
 func (s *Session) loadEnv(ctx context.Context, sb string) (map[string]string, error) {
@@ -324,7 +325,7 @@ func runEnvSet(ctx context.Context, s *Session, sb string, raw json.RawMessage) 
 		return nil, fail("give vars to set or unset to remove")
 	}
 	for k, v := range a.Vars {
-		if !envName.MatchString(k) {
+		if !envName().MatchString(k) {
 			return nil, fail("invalid variable name %q: use letters, digits and _, not starting with a digit", k)
 		}
 		if strings.ContainsRune(v, 0) {
@@ -363,7 +364,7 @@ func runEnvSet(ctx context.Context, s *Session, sb string, raw json.RawMessage) 
 		fmt.Fprintf(&sh, "export %s=%s\n", k, shellQuote(next[k]))
 	}
 	for _, k := range a.Unset {
-		if _, still := next[k]; !still && envName.MatchString(k) {
+		if _, still := next[k]; !still && envName().MatchString(k) {
 			fmt.Fprintf(&sh, "unset %s\n", k)
 		}
 	}

@@ -5,14 +5,15 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // envNameRE matches the variable names every language can set.
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // ValidEnvName reports whether name can be set as an environment variable
 // of an execution.
-func ValidEnvName(name string) bool { return envNameRE.MatchString(name) }
+func ValidEnvName(name string) bool { return envNameRE().MatchString(name) }
 
 // bashCell renders the script that runs one execution in the persistent
 // shell. The code travels in a quoted here-document (no expansion) with a

@@ -53,8 +53,10 @@ const (
 )
 
 var (
-	hashPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}(:[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127})?$`)
+	hashPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{64}$`) })
+	namePattern = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}(:[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127})?$`)
+	})
 )
 
 type buildLog struct {
@@ -159,7 +161,7 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request, user strin
 	if err := decodeBody(w, r, &in); err != nil {
 		return err
 	}
-	if !namePattern.MatchString(in.Name) {
+	if !namePattern().MatchString(in.Name) {
 		return sandbox.Errorf(sandbox.ClassInvalid, "name %q: want name or name:tag (lowercase letters, digits, . _ -)", in.Name)
 	}
 	id, _, _ := strings.Cut(in.Name, ":")
@@ -189,7 +191,7 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request, user strin
 // where to PUT the files (this server, with the build's upload token).
 func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request, user string) error {
 	hash := r.PathValue("hash")
-	if !hashPattern.MatchString(hash) {
+	if !hashPattern().MatchString(hash) {
 		return sandbox.Errorf(sandbox.ClassInvalid, "files hash must be 64 hex digits")
 	}
 	b, err := s.builds.get(user, r.PathValue("templateID"), "")
@@ -223,7 +225,7 @@ func (s *Server) registerUploads(mux *http.ServeMux) {
 
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) error {
 	hash := r.PathValue("hash")
-	if !hashPattern.MatchString(hash) {
+	if !hashPattern().MatchString(hash) {
 		return sandbox.Errorf(sandbox.ClassInvalid, "files hash must be 64 hex digits")
 	}
 	s.builds.mu.Lock()

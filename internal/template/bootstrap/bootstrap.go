@@ -38,6 +38,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -73,7 +74,7 @@ const cacheVersion = 1
 var (
 	// Debian package names (Debian policy 5.6.1); no "/" so never a path,
 	// no "," or "?" so never an mmdebstrap list or apt pattern.
-	pkgName   = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]{0,99}$`)
+	pkgName   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]{0,99}$`) })
 	variants  = []string{"minbase", "buildd", "required", "important", "standard"}
 	versionOf = map[string]string{"10": "buster", "11": "bullseye", "12": "bookworm", "13": "trixie", "14": "forky"}
 )
@@ -107,7 +108,7 @@ func CheckInclude(pkgs []string) ([]string, error) {
 	}
 	out := make([]string, 0, len(pkgs))
 	for _, p := range pkgs {
-		if !pkgName.MatchString(p) {
+		if !pkgName().MatchString(p) {
 			return nil, fmt.Errorf("%q is not a Debian package name", p)
 		}
 		out = append(out, p)

@@ -23,7 +23,9 @@ bound to it as native agentbox sandboxes on this host, serving their logs and ex
 through a kubelet API. Settings as for "agentbox serve" plus KUBE_NODE_*; see
 docs/kubernetes.md and docs/configuration.md.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runWithSettings(configFile, sets, map[string]string{}, daemon.RunNode, func(*config.Config) bool { return true })
+			return runWithSettings(configFile, sets, map[string]string{}, daemon.RunNode, startOptions{
+				needsKube: func(*config.Config) bool { return true },
+			})
 		},
 	}
 	f := cmd.Flags()

@@ -52,7 +52,10 @@ flags. Run "agentbox serve --help-settings" for every setting.`,
 			if f.Changed("pool-size") {
 				overrides["POOL_SIZE"] = strconv.Itoa(poolSize)
 			}
-			return runWithSettings(configFile, sets, overrides, daemon.Run, func(cfg *config.Config) bool { return cfg.Kube.Enabled })
+			return runWithSettings(configFile, sets, overrides, daemon.Run, startOptions{
+				needsKube: func(cfg *config.Config) bool { return cfg.Kube.Enabled },
+				seal:      true,
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -88,9 +91,9 @@ func printSettings() {
 // runWithSettings loads the settings (environment, the .env file, the
 // --set NAME=VALUE flags over overrides) and runs run until SIGINT or
 // SIGTERM: the daemon (serve) and the Kubernetes node (node) start alike.
-// When needsKube says the settings need Kubernetes support and this build
-// has none, the process becomes agentbox-kube instead (see execKube).
-func runWithSettings(configFile string, sets []string, overrides map[string]string, run func(context.Context, daemon.Options) error, needsKube func(*config.Config) bool) error {
+// When the settings need Kubernetes support and this build has none, the
+// process becomes agentbox-kube instead (see execKube).
+func runWithSettings(configFile string, sets []string, overrides map[string]string, run func(context.Context, daemon.Options) error, opts startOptions) error {
 	for _, kv := range sets {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
@@ -102,14 +105,25 @@ func runWithSettings(configFile string, sets []string, overrides map[string]stri
 	if err != nil {
 		return err
 	}
-	if needsKube(cfg) && !daemon.KubeLinked {
+	if opts.needsKube(cfg) && !daemon.KubeLinked {
 		return execKube()
 	}
-	// A daemon starts many sandboxes: it runs from a sealed copy of itself
-	// (see native.SealSelf), made here rather than first thing in main so
-	// that a hand-off to agentbox-kube does not copy this binary first.
-	native.SealSelf()
+	if opts.seal {
+		// A daemon starts many sandboxes: it runs from a sealed copy of
+		// itself (see native.SealSelf), made here rather than first thing
+		// in main so that a hand-off to agentbox-kube does not copy this
+		// binary first.
+		native.SealSelf()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return run(ctx, daemon.Options{Config: cfg, Logger: newLogger(cfg)})
+}
+
+// startOptions says how runWithSettings starts a long-running command.
+type startOptions struct {
+	// needsKube reports whether the settings need the Kubernetes build.
+	needsKube func(*config.Config) bool
+	// seal re-executes the process from a sealed copy of its binary.
+	seal bool
 }

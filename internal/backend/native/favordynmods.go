@@ -1,7 +1,6 @@
 package native
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,42 +33,31 @@ import (
 // cgroup2Mount describes the host's cgroup2 mount.
 type cgroup2Mount struct {
 	target     string
-	mountOpts  []string // per-mount options (rw, nosuid, relatime, ...)
 	superOpts  []string // cgroup2 options (nsdelegate, favordynmods, ...)
-	mountFlags uintptr
+	mountFlags uintptr  // the per-mount options (nosuid, relatime, ...)
 }
 
-// findCgroup2Mount returns the first cgroup2 mount of mountinfo.
-func findCgroup2Mount(mountinfo io.Reader) (cgroup2Mount, error) {
-	sc := bufio.NewScanner(mountinfo)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent dev root target mountopts [optional...] - fstype source superopts
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 6 || len(g) < 3 || g[0] != "cgroup2" {
-			continue
-		}
-		m := cgroup2Mount{target: unescapeMountPath(f[4]), mountOpts: strings.Split(f[5], ",")}
-		for _, o := range strings.Split(g[2], ",") {
-			if o != "rw" && o != "ro" {
-				m.superOpts = append(m.superOpts, o)
-			}
-		}
-		flags, err := mountFlagsOf(m.mountOpts)
-		if err != nil {
-			return cgroup2Mount{}, fmt.Errorf("cgroup2 mount %s: %w", m.target, err)
-		}
-		m.mountFlags = flags
-		return m, nil
-	}
-	if err := sc.Err(); err != nil {
+// findCgroup2Mount returns the first cgroup2 mount of mountinfo (the
+// format of /proc/self/mountinfo).
+func findCgroup2Mount(r io.Reader) (cgroup2Mount, error) {
+	mounts, err := mountinfo.GetMountsFromReader(r, mountinfo.FSTypeFilter("cgroup2"))
+	if err != nil {
 		return cgroup2Mount{}, err
 	}
-	return cgroup2Mount{}, errNoCgroup2
+	if len(mounts) == 0 {
+		return cgroup2Mount{}, errNoCgroup2
+	}
+	mi := mounts[0]
+	m := cgroup2Mount{target: mi.Mountpoint}
+	for _, o := range strings.Split(mi.VFSOptions, ",") {
+		if o != "rw" && o != "ro" && o != "" {
+			m.superOpts = append(m.superOpts, o)
+		}
+	}
+	if m.mountFlags, err = mountFlagsOf(strings.Split(mi.Options, ",")); err != nil {
+		return cgroup2Mount{}, fmt.Errorf("cgroup2 mount %s: %w", m.target, err)
+	}
+	return m, nil
 }
 
 var errNoCgroup2 = errors.New("no cgroup2 mount")
@@ -105,26 +94,6 @@ func mountFlagsOf(opts []string) (uintptr, error) {
 		}
 	}
 	return flags, nil
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
-				b.WriteByte(c)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // favorDynmods remounts the host's cgroup2 mount with favordynmods, keeping

@@ -71,13 +71,9 @@ func runBenchRows(ctx context.Context, out io.Writer, tmp, agentPath string, opt
 		return err
 	}
 	// run: `agentbox run` of this binary as a whole process, no server.
-	self, err := native.Executable()
-	if err != nil {
-		return err
-	}
-	run := exec.Command(self, append([]string{"run", "--data-dir", filepath.Join(tmp, "run"), "--no-stdin", "--"}, bench.PythonPrint...)...)
-	run.Env = append(os.Environ(), "AGENT_PATH="+agentPath, "AGENTBOX_URL=")
-	samples, err = bench.Measure(opts.n, 2, func() error { return rerun(run) })
+	run := selfProcess([]string{"AGENT_PATH=" + agentPath, "AGENTBOX_URL="},
+		append([]string{"run", "--data-dir", filepath.Join(tmp, "run"), "--no-stdin", "--"}, bench.PythonPrint...)...)
+	samples, err = bench.Measure(opts.n, 2, run)
 	if err := add(bench.ScenarioRun, bench.TargetAgentbox, samples, 0, err); err != nil {
 		return err
 	}
@@ -241,12 +237,8 @@ func benchAPIRows(ctx context.Context, tmp, agentPath string, opts rowOptions, l
 		return err
 	}
 	// run_server: `agentbox run --url` of this binary against that daemon.
-	self, err := native.Executable()
-	if err != nil {
-		return err
-	}
-	runServer := exec.Command(self, append([]string{"run", "--url", rc.BaseURL(), "--no-stdin", "--"}, bench.PythonPrint...)...)
-	samples, err = bench.Measure(opts.n, 2, func() error { return rerun(runServer) })
+	runServer := selfProcess(nil, append([]string{"run", "--url", rc.BaseURL(), "--no-stdin", "--"}, bench.PythonPrint...)...)
+	samples, err = bench.Measure(opts.n, 2, runServer)
 	if err := add(bench.ScenarioRunServer, bench.TargetAgentbox, samples, 0, err); err != nil {
 		return err
 	}
@@ -289,15 +281,22 @@ func runBenchScenarios(ctx context.Context, out io.Writer, opts rowOptions) erro
 	return runBenchRows(ctx, out, tmp, agentPath, opts)
 }
 
-// rerun runs a copy of the prepared cmd (an exec.Cmd runs once), its
-// output discarded; a failure carries its stderr.
-func rerun(cmd *exec.Cmd) error {
-	c := exec.Command(cmd.Path, cmd.Args[1:]...)
-	c.Env = cmd.Env
-	var stderr strings.Builder
-	c.Stderr = &stderr
-	if err := c.Run(); err != nil {
-		return fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, stderr.String())
+// selfProcess returns a func that runs this binary with args (env added
+// to this process's environment), its output discarded; a failure carries
+// its stderr.
+func selfProcess(env []string, args ...string) func() error {
+	return func() error {
+		self, err := native.Executable()
+		if err != nil {
+			return err
+		}
+		c := exec.Command(self, args...)
+		c.Env = append(os.Environ(), env...)
+		var stderr strings.Builder
+		c.Stderr = &stderr
+		if err := c.Run(); err != nil {
+			return fmt.Errorf("agentbox %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+		}
+		return nil
 	}
-	return nil
 }

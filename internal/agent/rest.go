@@ -106,8 +106,9 @@ func (s *Server) handleInit(w http.ResponseWriter, r *http.Request) {
 	if req.AccessToken != nil {
 		s.setAccessToken(*req.AccessToken)
 	}
-	// A warm pool hands its sandboxes out with this call: a command is
-	// likely to follow.
+	// A warm pool readies its sandboxes with this call (agentclient.Warm,
+	// an empty body) and hands them out with it: a command is likely to
+	// follow.
 	if s.shims != nil {
 		s.shims.prestart()
 	}

@@ -532,6 +532,9 @@ func (p *shimPool) refiller() {
 // agent about to get its first command (a warm pool's sandbox being handed
 // out), so that command does not wait for it.
 func (p *shimPool) prestart() {
+	if p.warm > 0 {
+		return // the refiller keeps shims ready already
+	}
 	p.mu.Lock()
 	busy := p.closed || len(p.idle) > 0 || p.starting
 	p.starting = !busy

@@ -155,38 +155,29 @@ func (c *Client) Envs(ctx context.Context) (map[string]string, error) {
 // then on only token is accepted. The client keeps sending its own token;
 // make a new client with the new one.
 func (c *Client) SetAccessToken(ctx context.Context, token string) error {
-	body, err := json.Marshal(map[string]any{"accessToken": token})
-	if err != nil {
-		return err
-	}
-	resp, err := c.do(ctx, http.MethodPost, "/init", nil, "", bytes.NewReader(body), "application/json")
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
+	return c.postInit(ctx, map[string]any{"accessToken": token})
 }
 
 // Warm readies the agent for a first command soon (POST /init with
 // nothing to set): the agent starts an exec shim ahead of it, and the
 // connection the call opens stays in the client's pool for that command.
 func (c *Client) Warm(ctx context.Context) error {
-	resp, err := c.do(ctx, http.MethodPost, "/init", nil, "", strings.NewReader("{}"), "application/json")
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	return nil
+	return c.postInit(ctx, map[string]any{})
 }
 
 // SetEnv adds variables to the default environment of every process the
 // agent starts from now on (POST /init).
 func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
-	body, err := json.Marshal(map[string]any{"envVars": env})
+	return c.postInit(ctx, map[string]any{"envVars": env})
+}
+
+// postInit sends body to POST /init.
+func (c *Client) postInit(ctx context.Context, body map[string]any) error {
+	data, err := json.Marshal(body)
 	if err != nil {
 		return err
 	}
-	resp, err := c.do(ctx, http.MethodPost, "/init", nil, "", bytes.NewReader(body), "application/json")
+	resp, err := c.do(ctx, http.MethodPost, "/init", nil, "", bytes.NewReader(data), "application/json")
 	if err != nil {
 		return err
 	}

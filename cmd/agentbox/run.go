@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -109,15 +108,13 @@ func runOneShot(ctx context.Context, o runOptions, args []string) error {
 	}
 	// The one setting of the daemon's a run reads: whether it may tune the
 	// host's cgroup2 mount (see CGROUP_FAVOR_DYNMODS).
-	leave := false
+	favor := true
 	if v := os.Getenv("CGROUP_FAVOR_DYNMODS"); v != "" {
-		favor, err := strconv.ParseBool(v)
-		if err != nil {
-			return &exitError{code: 125, msg: fmt.Sprintf("CGROUP_FAVOR_DYNMODS=%q: want true or false", v)}
+		if favor, err = config.ParseBool(v); err != nil {
+			return &exitError{code: 125, msg: fmt.Sprintf("CGROUP_FAVOR_DYNMODS=%q: %v", v, err)}
 		}
-		leave = !favor
 	}
-	b, err := native.New(native.Config{Root: filepath.Join(dataDir, "oneshot"), AgentPath: agentPath, LeaveCgroupMounts: leave})
+	b, err := native.New(native.Config{Root: filepath.Join(dataDir, "oneshot"), AgentPath: agentPath, LeaveCgroupMounts: !favor})
 	if err != nil {
 		return &exitError{code: 125, msg: err.Error()}
 	}

@@ -943,17 +943,26 @@ func redisKey(set func(*Config, string)) func(*Config, string) error {
 
 func boolSetting(set func(*Config, bool)) func(*Config, string) error {
 	return func(c *Config, v string) error {
-		// pydantic's spellings, which agentscope's .env files use.
-		switch strings.ToLower(v) {
-		case "1", "true", "yes", "on", "t", "y":
-			set(c, true)
-		case "0", "false", "no", "off", "f", "n", "":
-			set(c, false)
-		default:
-			return fmt.Errorf("want true or false")
+		b, err := ParseBool(v)
+		if err != nil {
+			return err
 		}
+		set(c, b)
 		return nil
 	}
+}
+
+// ParseBool reads a boolean setting in pydantic's spellings, which
+// agentscope's .env files use (true/false, 1/0, yes/no, on/off, t/f, y/n;
+// empty is false).
+func ParseBool(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "1", "true", "yes", "on", "t", "y":
+		return true, nil
+	case "0", "false", "no", "off", "f", "n", "":
+		return false, nil
+	}
+	return false, fmt.Errorf("want true or false")
 }
 
 func size(set func(*Config, int64)) func(*Config, string) error {

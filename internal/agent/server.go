@@ -203,6 +203,7 @@ func newServer(cfg Config) *Server {
 	s.mux.HandleFunc("POST /init", s.handleInit)
 	s.mux.HandleFunc("GET /files", s.handleDownload)
 	s.mux.HandleFunc("POST /files", s.handleUpload)
+	s.mux.HandleFunc("POST /fs/edit", s.handleEdit)
 	s.mountCode() // code contexts: /execute, /contexts (code.go)
 	s.svc = newSupervisor(s, cfg.Service)
 	s.mux.HandleFunc("GET /service", s.handleService)

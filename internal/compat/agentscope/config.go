@@ -27,7 +27,8 @@ type Config struct {
 	// call; agentscope sandboxes live until released, so this is the
 	// server's maximum and it is extended on use.
 	SandboxTimeout time.Duration
-	// ToolTimeout bounds one run_shell_command or run_ipython_cell call.
+	// ToolTimeout bounds one tool call (run_shell_command, run_ipython_cell,
+	// the filesystem tools).
 	ToolTimeout time.Duration
 	// MaxOutput caps each of stdout and stderr kept for one tool call.
 	MaxOutput int64

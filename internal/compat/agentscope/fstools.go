@@ -15,8 +15,20 @@ import (
 // the root of the workspace routes.
 const workspaceRoot = "/workspace"
 
-// maxToolRead caps a file read by a filesystem tool.
-const maxToolRead = 32 << 20
+// Limits of one filesystem tool call, beside the tool timeout
+// (TOOL_TIMEOUT): the review of the first version read 16 copies of a
+// 33 MB file into one 528 MB answer, and ran thousands of edits of it in
+// the daemon.
+const (
+	// maxToolText bounds the text one call reads into its answer
+	// (read_file, and read_multiple_files all files together).
+	maxToolText = 16 << 20
+	// maxReadPaths bounds the paths of one read_multiple_files.
+	maxReadPaths = 256
+	// listCost is what a recursive listing may hold while it is built:
+	// the agent's answer (at most 16 MiB) decoded.
+	listCost = 48 << 20
+)
 
 // fsTools are the MCP filesystem server's tools (names and argument
 // schemas are the contract; descriptions are our own words).
@@ -59,20 +71,32 @@ var fsTools = []toolSpec{
 type fsCtx struct {
 	ctx    context.Context
 	client *agentclient.Client
+	out    *textOut // the answer, for the tools that read files into it
 }
 
-// runFSTool runs a filesystem tool; every failure is an error result.
-func (s *Server) runFSTool(ctx context.Context, r *record, name string, args map[string]any) map[string]any {
+// runFSTool runs a filesystem tool; every failure is an error result,
+// except a refusal of the request memory it needs, which is the
+// request's (429).
+func (s *Server) runFSTool(ctx context.Context, r *record, name string, args map[string]any) (map[string]any, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ToolTimeout)
+	defer cancel()
 	client, err := s.m.Agent(ctx, r.Owner, r.ID)
 	if err != nil {
-		return toolError("%s", errorText(err))
+		return toolError("%s", errorText(err)), nil
 	}
-	f := &fsCtx{ctx: ctx, client: client}
+	f := &fsCtx{ctx: ctx, client: client, out: &textOut{ctx: ctx}}
 	text, err := f.run(name, args)
-	if err != nil {
-		return toolError("%s", err.Error())
+	if sandbox.ClassOf(err) == sandbox.ClassQuota {
+		return nil, err
 	}
-	return toolResult(false, textContent(text))
+	if err != nil {
+		return toolError("%s", err.Error()), nil
+	}
+	// The answer's JSON encoding, before it is made.
+	if err := reserve(ctx, jsonCost(text)); err != nil {
+		return nil, err
+	}
+	return toolResult(false, textContent(text)), nil
 }
 
 func (f *fsCtx) run(name string, args map[string]any) (string, error) {
@@ -84,7 +108,10 @@ func (f *fsCtx) run(name string, args map[string]any) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return f.readMany(paths), nil
+		if len(paths) > maxReadPaths {
+			return "", fmt.Errorf("read_multiple_files reads at most %d paths in one call; %d given", maxReadPaths, len(paths))
+		}
+		return f.readMany(paths)
 	}
 	if name == "move_file" {
 		src, err := toolPath(args, "source")
@@ -116,7 +143,10 @@ func (f *fsCtx) run(name string, args map[string]any) (string, error) {
 	}
 	switch name {
 	case "read_file":
-		return f.read(p)
+		if err := f.read(p); err != nil {
+			return "", err
+		}
+		return f.out.String(), nil
 	case "write_file":
 		content, err := argString(args, "content")
 		if err != nil {
@@ -192,47 +222,81 @@ func fsErr(err error, syscall, p string) error {
 	return fmt.Errorf("%s '%s': %s", syscall, p, errorText(err))
 }
 
-func (f *fsCtx) read(p string) (string, error) {
+// read appends the file at p to the answer, within what is left of
+// maxToolText.
+func (f *fsCtx) read(p string) error {
 	st, err := f.client.Stat(f.ctx, p, "")
 	if err != nil {
-		return "", fsErr(err, "open", p)
+		return fsErr(err, "open", p)
 	}
 	if st.Type == agentclient.FileTypeDir {
-		return "", fmt.Errorf("EISDIR: illegal operation on a directory, read")
+		return fmt.Errorf("EISDIR: illegal operation on a directory, read")
+	}
+	left := maxToolText - int64(f.out.Len())
+	if st.Size > left {
+		return f.tooLarge(p, st.Size)
 	}
 	rc, _, err := f.client.Download(f.ctx, p, "")
 	if err != nil {
-		return "", fsErr(err, "open", p)
+		return fsErr(err, "open", p)
 	}
 	defer rc.Close()
-	data, err := io.ReadAll(io.LimitReader(rc, maxToolRead+1))
+	mark := f.out.Len()
+	if err := f.out.grow(int(st.Size)); err != nil {
+		return err
+	}
+	n, err := io.Copy(f.out, io.LimitReader(rc, left+1))
 	if err != nil {
-		return "", fsErr(err, "read", p)
+		f.out.truncate(mark)
+		if sandbox.ClassOf(err) == sandbox.ClassQuota {
+			return err
+		}
+		return fsErr(err, "read", p)
 	}
-	if len(data) > maxToolRead {
-		return "", fmt.Errorf("file %s is larger than %d MiB", p, maxToolRead>>20)
+	if n > left { // it grew since the stat
+		f.out.truncate(mark)
+		return f.tooLarge(p, n)
 	}
-	return string(data), nil
+	return nil
 }
 
-func (f *fsCtx) readMany(paths []string) string {
-	parts := make([]string, len(paths))
+func (f *fsCtx) tooLarge(p string, size int64) error {
+	return fmt.Errorf("file %s is %d bytes; one call returns at most %d MiB of file content (read fewer or smaller files, or parts of them with run_shell_command)", p, size, maxToolText>>20)
+}
+
+// readMany is read_multiple_files: each file prefixed with its path, the
+// files separated by "---"; a file that cannot be read (or no longer
+// fits the answer) reports its error without failing the others.
+func (f *fsCtx) readMany(paths []string) (string, error) {
 	for i, raw := range paths {
+		if i > 0 {
+			if err := f.out.writeString("\n---\n"); err != nil {
+				return "", err
+			}
+		}
 		abs, ok := resolveWorkspacePath(raw)
-		var text string
 		var err error
+		mark := f.out.Len()
 		if !ok {
 			err = fmt.Errorf("Access denied - path outside allowed directories: %s not in %s", abs, workspaceRoot) //nolint:staticcheck // exact text
 		} else if abs, err = f.real(abs, false); err == nil {
-			text, err = f.read(abs)
+			if err = f.out.writeString(raw + ":\n"); err == nil {
+				if err = f.read(abs); err == nil {
+					err = f.out.writeString("\n")
+				}
+			}
+		}
+		if sandbox.ClassOf(err) == sandbox.ClassQuota {
+			return "", err
 		}
 		if err != nil {
-			parts[i] = fmt.Sprintf("%s: Error - %s", raw, err)
-		} else {
-			parts[i] = fmt.Sprintf("%s:\n%s\n", raw, text)
+			f.out.truncate(mark)
+			if err := f.out.writeString(fmt.Sprintf("%s: Error - %s", raw, err)); err != nil {
+				return "", err
+			}
 		}
 	}
-	return strings.Join(parts, "\n---\n")
+	return f.out.String(), nil
 }
 
 func (f *fsCtx) list(p string) (string, error) {
@@ -259,6 +323,9 @@ func (f *fsCtx) listDir(p string, depth int) ([]agentclient.EntryInfo, error) {
 	}
 	if st.Type != agentclient.FileTypeDir {
 		return nil, fmt.Errorf("ENOTDIR: not a directory, scandir '%s'", p)
+	}
+	if err := reserve(f.ctx, listCost); err != nil {
+		return nil, err
 	}
 	entries, err := f.client.ListDir(f.ctx, p, "", depth)
 	if err != nil {

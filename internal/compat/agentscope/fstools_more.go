@@ -3,6 +3,7 @@ package agentscope
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"regexp"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/textedit"
 )
 
 // maxTreeDepth bounds recursive listings (directory_tree, search_files).
@@ -184,88 +187,47 @@ func jsDate(t time.Time) string {
 	return t.UTC().Format("Mon Jan 02 2006 15:04:05") + " GMT+0000 (Coordinated Universal Time)"
 }
 
-// edit applies edit_file's edits: each oldText is replaced at its first
-// exact occurrence, or else at a run of lines equal to it up to leading
-// and trailing whitespace (keeping the file's indentation). The result is
-// the diff, fenced; the file is written unless dryRun.
+// edit is edit_file: the agent applies the edits in the sandbox (each
+// oldText replaced at its first exact occurrence, or else at a run of
+// lines equal to it up to surrounding whitespace) and answers the diff,
+// which is fenced here; the file is written unless dryRun.
 func (f *fsCtx) edit(p string, args map[string]any) (string, error) {
 	rawEdits, ok := args["edits"].([]any)
 	if !ok {
 		return "", fmt.Errorf("argument \"edits\" must be an array of {oldText, newText}")
 	}
-	dryRun, _ := args["dryRun"].(bool)
-	original, err := f.read(p)
-	if err != nil {
-		return "", err
+	if len(rawEdits) > textedit.MaxEdits {
+		return "", fmt.Errorf("%d edits in one call, more than the %d allowed: split them over several calls", len(rawEdits), textedit.MaxEdits)
 	}
-	content := strings.ReplaceAll(original, "\r\n", "\n")
-	modified := content
-	for _, re := range rawEdits {
+	dryRun, _ := args["dryRun"].(bool)
+	edits := make([]textedit.Edit, len(rawEdits))
+	for i, re := range rawEdits {
 		e, ok := re.(map[string]any)
 		oldText, ok1 := e["oldText"].(string)
 		newText, ok2 := e["newText"].(string)
 		if !ok || !ok1 || !ok2 {
 			return "", fmt.Errorf("each edit needs string oldText and newText")
 		}
-		oldText = strings.ReplaceAll(oldText, "\r\n", "\n")
-		newText = strings.ReplaceAll(newText, "\r\n", "\n")
-		if strings.Contains(modified, oldText) {
-			modified = strings.Replace(modified, oldText, newText, 1)
-			continue
-		}
-		next, ok := replaceLoose(modified, oldText, newText)
-		if !ok {
-			return "", fmt.Errorf("Could not find exact match for edit:\n%s", oldText) //nolint:staticcheck // exact text
-		}
-		modified = next
+		edits[i] = textedit.Edit{OldText: oldText, NewText: newText}
 	}
-	diff := unifiedDiff(p, content, modified, "original", "modified")
+	// The answer: the agent's JSON, the diff decoded from it, and the
+	// fenced copy.
+	if err := reserve(f.ctx, agentclient.MaxEditAnswer+2*textedit.MaxDiff); err != nil {
+		return "", err
+	}
+	diff, err := f.client.EditFile(f.ctx, "", textedit.Request{Path: p, Edits: edits, DryRun: dryRun, DiffName: p})
+	var noMatch *textedit.NoMatchError
+	switch {
+	case errors.As(err, &noMatch):
+		return "", noMatch
+	case err != nil && sandbox.ClassOf(err) == sandbox.ClassNotFound:
+		return "", fsErr(err, "open", p)
+	case err != nil:
+		return "", errors.New(errorText(err))
+	}
 	fence := "```"
 	for strings.Contains(diff, fence) {
 		fence += "`"
 	}
-	if !dryRun {
-		if _, err := f.client.Upload(f.ctx, p, "", strings.NewReader(modified)); err != nil {
-			return "", fsErr(err, "open", p)
-		}
-	}
 	return fence + "diff\n" + diff + fence + "\n\n", nil
 }
-
-// replaceLoose replaces the first run of lines matching oldText's lines
-// up to surrounding whitespace, re-indenting newText like the match.
-func replaceLoose(content, oldText, newText string) (string, bool) {
-	oldLines := strings.Split(oldText, "\n")
-	lines := strings.Split(content, "\n")
-	for i := 0; i+len(oldLines) <= len(lines); i++ {
-		match := true
-		for j, ol := range oldLines {
-			if strings.TrimSpace(ol) != strings.TrimSpace(lines[i+j]) {
-				match = false
-				break
-			}
-		}
-		if !match {
-			continue
-		}
-		indent := leadingSpace(lines[i])
-		newLines := strings.Split(newText, "\n")
-		for j, nl := range newLines {
-			if j == 0 {
-				newLines[j] = indent + strings.TrimLeft(nl, " \t")
-				continue
-			}
-			if j < len(oldLines) {
-				oi, ni := leadingSpace(oldLines[j]), leadingSpace(nl)
-				if oi != "" && ni != "" {
-					newLines[j] = indent + strings.Repeat(" ", max(0, len(ni)-len(oi))) + strings.TrimLeft(nl, " \t")
-				}
-			}
-		}
-		out := append(append(append([]string{}, lines[:i]...), newLines...), lines[i+len(oldLines):]...)
-		return strings.Join(out, "\n"), true
-	}
-	return "", false
-}
-
-func leadingSpace(s string) string { return s[:len(s)-len(strings.TrimLeft(s, " \t"))] }

@@ -23,7 +23,10 @@ type method struct {
 	params   []string // in Python's positional order
 	required int      // how many leading params are required
 	anyKeys  bool     // accepts **kwargs
-	fn       func(ctx context.Context, c *call) (any, error)
+	// heavy methods work in a sandbox (its agent, its MCP servers): they
+	// are admitted per user like the native API's exec (admission.go).
+	heavy bool
+	fn    func(ctx context.Context, c *call) (any, error)
 }
 
 // async returns the _async twin: same body and result, but errors name
@@ -56,8 +59,8 @@ func (s *Server) methods() []method {
 		{name: "get_info", params: []string{"identity"}, required: 1, fn: s.apiGetInfo},
 		{name: "check_health", params: []string{"identity"}, required: 1, fn: s.apiCheckHealth},
 		{name: "list_tools", params: []string{"identity", "tool_type"}, required: 1, anyKeys: true, fn: s.apiListTools},
-		{name: "call_tool", params: []string{"identity", "tool_name", "arguments"}, required: 1, fn: s.apiCallTool},
-		{name: "add_mcp_servers", params: []string{"identity", "server_configs", "overwrite"}, required: 2, fn: s.apiAddMCPServers},
+		{name: "call_tool", params: []string{"identity", "tool_name", "arguments"}, required: 1, heavy: true, fn: s.apiCallTool},
+		{name: "add_mcp_servers", params: []string{"identity", "server_configs", "overwrite"}, required: 2, heavy: true, fn: s.apiAddMCPServers},
 		{name: "get_session_mapping", params: []string{"session_ctx_id"}, required: 1, fn: s.apiGetSessionMapping},
 		{name: "list_session_keys", fn: s.apiListSessionKeys},
 		{name: "cleanup", fn: s.apiCleanup},
@@ -72,27 +75,49 @@ func (s *Server) methodHandler(m method) http.Handler {
 		if !ok {
 			return
 		}
+		ctx := r.Context()
+		if m.heavy {
+			var done func()
+			var err error
+			if ctx, done, err = s.admit(ctx, owner); err != nil {
+				s.writeMethodError(w, m, err)
+				return
+			}
+			// Released once the answer, which the reservations cover, is
+			// written.
+			defer done()
+		}
 		args, body, err := decodeArgs(w, r, m)
 		if err == nil {
 			c := &call{owner: owner, baseURL: baseURL(r), port: hostPort(r), args: args, req: r, body: body}
 			var result any
-			result, err = m.fn(r.Context(), c)
+			result, err = m.fn(ctx, c)
 			var ee errElsewhere
 			if errors.As(err, &ee) {
 				if s.serveElsewhere(w, r, c, ee.id) {
 					return
 				}
-				result, err = m.fn(r.Context(), c)
+				result, err = m.fn(ctx, c)
 			}
 			if err == nil {
 				writeJSON(w, http.StatusOK, map[string]any{"data": result})
 				return
 			}
 		}
-		msg := errorText(err)
-		s.log.Warn("agentscope method failed", "method", m.name, "err", err)
-		writeDetail(w, http.StatusInternalServerError, "Error in "+m.name+": "+msg)
+		s.writeMethodError(w, m, err)
 	})
+}
+
+// writeMethodError answers a failed method: 500 {"detail": "Error in
+// <name>: ..."}, or 429 with Retry-After when the caller is over its
+// request limits.
+func (s *Server) writeMethodError(w http.ResponseWriter, m method, err error) {
+	status, quota := quotaStatus(w, err)
+	if !quota {
+		status = http.StatusInternalServerError
+		s.log.Warn("agentscope method failed", "method", m.name, "err", err)
+	}
+	writeDetail(w, status, "Error in "+m.name+": "+errorText(err))
 }
 
 // errorText is the message a caller sees: the class message of agentbox

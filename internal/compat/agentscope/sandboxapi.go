@@ -36,6 +36,17 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found")
 		return
 	}
+	// Every route but the health check works in the sandbox: admitted
+	// like the native API's exec and file routes (admission.go).
+	if p != "/healthz" {
+		ctx, done, err := s.admit(r.Context(), rec.Owner)
+		if err != nil {
+			s.writeSandboxError(w, r, rec, err)
+			return
+		}
+		defer done()
+		r = r.WithContext(ctx)
+	}
 	if err := h(w, r, rec); err != nil {
 		s.writeSandboxError(w, r, rec, err)
 	}
@@ -129,6 +140,10 @@ func (s *Server) writeSandboxError(w http.ResponseWriter, r *http.Request, rec *
 		writeDetail(w, he.status, he.detail)
 		return
 	}
+	if status, ok := quotaStatus(w, err); ok {
+		writeDetail(w, status, errorText(err))
+		return
+	}
 	switch sandbox.ClassOf(err) {
 	case sandbox.ClassNotFound:
 		writeDetail(w, http.StatusNotFound, "not found")
@@ -212,6 +227,9 @@ func (s *Server) sbCallTool(w http.ResponseWriter, r *http.Request, rec *record)
 		return err
 	}
 	res, err := s.callTool(r.Context(), rec, body.ToolName, body.Arguments)
+	if sandbox.ClassOf(err) == sandbox.ClassQuota {
+		return err
+	}
 	if err != nil {
 		return detailErr(http.StatusInternalServerError, err.Error())
 	}

@@ -181,7 +181,7 @@ func (s *Server) callTool(ctx context.Context, r *record, name string, args map[
 	}
 	for _, t := range builtinGroups(r.Type)[groupFilesystem] {
 		if t.Name == name {
-			return s.runFSTool(ctx, r, name, args), nil
+			return s.runFSTool(ctx, r, name, args)
 		}
 	}
 	if g := s.mcpGroupOf(r.ID); g != nil {

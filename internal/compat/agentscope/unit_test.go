@@ -12,52 +12,6 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-func TestUnifiedDiff(t *testing.T) {
-	got := unifiedDiff("/workspace/a.txt", "one\ntwo\nthree\n", "one\nTWO\nthree\n", "original", "modified")
-	want := "Index: /workspace/a.txt\n" + strings.Repeat("=", 67) + "\n" +
-		"--- /workspace/a.txt\toriginal\n+++ /workspace/a.txt\tmodified\n" +
-		"@@ -1,3 +1,3 @@\n one\n-two\n+TWO\n three\n"
-	if got != want {
-		t.Fatalf("got\n%s\nwant\n%s", got, want)
-	}
-	// Far-apart changes make two hunks with 4 lines of context each.
-	var a, b []string
-	for i := 0; i < 30; i++ {
-		a = append(a, string(rune('a'+i%26)))
-	}
-	b = append(b, a...)
-	b[1], b[28] = "X", "Y"
-	got = unifiedDiff("f", strings.Join(a, "\n")+"\n", strings.Join(b, "\n")+"\n", "o", "m")
-	if n := strings.Count(got, "@@ -"); n != 2 {
-		t.Fatalf("want 2 hunks, got %d:\n%s", n, got)
-	}
-	if !strings.Contains(got, "@@ -1,6 +1,6 @@\n a\n-b\n+X\n") || !strings.Contains(got, "@@ -25,6 +25,6 @@\n") {
-		t.Fatalf("hunk headers:\n%s", got)
-	}
-	// A missing final newline is marked.
-	got = unifiedDiff("f", "x", "y", "o", "m")
-	if !strings.HasSuffix(got, "@@ -1,1 +1,1 @@\n-x\n\\ No newline at end of file\n+y\n\\ No newline at end of file\n") {
-		t.Fatalf("no-newline markers:\n%s", got)
-	}
-	// Adding to an empty file.
-	if got = unifiedDiff("f", "", "new\n", "o", "m"); !strings.HasSuffix(got, "@@ -0,0 +1,1 @@\n+new\n") {
-		t.Fatalf("empty old file:\n%s", got)
-	}
-}
-
-func TestReplaceLoose(t *testing.T) {
-	content := "def f():\n    if x:\n        return 1\n"
-	// Lines match up to surrounding whitespace; new lines are indented
-	// like the match plus their indent relative to the old text's.
-	got, ok := replaceLoose(content, "if x:\n    return 1", "if y:\n        return 2")
-	if !ok || got != "def f():\n    if y:\n        return 2\n" {
-		t.Fatalf("got %q %v", got, ok)
-	}
-	if _, ok := replaceLoose(content, "absent", "x"); ok {
-		t.Fatal("matched absent text")
-	}
-}
-
 func TestGlobRegexp(t *testing.T) {
 	cases := []struct {
 		glob, path string

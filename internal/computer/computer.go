@@ -18,7 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -65,7 +65,7 @@ var scrollButtons = map[string]string{"up": "4", "down": "5", "left": "6", "righ
 // invalid is a bad argument: an invalid-class error naming the field, as
 // the API's 400s do.
 func invalid(field, format string, args ...any) error {
-	return &sandbox.Error{Class: sandbox.ClassInvalid, Msg: fmt.Sprintf(format, args...), Err: &manager.FieldError{Field: field}}
+	return sandbox.Invalid(field, format, args...)
 }
 
 func point(name string, x, y *int) ([]string, error) {
@@ -175,15 +175,17 @@ func XdotoolArgs(a Action) ([]string, error) {
 	return nil, invalid("action", "unknown action %q: screenshot, click, double_click, move, drag, scroll, type, key, cursor_position or screen_size", a.Action)
 }
 
-// Execer runs a command in a sandbox and buffers its output (the
-// manager).
+// Execer runs a command in a sandbox and buffers its output (a data-plane
+// request on it).
 type Execer interface {
-	ExecBuffered(ctx context.Context, owner string, id sandbox.ID, req manager.ExecRequest) (*manager.BufferedExec, error)
+	Sandbox() sandbox.ID
+	ExecBuffered(ctx context.Context, req dataplane.ExecRequest) (*dataplane.BufferedExec, error)
 }
 
-// Do runs action a on the display of owner's sandbox id. A sandbox without
-// a desktop is a conflict-class error; bad arguments are invalid-class.
-func Do(ctx context.Context, m Execer, owner string, id sandbox.ID, a Action) (Result, error) {
+// Do runs action a on the display of x's sandbox. A sandbox without a
+// desktop is a conflict-class error; bad arguments are invalid-class.
+func Do(ctx context.Context, x Execer, a Action) (Result, error) {
+	id := x.Sandbox()
 	cmd := []string{"agentbox-screenshot"}
 	if a.Action != "screenshot" {
 		args, err := XdotoolArgs(a)
@@ -193,7 +195,7 @@ func Do(ctx context.Context, m Execer, owner string, id sandbox.ID, a Action) (R
 		cmd = append([]string{"xdotool"}, args...)
 	}
 	noDesktop := sandbox.Errorf(sandbox.ClassConflict, "sandbox %s has no desktop (%s not found): create it from the browser template (docs/browser.md)", id, cmd[0])
-	res, err := m.ExecBuffered(ctx, owner, id, manager.ExecRequest{Cmd: cmd, Timeout: Timeout})
+	res, err := x.ExecBuffered(ctx, dataplane.ExecRequest{Cmd: cmd, Timeout: Timeout})
 	if err != nil {
 		if sandbox.ClassOf(err) == sandbox.ClassInvalid && strings.Contains(err.Error(), "not found") {
 			return Result{}, noDesktop

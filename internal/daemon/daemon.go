@@ -25,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/compat/agentscope"
 	"github.com/agentbox/agentbox/internal/compat/e2b"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/netpolicy"
@@ -161,7 +162,7 @@ func Run(ctx context.Context, opts Options) error {
 		MaxInstances:        cfg.MaxInstances, MaxPerUser: cfg.MaxPerUser,
 		DefaultResources: cfg.Resources, MaxResources: cfg.MaxResources,
 		ReadonlyMounts: cfg.ReadonlyMounts, DefaultMountDir: cfg.DefaultMountDir,
-		MaxExecOutput: cfg.MaxExecOutputBytes, Logger: log, Metrics: manager.NewMetrics(reg),
+		Logger: log, Metrics: manager.NewMetrics(reg),
 		MaxRequestsPerUser: cfg.MaxRequestsPerUser, RequestMemory: cfg.RequestMemory,
 		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: netMgr != nil,
 		ValidateNetwork: netpolicy.Validate, Resolver: resolver, Committer: templates, NodeID: node, NodeMaxSandboxes: cfg.NodeMaxSandboxes,
@@ -173,7 +174,9 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	api := httpapi.New(httpapi.Config{APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Logger: log, Registry: reg,
+	// Every front end works inside sandboxes through this one service.
+	dp := dataplane.New(dataplane.Config{MaxExecOutput: cfg.MaxExecOutputBytes, Registry: reg, Logger: log}, m, m.Admission())
+	api := httpapi.New(httpapi.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Logger: log, Registry: reg,
 		PreviewDomain: cfg.PreviewDomain, PreviewSecret: secret, MetricsToken: cfg.MetricsToken, NoVNCDir: cfg.NoVNCDir,
 		Templates: templates, TemplateAdmins: cfg.TemplateAdmins, MaxImportBytes: cfg.TemplateMaxImport,
 		ImportDir: filepath.Join(tmplDir, "tmp"), AcquireTemplateOp: templateGate}, m)
@@ -183,13 +186,13 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	api.RegisterBuilds(httpapi.BuildConfig{Builder: bld, Store: templates})
-	as := agentscope.New(agentscope.Config{APIKeys: cfg.APIKeys, Prefix: cfg.ContainerPrefix, DefaultTypes: cfg.DefaultTypes,
+	as := agentscope.New(agentscope.Config{DataPlane: dp, APIKeys: cfg.APIKeys, Prefix: cfg.ContainerPrefix, DefaultTypes: cfg.DefaultTypes,
 		StorageFolder: cfg.StorageFolder, SandboxTimeout: cfg.MaxTimeout, MaxOutput: cfg.MaxExecOutputBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log, DesktopLink: api.DesktopLink, Docs: docsOf(st)}, m)
 	as.Register(api.Mux())
 	api.AllowBody("multipart/form-data", agentscope.IsMultipartUpload)
 	defer as.Close()
-	e2 := e2b.New(e2b.Config{APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: templates,
+	e2 := e2b.New(e2b.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: templates,
 		TemplateAdmins: cfg.TemplateAdmins, Builder: bld, BuildDir: filepath.Join(tmplDir, "tmp"), Logger: log}, m)
 	e2.Register(api.Mux())
 	api.SetSandboxPorts(e2.ServePort)

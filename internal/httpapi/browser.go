@@ -161,7 +161,12 @@ func (s *Server) computer(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, maxJSONBody, &a, false); err != nil {
 		return err
 	}
-	res, err := computer.Do(r.Context(), s.m, userOf(r), sandboxID(r), a)
+	dr, err := s.begin(r)
+	if err != nil {
+		return err
+	}
+	defer dr.End()
+	res, err := computer.Do(r.Context(), dr, a)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/dataplane"
 )
 
 // maxCodeBody bounds a code request (the code travels inline).
@@ -26,11 +26,11 @@ type codeExecBody struct {
 // away interrupts the execution.
 func (s *Server) execCode(w http.ResponseWriter, r *http.Request) error {
 	// The code is held twice: the body, and the string decoded from it.
-	release, err := s.admit(r, maxCodeBody, 2)
+	dr, err := s.beginWithBody(r, maxCodeBody, 2)
 	if err != nil {
 		return err
 	}
-	defer release()
+	defer dr.End()
 	var body codeExecBody
 	if err := decodeLargeJSON(w, r, maxCodeBody, &body); err != nil {
 		return err
@@ -42,7 +42,7 @@ func (s *Server) execCode(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	stream, err := s.m.ExecuteCode(r.Context(), userOf(r), sandboxID(r), manager.CodeExecRequest{
+	stream, err := dr.ExecuteCode(r.Context(), dataplane.CodeExecRequest{
 		Code: *body.Code, ContextID: body.ContextID, Language: body.Language, EnvVars: body.EnvVars,
 		Timeout: timeout, MaxOutputBytes: body.MaxOutputBytes,
 	})
@@ -96,7 +96,12 @@ func (s *Server) createCodeContext(w http.ResponseWriter, r *http.Request) error
 	if err := decodeJSON(w, r, maxJSONBody, &body, true); err != nil {
 		return err
 	}
-	cc, err := s.m.CreateCodeContext(r.Context(), userOf(r), sandboxID(r), body.Language, body.Cwd, body.User)
+	dr, err := s.begin(r)
+	if err != nil {
+		return err
+	}
+	defer dr.End()
+	cc, err := dr.CreateCodeContext(r.Context(), body.Language, body.Cwd, body.User)
 	if err != nil {
 		return err
 	}
@@ -106,12 +111,17 @@ func (s *Server) createCodeContext(w http.ResponseWriter, r *http.Request) error
 
 // listCodeContexts serves GET /v1/sandboxes/{id}/code/contexts.
 func (s *Server) listCodeContexts(w http.ResponseWriter, r *http.Request) error {
-	list, err := s.m.ListCodeContexts(r.Context(), userOf(r), sandboxID(r))
+	dr, err := s.begin(r)
+	if err != nil {
+		return err
+	}
+	defer dr.End()
+	list, err := dr.ListCodeContexts(r.Context())
 	if err != nil {
 		return err
 	}
 	if list == nil {
-		list = []manager.CodeContext{}
+		list = []dataplane.CodeContext{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"contexts": list})
 	return nil
@@ -119,7 +129,12 @@ func (s *Server) listCodeContexts(w http.ResponseWriter, r *http.Request) error 
 
 // restartCodeContext serves POST /v1/sandboxes/{id}/code/contexts/{ctx}/restart.
 func (s *Server) restartCodeContext(w http.ResponseWriter, r *http.Request) error {
-	if err := s.m.RestartCodeContext(r.Context(), userOf(r), sandboxID(r), r.PathValue("ctx")); err != nil {
+	dr, err := s.begin(r)
+	if err != nil {
+		return err
+	}
+	defer dr.End()
+	if err := dr.RestartCodeContext(r.Context(), r.PathValue("ctx")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -128,7 +143,12 @@ func (s *Server) restartCodeContext(w http.ResponseWriter, r *http.Request) erro
 
 // deleteCodeContext serves DELETE /v1/sandboxes/{id}/code/contexts/{ctx}.
 func (s *Server) deleteCodeContext(w http.ResponseWriter, r *http.Request) error {
-	if err := s.m.DeleteCodeContext(r.Context(), userOf(r), sandboxID(r), r.PathValue("ctx")); err != nil {
+	dr, err := s.begin(r)
+	if err != nil {
+		return err
+	}
+	defer dr.End()
+	if err := dr.DeleteCodeContext(r.Context(), r.PathValue("ctx")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

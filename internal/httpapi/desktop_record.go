@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/computer"
-	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -117,7 +117,12 @@ func (s *Server) recordStatus(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) runRecord(w http.ResponseWriter, r *http.Request, cmd []string) error {
 	id := sandboxID(r)
 	noDesktop := sandbox.Errorf(sandbox.ClassConflict, "sandbox %s cannot record its screen (agentbox-record not found): create it from the desktop template (docs/desktop.md)", id)
-	res, err := s.m.ExecBuffered(r.Context(), userOf(r), id, manager.ExecRequest{Cmd: cmd, Timeout: computer.Timeout})
+	dr, err := s.begin(r)
+	if err != nil {
+		return err
+	}
+	defer dr.End()
+	res, err := dr.ExecBuffered(r.Context(), dataplane.ExecRequest{Cmd: cmd, Timeout: computer.Timeout})
 	if err != nil {
 		if sandbox.ClassOf(err) == sandbox.ClassInvalid && strings.Contains(err.Error(), "not found") {
 			return noDesktop

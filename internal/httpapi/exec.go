@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/dataplane"
 )
 
 // Requests carry stdin inline; this bounds the whole body.
@@ -51,11 +51,11 @@ type execEventOut struct {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
-	release, err := s.admit(r, maxExecBody, 1)
+	dr, err := s.beginWithBody(r, maxExecBody, 1)
 	if err != nil {
 		return err
 	}
-	defer release()
+	defer dr.End()
 	var body execBody
 	if err := decodeLargeJSON(w, r, maxExecBody, &body); err != nil {
 		return err
@@ -67,15 +67,15 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req := manager.ExecRequest{Cmd: body.Cmd, Env: body.Env, Cwd: body.Cwd, Timeout: timeout, User: body.User}
+	req := dataplane.ExecRequest{Cmd: body.Cmd, Env: body.Env, Cwd: body.Cwd, Timeout: timeout, User: body.User}
 	if body.Stdin != nil {
 		// Shares the body's array: the one copy of stdin in the daemon.
 		req.Stdin = body.Stdin
 	}
 	if wantsNDJSON(r) {
-		return s.execStream(w, r, req)
+		return execStream(w, r, dr, req)
 	}
-	res, err := s.m.ExecBuffered(r.Context(), userOf(r), sandboxID(r), req)
+	res, err := dr.ExecBuffered(r.Context(), req)
 	if err != nil {
 		return err
 	}
@@ -96,11 +96,11 @@ func wantsNDJSON(r *http.Request) bool {
 // execStream writes one JSON event per line, flushing each, so callers see
 // output as it is produced. The 200 status goes out with the start event;
 // failures before it are normal JSON errors.
-func (s *Server) execStream(w http.ResponseWriter, r *http.Request, req manager.ExecRequest) error {
+func execStream(w http.ResponseWriter, r *http.Request, dr *dataplane.Request, req dataplane.ExecRequest) error {
 	rc := http.NewResponseController(w)
 	enc := json.NewEncoder(w)
 	started := false
-	_, err := s.m.Exec(r.Context(), userOf(r), sandboxID(r), req, func(ev manager.ExecEvent) error {
+	_, err := dr.Exec(r.Context(), req, func(ev dataplane.ExecEvent) error {
 		if !started {
 			w.Header().Set("Content-Type", "application/x-ndjson")
 			w.Header().Set("X-Content-Type-Options", "nosniff")

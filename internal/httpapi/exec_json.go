@@ -9,7 +9,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/dataplane"
 )
 
 // writeExecResult answers a buffered exec with the execResultOut JSON,
@@ -17,7 +17,7 @@ import (
 // Building the document first (string conversions, then encoding/json's
 // growing buffer, up to six bytes per output byte) cost several times the
 // output per request; this costs a 64 KiB buffer (reused).
-func writeExecResult(w http.ResponseWriter, res *manager.BufferedExec) error {
+func writeExecResult(w http.ResponseWriter, res *dataplane.BufferedExec) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	bw := execWriters.Get().(*bufio.Writer)

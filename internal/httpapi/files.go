@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -25,15 +25,15 @@ type entryOut struct {
 	SymlinkTarget string     `json:"symlink_target,omitempty"`
 }
 
-func entryJSON(e agentclient.EntryInfo) entryOut {
+func entryJSON(e dataplane.Entry) entryOut {
 	out := entryOut{Name: e.Name, Path: e.Path, Size: e.Size, Mode: e.Permissions, Owner: e.Owner,
 		Group: e.Group, SymlinkTarget: e.SymlinkTarget}
 	switch {
 	case e.IsSymlink:
 		out.Type = "symlink"
-	case e.Type == agentclient.FileTypeFile:
+	case e.Type == dataplane.FileTypeFile:
 		out.Type = "file"
-	case e.Type == agentclient.FileTypeDir:
+	case e.Type == dataplane.FileTypeDir:
 		out.Type = "dir"
 	default:
 		out.Type = "other"
@@ -57,18 +57,18 @@ func filePath(r *http.Request) (string, error) {
 	return p, nil
 }
 
-// fileTarget returns the ?path= of a file route and the agent of the
-// caller's sandbox.
-func (s *Server) fileTarget(r *http.Request) (string, *agentclient.Client, error) {
+// fileTarget returns the ?path= of a file route and opens its data-plane
+// request; the caller must End it.
+func (s *Server) fileTarget(r *http.Request) (string, *dataplane.Request, error) {
 	path, err := filePath(r)
 	if err != nil {
 		return "", nil, err
 	}
-	c, err := s.m.Agent(r.Context(), userOf(r), sandboxID(r))
+	dr, err := s.begin(r)
 	if err != nil {
 		return "", nil, err
 	}
-	return path, c, nil
+	return path, dr, nil
 }
 
 // fileUser is the in-sandbox user of a file request (?user=, default the
@@ -76,16 +76,12 @@ func (s *Server) fileTarget(r *http.Request) (string, *agentclient.Client, error
 func fileUser(r *http.Request) string { return r.URL.Query().Get("user") }
 
 func (s *Server) download(w http.ResponseWriter, r *http.Request) error {
-	release, err := s.admit(r, 0, 0)
+	path, dr, err := s.fileTarget(r)
 	if err != nil {
 		return err
 	}
-	defer release()
-	path, c, err := s.fileTarget(r)
-	if err != nil {
-		return err
-	}
-	body, size, err := c.Download(r.Context(), path, fileUser(r))
+	defer dr.End()
+	body, size, err := dr.Read(r.Context(), path, fileUser(r))
 	if err != nil {
 		return err
 	}
@@ -105,22 +101,18 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// Streamed to the agent: charged as a request, not by its size.
-	release, err := s.admit(r, 0, 0)
-	if err != nil {
-		return err
-	}
-	defer release()
 	limit := s.cfg.MaxUploadBytes
 	if r.ContentLength > limit {
 		return sandbox.Errorf(sandbox.ClassTooLarge, "upload of %d bytes is over the limit of %d bytes", r.ContentLength, limit)
 	}
-	c, err := s.m.Agent(r.Context(), userOf(r), sandboxID(r))
+	// Streamed to the agent: charged as a request, not by its size.
+	dr, err := s.begin(r)
 	if err != nil {
 		return err
 	}
+	defer dr.End()
 	body := http.MaxBytesReader(w, r.Body, limit)
-	entry, err := c.Upload(r.Context(), path, fileUser(r), body)
+	entry, err := dr.Write(r.Context(), path, fileUser(r), body)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -135,11 +127,12 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) error {
-	path, c, err := s.fileTarget(r)
+	path, dr, err := s.fileTarget(r)
 	if err != nil {
 		return err
 	}
-	if err := c.Remove(r.Context(), path, fileUser(r)); err != nil {
+	defer dr.End()
+	if err := dr.Remove(r.Context(), path, fileUser(r)); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -147,11 +140,12 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) statFile(w http.ResponseWriter, r *http.Request) error {
-	path, c, err := s.fileTarget(r)
+	path, dr, err := s.fileTarget(r)
 	if err != nil {
 		return err
 	}
-	e, err := c.Stat(r.Context(), path, fileUser(r))
+	defer dr.End()
+	e, err := dr.Stat(r.Context(), path, fileUser(r))
 	if err != nil {
 		return err
 	}
@@ -172,11 +166,12 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
 		}
 		depth = n
 	}
-	c, err := s.m.Agent(r.Context(), userOf(r), sandboxID(r))
+	dr, err := s.begin(r)
 	if err != nil {
 		return err
 	}
-	entries, err := c.ListDir(r.Context(), path, fileUser(r), depth)
+	defer dr.End()
+	entries, err := dr.List(r.Context(), path, fileUser(r), depth)
 	if err != nil {
 		return err
 	}
@@ -198,11 +193,12 @@ func (s *Server) makeDir(w http.ResponseWriter, r *http.Request) error {
 	if body.Path == "" {
 		return badRequest("path", "path is required")
 	}
-	c, err := s.m.Agent(r.Context(), userOf(r), sandboxID(r))
+	dr, err := s.begin(r)
 	if err != nil {
 		return err
 	}
-	e, err := c.MakeDir(r.Context(), body.Path, fileUser(r))
+	defer dr.End()
+	e, err := dr.MakeDir(r.Context(), body.Path, fileUser(r))
 	if err != nil {
 		return err
 	}
@@ -224,11 +220,12 @@ func (s *Server) moveFile(w http.ResponseWriter, r *http.Request) error {
 	if body.Destination == "" {
 		return badRequest("destination", "destination is required")
 	}
-	c, err := s.m.Agent(r.Context(), userOf(r), sandboxID(r))
+	dr, err := s.begin(r)
 	if err != nil {
 		return err
 	}
-	e, err := c.Move(r.Context(), body.Source, body.Destination, fileUser(r))
+	defer dr.End()
+	e, err := dr.Move(r.Context(), body.Source, body.Destination, fileUser(r))
 	if err != nil {
 		return err
 	}

@@ -4,35 +4,60 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/admission"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// admit admits a heavy request (one holding buffers or agent connections
-// while it runs) of the caller against the manager's per-user and memory
-// limits. bodyLimit > 0 means the handler reads a body of up to that many
-// bytes into memory and holds copies of it: a larger declared body is
-// refused before anything is read, and the body is charged copies times
-// its declared length (twice the limit when the length is unknown, the
-// worst case of reading it in growing pieces).
+// admit admits a heavy request that is not about a sandbox (a template
+// operation) against the caller's share of the daemon; see bodyWeight.
 func (s *Server) admit(r *http.Request, bodyLimit, copies int64) (release func(), err error) {
-	var bytes int64
-	if bodyLimit > 0 {
-		if r.ContentLength > bodyLimit {
-			return nil, sandbox.Errorf(sandbox.ClassTooLarge, "request body of %d bytes is over the limit of %d bytes", r.ContentLength, bodyLimit)
-		}
-		bytes = copies * r.ContentLength
-		if r.ContentLength < 0 {
-			bytes = (copies + 1) * bodyLimit
-		}
+	bytes, err := bodyWeight(r, bodyLimit, copies)
+	if err != nil {
+		return nil, err
 	}
 	return s.m.Admit(userOf(r), bytes)
+}
+
+// begin opens the data-plane request of r on the sandbox of its {id}:
+// admitted against the caller's share of the daemon (429 beyond it), the
+// sandbox the caller's (404 otherwise). The caller must End it.
+func (s *Server) begin(r *http.Request, opts ...dataplane.Option) (*dataplane.Request, error) {
+	return s.dp.Begin(r.Context(), userOf(r), sandboxID(r), opts...)
+}
+
+// beginWithBody is begin for a handler that reads a body of up to
+// bodyLimit bytes into memory and holds copies of it (see bodyWeight).
+func (s *Server) beginWithBody(r *http.Request, bodyLimit, copies int64) (*dataplane.Request, error) {
+	bytes, err := bodyWeight(r, bodyLimit, copies)
+	if err != nil {
+		return nil, err
+	}
+	return s.begin(r, dataplane.Weight(bytes))
+}
+
+// bodyWeight is what a request body held in memory costs: a larger
+// declared body than bodyLimit is refused before anything is read, and
+// the body is charged copies times its declared length (copies+1 times
+// the limit when the length is unknown, the worst case of reading it in
+// growing pieces).
+func bodyWeight(r *http.Request, bodyLimit, copies int64) (int64, error) {
+	if bodyLimit <= 0 {
+		return 0, nil
+	}
+	if r.ContentLength > bodyLimit {
+		return 0, sandbox.Errorf(sandbox.ClassTooLarge, "request body of %d bytes is over the limit of %d bytes", r.ContentLength, bodyLimit)
+	}
+	if r.ContentLength < 0 {
+		return (copies + 1) * bodyLimit, nil
+	}
+	return copies * r.ContentLength, nil
 }
 
 // setRetryAfter adds Retry-After to the answer of a refusal that carries
 // one.
 func setRetryAfter(w http.ResponseWriter, err error) {
-	var ra *manager.RetryAfterError
+	var ra *admission.RetryAfterError
 	if errors.As(err, &ra) {
 		w.Header().Set("Retry-After", ra.Seconds())
 	}

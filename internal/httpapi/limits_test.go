@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -81,7 +82,7 @@ func TestSecurityExecResultJSON(t *testing.T) {
 		append(bytes.Repeat([]byte("a"), jsonPiece-1), bytes.Repeat([]byte{0xff}, 10)...), // a bad run across a border
 	}
 	for i, out := range outputs {
-		res := &manager.BufferedExec{ExecResult: manager.ExecResult{ExitCode: 3, Status: "exit status 3",
+		res := &dataplane.BufferedExec{ExecResult: dataplane.ExecResult{ExitCode: 3, Status: "exit status 3",
 			TimedOut: true, Duration: 1500 * time.Microsecond}, Stdout: out, Stderr: outputs[len(outputs)-1-i], Truncated: true}
 		rec := httptest.NewRecorder()
 		if err := writeExecResult(rec, res); err != nil {

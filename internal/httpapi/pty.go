@@ -12,7 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/dataplane"
 )
 
 // ptyControl is a text message on the PTY websocket.
@@ -40,16 +40,19 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 		}
 		rows = uint32(n)
 	}
-	opts := agentclient.StartOptions{Cmd: "/bin/bash", Args: []string{"-i", "-l"}, Cwd: q.Get("cwd"),
-		PTY: &agentclient.PTYSize{Cols: cols, Rows: rows}, Stdin: true,
+	opts := dataplane.StartOptions{Cmd: "/bin/bash", Args: []string{"-i", "-l"}, Cwd: q.Get("cwd"),
+		PTY: &dataplane.PTYSize{Cols: cols, Rows: rows}, Stdin: true,
 		Env: map[string]string{"TERM": "xterm-256color"}}
 	if cmd := q.Get("cmd"); cmd != "" {
 		opts.Args = []string{"-l", "-c", cmd}
 	}
-	client, err := s.m.Agent(r.Context(), userOf(r), sandboxID(r))
+	// The terminal is admitted like any request, then lives on outside the
+	// count of requests in flight (it may stay open for hours).
+	dr, err := s.begin(r)
 	if err != nil {
 		return err
 	}
+	defer dr.End()
 	// Check the sandbox before upgrading, so errors are plain JSON responses.
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{PTYProtocol}})
 	if err != nil {
@@ -60,7 +63,8 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	p, err := client.Start(ctx, opts)
+	p, err := dr.Start(ctx, opts)
+	dr.End()
 	if err != nil {
 		conn.Close(websocket.StatusInternalError, truncateReason(err.Error()))
 		return nil
@@ -70,7 +74,7 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	defer func() {
 		if !killed {
 			kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = client.Kill(kctx, p.Pid())
+			_ = p.Kill(kctx)
 			kcancel()
 		}
 	}()
@@ -104,11 +108,11 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		}
 		switch ev.Kind {
-		case agentclient.EventPTY, agentclient.EventStdout, agentclient.EventStderr:
+		case dataplane.EventPTY, dataplane.EventStdout, dataplane.EventStderr:
 			if err := conn.Write(ctx, websocket.MessageBinary, ev.Data); err != nil {
 				return nil
 			}
-		case agentclient.EventEnd:
+		case dataplane.EventEnd:
 			killed = true
 			code := ev.End.ExitCode
 			msg, _ := json.Marshal(ptyControl{Type: "exit", ExitCode: &code})

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
@@ -67,12 +68,17 @@ type Config struct {
 	// AcquireTemplateOp waits for a turn among the server's concurrent
 	// template operations (default: NewTemplateGate(2)).
 	AcquireTemplateOp func(ctx context.Context) (release func(), err error)
+
+	// DataPlane is the service every route that works inside a sandbox
+	// goes through (default: one over the manager).
+	DataPlane *dataplane.Service
 }
 
 // Server is the HTTP API.
 type Server struct {
 	cfg     Config
 	m       *manager.Manager
+	dp      *dataplane.Service // everything inside a sandbox
 	log     *slog.Logger
 	mux     *http.ServeMux
 	handler http.Handler
@@ -114,7 +120,10 @@ func New(cfg Config, m *manager.Manager) *Server {
 	if cfg.AcquireTemplateOp == nil {
 		cfg.AcquireTemplateOp = NewTemplateGate(2)
 	}
-	s := &Server{cfg: cfg, m: m, log: cfg.Logger, mux: http.NewServeMux(), started: time.Now()}
+	if cfg.DataPlane == nil {
+		cfg.DataPlane = dataplane.New(dataplane.Config{Logger: cfg.Logger}, m, m.Admission())
+	}
+	s := &Server{cfg: cfg, m: m, dp: cfg.DataPlane, log: cfg.Logger, mux: http.NewServeMux(), started: time.Now()}
 	s.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "agentbox_http_request_seconds", Help: "HTTP request latency by route and status class.",
 		Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30},

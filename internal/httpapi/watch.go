@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -66,10 +66,13 @@ func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer release()
-	path, c, err := s.fileTarget(r)
+	path, dr, err := s.fileTarget(r)
 	if err != nil {
 		return err
 	}
+	// Admitted like any request; the stream then lives outside the count
+	// of requests in flight, under the watch cap above.
+	defer dr.End()
 	recursive := false
 	if v := r.URL.Query().Get("recursive"); v != "" {
 		recursive, err = strconv.ParseBool(v)
@@ -77,14 +80,15 @@ func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("recursive", "recursive must be true or false")
 		}
 	}
-	watcher, err := c.WatchDir(r.Context(), path, fileUser(r), agentclient.WatchOptions{Recursive: recursive, IncludeEntry: true})
+	watcher, err := dr.Watch(r.Context(), path, fileUser(r), dataplane.WatchOptions{Recursive: recursive, IncludeEntry: true})
+	dr.End()
 	if err != nil {
 		return err
 	}
 	defer watcher.Close()
 
 	type next struct {
-		ev  agentclient.FSEvent
+		ev  dataplane.FSEvent
 		err error
 	}
 	events := make(chan next)

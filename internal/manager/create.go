@@ -113,15 +113,11 @@ func (m *Manager) templateNames() string {
 }
 
 // FieldError names the request field an invalid_argument error is about.
-type FieldError struct{ Field string }
-
-func (f *FieldError) Error() string { return "field " + f.Field }
+type FieldError = sandbox.FieldError
 
 func fieldErr(field string) error { return &FieldError{Field: field} }
 
-func invalid(field, format string, args ...any) error {
-	return &sandbox.Error{Class: sandbox.ClassInvalid, Msg: fmt.Sprintf(format, args...), Err: fieldErr(field)}
-}
+func invalid(field, format string, args ...any) error { return sandbox.Invalid(field, format, args...) }
 
 func (m *Manager) validate(req *CreateRequest) error {
 	if req.Timeout < 0 {

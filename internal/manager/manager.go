@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/agentbox/agentbox/internal/admission"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -71,10 +72,6 @@ type Config struct {
 	// the mode is checked).
 	ValidateNetwork func(sandbox.Network) error
 
-	// MaxExecOutput caps the bytes of each stream kept for a buffered exec.
-	MaxExecOutput int64
-	// DefaultExecTimeout applies when an exec request has none.
-	DefaultExecTimeout time.Duration
 	// MaxRequestsPerUser caps the heavy requests (exec, code, file
 	// transfers) one user has in flight; 0 = no cap.
 	MaxRequestsPerUser int
@@ -115,7 +112,7 @@ type Manager struct {
 	peerDestroy  PeerDestroy // another replica's sandbox of a session (sessions.go)
 	// pauseLocks serialise Pause and Resume of one sandbox.
 	pauseLocks keyedMutex
-	admission  *admission
+	admission  *admission.Tracker
 	ready      atomic.Bool
 	down       atomic.Bool // Shutdown was called: backend events are ignored
 	stopLoops  context.CancelFunc
@@ -154,12 +151,6 @@ func New(cfg Config, b backend.Backend, s store.Store) *Manager {
 	if cfg.MaxTimeout == 0 {
 		cfg.MaxTimeout = 24 * time.Hour
 	}
-	if cfg.DefaultExecTimeout == 0 {
-		cfg.DefaultExecTimeout = 60 * time.Second
-	}
-	if cfg.MaxExecOutput == 0 {
-		cfg.MaxExecOutput = 16 << 20
-	}
 	if cfg.DefaultNetworkMode == "" {
 		cfg.DefaultNetworkMode = sandbox.NetworkNone
 	}
@@ -172,7 +163,7 @@ func New(cfg Config, b backend.Backend, s store.Store) *Manager {
 	m := &Manager{
 		cfg: cfg, backend: b, store: s, log: cfg.Logger.With("component", "manager"), metrics: cfg.Metrics,
 		entries: map[sandbox.ID]*entry{}, pools: map[string]*pool.Pool{},
-		admission: newAdmission(cfg.MaxRequestsPerUser, cfg.RequestMemory),
+		admission: admission.New(cfg.MaxRequestsPerUser, cfg.RequestMemory),
 	}
 	if w, ok := b.(backend.ExitWatcher); ok {
 		w.OnAgentExit(m.agentExited)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/backend/fake"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/testutil"
@@ -53,9 +54,22 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// execBuffered runs a command through the data plane over m, as the
+// front ends do.
+func execBuffered(t *testing.T, m *Manager, ctx context.Context, owner string, id sandbox.ID, req dataplane.ExecRequest) (*dataplane.BufferedExec, error) {
+	t.Helper()
+	dp := dataplane.New(dataplane.Config{}, m, m.Admission())
+	r, err := dp.Begin(ctx, owner, id)
+	if err != nil {
+		return nil, err
+	}
+	defer r.End()
+	return r.ExecBuffered(ctx, req)
+}
+
 func execOut(t *testing.T, m *Manager, owner string, id sandbox.ID, cmd ...string) string {
 	t.Helper()
-	res, err := m.ExecBuffered(context.Background(), owner, id, ExecRequest{Cmd: cmd})
+	res, err := execBuffered(t, m, context.Background(), owner, id, dataplane.ExecRequest{Cmd: cmd})
 	if err != nil {
 		t.Fatalf("exec %v: %v", cmd, err)
 	}
@@ -79,7 +93,7 @@ func TestOwnershipAndLifecycle(t *testing.T) {
 	if _, err := e.m.Get(ctx, "bob", rec.ID); !sandbox.IsNotFound(err) {
 		t.Fatalf("bob get: %v", err)
 	}
-	if _, err := e.m.ExecBuffered(ctx, "bob", rec.ID, ExecRequest{Cmd: []string{"true"}}); !sandbox.IsNotFound(err) {
+	if _, err := execBuffered(t, e.m, ctx, "bob", rec.ID, dataplane.ExecRequest{Cmd: []string{"true"}}); !sandbox.IsNotFound(err) {
 		t.Fatalf("bob exec: %v", err)
 	}
 	if err := e.m.Delete(ctx, "bob", rec.ID); !sandbox.IsNotFound(err) {
@@ -361,37 +375,6 @@ func TestRestartReconciles(t *testing.T) {
 	}
 }
 
-func TestExecOutputCapAndTimeout(t *testing.T) {
-	e := newEnv(t, Config{MaxExecOutput: 1000})
-	ctx := context.Background()
-	rec, _ := e.m.Create(ctx, "u", CreateRequest{})
-	res, err := e.m.ExecBuffered(ctx, "u", rec.ID, ExecRequest{Cmd: []string{"/bin/sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x; echo done >&2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.Stdout) != 1000 || !res.Truncated || string(res.Stderr) != "done\n" || res.ExitCode != 0 {
-		t.Fatalf("capped exec: %d bytes, truncated %v, stderr %q, exit %d", len(res.Stdout), res.Truncated, res.Stderr, res.ExitCode)
-	}
-	res, err = e.m.ExecBuffered(ctx, "u", rec.ID, ExecRequest{Cmd: []string{"sleep", "30"}, Timeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.TimedOut || res.ExitCode == 0 {
-		t.Fatalf("timeout not reported: %+v", res.ExecResult)
-	}
-	if _, err := e.m.ExecBuffered(ctx, "u", rec.ID, ExecRequest{}); sandbox.ClassOf(err) != sandbox.ClassInvalid {
-		t.Fatalf("empty cmd: %v", err)
-	}
-	out := execOut(t, e.m, "u", rec.ID, "/bin/sh", "-c", "cat")
-	if out != "" {
-		t.Fatalf("stdin should be empty by default: %q", out)
-	}
-	res, err = e.m.ExecBuffered(ctx, "u", rec.ID, ExecRequest{Cmd: []string{"/bin/sh", "-c", "tr a-z A-Z"}, Stdin: []byte("shout")})
-	if err != nil || strings.TrimSpace(string(res.Stdout)) != "SHOUT" {
-		t.Fatalf("stdin: %q %v", res.Stdout, err)
-	}
-}
-
 func TestStopStartKeepsFiles(t *testing.T) {
 	e := newEnv(t, Config{})
 	ctx := context.Background()
@@ -404,7 +387,7 @@ func TestStopStartKeepsFiles(t *testing.T) {
 	if err != nil || st.State != sandbox.StateStopped {
 		t.Fatalf("stop: %+v %v", st, err)
 	}
-	if _, err := e.m.ExecBuffered(ctx, "u", rec.ID, ExecRequest{Cmd: []string{"true"}}); sandbox.ClassOf(err) != sandbox.ClassConflict {
+	if _, err := execBuffered(t, e.m, ctx, "u", rec.ID, dataplane.ExecRequest{Cmd: []string{"true"}}); sandbox.ClassOf(err) != sandbox.ClassConflict {
 		t.Fatalf("exec in a stopped sandbox: %v", err)
 	}
 	if _, err := e.m.StopSandbox(ctx, "bob", rec.ID); !sandbox.IsNotFound(err) {

@@ -17,7 +17,6 @@ type Metrics struct {
 	poolHits       *prometheus.CounterVec
 	poolMisses     *prometheus.CounterVec
 	live           prometheus.Gauge
-	execSeconds    prometheus.Histogram
 }
 
 // latencyBuckets span 0.5 ms to 10 s: pool hits are milliseconds, cold
@@ -55,13 +54,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		live: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "agentbox_sandboxes_live", Help: "Sandboxes that exist now, pooled ones included.",
 		}),
-		execSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "agentbox_exec_seconds", Help: "Duration of exec requests.", Buckets: latencyBuckets,
-		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.createdTotal, m.createFailures, m.createSeconds, m.phaseSeconds,
-			m.destroyedTotal, m.recycledTotal, m.poolHits, m.poolMisses, m.live, m.execSeconds)
+			m.destroyedTotal, m.recycledTotal, m.poolHits, m.poolMisses, m.live)
 	}
 	return m
 }
@@ -80,4 +76,3 @@ func (m *Metrics) recycled(template string) { m.recycledTotal.WithLabelValues(te
 func (m *Metrics) poolHit(template string)  { m.poolHits.WithLabelValues(template).Inc() }
 func (m *Metrics) poolMiss(template string) { m.poolMisses.WithLabelValues(template).Inc() }
 func (m *Metrics) setLive(n int)            { m.live.Set(float64(n)) }
-func (m *Metrics) exec(d time.Duration)     { m.execSeconds.Observe(d.Seconds()) }

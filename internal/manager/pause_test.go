@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/backend/fake"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/testutil"
@@ -49,7 +50,7 @@ func TestPauseKeepsClock(t *testing.T) {
 	if stored, _ := e.st.Get(ctx, rec.ID); stored.State != sandbox.StatePaused || stored.Remaining != p.Remaining {
 		t.Fatalf("stored record = %+v", stored)
 	}
-	if _, err := e.m.ExecBuffered(ctx, "alice", rec.ID, ExecRequest{Cmd: []string{"true"}}); sandbox.ClassOf(err) != sandbox.ClassConflict {
+	if _, err := execBuffered(t, e.m, ctx, "alice", rec.ID, dataplane.ExecRequest{Cmd: []string{"true"}}); sandbox.ClassOf(err) != sandbox.ClassConflict {
 		t.Fatalf("exec on paused: %v, want conflict", err)
 	}
 	if _, err := e.m.SetTimeout(ctx, "alice", rec.ID, time.Minute); sandbox.ClassOf(err) != sandbox.ClassConflict {

@@ -246,3 +246,18 @@ func (l *eventLog) list(limit int) []LogEntry {
 	}
 	return out
 }
+
+// LimitCounters reads sandbox id's OOM kills and pids-limit hits so far;
+// ok is false when the backend cannot tell.
+func (m *Manager) LimitCounters(ctx context.Context, id sandbox.ID) (oomKills, pidsLimitHits int64, ok bool) {
+	if lc, ok := m.backend.(backend.LimitCounter); ok {
+		oom, pids, err := lc.LimitCounters(ctx, id)
+		return oom, pids, err == nil
+	}
+	sr, ok := m.backend.(backend.StatsReader)
+	if !ok {
+		return 0, 0, false
+	}
+	st, err := sr.Stats(ctx, id)
+	return st.OOMKills, st.PidsLimitHits, err == nil
+}

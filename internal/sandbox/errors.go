@@ -49,6 +49,17 @@ func Wrap(c Class, err error, msg string) error {
 	return &Error{Class: c, Msg: msg, Err: err}
 }
 
+// FieldError names the request field an invalid_argument error is about
+// (the API reports it).
+type FieldError struct{ Field string }
+
+func (f *FieldError) Error() string { return "field " + f.Field }
+
+// Invalid returns a ClassInvalid error about field.
+func Invalid(field, format string, args ...any) error {
+	return &Error{Class: ClassInvalid, Msg: fmt.Sprintf(format, args...), Err: &FieldError{Field: field}}
+}
+
 // ClassOf returns the class of the first *Error in err's chain, or
 // ClassInternal when there is none.
 func ClassOf(err error) Class {

@@ -4,68 +4,81 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sync"
 	"unicode/utf8"
 	"unsafe"
 
-	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/admission"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Tool calls and the sandbox API's routes hold an agent connection and
-// buffers in the daemon while they run, like the native API's exec and
-// file routes: each is admitted against the manager's per-user count
-// (MAX_REQUESTS_PER_USER) and the memory it buffers is reserved from the
-// request memory budget (REQUEST_MEMORY) before it is read, and held
-// until the answer is written.
+// Tool calls and the sandbox API's routes work in a sandbox through a
+// data-plane request (package dataplane): admitted against the caller's
+// share of the daemon (MAX_REQUESTS_PER_USER, REQUEST_MEMORY), confined
+// to /workspace. The route that admits a call puts its request in the
+// context; the memory a tool buffers is reserved on it before it is read
+// and held until the answer is written.
 
-// ticket is one admitted request.
-type ticket struct {
-	m     *manager.Manager
-	owner string
+type requestKey struct{}
 
-	mu       sync.Mutex
-	releases []func()
+// withRequest returns ctx carrying dr.
+func withRequest(ctx context.Context, dr *dataplane.Request) context.Context {
+	return context.WithValue(ctx, requestKey{}, dr)
 }
 
-type ticketKey struct{}
+// work returns the data-plane request of ctx for r, or, for work the
+// daemon does on its own (workspace copies at release, MCP servers it
+// keeps), one it opens without counting it against the user; done ends
+// what work opened.
+func (s *Server) work(ctx context.Context, r *record) (dr *dataplane.Request, done func(), err error) {
+	if dr, ok := ctx.Value(requestKey{}).(*dataplane.Request); ok && dr.Sandbox() == r.ID {
+		return dr, func() {}, nil
+	}
+	dr, err = s.dp.Begin(ctx, r.Owner, r.ID, dataplane.Confine(workspaceRoot), dataplane.Uncounted())
+	if err != nil {
+		return nil, nil, err
+	}
+	return dr, dr.End, nil
+}
 
-// admit admits one heavy request of owner and returns a context carrying
-// its ticket; done releases everything the request reserved.
-func (s *Server) admit(ctx context.Context, owner string) (context.Context, func(), error) {
-	release, err := s.m.Admit(owner, 0)
+// ends are what a manager route runs once its answer is written.
+type ends struct{ fns []func() }
+
+type endsKey struct{}
+
+func withEnds(ctx context.Context) (context.Context, *ends) {
+	e := &ends{}
+	return context.WithValue(ctx, endsKey{}, e), e
+}
+
+func (e *ends) run() {
+	for _, fn := range e.fns {
+		fn()
+	}
+}
+
+// begin opens the admitted, /workspace-confined data-plane request of a
+// call on r and returns ctx carrying it. A manager route's request ends
+// once its answer is written; elsewhere the caller ends it with done.
+func (s *Server) begin(ctx context.Context, r *record) (context.Context, func(), error) {
+	dr, err := s.dp.Begin(ctx, r.Owner, r.ID, dataplane.Confine(workspaceRoot))
 	if err != nil {
 		return ctx, nil, err
 	}
-	t := &ticket{m: s.m, owner: owner, releases: []func(){release}}
-	return context.WithValue(ctx, ticketKey{}, t), t.done, nil
+	if e, ok := ctx.Value(endsKey{}).(*ends); ok {
+		e.fns = append(e.fns, dr.End)
+		return withRequest(ctx, dr), func() {}, nil
+	}
+	return withRequest(ctx, dr), dr.End, nil
 }
 
 // reserve charges n more bytes to the request of ctx. A context without
-// a ticket (a call the daemon makes itself) is not charged.
+// one (a call the daemon makes itself) is not charged.
 func reserve(ctx context.Context, n int64) error {
-	t, _ := ctx.Value(ticketKey{}).(*ticket)
-	if t == nil || n <= 0 {
-		return nil
+	if dr, ok := ctx.Value(requestKey{}).(*dataplane.Request); ok {
+		return dr.Reserve(n)
 	}
-	release, err := t.m.Reserve(t.owner, n)
-	if err != nil {
-		return err
-	}
-	t.mu.Lock()
-	t.releases = append(t.releases, release)
-	t.mu.Unlock()
 	return nil
-}
-
-func (t *ticket) done() {
-	t.mu.Lock()
-	rs := t.releases
-	t.releases = nil
-	t.mu.Unlock()
-	for _, r := range rs {
-		r()
-	}
 }
 
 // jsonCost is what writing text in a JSON answer costs: its encoding
@@ -152,7 +165,7 @@ func quotaStatus(w http.ResponseWriter, err error) (int, bool) {
 	if sandbox.ClassOf(err) != sandbox.ClassQuota {
 		return 0, false
 	}
-	var ra *manager.RetryAfterError
+	var ra *admission.RetryAfterError
 	if errors.As(err, &ra) {
 		w.Header().Set("Retry-After", ra.Seconds())
 	}

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -43,6 +44,9 @@ type Config struct {
 	// Docs keeps the records (the daemon's store: Redis shares them
 	// between replicas, bbolt keeps them across restarts). nil: memory.
 	Docs store.Docs
+	// DataPlane is the service every tool and sandbox route works through
+	// (nil: one over the manager).
+	DataPlane *dataplane.Service
 	// Peers reaches the other replicas (nil: none, a lone daemon).
 	Peers  Peers
 	Logger *slog.Logger

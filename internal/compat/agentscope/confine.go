@@ -7,7 +7,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -35,7 +35,7 @@ func (e errOutside) Error() string { return e.path + " is outside " + workspaceR
 // keepLast the final component is kept as it is (remove, move and stat act
 // on a link itself). The part that does not exist yet is kept as given.
 // errOutside when a link leads out of /workspace.
-func realWorkspacePath(ctx context.Context, c *agentclient.Client, abs string, keepLast bool) (string, error) {
+func realWorkspacePath(ctx context.Context, c *dataplane.Request, abs string, keepLast bool) (string, error) {
 	rest := splitWorkspacePath(abs)
 	done, links := workspaceRoot, 0
 	for len(rest) > 0 {
@@ -52,7 +52,7 @@ func realWorkspacePath(ctx context.Context, c *agentclient.Client, abs string, k
 			return "", err
 		}
 		if !e.IsSymlink {
-			if e.Type != agentclient.FileTypeDir && len(rest) > 0 {
+			if e.Type != dataplane.FileTypeDir && len(rest) > 0 {
 				// A file with more after it: the act fails as it should.
 				return path.Join(append([]string{next}, rest...)...), nil
 			}
@@ -88,7 +88,7 @@ func splitWorkspacePath(abs string) []string {
 
 // wsReal resolves a workspace route's path (see realWorkspacePath); a
 // path leading out of /workspace is the routes' 403.
-func wsReal(r *http.Request, c *agentclient.Client, p string, keepLast bool) (string, error) {
+func wsReal(r *http.Request, c *dataplane.Request, p string, keepLast bool) (string, error) {
 	real, err := realWorkspacePath(r.Context(), c, p, keepLast)
 	if _, ok := err.(errOutside); ok {
 		return "", detailErr(http.StatusForbidden, detailOutside)
@@ -99,7 +99,7 @@ func wsReal(r *http.Request, c *agentclient.Client, p string, keepLast bool) (st
 // real resolves a filesystem tool's path (see realWorkspacePath), with
 // the MCP filesystem server's refusal text for a link leading outside.
 func (f *fsCtx) real(p string, keepLast bool) (string, error) {
-	real, err := realWorkspacePath(f.ctx, f.client, p, keepLast)
+	real, err := realWorkspacePath(f.ctx, f.dr, p, keepLast)
 	if o, ok := err.(errOutside); ok {
 		return "", fmt.Errorf("Access denied - symlink target outside allowed directories: %s not in %s", o.path, workspaceRoot) //nolint:staticcheck // exact text
 	}

@@ -7,7 +7,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -69,9 +69,9 @@ var fsTools = []toolSpec{
 
 // fsCtx is one filesystem tool call.
 type fsCtx struct {
-	ctx    context.Context
-	client *agentclient.Client
-	out    *textOut // the answer, for the tools that read files into it
+	ctx context.Context
+	dr  *dataplane.Request
+	out *textOut // the answer, for the tools that read files into it
 }
 
 // runFSTool runs a filesystem tool; every failure is an error result,
@@ -80,11 +80,12 @@ type fsCtx struct {
 func (s *Server) runFSTool(ctx context.Context, r *record, name string, args map[string]any) (map[string]any, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ToolTimeout)
 	defer cancel()
-	client, err := s.m.Agent(ctx, r.Owner, r.ID)
+	dr, done, err := s.work(ctx, r)
 	if err != nil {
 		return toolError("%s", errorText(err)), nil
 	}
-	f := &fsCtx{ctx: ctx, client: client, out: &textOut{ctx: ctx}}
+	defer done()
+	f := &fsCtx{ctx: ctx, dr: dr, out: &textOut{ctx: ctx}}
 	text, err := f.run(name, args)
 	if sandbox.ClassOf(err) == sandbox.ClassQuota {
 		return nil, err
@@ -128,7 +129,7 @@ func (f *fsCtx) run(name string, args map[string]any) (string, error) {
 		if dst, err = f.real(dst, true); err != nil {
 			return "", err
 		}
-		if _, err := f.client.Move(f.ctx, src, dst, ""); err != nil {
+		if _, err := f.dr.Move(f.ctx, src, dst, ""); err != nil {
 			return "", fsErr(err, "rename", src)
 		}
 		return fmt.Sprintf("Successfully moved %s to %s", args["source"], args["destination"]), nil
@@ -152,14 +153,14 @@ func (f *fsCtx) run(name string, args map[string]any) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if _, err := f.client.Upload(f.ctx, p, "", strings.NewReader(content)); err != nil {
+		if _, err := f.dr.Write(f.ctx, p, "", strings.NewReader(content)); err != nil {
 			return "", fsErr(err, "open", p)
 		}
 		return fmt.Sprintf("Successfully wrote to %s", args["path"]), nil
 	case "edit_file":
 		return f.edit(p, args)
 	case "create_directory":
-		if _, err := f.client.MakeDir(f.ctx, p, ""); err != nil && sandbox.ClassOf(err) != sandbox.ClassConflict {
+		if _, err := f.dr.MakeDir(f.ctx, p, ""); err != nil && sandbox.ClassOf(err) != sandbox.ClassConflict {
 			return "", fsErr(err, "mkdir", p)
 		}
 		return fmt.Sprintf("Successfully created directory %s", args["path"]), nil
@@ -225,18 +226,18 @@ func fsErr(err error, syscall, p string) error {
 // read appends the file at p to the answer, within what is left of
 // maxToolText.
 func (f *fsCtx) read(p string) error {
-	st, err := f.client.Stat(f.ctx, p, "")
+	st, err := f.dr.Stat(f.ctx, p, "")
 	if err != nil {
 		return fsErr(err, "open", p)
 	}
-	if st.Type == agentclient.FileTypeDir {
+	if st.Type == dataplane.FileTypeDir {
 		return fmt.Errorf("EISDIR: illegal operation on a directory, read")
 	}
 	left := maxToolText - int64(f.out.Len())
 	if st.Size > left {
 		return f.tooLarge(p, st.Size)
 	}
-	rc, _, err := f.client.Download(f.ctx, p, "")
+	rc, _, err := f.dr.Read(f.ctx, p, "")
 	if err != nil {
 		return fsErr(err, "open", p)
 	}
@@ -307,7 +308,7 @@ func (f *fsCtx) list(p string) (string, error) {
 	lines := make([]string, len(entries))
 	for i, e := range entries {
 		kind := "[FILE]"
-		if e.Type == agentclient.FileTypeDir && !e.IsSymlink {
+		if e.Type == dataplane.FileTypeDir && !e.IsSymlink {
 			kind = "[DIR]"
 		}
 		lines[i] = kind + " " + e.Name
@@ -316,18 +317,18 @@ func (f *fsCtx) list(p string) (string, error) {
 }
 
 // listDir lists p (a directory) down to depth, sorted by path.
-func (f *fsCtx) listDir(p string, depth int) ([]agentclient.EntryInfo, error) {
-	st, err := f.client.Stat(f.ctx, p, "")
+func (f *fsCtx) listDir(p string, depth int) ([]dataplane.Entry, error) {
+	st, err := f.dr.Stat(f.ctx, p, "")
 	if err != nil {
 		return nil, fsErr(err, "scandir", p)
 	}
-	if st.Type != agentclient.FileTypeDir {
+	if st.Type != dataplane.FileTypeDir {
 		return nil, fmt.Errorf("ENOTDIR: not a directory, scandir '%s'", p)
 	}
 	if err := reserve(f.ctx, listCost); err != nil {
 		return nil, err
 	}
-	entries, err := f.client.ListDir(f.ctx, p, "", depth)
+	entries, err := f.dr.List(f.ctx, p, "", depth)
 	if err != nil {
 		return nil, fsErr(err, "scandir", p)
 	}

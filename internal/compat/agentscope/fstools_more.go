@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/textedit"
 )
@@ -19,7 +19,7 @@ import (
 // maxTreeDepth bounds recursive listings (directory_tree, search_files).
 const maxTreeDepth = 64
 
-func sortEntries(entries []agentclient.EntryInfo) {
+func sortEntries(entries []dataplane.Entry) {
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
 }
 
@@ -59,7 +59,7 @@ func (f *fsCtx) tree(p string) (string, error) {
 	dirs := map[string]*treeNode{p: {isDir: true}}
 	for _, e := range entries {
 		n := &treeNode{Name: e.Name, Type: "file"}
-		if e.Type == agentclient.FileTypeDir && !e.IsSymlink {
+		if e.Type == dataplane.FileTypeDir && !e.IsSymlink {
 			n.Type, n.isDir = "directory", true
 			dirs[e.Path] = n
 		}
@@ -164,19 +164,19 @@ func globRegexp(glob string) *regexp.Regexp {
 }
 
 func (f *fsCtx) info(p string) (string, error) {
-	st, err := f.client.Stat(f.ctx, p, "")
+	st, err := f.dr.Stat(f.ctx, p, "")
 	if err != nil {
 		return "", fsErr(err, "stat", p)
 	}
 	mtime := jsDate(st.ModTime)
-	isDir := st.Type == agentclient.FileTypeDir
+	isDir := st.Type == dataplane.FileTypeDir
 	lines := []string{
 		fmt.Sprintf("size: %d", st.Size),
 		"created: " + mtime, // birth time is not reported by the agent
 		"modified: " + mtime,
 		"accessed: " + mtime,
 		fmt.Sprintf("isDirectory: %t", isDir),
-		fmt.Sprintf("isFile: %t", st.Type == agentclient.FileTypeFile),
+		fmt.Sprintf("isFile: %t", st.Type == dataplane.FileTypeFile),
 		fmt.Sprintf("permissions: %03o", st.Mode.Perm()),
 	}
 	return strings.Join(lines, "\n"), nil
@@ -200,7 +200,7 @@ func (f *fsCtx) edit(p string, args map[string]any) (string, error) {
 		return "", fmt.Errorf("%d edits in one call, more than the %d allowed: split them over several calls", len(rawEdits), textedit.MaxEdits)
 	}
 	dryRun, _ := args["dryRun"].(bool)
-	edits := make([]textedit.Edit, len(rawEdits))
+	edits := make([]dataplane.Edit, len(rawEdits))
 	for i, re := range rawEdits {
 		e, ok := re.(map[string]any)
 		oldText, ok1 := e["oldText"].(string)
@@ -208,15 +208,15 @@ func (f *fsCtx) edit(p string, args map[string]any) (string, error) {
 		if !ok || !ok1 || !ok2 {
 			return "", fmt.Errorf("each edit needs string oldText and newText")
 		}
-		edits[i] = textedit.Edit{OldText: oldText, NewText: newText}
+		edits[i] = dataplane.Edit{OldText: oldText, NewText: newText}
 	}
 	// The answer: the agent's JSON, the diff decoded from it, and the
 	// fenced copy.
-	if err := reserve(f.ctx, agentclient.MaxEditAnswer+2*textedit.MaxDiff); err != nil {
+	if err := reserve(f.ctx, dataplane.MaxEditAnswer+2*textedit.MaxDiff); err != nil {
 		return "", err
 	}
-	diff, err := f.client.EditFile(f.ctx, "", textedit.Request{Path: p, Edits: edits, DryRun: dryRun, DiffName: p})
-	var noMatch *textedit.NoMatchError
+	diff, err := f.dr.EditFile(f.ctx, p, "", edits, dryRun, p)
+	var noMatch *dataplane.NoMatchError
 	switch {
 	case errors.As(err, &noMatch):
 		return "", noMatch

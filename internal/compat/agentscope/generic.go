@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/agentbox/agentbox/internal/agent/agentclient"
-	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -21,7 +20,12 @@ func (s *Server) runShellCommand(ctx context.Context, r *record, args map[string
 	if command == "" {
 		return toolError("Command is required.")
 	}
-	res, err := s.m.ExecBuffered(ctx, r.Owner, r.ID, manager.ExecRequest{
+	dr, done, err := s.work(ctx, r)
+	if err != nil {
+		return toolError("%s", errorText(err))
+	}
+	defer done()
+	res, err := dr.ExecBuffered(ctx, dataplane.ExecRequest{
 		Cmd: []string{"/bin/sh", "-c", command}, Cwd: "/workspace", Timeout: s.cfg.ToolTimeout,
 	})
 	if err != nil {
@@ -57,11 +61,12 @@ func (s *Server) runIPythonCell(ctx context.Context, r *record, args map[string]
 	if code == "" {
 		return toolError("Code is required.")
 	}
-	client, err := s.m.Agent(ctx, r.Owner, r.ID)
+	dr, done, err := s.work(ctx, r)
 	if err != nil {
 		return toolError("%s", errorText(err))
 	}
-	x, err := client.RunCode(ctx, agentclient.ExecuteRequest{Code: code, Timeout: s.cfg.ToolTimeout, MaxOutputBytes: s.cfg.MaxOutput})
+	defer done()
+	x, err := dr.RunCode(ctx, dataplane.CodeExecRequest{Code: code, Timeout: s.cfg.ToolTimeout, MaxOutputBytes: s.cfg.MaxOutput})
 	if err != nil {
 		return toolError("%s", errorText(err))
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/dataplane"
 )
 
 // The git watcher: /workspace is a git repository from creation, and the
@@ -31,7 +31,12 @@ git rev-parse -q --verify HEAD >/dev/null || git commit -q --allow-empty -m "Ini
 // git runs script with sh in /workspace; args are $1, $2, ...
 func (s *Server) git(ctx context.Context, r *record, script string, args ...string) (string, error) {
 	cmd := append([]string{"/bin/sh", "-c", script, "sh"}, args...)
-	res, err := s.m.ExecBuffered(ctx, r.Owner, r.ID, manager.ExecRequest{
+	dr, done, err := s.work(ctx, r)
+	if err != nil {
+		return "", err
+	}
+	defer done()
+	res, err := dr.ExecBuffered(ctx, dataplane.ExecRequest{
 		Cmd: cmd, Cwd: workspaceRoot, Timeout: gitTimeout,
 		Env: map[string]string{"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"},
 	})

@@ -90,8 +90,13 @@ func (s *Server) runComputer(ctx context.Context, r *record, args map[string]any
 	if err != nil {
 		return toolError("%v", err)
 	}
+	dr, done, err := s.work(ctx, r)
+	if err != nil {
+		return toolError("%s", errorText(err))
+	}
+	defer done()
 	do := func(a computer.Action) (computer.Result, error) {
-		return computer.Do(ctx, s.m, r.Owner, r.ID, a)
+		return computer.Do(ctx, dr, a)
 	}
 	at := func(a computer.Action) computer.Action {
 		if hasXY {

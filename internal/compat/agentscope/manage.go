@@ -200,13 +200,14 @@ func (s *Server) apiCheckHealth(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := s.m.Agent(ctx, r.Owner, r.ID)
+	dr, done, err := s.work(ctx, r)
 	if err != nil {
 		return false, nil
 	}
+	defer done()
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return client.Health(hctx) == nil, nil
+	return dr.Health(hctx) == nil, nil
 }
 
 // apiCleanup is POST /cleanup: release every sandbox of the caller, on

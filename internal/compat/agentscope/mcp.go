@@ -12,7 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -172,6 +172,11 @@ func (s *Server) apiAddMCPServers(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx, done, err := s.begin(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	if err := s.addMCPServers(ctx, r, configs, overwrite); err != nil {
 		return nil, err
 	}
@@ -230,11 +235,14 @@ func (s *Server) connectMCP(ctx context.Context, r *record, name string, cfg mcp
 	cctx, cancel := context.WithTimeout(ctx, mcpConnectTimeout)
 	defer cancel()
 	if cfg.Command != "" {
-		agent, err := s.m.Agent(ctx, r.Owner, r.ID)
+		// The server outlives this call: started under the daemon's own
+		// request, bound to the front end's life.
+		dr, done, err := s.work(s.ctx, r)
 		if err != nil {
 			return nil, err
 		}
-		proc, err := startPipeProc(s.ctx, agent, agentclient.StartOptions{
+		defer done()
+		proc, err := startPipeProc(s.ctx, dr, dataplane.StartOptions{
 			Cmd: cfg.Command, Args: cfg.Args, Env: cfg.Env, Cwd: workspaceRoot,
 		})
 		if err != nil {

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/dataplane"
 )
 
 // pipeProc is a long-running process inside a sandbox with its stdin kept
@@ -14,8 +14,7 @@ import (
 // protocols (stdio MCP servers). It lives until Close,
 // the end of the lifetime context given to startPipeProc, or its exit.
 type pipeProc struct {
-	client *agentclient.Client
-	proc   *agentclient.Process
+	proc   *dataplane.Process
 	cancel context.CancelFunc
 	out    *io.PipeReader
 
@@ -27,18 +26,18 @@ type pipeProc struct {
 
 const stderrKeep = 4096
 
-// startPipeProc starts opts (with stdin) in the sandbox of client. life
+// startPipeProc starts opts (with stdin) in the sandbox of dr. life
 // bounds the process: when it ends the process is killed.
-func startPipeProc(life context.Context, client *agentclient.Client, opts agentclient.StartOptions) (*pipeProc, error) {
+func startPipeProc(life context.Context, dr *dataplane.Request, opts dataplane.StartOptions) (*pipeProc, error) {
 	opts.Stdin = true
 	ctx, cancel := context.WithCancel(life)
-	proc, err := client.Start(ctx, opts)
+	proc, err := dr.Start(ctx, opts)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
 	pr, pw := io.Pipe()
-	p := &pipeProc{client: client, proc: proc, cancel: cancel, out: pr, done: make(chan struct{})}
+	p := &pipeProc{proc: proc, cancel: cancel, out: pr, done: make(chan struct{})}
 	go p.pump(pw)
 	go func() {
 		select {
@@ -62,18 +61,18 @@ func (p *pipeProc) pump(pw *io.PipeWriter) {
 			return
 		}
 		switch ev.Kind {
-		case agentclient.EventStdout, agentclient.EventPTY:
+		case dataplane.EventStdout, dataplane.EventPTY:
 			if _, err := pw.Write(ev.Data); err != nil {
 				return // reader closed: the process is being closed too
 			}
-		case agentclient.EventStderr:
+		case dataplane.EventStderr:
 			p.mu.Lock()
 			p.stderr = append(p.stderr, ev.Data...)
 			if n := len(p.stderr); n > stderrKeep {
 				p.stderr = append([]byte(nil), p.stderr[n-stderrKeep:]...)
 			}
 			p.mu.Unlock()
-		case agentclient.EventEnd:
+		case dataplane.EventEnd:
 			pw.CloseWithError(io.EOF)
 			return
 		}
@@ -121,7 +120,7 @@ func (p *pipeProc) Close() error {
 	p.closed = true
 	p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = p.client.Kill(ctx, p.proc.Pid())
+	_ = p.proc.Kill(ctx)
 	cancel()
 	p.cancel()
 	p.out.Close()

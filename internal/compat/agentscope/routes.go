@@ -23,10 +23,7 @@ type method struct {
 	params   []string // in Python's positional order
 	required int      // how many leading params are required
 	anyKeys  bool     // accepts **kwargs
-	// heavy methods work in a sandbox (its agent, its MCP servers): they
-	// are admitted per user like the native API's exec (admission.go).
-	heavy bool
-	fn    func(ctx context.Context, c *call) (any, error)
+	fn       func(ctx context.Context, c *call) (any, error)
 }
 
 // async returns the _async twin: same body and result, but errors name
@@ -59,8 +56,8 @@ func (s *Server) methods() []method {
 		{name: "get_info", params: []string{"identity"}, required: 1, fn: s.apiGetInfo},
 		{name: "check_health", params: []string{"identity"}, required: 1, fn: s.apiCheckHealth},
 		{name: "list_tools", params: []string{"identity", "tool_type"}, required: 1, anyKeys: true, fn: s.apiListTools},
-		{name: "call_tool", params: []string{"identity", "tool_name", "arguments"}, required: 1, heavy: true, fn: s.apiCallTool},
-		{name: "add_mcp_servers", params: []string{"identity", "server_configs", "overwrite"}, required: 2, heavy: true, fn: s.apiAddMCPServers},
+		{name: "call_tool", params: []string{"identity", "tool_name", "arguments"}, required: 1, fn: s.apiCallTool},
+		{name: "add_mcp_servers", params: []string{"identity", "server_configs", "overwrite"}, required: 2, fn: s.apiAddMCPServers},
 		{name: "get_session_mapping", params: []string{"session_ctx_id"}, required: 1, fn: s.apiGetSessionMapping},
 		{name: "list_session_keys", fn: s.apiListSessionKeys},
 		{name: "cleanup", fn: s.apiCleanup},
@@ -75,18 +72,10 @@ func (s *Server) methodHandler(m method) http.Handler {
 		if !ok {
 			return
 		}
-		ctx := r.Context()
-		if m.heavy {
-			var done func()
-			var err error
-			if ctx, done, err = s.admit(ctx, owner); err != nil {
-				s.writeMethodError(w, m, err)
-				return
-			}
-			// Released once the answer, which the reservations cover, is
-			// written.
-			defer done()
-		}
+		// A heavy method's data-plane request (admission.go) ends once the
+		// answer, which its reservations cover, is written.
+		ctx, ends := withEnds(r.Context())
+		defer ends.run()
 		args, body, err := decodeArgs(w, r, m)
 		if err == nil {
 			c := &call{owner: owner, baseURL: baseURL(r), port: hostPort(r), args: args, req: r, body: body}

@@ -39,7 +39,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request) {
 	// Every route but the health check works in the sandbox: admitted
 	// like the native API's exec and file routes (admission.go).
 	if p != "/healthz" {
-		ctx, done, err := s.admit(r.Context(), rec.Owner)
+		ctx, done, err := s.begin(r.Context(), rec)
 		if err != nil {
 			s.writeSandboxError(w, r, rec, err)
 			return
@@ -179,11 +179,13 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 }
 
 func (s *Server) sbHealthz(w http.ResponseWriter, r *http.Request, rec *record) error {
-	client, err := s.m.Agent(r.Context(), rec.Owner, rec.ID)
+	// Not admitted: a health check must answer under load too.
+	dr, done, err := s.work(r.Context(), rec)
 	if err != nil {
 		return err
 	}
-	if err := client.Health(r.Context()); err != nil {
+	defer done()
+	if err := dr.Health(r.Context()); err != nil {
 		return sandbox.Wrap(sandbox.ClassUnavailable, err, "the sandbox does not answer")
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
@@ -21,6 +22,7 @@ import (
 type Server struct {
 	cfg Config
 	m   *manager.Manager
+	dp  *dataplane.Service
 	log *slog.Logger
 	reg *registry
 
@@ -44,8 +46,11 @@ func New(cfg Config, m *manager.Manager) *Server {
 	cfg.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := cfg.Logger.With("component", "agentscope")
+	if cfg.DataPlane == nil {
+		cfg.DataPlane = dataplane.New(dataplane.Config{Logger: cfg.Logger}, m, m.Admission())
+	}
 	s := &Server{
-		cfg: cfg, m: m, log: log, reg: newRegistry(cfg.Docs, log),
+		cfg: cfg, m: m, dp: cfg.DataPlane, log: log, reg: newRegistry(cfg.Docs, log),
 		sessionLocks: map[string]*refMutex{},
 		mcps:         map[sandbox.ID]*mcpGroup{},
 		ctx:          ctx, cancel: cancel,

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/dataplane"
 )
 
 // The workspace copy (STORAGE_FOLDER, FILE_SYSTEM=local). Content comes
@@ -59,11 +59,12 @@ func (s *Server) saveWorkspace(ctx context.Context, r *record) error {
 			return err
 		}
 	} else {
-		client, err := s.m.Agent(ctx, r.Owner, r.ID)
+		dr, done, err := s.work(ctx, r)
 		if err != nil {
 			return err
 		}
-		if err := tarOut(ctx, client, dst); err != nil {
+		defer done()
+		if err := tarOut(ctx, dr, dst); err != nil {
 			return err
 		}
 	}
@@ -108,11 +109,12 @@ func (s *Server) restoreWorkspace(ctx context.Context, r *record) error {
 		}
 		return copyTree(src, dst, &owner{uid: int(sys.Uid), gid: int(sys.Gid)})
 	}
-	client, err := s.m.Agent(ctx, r.Owner, r.ID)
+	dr, done, err := s.work(ctx, r)
 	if err != nil {
 		return err
 	}
-	return tarIn(ctx, client, src)
+	defer done()
+	return tarIn(ctx, dr, src)
 }
 
 // copyTree copies regular files and directories from src to dst. With an
@@ -167,7 +169,7 @@ func copyFile(src, dst *os.Root, p string, perm fs.FileMode) error {
 
 // tarOut streams /workspace out of the sandbox (tar runs inside it) and
 // unpacks the regular files and directories into dst.
-func tarOut(ctx context.Context, client *agentclient.Client, dst *os.Root) error {
+func tarOut(ctx context.Context, dr *dataplane.Request, dst *os.Root) error {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
@@ -180,7 +182,7 @@ func tarOut(ctx context.Context, client *agentclient.Client, dst *os.Root) error
 		done <- err
 	}()
 	var stderr strings.Builder
-	res, err := client.Run(ctx, agentclient.StartOptions{Cmd: "tar", Args: []string{"-C", "/workspace", "-cf", "-", "."}},
+	res, err := dr.Run(ctx, dataplane.StartOptions{Cmd: "tar", Args: []string{"-C", "/workspace", "-cf", "-", "."}},
 		nil, pw, &limitWriter{w: &stderr, n: 4096})
 	pw.Close()
 	uerr := <-done
@@ -238,7 +240,7 @@ func untar(r io.Reader, dst *os.Root) error {
 
 // tarIn packs src's regular files and directories and unpacks them into
 // the sandbox's /workspace (tar runs inside it, as the sandbox user).
-func tarIn(ctx context.Context, client *agentclient.Client, src *os.Root) error {
+func tarIn(ctx context.Context, dr *dataplane.Request, src *os.Root) error {
 	pr, pw := io.Pipe()
 	go func() {
 		tw := tar.NewWriter(pw)
@@ -281,7 +283,7 @@ func tarIn(ctx context.Context, client *agentclient.Client, src *os.Root) error 
 		pw.CloseWithError(err)
 	}()
 	var stderr strings.Builder
-	res, err := client.Run(ctx, agentclient.StartOptions{Cmd: "tar", Args: []string{"-C", "/workspace", "-xf", "-", "--no-same-owner"}},
+	res, err := dr.Run(ctx, dataplane.StartOptions{Cmd: "tar", Args: []string{"-C", "/workspace", "-xf", "-", "--no-same-owner"}},
 		pr, nil, &limitWriter{w: &stderr, n: 4096})
 	pr.Close()
 	if err != nil {

@@ -153,6 +153,11 @@ func (s *Server) apiCallTool(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx, done, err := s.begin(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	return s.callTool(ctx, r, name, args)
 }
 

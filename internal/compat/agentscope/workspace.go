@@ -1,13 +1,14 @@
 package agentscope
 
 import (
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"strconv"
 	"strings"
 
-	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -17,14 +18,14 @@ import (
 const detailOutside = "Permission error. Access restricted to /workspace directory."
 
 // wsEntry is the workspace routes' entry shape.
-func wsEntry(e agentclient.EntryInfo) map[string]any {
+func wsEntry(e dataplane.Entry) map[string]any {
 	typ := "other"
 	switch e.Type {
-	case agentclient.FileTypeDir:
+	case dataplane.FileTypeDir:
 		typ = "dir"
-	case agentclient.FileTypeFile:
+	case dataplane.FileTypeFile:
 		typ = "file"
-	case agentclient.FileTypeSymlink:
+	case dataplane.FileTypeSymlink:
 		typ = "symlink"
 	}
 	var size any
@@ -51,14 +52,19 @@ func queryPath(r *http.Request) (string, error) {
 	return wsPath(q.Get("path"), q.Has("path"))
 }
 
-func (s *Server) agentFor(r *http.Request, rec *record) (*agentclient.Client, error) {
-	return s.m.Agent(r.Context(), rec.Owner, rec.ID)
+// agentFor returns the data-plane request serveProxy opened for the
+// route.
+func (s *Server) agentFor(r *http.Request, rec *record) (*dataplane.Request, error) {
+	if dr, ok := r.Context().Value(requestKey{}).(*dataplane.Request); ok && dr.Sandbox() == rec.ID {
+		return dr, nil
+	}
+	return nil, fmt.Errorf("agentscope: workspace route %s without a data-plane request", r.URL.Path)
 }
 
 // stat returns the entry at p; found=false when it does not exist.
 // wsTarget returns the ?path= of a workspace route, its symlinks resolved
 // (wsReal), and the sandbox's agent.
-func (s *Server) wsTarget(r *http.Request, rec *record, keepLast bool) (string, *agentclient.Client, error) {
+func (s *Server) wsTarget(r *http.Request, rec *record, keepLast bool) (string, *dataplane.Request, error) {
 	p, err := queryPath(r)
 	if err != nil {
 		return "", nil, err
@@ -73,7 +79,7 @@ func (s *Server) wsTarget(r *http.Request, rec *record, keepLast bool) (string, 
 	return p, c, nil
 }
 
-func stat(r *http.Request, c *agentclient.Client, p string) (agentclient.EntryInfo, bool, error) {
+func stat(r *http.Request, c *dataplane.Request, p string) (dataplane.Entry, bool, error) {
 	e, err := c.Stat(r.Context(), p, "")
 	if sandbox.IsNotFound(err) {
 		return e, false, nil
@@ -105,10 +111,10 @@ func (s *Server) wsRead(w http.ResponseWriter, r *http.Request, rec *record) err
 	if err != nil {
 		return err
 	}
-	if !found || e.Type == agentclient.FileTypeDir {
+	if !found || e.Type == dataplane.FileTypeDir {
 		return detailErr(http.StatusNotFound, "not found")
 	}
-	body, size, err := c.Download(r.Context(), p, "")
+	body, size, err := c.Read(r.Context(), p, "")
 	if err != nil {
 		return err
 	}
@@ -143,15 +149,15 @@ func (s *Server) wsWrite(w http.ResponseWriter, r *http.Request, rec *record) er
 }
 
 // upload writes body to p (parents created) unless p is a directory.
-func (s *Server) upload(r *http.Request, c *agentclient.Client, p string, body io.Reader, isDirDetail string) (agentclient.EntryInfo, error) {
+func (s *Server) upload(r *http.Request, c *dataplane.Request, p string, body io.Reader, isDirDetail string) (dataplane.Entry, error) {
 	e, found, err := stat(r, c, p)
 	if err != nil {
 		return e, err
 	}
-	if found && e.Type == agentclient.FileTypeDir {
+	if found && e.Type == dataplane.FileTypeDir {
 		return e, detailErr(http.StatusConflict, isDirDetail)
 	}
-	if _, err := c.Upload(r.Context(), p, "", body); err != nil {
+	if _, err := c.Write(r.Context(), p, "", body); err != nil {
 		if strings.Contains(err.Error(), "http: request body too large") {
 			return e, detailErr(http.StatusRequestEntityTooLarge, "file too large")
 		}
@@ -244,10 +250,10 @@ func (s *Server) wsList(w http.ResponseWriter, r *http.Request, rec *record) err
 	if err != nil {
 		return err
 	}
-	if !found || e.Type != agentclient.FileTypeDir {
+	if !found || e.Type != dataplane.FileTypeDir {
 		return detailErr(http.StatusNotFound, "not found")
 	}
-	entries, err := c.ListDir(r.Context(), p, "", depth)
+	entries, err := c.List(r.Context(), p, "", depth)
 	if err != nil {
 		return err
 	}
@@ -368,7 +374,7 @@ func (s *Server) wsMkdir(w http.ResponseWriter, r *http.Request, rec *record) er
 		return err
 	}
 	if found {
-		if e.Type != agentclient.FileTypeDir {
+		if e.Type != dataplane.FileTypeDir {
 			return detailErr(http.StatusConflict, "path exists and is not a directory")
 		}
 		writeJSON(w, http.StatusOK, map[string]bool{"created": false})

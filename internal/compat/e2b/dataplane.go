@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/httpbody"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -59,11 +60,25 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 	default:
 		return sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is %s", id, rec.State)
 	}
-	c, err := s.m.Agent(r.Context(), rec.Owner, id)
+	// Every request is admitted like the native API's (a watch stream is
+	// admitted, then lives outside the count of requests in flight, as
+	// /v1's watches do); an RPC body is charged as it is held below.
+	var weight int64
+	if r.URL.Path != "/files" && r.Body != nil && r.Body != http.NoBody {
+		weight = r.ContentLength
+		if weight < 0 || weight > maxRPCBody {
+			weight = maxRPCBody
+		}
+	}
+	dr, err := s.dp.Begin(r.Context(), rec.Owner, id, dataplane.Weight(weight))
 	if err != nil {
 		return err
 	}
-	base, rt, token := c.ProxyTarget()
+	defer dr.End()
+	if watchRoute(r.URL.Path) {
+		dr.End()
+	}
+	base, rt, token := dr.EnvdTarget()
 	if r.Method == http.MethodPost && r.URL.Path == "/files" {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
 	}
@@ -76,16 +91,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 		// in the middle of the stream. (An upload's answer comes only
 		// after its whole body.)
 		// The buffer is charged to the owner's share of the daemon's
-		// request memory (REQUEST_MEMORY), as the native API's are.
-		want := r.ContentLength
-		if want < 0 || want > maxRPCBody {
-			want = maxRPCBody
-		}
-		release, err := s.m.Reserve(rec.Owner, want)
-		if err != nil {
-			return err
-		}
-		defer release()
+		// request memory (REQUEST_MEMORY) by the request's weight.
 		buf, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRPCBody))
 		var tooBig *http.MaxBytesError
 		switch {
@@ -160,6 +166,11 @@ func (s *Server) authorizedFor(r *http.Request, owner, token string) bool {
 	}
 	user, err := httpapi.UserForKey(s.cfg.APIKeys, strings.TrimSpace(r.Header.Get("X-API-Key")))
 	return err == nil && user == owner
+}
+
+// watchRoute reports whether path opens a long-lived directory watch.
+func watchRoute(path string) bool {
+	return path == "/filesystem.Filesystem/WatchDir" || path == "/filesystem.Filesystem/CreateWatcher"
 }
 
 // allowedRoute reports whether method and path are routes of the protocol

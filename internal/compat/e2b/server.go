@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -53,13 +54,17 @@ type Config struct {
 	// TemplateAdmins see every template and may build, as on the native
 	// API.
 	TemplateAdmins []string
-	Logger         *slog.Logger
+	// DataPlane is the service the data plane's requests are admitted by
+	// (nil: one over the manager).
+	DataPlane *dataplane.Service
+	Logger    *slog.Logger
 }
 
 // Server is the E2B front-end.
 type Server struct {
 	cfg Config
 	m   *manager.Manager
+	dp  *dataplane.Service
 	log *slog.Logger
 	// builds are the template builds of the Template SDK's flow.
 	builds *buildRegistry
@@ -73,7 +78,10 @@ func New(cfg Config, m *manager.Manager) *Server {
 	if cfg.MaxUploadBytes == 0 {
 		cfg.MaxUploadBytes = 1 << 30
 	}
-	return &Server{cfg: cfg, m: m, log: cfg.Logger.With("component", "e2b"), builds: newBuildRegistry()}
+	if cfg.DataPlane == nil {
+		cfg.DataPlane = dataplane.New(dataplane.Config{Logger: cfg.Logger}, m, m.Admission())
+	}
+	return &Server{cfg: cfg, m: m, dp: cfg.DataPlane, log: cfg.Logger.With("component", "e2b"), builds: newBuildRegistry()}
 }
 
 // handler is an authenticated E2B route.

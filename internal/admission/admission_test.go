@@ -1,4 +1,4 @@
-package manager
+package admission
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 // a retry hint, and releasing gives everything back.
 func TestSecurityAdmission(t *testing.T) {
 	const mib = 1 << 20
-	m := New(Config{MaxRequestsPerUser: 3, RequestMemory: 100 * mib}, nil, nil)
+	m := New(3, 100*mib)
 	refusedWithRetry := func(err error) bool {
 		var ra *RetryAfterError
 		return sandbox.ClassOf(err) == sandbox.ClassQuota && errors.As(err, &ra) && ra.Seconds() != ""
@@ -59,33 +59,14 @@ func TestSecurityAdmission(t *testing.T) {
 	for _, r := range releases {
 		r()
 	}
-	if m.admission.used != 0 || len(m.admission.users) != 0 {
-		t.Fatalf("after every release: %d bytes, %d users still counted", m.admission.used, len(m.admission.users))
+	if m.used != 0 || len(m.users) != 0 {
+		t.Fatalf("after every release: %d bytes, %d users still counted", m.used, len(m.users))
 	}
 
-	unlimited := New(Config{}, nil, nil)
+	unlimited := New(0, 0)
 	for range 100 {
 		if _, err := unlimited.Admit("u", 1<<40); err != nil {
 			t.Fatalf("no limits configured: %v", err)
 		}
-	}
-}
-
-// A buffered stream keeps exactly its first max bytes and grows to the
-// cap directly once past smallOutput, never beyond it.
-func TestSecurityCappedBuffer(t *testing.T) {
-	c := cappedBuffer{max: 3 * smallOutput}
-	chunk := make([]byte, 32<<10)
-	for i := 0; i < 4*smallOutput/len(chunk) && !c.truncated; i++ {
-		c.write(chunk)
-	}
-	if len(c.buf) != c.max || cap(c.buf) != c.max || !c.truncated {
-		t.Fatalf("len %d cap %d truncated %v; want %d, %d, true", len(c.buf), cap(c.buf), c.truncated, c.max, c.max)
-	}
-	small := cappedBuffer{max: 10}
-	small.write([]byte("hello"))
-	small.write([]byte("world!"))
-	if string(small.buf) != "helloworld" || !small.truncated || cap(small.buf) > 10 {
-		t.Fatalf("small: %q cap %d truncated %v", small.buf, cap(small.buf), small.truncated)
 	}
 }

@@ -1,4 +1,4 @@
-package manager
+package dataplane
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
-	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -45,35 +44,29 @@ const maxExecStdin = 64 << 20
 // stdinChunk is the most stdin sent to the agent in one message.
 const stdinChunk = 1 << 20
 
-// Exec runs req in one of owner's sandboxes, calling emit for each event in
+// Exec runs req in the request's sandbox, calling emit for each event in
 // order. If ctx ends (the client went away) the process group is killed. An
 // error from emit aborts the run the same way.
-func (m *Manager) Exec(ctx context.Context, owner string, id sandbox.ID, req ExecRequest, emit func(ExecEvent) error) (ExecResult, error) {
+func (r *Request) Exec(ctx context.Context, req ExecRequest, emit func(ExecEvent) error) (ExecResult, error) {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return ExecResult{}, invalid("cmd", "cmd must name a program")
+		return ExecResult{}, sandbox.Invalid("cmd", "cmd must name a program")
 	}
 	if len(req.Stdin) > maxExecStdin {
 		return ExecResult{}, sandbox.Errorf(sandbox.ClassTooLarge, "stdin is larger than %d MiB", maxExecStdin>>20)
 	}
 	if req.Timeout < 0 {
-		return ExecResult{}, invalid("timeout", "timeout must be positive")
+		return ExecResult{}, sandbox.Invalid("timeout", "timeout must be positive")
 	}
 	if req.Timeout == 0 {
-		req.Timeout = m.cfg.DefaultExecTimeout
+		req.Timeout = r.s.cfg.DefaultExecTimeout
 	}
-	rec, err := m.Get(ctx, owner, id)
+	timeout, err := r.boundedByLife(ctx, req.Timeout)
 	if err != nil {
 		return ExecResult{}, err
 	}
-	// A command cannot outlive its sandbox.
-	if left := time.Until(rec.EndAt); !rec.EndAt.IsZero() && left < req.Timeout {
-		req.Timeout = max(left, time.Second)
-	}
-	client, err := m.Agent(ctx, owner, id)
-	if err != nil {
-		return ExecResult{}, err
-	}
-	before, haveStats := m.limitCounters(ctx, id)
+	req.Timeout = timeout
+	client := r.client
+	beforeOOM, beforePids, haveStats := r.s.sandboxes.LimitCounters(ctx, r.id)
 	start := time.Now()
 	opts := agentclient.StartOptions{Cmd: req.Cmd[0], Args: req.Cmd[1:], Env: req.Env, Cwd: req.Cwd,
 		User: req.User, Timeout: req.Timeout, Stdin: req.Stdin != nil}
@@ -126,31 +119,31 @@ func (m *Manager) Exec(ctx context.Context, owner string, id sandbox.ID, req Exe
 			res := ExecResult{ExitCode: ev.End.ExitCode, Status: ev.End.Status, Duration: time.Since(start)}
 			res.TimedOut = !ev.End.Exited && strings.HasPrefix(ev.End.Error, "timeout")
 			if haveStats {
-				if after, ok := m.limitCounters(context.WithoutCancel(ctx), id); ok {
-					res.OOMKilled = after.OOMKills > before.OOMKills
-					res.PidsLimitHit = after.PidsLimitHits > before.PidsLimitHits
+				if oom, pids, ok := r.s.sandboxes.LimitCounters(context.WithoutCancel(ctx), r.id); ok {
+					res.OOMKilled = oom > beforeOOM
+					res.PidsLimitHit = pids > beforePids
 				}
 			}
-			m.metrics.exec(time.Since(start))
+			r.s.execSeconds.Observe(time.Since(start).Seconds())
 			if res.OOMKilled {
-				m.Log(id, "warn", "a process was killed by the out-of-memory killer", map[string]any{"cmd": req.Cmd})
+				r.s.sandboxes.Log(r.id, "warn", "a process was killed by the out-of-memory killer", map[string]any{"cmd": req.Cmd})
 			}
 			return res, emit(ExecEvent{Type: "exit", Result: &res})
 		}
 	}
 }
 
-func (m *Manager) limitCounters(ctx context.Context, id sandbox.ID) (backend.Stats, bool) {
-	if lc, ok := m.backend.(backend.LimitCounter); ok {
-		oom, pids, err := lc.LimitCounters(ctx, id)
-		return backend.Stats{OOMKills: oom, PidsLimitHits: pids}, err == nil
+// boundedByLife shortens timeout so that it ends with the sandbox: a
+// command or execution cannot outlive it.
+func (r *Request) boundedByLife(ctx context.Context, timeout time.Duration) (time.Duration, error) {
+	rec, err := r.s.sandboxes.Get(ctx, r.owner, r.id)
+	if err != nil {
+		return 0, err
 	}
-	sr, ok := m.backend.(backend.StatsReader)
-	if !ok {
-		return backend.Stats{}, false
+	if left := time.Until(rec.EndAt); !rec.EndAt.IsZero() && left < timeout {
+		timeout = max(left, time.Second)
 	}
-	st, err := sr.Stats(ctx, id)
-	return st, err == nil
+	return timeout, nil
 }
 
 // BufferedExec is the outcome of ExecBuffered.
@@ -162,15 +155,15 @@ type BufferedExec struct {
 
 // ExecBuffered runs req and collects its output, each stream capped at the
 // configured maximum (truncation is reported, not an error). The output
-// buffers are charged to owner's share of the request memory first.
-func (m *Manager) ExecBuffered(ctx context.Context, owner string, id sandbox.ID, req ExecRequest) (*BufferedExec, error) {
-	release, err := m.Reserve(owner, 2*m.cfg.MaxExecOutput)
-	if err != nil {
+// buffers are charged to the request first, until its End: the caller
+// holds them until its answer is written.
+func (r *Request) ExecBuffered(ctx context.Context, req ExecRequest) (*BufferedExec, error) {
+	limit := r.s.cfg.MaxExecOutput
+	if err := r.Reserve(2 * limit); err != nil {
 		return nil, err
 	}
-	defer release()
-	out, errb := cappedBuffer{max: int(m.cfg.MaxExecOutput)}, cappedBuffer{max: int(m.cfg.MaxExecOutput)}
-	res, err := m.Exec(ctx, owner, id, req, func(ev ExecEvent) error {
+	out, errb := cappedBuffer{max: int(limit)}, cappedBuffer{max: int(limit)}
+	res, err := r.Exec(ctx, req, func(ev ExecEvent) error {
 		switch ev.Type {
 		case "stdout":
 			out.write(ev.Data)

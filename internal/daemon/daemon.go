@@ -31,6 +31,7 @@ import (
 	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/template"
+	"github.com/agentbox/agentbox/internal/template/builder/sandboxrunner"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -77,6 +78,9 @@ func Run(ctx context.Context, opts Options) error {
 
 	b := opts.Backend
 	var netMgr *netpolicy.Manager
+	// Where the native backend's sandboxes have their host ids: the build
+	// keeps cache mounts in the range none of them is given.
+	var buildIDs sandboxrunner.HostIDs
 	// The Docker backend loads store templates into its engine; the store
 	// opens after the backends.
 	var dockerStore atomic.Pointer[template.Store]
@@ -104,6 +108,9 @@ func Run(ctx context.Context, opts Options) error {
 				netMgr.Close(false)
 			}
 			return err
+		}
+		if resting, ok := nb.RestingIDs(); ok {
+			buildIDs = sandboxrunner.HostIDs{Base: cfg.IDBase, Ranges: cfg.IDRanges, Resting: resting}
 		}
 		if err := checkTemplates(cfg, nb); err != nil {
 			nb.Close()
@@ -181,7 +188,7 @@ func Run(ctx context.Context, opts Options) error {
 		Templates: templates, TemplateAdmins: cfg.TemplateAdmins, MaxImportBytes: cfg.TemplateMaxImport,
 		ImportDir: filepath.Join(tmplDir, "tmp"), AcquireTemplateOp: templateGate}, m)
 	api.RegisterBootstrap(httpapi.BootstrapConfig{Store: templates, CacheDir: filepath.Join(tmplDir, "bootstrap")})
-	bld, err := newBuilder(cfg, dataDir, tmplDir, templates, m, log)
+	bld, err := newBuilder(cfg, dataDir, tmplDir, templates, m, buildIDs, log)
 	if err != nil {
 		return err
 	}

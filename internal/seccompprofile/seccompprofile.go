@@ -35,11 +35,24 @@ var DeniedSyscalls = []string{
 	"lookup_dcookie", "fanotify_init", "vhangup", "nfsservctl",
 }
 
+// SelfOnlyRlimits: prlimit64 may read any process's resource limits but
+// set only the caller's own (pid 0, what setrlimit in glibc, musl, Go and
+// util-linux's `prlimit CMD` pass), never another process's: sandbox code
+// runs as its agent's uid, and would otherwise lower the limits the agent
+// and every command it starts run with, hard ones included, which the
+// agent cannot raise again. Setting another process's limits is
+// `prlimit --pid`, which ordinary programs do not need.
+var selfOnlyRlimits = []specs.LinuxSyscall{
+	{Names: []string{"prlimit64"}, Action: specs.ActAllow, Args: []specs.LinuxSeccompArg{{Index: 0, Value: 0, Op: specs.OpEqualTo}}},
+	{Names: []string{"prlimit64"}, Action: specs.ActAllow, Args: []specs.LinuxSeccompArg{{Index: 2, Value: 0, Op: specs.OpEqualTo}}},
+}
+
 // OCI returns Docker's default profile, evaluated for the given
 // capability set, with DeniedSyscalls removed from every allow rule and
-// refused explicitly, and clone3 failing with ENOSYS so glibc falls back to
+// refused explicitly, clone3 failing with ENOSYS so glibc falls back to
 // clone (where the namespace flags are filtered) instead of failing thread
-// creation.
+// creation, and prlimit64 allowed only as selfOnlyRlimits says (the
+// profile's default action, EPERM, refuses the rest).
 func OCI(capabilities []string) (*specs.LinuxSeccomp, error) {
 	rs := &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{Bounding: capabilities}}}
 	prof, err := profiles.GetDefaultProfile(rs)
@@ -69,7 +82,12 @@ func OCI(capabilities []string) (*specs.LinuxSeccomp, error) {
 	}
 	// Explicit refusals go first; libseccomp resolves overlapping rules by
 	// action precedence anyway (errno beats allow), but readers look at order.
-	prof.Syscalls = append(explicit, withoutNames(rules, "clone3")...)
+	rules = withoutNames(rules, "clone3", "prlimit64")
+	prof.Syscalls = append(explicit, append(rules, selfOnlyRlimits...)...)
+	if prof.DefaultAction != specs.ActErrno || prof.DefaultErrnoRet == nil || *prof.DefaultErrnoRet != eperm {
+		// What refuses prlimit64 on another process.
+		return nil, fmt.Errorf("seccomp: the default profile's default action is %s, not EPERM", prof.DefaultAction)
+	}
 	return prof, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,5 +180,88 @@ func TestTemplateBuild(t *testing.T) {
 	})
 	if err == nil || line != 3 || !strings.Contains(strings.ToLower(err.Error()), "frobnicate") {
 		t.Errorf("unsupported instruction: err %v, line %d (want line 3)", err, line)
+	}
+}
+
+// cacheAtRestDockerfile leaves set-uid and set-gid programs and a
+// world-writable directory in a cache mount, then uses them from the next
+// steps: as root, running the set-uid copy, and as an ordinary user
+// writing into the directory root made.
+const cacheAtRestDockerfile = `FROM debian:bookworm
+RUN --mount=type=cache,target=/c sh -c 'cp /bin/true /c/suidbb && chmod 4755 /c/suidbb && cp /bin/true /c/sgid && chmod 2755 /c/sgid && mkdir -p /c/ww && chmod 777 /c/ww && echo root-wrote > /c/ww/root'
+RUN --mount=type=cache,target=/c sh -c '/c/suidbb && stat -c "%a %u:%g" /c/ww /c/ww/root > /root-saw'
+RUN echo 'builder:x:1000:1000::/out:/bin/sh' >> /etc/passwd && echo 'builder:x:1000:' >> /etc/group && mkdir /out && chown 1000:1000 /out
+USER 1000
+RUN --mount=type=cache,target=/c sh -c 'cat /c/ww/root > /out/user-saw && echo user-wrote > /c/ww/user && stat -c "%u" /c/ww/user >> /out/user-saw'
+`
+
+// TestSecurityBuildCacheAtRest: whatever a build step leaves in a cache
+// mount (set-uid root programs, world-writable directories of its root),
+// the cache's files on the host between steps belong to no host account
+// (not root, not uid 1000: one range of ids that no sandbox is given
+// either) and none is set-uid or set-gid; the next steps still use the
+// cache as root and as an ordinary user, with the owners it had.
+func TestSecurityBuildCacheAtRest(t *testing.T) {
+	d := startDaemon(t)
+	c := d.sdk(t, "")
+	ctx := waitCtx(t, 10*time.Minute)
+	debianTemplate(t, ctx, c)
+
+	var out strings.Builder
+	_, err := c.BuildTemplate(ctx, client.BuildRequest{Tags: []string{"cacherest:1"}}, tarDir(t, map[string]string{"Dockerfile": cacheAtRestDockerfile}), func(ev client.BuildEvent) {
+		out.WriteString(ev.Type + " " + ev.Instruction + ev.Output + ev.Message + "\n")
+	})
+	if err != nil {
+		t.Fatalf("build: %v\n%s", err, out.String())
+	}
+
+	// On the host: the cache mounts' directory.
+	cacheDir := filepath.Join(d.dataDir, "build", "run", "cache")
+	var owners []uint32
+	entries := 0
+	err = filepath.WalkDir(cacheDir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || p == cacheDir {
+			return err
+		}
+		entries++
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		rel, _ := filepath.Rel(cacheDir, p)
+		if fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 && !fi.IsDir() {
+			t.Errorf("%s on the host is set-id: %v %d:%d", rel, fi.Mode(), st.Uid, st.Gid)
+		}
+		// Below the sandboxes' id ranges lie the host's accounts.
+		if st.Uid < 1<<30 || st.Gid < 1<<30 {
+			t.Errorf("%s on the host belongs to a host account: %v %d:%d", rel, fi.Mode(), st.Uid, st.Gid)
+		}
+		owners = append(owners, st.Uid/65536, st.Gid/65536)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if entries < 6 {
+		t.Fatalf("the cache holds %d entries", entries)
+	}
+	for _, o := range owners {
+		if o != owners[0] {
+			t.Errorf("the cache's owners are in several id ranges: %v", owners)
+			break
+		}
+	}
+
+	// The steps saw the cache as they left it.
+	id := createRaw(t, d, "", map[string]any{"template": "cacherest:1"})
+	status, data := d.call(t, "POST", "/v1/sandboxes/"+id+"/exec", "",
+		map[string]any{"cmd": []string{"/bin/sh", "-c", "cat /root-saw /out/user-saw"}, "timeout": 20})
+	if status != 200 {
+		t.Fatalf("exec: %d %s", status, data)
+	}
+	m := mustJSON(t, data)
+	if got, want := strings.TrimSpace(m["stdout"].(string)+m["stderr"].(string)), "777 0:0\n644 0:0\nroot-wrote\n1000"; got != want {
+		t.Errorf("the steps saw %q, want %q", got, want)
 	}
 }

@@ -696,10 +696,17 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 	bx.phases.mark("agent start until ready byte")
 	bx.warm = nil
 	if control != "" {
-		// The mount table a warm reset finds again (nothing of the
-		// sandbox has run yet).
-		if mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid)); err == nil {
-			bx.warm = &warmState{control: control, mountinfo: mi}
+		// The mount table a warm reset finds again, and the attributes
+		// it gives the agent back (nothing of the sandbox has run yet).
+		mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+		var attrs *agentAttrs
+		if err == nil {
+			attrs, err = readAgentAttrs(pid)
+		}
+		if err == nil {
+			bx.warm = &warmState{control: control, mountinfo: mi, agent: attrs}
+		} else {
+			b.log.Warn("sandbox cannot be warm reset", "sandbox", spec.ID, "err", err)
 		}
 	}
 	if bx.phases != nil {

@@ -146,6 +146,9 @@ type Backend struct {
 	disks       diskCache
 	// idRanges hands out each sandbox's host id range (root daemon only).
 	idRanges *idAllocator
+	// restingIDs is the first host id of the range idRanges never hands
+	// out (see RestingIDs); 0 when there is none.
+	restingIDs uint32
 	// idmap caches whether image templates can be mounted (see image.go).
 	idmap idmapProbe
 	// fileMax is the host's fs.file-max, read at start (see nofileLimit).
@@ -373,6 +376,9 @@ func New(cfg Config) (*Backend, error) {
 		}
 	}
 	b.idRanges.reserveRecorded(b.sbRoot)
+	if !rootless {
+		b.restingIDs = b.idRanges.reserveResting()
+	}
 	if b.hostEtc, err = hostEtcDir(etcBuildDir(b.runRoot, tmplDir, rootless)); err != nil {
 		return nil, fmt.Errorf("native: build host /etc: %w", err)
 	}

@@ -366,3 +366,28 @@ func TestSecurityWorkspaceDirReowned(t *testing.T) {
 		t.Fatalf("symlink followed: /etc/passwd now owned by %d", u)
 	}
 }
+
+// TestSecurityRestingIDRange: the resting range (owner of the build's
+// cache mounts between steps) is one no sandbox is ever given: the last
+// range no recorded sandbox holds; none when a single range is configured.
+func TestSecurityRestingIDRange(t *testing.T) {
+	a := newIDAllocator(DefaultIDBase, 3, "/some/root")
+	a.reserve(DefaultIDBase+2*idRangeSize, "recorded")
+	rest := a.reserveResting()
+	if rest != DefaultIDBase+idRangeSize {
+		t.Fatalf("resting range %d, want the last free one %d", rest, DefaultIDBase+idRangeSize)
+	}
+	a.free(DefaultIDBase+2*idRangeSize, "recorded")
+	for i := range 2 {
+		base, err := a.alloc(sandbox.ID(fmt.Sprint("s", i)))
+		if err != nil || base == rest {
+			t.Fatalf("alloc %d: %d %v (resting %d)", i, base, err, rest)
+		}
+	}
+	if _, err := a.alloc("s2"); err == nil {
+		t.Fatal("the resting range was handed to a sandbox")
+	}
+	if got := newIDAllocator(DefaultIDBase, 1, "/x").reserveResting(); got != 0 {
+		t.Fatalf("one range configured: resting range %d, want none", got)
+	}
+}

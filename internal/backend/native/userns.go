@@ -97,6 +97,40 @@ func (a *idAllocator) reserve(hostBase uint32, id sandbox.ID) {
 	}
 }
 
+// restingOwner holds the range reserveResting keeps from sandboxes; not a
+// valid sandbox id, so no sandbox's free ever releases it.
+const restingOwner sandbox.ID = "-resting-"
+
+// reserveResting keeps one range from every sandbox for as long as the
+// allocator lives, and returns its first host id (0 when a single range is
+// configured, which a sandbox needs). It takes the last range that no
+// recorded sandbox holds, so it is the same range from one start to the
+// next unless the configuration changes.
+func (a *idAllocator) reserveResting() uint32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.count < 2 {
+		return 0
+	}
+	for n := a.count - 1; n > 0; n-- {
+		if _, taken := a.used[n]; !taken {
+			a.used[n] = restingOwner
+			return a.base + n*idRangeSize
+		}
+	}
+	return 0
+}
+
+// RestingIDs returns the first host id of a range of 65536 host ids (uids
+// and gids) that no sandbox is ever given and no host account has (the
+// sandboxes' ranges are checked at start): an owner for files kept on the
+// host between sandboxes, such as the build's cache mounts, that no
+// process on the host runs as. ok is false for a rootless daemon or a
+// single configured range.
+func (b *Backend) RestingIDs() (base uint32, ok bool) {
+	return b.restingIDs, b.restingIDs != 0
+}
+
 // free releases the range of sandbox id.
 func (a *idAllocator) free(hostBase uint32, id sandbox.ID) {
 	a.mu.Lock()

@@ -45,7 +45,10 @@ import (
 //     POSIX IPC object; sets the host name back; destroys every TCP socket
 //     left in the network namespace (TIME_WAIT ones included); and puts
 //     the egress policy back;
-//  4. the agent replaces its server with a new generation built from its
+//  4. the daemon sets the agent's resource limits, OOM score adjustment
+//     and each thread's scheduling attributes, CPU affinity and I/O
+//     priority back to what they were at boot (agentattrs.go);
+//  5. the agent replaces its server with a new generation built from its
 //     start configuration and the new access token: the environment set
 //     by /init, code contexts, processes, PTYs, watchers and exec shims
 //     were the old generation's, and every connection to it was cut.
@@ -71,6 +74,8 @@ type warmState struct {
 	control string
 	// mountinfo is the init's mount table right after boot.
 	mountinfo []byte
+	// agent is what the agent ran with at boot (see agentattrs.go).
+	agent *agentAttrs
 }
 
 // warmEligible reports whether a sandbox of spec can be warm reset.
@@ -126,6 +131,12 @@ func (b *Backend) warmReset(ctx context.Context, bx *box, req backend.RecycleReq
 		return err
 	}
 	bx.phases.mark("warm: checks, disk directories, IPC objects, host name, sockets")
+	// Every other process is dead: nothing can change the agent again
+	// before its next generation starts the next user's exec shim.
+	if err := ws.agent.restore(bx.pid); err != nil {
+		return fmt.Errorf("restore the agent's limits and priorities: %w", err)
+	}
+	bx.phases.mark("warm: agent's resource limits, priorities, affinity")
 	if bx.rec.Spec.Network.Mode == sandbox.NetworkEgress && b.cfg.Network != nil {
 		if err := b.cfg.Network.UpdatePolicy(ctx, bx.id, req.Network); err != nil {
 			return fmt.Errorf("reset the egress policy: %w", err)

@@ -20,19 +20,43 @@ func (m idMap) uid(u uint32) uint32 {
 }
 func (m idMap) gid(g uint32) uint32 { return m.gidBase + g }
 
-// shift maps a host owner between image ids and host ids; ok is false
-// when it is outside the range (left alone).
-func (m idMap) shift(uid, gid uint32, in bool) (uint32, uint32, bool) {
-	if in {
-		if uid >= m.size || gid >= m.size {
-			return 0, 0, false
-		}
-		return uid + m.uidBase, gid + m.gidBase, true
+// rangeSize is how many ids a sandbox maps (0-65535).
+const rangeSize = 1 << 16
+
+// nobodyID is what an id no sandbox could have made becomes.
+const nobodyID = 65534
+
+// HostIDs says where sandboxes' ids lie on the host: Ranges ranges of
+// 65536 host ids (uids and gids alike) from Base, one per sandbox, and
+// Resting, the first id of one of them that no sandbox is given. Files
+// kept between steps (cache mounts) belong to the resting range, so at
+// rest on the host they are owned by no account and no running process.
+type HostIDs struct {
+	Base, Ranges, Resting uint32
+}
+
+// resting returns the resting range; ok is false when there is none.
+func (h HostIDs) resting() (idMap, bool) {
+	if h.Resting == 0 {
+		return idMap{}, false
 	}
-	if uid < m.uidBase || uid-m.uidBase >= m.size || gid < m.gidBase || gid-m.gidBase >= m.size {
-		return 0, 0, false
+	return idMap{uidBase: h.Resting, gidBase: h.Resting, size: rangeSize}, true
+}
+
+// offset returns the id that host id stands for in any sandbox: ids of
+// the sandboxes' ranges (a step's, the resting one's) relative to their
+// range, ids below 65536 as they are (image ids, as an earlier version
+// kept caches between steps), and any other id, which no sandbox can make,
+// as nobody.
+func (h HostIDs) offset(id uint32) uint32 {
+	switch {
+	case id < rangeSize:
+		return id
+	case id >= h.Base && uint64(id) < uint64(h.Base)+uint64(h.Ranges)*rangeSize:
+		return (id - h.Base) % rangeSize
+	default:
+		return nobodyID
 	}
-	return uid - m.uidBase, gid - m.gidBase, true
 }
 
 // readIDMap reads the user namespace mapping of the sandbox's init (its

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -12,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
@@ -27,7 +27,7 @@ type mounts struct {
 	spec     []sandbox.Mount
 	targets  []string // mount targets in the sandbox: never in the layer
 	secrets  []secretFile
-	caches   []string // host dirs of cache mounts, in image ids between steps
+	caches   []string // host dirs of cache mounts, in the resting ids between steps
 	cacheIDs []string // lock keys, sorted
 	tmpfs    []string
 	binds    []string // host mount points of bind views
@@ -84,14 +84,17 @@ func (r *Runner) prepare(m *mounts, step builder.RunStep) error {
 		key := hex.EncodeToString(sum[:16])
 		dir := filepath.Join(r.cfg.Dir, "cache", key)
 		if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-			if err := os.Mkdir(dir, 0o755); err != nil {
+			if err := os.Mkdir(dir, 0o700); err != nil {
 				return fmt.Errorf("cache %s: %w", c.ID, err)
 			}
-			// In image ids: shifted into the sandbox's range by own().
-			if err := os.Chmod(dir, os.FileMode(c.Mode&0o7777)|0o700); err != nil {
+			// In the resting ids (image ids where sandboxes map none):
+			// shifted into the sandbox's range by own(). No set-uid bit:
+			// it means nothing on a directory.
+			rest, _ := r.cfg.IDs.resting()
+			if err := os.Lchown(dir, int(rest.uid(c.UID)), int(rest.gid(c.GID))); err != nil {
 				return err
 			}
-			if err := os.Lchown(dir, int(c.UID), int(c.GID)); err != nil {
+			if err := os.Chmod(dir, modeBits(c.Mode&0o3777)|0o700); err != nil {
 				return err
 			}
 		}
@@ -196,9 +199,9 @@ func overlayReadOnly(layers []string, dst string) error {
 }
 
 // own gives the step's files to the sandbox's ids: secrets to their
-// uid/gid, cache directories shifted from image ids into its range,
-// tmpfs directories to its root.
-func (m *mounts) own(ids idMap) error {
+// uid/gid, cache directories from their resting ids to the same ids in its
+// range, tmpfs directories to its root.
+func (m *mounts) own(area HostIDs, ids idMap) error {
 	for _, s := range m.secrets {
 		if err := os.Lchown(s.path, int(ids.uid(s.uid)), int(ids.gid(s.gid))); err != nil {
 			return fmt.Errorf("secret file: %w", err)
@@ -215,22 +218,64 @@ func (m *mounts) own(ids idMap) error {
 			return err
 		}
 	}
+	if len(m.caches) == 0 || ids.identity() {
+		return nil
+	}
+	if _, ok := area.resting(); !ok {
+		// Between steps the files would belong to host accounts.
+		return sandbox.Errorf(sandbox.ClassUnavailable, "cache mounts need a host id range no sandbox uses (SANDBOX_ID_RANGES of 2 or more)")
+	}
+	if ids.size < rangeSize {
+		return fmt.Errorf("cache mount: the build sandbox maps %d ids, not %d", ids.size, rangeSize)
+	}
 	for _, d := range m.caches {
-		if err := shiftTree(d, ids, true); err != nil {
+		if err := os.Remove(restMarker(d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("cache mount: %w", err)
+		}
+		if err := reownTree(d, area, ids, false); err != nil {
 			return fmt.Errorf("cache mount: %w", err)
 		}
 	}
 	return nil
 }
 
-// disown shifts cache directories back to image ids, so the next step's
-// sandbox (another id range) can own them again.
-func (m *mounts) disown(ids idMap) {
+// rest gives the step's cache directories back to the resting ids once
+// its sandbox (ids) is gone, without set-uid or set-gid files.
+func (r *Runner) rest(m *mounts, ids idMap) {
+	rest, ok := r.cfg.IDs.resting()
+	if !ok || ids.identity() {
+		return
+	}
 	for _, d := range m.caches {
-		if err := shiftTree(d, ids, false); err != nil {
-			// The next step shifts what it finds; ids outside a range stay.
-			_ = err
+		r.toRest(d, rest)
+	}
+}
+
+// restMarker is the path of the file that says the files of cache
+// directory d (Dir/cache/KEY) are at rest, in the range it names:
+// Dir/cache-rest/KEY, written once they are and removed before they leave
+// it, so a daemon that starts after a crash knows which caches to walk.
+func restMarker(d string) string {
+	return filepath.Join(filepath.Dir(filepath.Dir(d)), "cache-rest", filepath.Base(d))
+}
+
+func restMarkerData(rest idMap) string { return strconv.FormatUint(uint64(rest.uidBase), 10) }
+
+// toRest gives the cache directory d its owners at rest (see HostIDs). A
+// cache that cannot be brought to rest is removed: it must not stay in a
+// range the next sandbox may be given, nor in host accounts' ids.
+func (r *Runner) toRest(d string, rest idMap) {
+	err := reownTree(d, r.cfg.IDs, rest, true)
+	if err == nil {
+		err = os.WriteFile(restMarker(d), []byte(restMarkerData(rest)), 0o600)
+		if err == nil {
+			return
 		}
+	}
+	r.log.Warn("build cache removed: its files could not be given their owners at rest", "cache", filepath.Base(d), "err", err)
+	_ = os.Remove(restMarker(d))
+	if err := os.RemoveAll(d); err != nil {
+		r.log.Error("remove build cache", "cache", filepath.Base(d), "err", err)
 	}
 }
 
@@ -249,35 +294,109 @@ func unmountAll(stepDir string) {
 	}
 }
 
-// shiftTree moves every owner in dir between image ids and the sandbox's
-// host ids (in: image -> host). Symlinks are not followed.
-func shiftTree(dir string, ids idMap, in bool) error {
-	if ids.identity() {
+// maxCacheDepth bounds how deep a cache's directories may nest (the walk
+// holds a descriptor per level).
+const maxCacheDepth = 256
+
+// reownTree gives every entry of dir, dir included, the id its owner stands
+// for (HostIDs.offset) in the range to, and with strip clears the set-uid
+// and set-gid bits of everything but directories (chown clears them on
+// regular files anyway; a directory's set-gid bit only passes its group
+// on). Symlinks are never followed: each entry is opened from its
+// directory's descriptor with O_PATH|O_NOFOLLOW and changed through that
+// descriptor, so a tree that changes during the walk cannot send it
+// elsewhere.
+func reownTree(dir string, area HostIDs, to idMap, strip bool) error {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	w := reowner{area: area, to: to, strip: strip}
+	if err := w.entry(fd, 0); err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	return nil
+}
+
+type reowner struct {
+	area  HostIDs
+	to    idMap
+	strip bool
+}
+
+// entry reowns the file fd (an O_PATH descriptor) and, for a directory,
+// everything below it.
+func (w reowner) entry(fd, depth int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	uid, gid := w.to.uid(w.area.offset(st.Uid)), w.to.gid(w.area.offset(st.Gid))
+	if uid != st.Uid || gid != st.Gid {
+		if err := unix.Fchownat(fd, "", int(uid), int(gid), unix.AT_EMPTY_PATH); err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
+	}
+	typ := st.Mode & unix.S_IFMT
+	if w.strip && typ != unix.S_IFDIR && typ != unix.S_IFLNK && st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+		// chmod has no O_PATH form but the descriptor's /proc link.
+		if err := unix.Chmod(procFd(fd), st.Mode&^(unix.S_IFMT|unix.S_ISUID|unix.S_ISGID)); err != nil {
+			return fmt.Errorf("clear set-id bits: %w", err)
+		}
+	}
+	if typ != unix.S_IFDIR {
 		return nil
 	}
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	if depth >= maxCacheDepth {
+		return fmt.Errorf("directories nest deeper than %d", maxCacheDepth)
+	}
+	// The same directory, opened for reading its entries.
+	dfd, err := unix.Open(procFd(fd), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	dir := os.NewFile(uintptr(dfd), "dir")
+	defer dir.Close()
+	for {
+		names, err := dir.Readdirnames(1024)
+		for _, name := range names {
+			cfd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			err = w.entry(cfd, depth+1)
+			unix.Close(cfd)
+			if err != nil {
+				return fmt.Errorf("%s/%w", name, err)
+			}
+		}
+		if errors.Is(err, io.EOF) || err == nil && len(names) == 0 {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok {
-			return nil
-		}
-		uid, gid, ok := ids.shift(st.Uid, st.Gid, in)
-		if !ok {
-			return nil
-		}
-		if err := os.Lchown(p, int(uid), int(gid)); err != nil {
-			return err
-		}
-		if fi.Mode()&fs.ModeSymlink == 0 && fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
-			// chown clears set-id bits; keep what the step set.
-			_ = os.Chmod(p, fi.Mode()&fs.ModePerm|fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky))
-		}
-		return nil
-	})
+	}
+}
+
+func procFd(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// modeBits turns the permission and set-id bits of a Unix mode into an
+// os.FileMode.
+func modeBits(m uint32) os.FileMode {
+	mode := os.FileMode(m & 0o777)
+	if m&0o4000 != 0 {
+		mode |= os.ModeSetuid
+	}
+	if m&0o2000 != 0 {
+		mode |= os.ModeSetgid
+	}
+	if m&0o1000 != 0 {
+		mode |= os.ModeSticky
+	}
+	return mode
 }

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -40,13 +41,18 @@ type Sandboxes interface {
 // Config configures a Runner.
 type Config struct {
 	Sandboxes Sandboxes
-	// Dir holds the cache mounts (Dir/cache/<hash>) and each step's
+	// Dir holds the cache mounts (Dir/cache/<hash>, and Dir/cache-rest/<hash>
+	// once they are at rest, see restMarker) and each step's
 	// temporary files (secrets, bind mount views) under Dir/tmp; it must
 	// be the daemon's, not readable by others.
 	Dir string
 	// Resources of build sandboxes (zero fields: the server's defaults).
 	Resources sandbox.Resources
-	Logger    *slog.Logger
+	// IDs says where the sandboxes' host ids lie and which of them own
+	// the cache mounts' files between steps. Needed for cache mounts
+	// whenever build sandboxes map their ids (see mounts.own).
+	IDs    HostIDs
+	Logger *slog.Logger
 }
 
 // Runner implements builder.Runner.
@@ -66,7 +72,7 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	for _, d := range []string{cfg.Dir, filepath.Join(cfg.Dir, "cache"), filepath.Join(cfg.Dir, "tmp")} {
+	for _, d := range []string{cfg.Dir, filepath.Join(cfg.Dir, "cache"), filepath.Join(cfg.Dir, "cache-rest"), filepath.Join(cfg.Dir, "tmp")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("sandboxrunner: %w", err)
 		}
@@ -79,7 +85,40 @@ func New(cfg Config) (*Runner, error) {
 			_ = os.RemoveAll(p)
 		}
 	}
-	return &Runner{cfg: cfg, log: cfg.Logger.With("component", "build-runner")}, nil
+	r := &Runner{cfg: cfg, log: cfg.Logger.With("component", "build-runner")}
+	r.restCaches()
+	return r, nil
+}
+
+// restCaches gives every cache mount its owners at rest where no marker
+// says it has them: caches an earlier version kept in image ids (host
+// root's and host accounts' ids, with their set-id bits), and those a
+// crash left in a step's range.
+func (r *Runner) restCaches() {
+	rest, ok := r.cfg.IDs.resting()
+	if !ok {
+		return
+	}
+	dir := filepath.Join(r.cfg.Dir, "cache")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		r.log.Warn("list build caches", "err", err)
+		return
+	}
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		if data, err := os.ReadFile(restMarker(p)); err == nil && string(data) == restMarkerData(rest) {
+			continue
+		}
+		r.toRest(p, rest)
+	}
+	// Markers of caches that are gone.
+	markers, _ := os.ReadDir(filepath.Join(r.cfg.Dir, "cache-rest"))
+	for _, e := range markers {
+		if _, err := os.Lstat(filepath.Join(dir, e.Name())); errors.Is(err, fs.ErrNotExist) {
+			_ = os.Remove(filepath.Join(r.cfg.Dir, "cache-rest", e.Name()))
+		}
+	}
 }
 
 // Run implements builder.Runner.
@@ -121,6 +160,7 @@ func (r *Runner) Run(ctx context.Context, base sandbox.Template, step builder.Ru
 	}
 	// The layer outlives tmp: it is unlinked now and read through the fd.
 	os.Remove(layerFile.Name())
+	var stepIDs *idMap
 	err = r.cfg.Sandboxes.RunBuildSandbox(ctx, spec, func(ctx context.Context, sb manager.BuildSandbox) error {
 		if step.Started != nil {
 			step.Started(string(sb.Info.ID))
@@ -129,10 +169,10 @@ func (r *Runner) Run(ctx context.Context, base sandbox.Template, step builder.Ru
 		if err != nil {
 			return err
 		}
-		if err := m.own(ids); err != nil {
+		stepIDs = &ids
+		if err := m.own(r.cfg.IDs, ids); err != nil {
 			return err
 		}
-		defer m.disown(ids)
 		pre, err := preState(ctx, sb)
 		if err != nil {
 			return err
@@ -142,6 +182,11 @@ func (r *Runner) Run(ctx context.Context, base sandbox.Template, step builder.Ru
 		}
 		return writeLayer(ctx, sb, layerFile, m.targets, pre)
 	})
+	if stepIDs != nil {
+		// After the sandbox is destroyed: nothing of it can change the
+		// caches while they are walked.
+		r.rest(m, *stepIDs)
+	}
 	if err != nil {
 		layerFile.Close()
 		return nil, err

@@ -118,7 +118,7 @@ func (a *Tracker) acquire(owner string, requests int, bytes int64) (func(), erro
 		u = &userLoad{}
 	}
 	if requests > 0 && a.perUser > 0 && u.requests+requests > a.perUser {
-		return nil, refused("user %q already has %d heavy requests (exec, code, file transfers) in flight, the limit (MAX_REQUESTS_PER_USER)", owner, u.requests)
+		return nil, refused("user %q already has %d heavy requests (exec, code, file transfers, snapshots) in flight, the limit (MAX_REQUESTS_PER_USER)", owner, u.requests)
 	}
 	if a.budget > 0 {
 		if bytes > a.budget/2 {

@@ -151,6 +151,12 @@ type Config struct {
 	// TemplateAutoPull pulls an image reference a create names when it is
 	// not a template yet.
 	TemplateAutoPull bool
+	// StorageQuota caps the bytes each user's private templates hold
+	// (0 = no cap); MaxPrivateTemplates their number; SnapshotMaxBytes one
+	// snapshot's layer. Template admins are exempt.
+	StorageQuota        int64
+	MaxPrivateTemplates int
+	SnapshotMaxBytes    int64
 	// RegistryAuth is AGENTBOX_REGISTRY_AUTH (JSON); RegistryMirrors maps
 	// registry hosts to mirror URLs.
 	RegistryAuth    string
@@ -330,7 +336,7 @@ var settings = []setting{
 	}},
 	{"MAX_PIDS", "4096", "largest pids limit a caller may ask for", intIn(8, 1<<22, func(c *Config, n int) { c.MaxResources.PIDs = int64(n) })},
 	{"MAX_DISK", "20G", "largest disk a caller may ask for", size(func(c *Config, n int64) { c.MaxResources.DiskBytes = n })},
-	{"DISK_RESERVE", "1G", "space of the data dir's filesystem that sandbox disks may not claim (0 = none)", func(c *Config, v string) error {
+	{"DISK_RESERVE", "1G", "space of the data dir's filesystem that sandbox disks may not claim, and that a snapshot leaves free in the template store's filesystem (0 = none)", func(c *Config, v string) error {
 		if v == "0" {
 			c.DiskReserve = 0
 			return nil
@@ -349,7 +355,7 @@ var settings = []setting{
 	}},
 	{"MAX_UPLOAD_SIZE", "1G", "largest file upload", size(func(c *Config, n int64) { c.MaxUploadBytes = n })},
 	{"MAX_EXEC_OUTPUT", "16M", "largest stdout/stderr kept for a buffered exec result (per stream)", size(func(c *Config, n int64) { c.MaxExecOutputBytes = n })},
-	{"MAX_REQUESTS_PER_USER", "16", "heavy requests (exec, code, file transfers) one user may have in flight; more get 429, 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxRequestsPerUser = n })},
+	{"MAX_REQUESTS_PER_USER", "16", "heavy requests (exec, code, file transfers, snapshots) one user may have in flight; more get 429, 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxRequestsPerUser = n })},
 	{"REQUEST_MEMORY", "1G", "memory the buffers of all heavy requests may reserve together (one user at most half); more get 429, 0 = unlimited", size(func(c *Config, n int64) { c.RequestMemory = n })},
 	{"MAX_CONNECTIONS", "0", "open client connections, more are closed at once; 0 = half the open-files limit, at most 4096", intIn(0, 1<<22, func(c *Config, n int) { c.MaxConnections = n })},
 	{"MAX_CONNECTIONS_PER_IP", "0", "open client connections from one address, more are closed at once; 0 = an eighth of MAX_CONNECTIONS, at least 16", intIn(0, 1<<22, func(c *Config, n int) { c.MaxConnectionsPerIP = n })},
@@ -617,6 +623,9 @@ var settings = []setting{
 	{"TEMPLATE_MAX_IMPORT", "8G", "largest tarball a template import may upload", size(func(c *Config, n int64) { c.TemplateMaxImport = n })},
 	{"TEMPLATE_MAX_PULLS", "2", "template pulls, imports and exports running at once (automatic pulls included); more wait for a turn", intIn(1, 64, func(c *Config, n int) { c.TemplateMaxPulls = n })},
 	{"TEMPLATE_AUTO_PULL", "false", "pull an image reference a create names when it is not a template yet (the create waits)", boolSetting(func(c *Config, b bool) { c.TemplateAutoPull = b })},
+	{"STORAGE_QUOTA_PER_USER", "10G", "bytes one user's private templates (snapshots) may hold in the template store; a snapshot past it is refused or stopped with 429 and stores nothing; TEMPLATE_ADMIN_USERS are exempt; 0 = unlimited", sizeOrZero(func(c *Config, n int64) { c.StorageQuota = n })},
+	{"MAX_TEMPLATES_PER_USER", "50", "private templates (snapshots) one user may keep; a snapshot into a new name past it gets 429; TEMPLATE_ADMIN_USERS are exempt; 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxPrivateTemplates = n })},
+	{"SNAPSHOT_MAX_SIZE", "2G", "largest layer one snapshot of a user's may add (its files at their full size, the holes of sparse files included; bigger is stopped with 413); TEMPLATE_ADMIN_USERS are exempt; 0 = the store's layer limit (64G)", sizeOrZero(func(c *Config, n int64) { c.SnapshotMaxBytes = n })},
 	{"AGENTBOX_REGISTRY_AUTH", "", `registry credentials as JSON {"host": {"username": "...", "password": "..."} | {"auth": "base64"} | {"token": "..."}}, besides docker's config.json ($DOCKER_CONFIG or ~/.docker)`, func(c *Config, v string) error {
 		if v == "" {
 			return nil
@@ -967,6 +976,22 @@ func ParseBool(v string) (bool, error) {
 
 func size(set func(*Config, int64)) func(*Config, string) error {
 	return func(c *Config, v string) error {
+		n, err := ParseSize(v)
+		if err != nil {
+			return err
+		}
+		set(c, n)
+		return nil
+	}
+}
+
+// sizeOrZero is size, where "0" also means none (no limit, no reserve).
+func sizeOrZero(set func(c *Config, n int64)) func(c *Config, v string) error {
+	return func(c *Config, v string) error {
+		if strings.TrimSpace(v) == "0" {
+			set(c, 0)
+			return nil
+		}
 		n, err := ParseSize(v)
 		if err != nil {
 			return err

@@ -173,6 +173,8 @@ func Run(ctx context.Context, opts Options) error {
 		MaxRequestsPerUser: cfg.MaxRequestsPerUser, RequestMemory: cfg.RequestMemory,
 		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: netMgr != nil,
 		ValidateNetwork: netpolicy.Validate, Resolver: resolver, Committer: templates, NodeID: node, NodeMaxSandboxes: cfg.NodeMaxSandboxes,
+		StorageQuota: cfg.StorageQuota, MaxPrivateTemplates: cfg.MaxPrivateTemplates, SnapshotMaxBytes: cfg.SnapshotMaxBytes,
+		DiskReserve: cfg.DiskReserve,
 	}, b, st)
 	if cfg.DefaultNetworkMode == string(sandbox.NetworkEgress) && netMgr == nil && opts.Backend == nil {
 		return fmt.Errorf("setting DEFAULT_NETWORK_MODE=egress: sandbox networking is unavailable (see NETWORK)")

@@ -34,6 +34,17 @@ type Config struct {
 	TemplateAdmins []string
 	// Committer stores snapshots as templates; nil: no snapshots.
 	Committer TemplateCommitter
+	// StorageQuota caps the bytes each user's private templates hold in
+	// the template store (storage.go); 0 = no cap. MaxPrivateTemplates
+	// caps their number; 0 = no cap. SnapshotMaxBytes caps one snapshot's
+	// layer (its tar: sparse files at their apparent size); 0 = the
+	// store's layer limit only. TemplateAdmins are exempt from all three.
+	StorageQuota        int64
+	MaxPrivateTemplates int
+	SnapshotMaxBytes    int64
+	// DiskReserve is space of the template store's filesystem a snapshot
+	// leaves free: refused at start, aborted while it streams; 0 = none.
+	DiskReserve int64
 	// PoolTypes are the sandbox types that get a warm pool of PoolSize.
 	PoolTypes []string
 	PoolSize  int
@@ -73,7 +84,7 @@ type Config struct {
 	ValidateNetwork func(sandbox.Network) error
 
 	// MaxRequestsPerUser caps the heavy requests (exec, code, file
-	// transfers) one user has in flight; 0 = no cap.
+	// transfers, snapshots) one user has in flight; 0 = no cap.
 	MaxRequestsPerUser int
 	// RequestMemory is the memory all heavy requests may reserve for their
 	// buffers together (one user at most half of it); 0 = no limit.
@@ -113,6 +124,7 @@ type Manager struct {
 	// pauseLocks serialise Pause and Resume of one sandbox.
 	pauseLocks keyedMutex
 	admission  *admission.Tracker
+	storage    storageAccount
 	ready      atomic.Bool
 	down       atomic.Bool // Shutdown was called: backend events are ignored
 	stopLoops  context.CancelFunc

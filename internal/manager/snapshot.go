@@ -55,6 +55,33 @@ func (m *Manager) Snapshot(ctx context.Context, owner string, id sandbox.ID, nam
 	if info.State != sandbox.StateRunning && info.State != sandbox.StatePaused { // a paused one is read as it is
 		return template.Info{}, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is %s; start it to snapshot it", id, info.State)
 	}
+	// A snapshot reads and stores a whole layer: one of its owner's heavy
+	// requests (MAX_REQUESTS_PER_USER), so one user cannot run many at once.
+	release, err := m.Admit(owner, 0)
+	if err != nil {
+		return template.Info{}, err
+	}
+	defer release()
+	// Refused before the sandbox is frozen when the owner's quota or the
+	// store's filesystem has no room left; the same limits stop the layer
+	// while it streams.
+	charge, err := m.startSnapshotCharge(owner, name)
+	if err != nil {
+		return template.Info{}, err
+	}
+	defer charge.end()
+	if err := m.cfg.Committer.CheckFree(m.cfg.DiskReserve); err != nil {
+		return template.Info{}, err
+	}
+	opts := template.CommitOptions{
+		// One copy of the layer: the unpacked tree sandboxes mount. An
+		// export writes the blob again from it.
+		NoBlob:  true,
+		Reserve: m.cfg.DiskReserve,
+	}
+	if charge.enforce {
+		opts.Charge = charge.add
+	}
 
 	// The backend writes the layer while the store reads it: no copy of
 	// the whole layer in memory or on disk here.
@@ -65,7 +92,7 @@ func (m *Manager) Snapshot(ctx context.Context, owner string, id sandbox.ID, nam
 		pw.CloseWithError(err)
 		diffDone <- err
 	}()
-	ti, err := m.cfg.Committer.Commit(ctx, name, base, pr, base.Config, "snapshot of "+string(id))
+	ti, err := m.cfg.Committer.CommitWith(ctx, name, base, pr, base.Config, "snapshot of "+string(id), opts)
 	// Unblock the writer if the store stopped reading early.
 	pr.CloseWithError(errStoreStopped)
 	diffErr := <-diffDone

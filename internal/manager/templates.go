@@ -20,9 +20,15 @@ type TemplateResolver interface {
 }
 
 // TemplateCommitter stores a new template made of base's layers plus the
-// layer tar read from diff (snapshots). The template store implements it.
+// layer tar read from diff (snapshots), and says what users' private
+// templates hold. The template store implements it.
 type TemplateCommitter interface {
-	Commit(ctx context.Context, name string, base sandbox.Template, diff io.Reader, cfg sandbox.ImageConfig, source string) (template.Info, error)
+	CommitWith(ctx context.Context, name string, base sandbox.Template, diff io.Reader, cfg sandbox.ImageConfig, source string, opts template.CommitOptions) (template.Info, error)
+	// PrivateUsage returns what owner's private templates hold.
+	PrivateUsage(owner string) template.Usage
+	// CheckFree refuses (sandbox.ClassNoSpace) when the store's
+	// filesystem has reserve bytes free or less.
+	CheckFree(reserve int64) error
 }
 
 // builtinResolver serves "host" and the operator's SANDBOX_TEMPLATES map

@@ -45,7 +45,10 @@ type fakeCommitter struct {
 	err          error
 }
 
-func (c *fakeCommitter) Commit(ctx context.Context, name string, base sandbox.Template, diff io.Reader, cfg sandbox.ImageConfig, source string) (template.Info, error) {
+func (c *fakeCommitter) PrivateUsage(owner string) template.Usage { return template.Usage{} }
+func (c *fakeCommitter) CheckFree(reserve int64) error            { return nil }
+
+func (c *fakeCommitter) CommitWith(ctx context.Context, name string, base sandbox.Template, diff io.Reader, cfg sandbox.ImageConfig, source string, opts template.CommitOptions) (template.Info, error) {
 	if c.err != nil {
 		return template.Info{}, c.err
 	}

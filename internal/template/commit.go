@@ -15,6 +15,27 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
+// CommitOptions refine a commit.
+type CommitOptions struct {
+	// NoBlob keeps only the unpacked layer, not also a compressed blob of
+	// it: an export writes the blob again from the layer's files. For
+	// layers made by layer.Diff (snapshots), which a Diff of their
+	// unpacked tree gives again byte for byte; a layer that does not
+	// (found at export) cannot be exported.
+	NoBlob bool
+	// Charge, when set, is told of the new layer's cost as it is stored:
+	// its tar's bytes as they stream in (about every MiB, sparse files at
+	// their apparent size), then what the unpacked tree takes on disk
+	// beyond them, before the layer is installed. An error from it aborts
+	// the commit, which then stores nothing. The layer's record keeps the
+	// total (layerRecord.Charged), which PrivateUsage counts.
+	Charge func(n int64) error
+	// Reserve is space of the store's filesystem the commit leaves free:
+	// it is refused at once, or aborted while the layer streams in, when
+	// less would be left (sandbox.ClassNoSpace). 0: no check.
+	Reserve int64
+}
+
 // Commit stores a new template name made of base's layers plus the layer
 // tar read from diff (nil: no new layer), with cfg as its image config.
 // Snapshots and builds use it. base is an image template (resolved from
@@ -22,6 +43,12 @@ import (
 // "scratch". The host template is the host's /usr, not layers, and a
 // directory template is not in the store: both are refused with a hint.
 func (s *Store) Commit(ctx context.Context, tmplName string, base sandbox.Template, diff io.Reader, cfg sandbox.ImageConfig, source string) (Info, error) {
+	return s.CommitWith(ctx, tmplName, base, diff, cfg, source, CommitOptions{})
+}
+
+// CommitWith is Commit with options (snapshots: no blob, charged to a
+// quota, within the disk reserve).
+func (s *Store) CommitWith(ctx context.Context, tmplName string, base sandbox.Template, diff io.Reader, cfg sandbox.ImageConfig, source string, opts CommitOptions) (Info, error) {
 	r, err := parseRef(tmplName)
 	if err != nil {
 		return Info{}, err
@@ -52,7 +79,10 @@ func (s *Store) Commit(ctx context.Context, tmplName string, base sandbox.Templa
 			return info, nil
 		}
 	}
-	return s.commitLayer(ctx, r, b, diff, cfg, source, nil)
+	if err := s.CheckFree(opts.Reserve); err != nil {
+		return Info{}, fmt.Errorf("commit %s: %w", r, err)
+	}
+	return s.commitLayer(ctx, r, b, diff, cfg, source, nil, opts)
 }
 
 // sameAsCurrent returns the record name r has when it already is the
@@ -78,7 +108,7 @@ func (s *Store) sameAsCurrent(r ref, layers []layerRecord, cfg sandbox.ImageConf
 
 // commitLayer stores template r: base's layers (nil: none) plus the layer
 // tar diff (nil: none), with config cfg.
-func (s *Store) commitLayer(ctx context.Context, r ref, base *record, diff io.Reader, cfg sandbox.ImageConfig, source string, progress func(Progress)) (Info, error) {
+func (s *Store) commitLayer(ctx context.Context, r ref, base *record, diff io.Reader, cfg sandbox.ImageConfig, source string, progress func(Progress), opts CommitOptions) (Info, error) {
 	if err := s.checkStorable(r); err != nil {
 		return Info{}, err
 	}
@@ -91,7 +121,10 @@ func (s *Store) commitLayer(ctx context.Context, r ref, base *record, diff io.Re
 		s.mu.Lock()
 		o.pinLocked(blobKey(hexOf(base.Digest)))
 		for _, l := range base.Layers {
-			o.pinLocked(layerKey(hexOf(l.DiffID)), blobKey(hexOf(l.Blob)))
+			o.pinLocked(layerKey(hexOf(l.DiffID)))
+			if l.hasBlob() {
+				o.pinLocked(blobKey(hexOf(l.Blob)))
+			}
 		}
 		missing := !exists(s.blobPath(hexOf(base.Digest)))
 		s.mu.Unlock()
@@ -111,7 +144,7 @@ func (s *Store) commitLayer(ctx context.Context, r ref, base *record, diff io.Re
 		if len(rec.Layers) >= maxImageLayers {
 			return Info{}, sandbox.Errorf(sandbox.ClassTooLarge, "commit %s: an image has at most %d layers", r, maxImageLayers)
 		}
-		lr, err := s.ingestTar(ctx, o, diff, serialized(progress))
+		lr, err := s.ingestTar(ctx, o, diff, serialized(progress), opts)
 		if err != nil {
 			return Info{}, fmt.Errorf("commit %s: %w", r, err)
 		}

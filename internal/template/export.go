@@ -3,11 +3,16 @@ package template
 import (
 	"archive/tar"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
+
+	"github.com/klauspost/compress/gzip"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -16,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/template/layer"
 )
 
 // Export writes template ref as a docker-loadable tarball (format
@@ -36,9 +42,14 @@ func (s *Store) Export(ctx context.Context, tmplName, format string, w io.Writer
 	if rec != nil {
 		c := *rec
 		rec = &c
+		rec.Layers = slices.Clone(rec.Layers)
 		o.pinLocked(blobKey(hexOf(rec.Digest)))
 		for _, l := range rec.Layers {
-			o.pinLocked(blobKey(hexOf(l.Blob)))
+			if l.hasBlob() {
+				o.pinLocked(blobKey(hexOf(l.Blob)))
+			} else {
+				o.pinLocked(layerKey(hexOf(l.DiffID)))
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -48,7 +59,30 @@ func (s *Store) Export(ctx context.Context, tmplName, format string, w io.Writer
 		}
 		return sandbox.Errorf(sandbox.ClassNotFound, "template %q not found", r)
 	}
-	img, err := s.exportImage(rec, format == "oci")
+	// Layers kept without a blob (snapshots) get one for this export only.
+	written := map[v1.Hash]string{}
+	defer func() {
+		for _, p := range written {
+			os.Remove(p)
+		}
+	}()
+	for i, l := range rec.Layers {
+		if l.hasBlob() {
+			continue
+		}
+		if p, ok := findWritten(written, rec.Layers[:i], l.DiffID); ok {
+			rec.Layers[i] = p
+			continue
+		}
+		nl, path, err := s.writeLayerBlob(ctx, l)
+		if err != nil {
+			return fmt.Errorf("export %s: %w", r, err)
+		}
+		h, _ := v1.NewHash(nl.Blob)
+		written[h] = path
+		rec.Layers[i] = nl
+	}
+	img, err := s.exportImage(rec, format == "oci", written)
 	if err != nil {
 		return err
 	}
@@ -78,6 +112,55 @@ func (c ctxWriter) Write(p []byte) (int, error) {
 	return c.w.Write(p)
 }
 
+// findWritten returns the record of a layer with diff id that an earlier
+// layer of the same export already got a blob for (images may repeat a
+// layer).
+func findWritten(written map[v1.Hash]string, earlier []layerRecord, diffID string) (layerRecord, bool) {
+	for _, l := range earlier {
+		if h, err := v1.NewHash(l.Blob); err == nil && l.DiffID == diffID && written[h] != "" {
+			return l, true
+		}
+	}
+	return layerRecord{}, false
+}
+
+// writeLayerBlob writes the gzip blob of a layer stored without one into
+// tmp/, from its unpacked tree: layer.Diff of the tree gives the layer's
+// tar again, which must hash to its diff id (the image config names it).
+// The caller removes the file.
+func (s *Store) writeLayerBlob(ctx context.Context, l layerRecord) (layerRecord, string, error) {
+	f, err := os.CreateTemp(s.tmpDir(), "export-")
+	if err != nil {
+		return l, "", fmt.Errorf("template store: %w", err)
+	}
+	ok := false
+	defer func() {
+		f.Close()
+		if !ok {
+			os.Remove(f.Name())
+		}
+	}()
+	th, bh := sha256.New(), sha256.New()
+	gz := gzip.NewWriter(io.MultiWriter(f, bh))
+	// The tree holds the image's ids (no shift) and nothing to leave out.
+	if err := layer.Diff(ctx, s.layerRoot(hexOf(l.DiffID)), io.MultiWriter(gz, th), layer.DiffOptions{}); err != nil {
+		return l, "", fmt.Errorf("write layer %s again: %w", l.DiffID, err)
+	}
+	if err := gz.Close(); err != nil {
+		return l, "", fmt.Errorf("template store: compress layer: %w", err)
+	}
+	if got := "sha256:" + hex.EncodeToString(th.Sum(nil)); got != l.DiffID {
+		return l, "", sandbox.Errorf(sandbox.ClassInternal, "layer %s is stored without its blob and its files give another tar (%s): it cannot be exported", l.DiffID, got)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return l, "", fmt.Errorf("template store: %w", err)
+	}
+	l.Blob, l.BlobSize, l.MediaType = "sha256:"+hex.EncodeToString(bh.Sum(nil)), fi.Size(), string(types.OCILayer)
+	ok = true
+	return l, f.Name(), nil
+}
+
 // storedImage is a record as a go-containerregistry image over the blobs.
 type storedImage struct {
 	s        *Store
@@ -85,11 +168,14 @@ type storedImage struct {
 	config   []byte
 	mt       types.MediaType
 	layers   map[v1.Hash]v1.Descriptor
+	// written are blobs of this export only (layers stored without one).
+	written map[v1.Hash]string
 }
 
 // exportImage builds a manifest for rec in OCI or Docker media types (the
-// config digest, the template's identity, stays the same).
-func (s *Store) exportImage(rec *record, oci bool) (v1.Image, error) {
+// config digest, the template's identity, stays the same). written are
+// blob files outside blobs/ by digest.
+func (s *Store) exportImage(rec *record, oci bool, written map[v1.Hash]string) (v1.Image, error) {
 	raw, err := s.readBlob(rec.Digest, maxConfigBytes)
 	if err != nil {
 		return nil, err
@@ -100,7 +186,7 @@ func (s *Store) exportImage(rec *record, oci bool) (v1.Image, error) {
 	if oci {
 		m.MediaType, m.Config.MediaType = types.OCIManifestSchema1, types.OCIConfigJSON
 	}
-	si := &storedImage{s: s, config: raw, mt: m.MediaType, layers: map[v1.Hash]v1.Descriptor{}}
+	si := &storedImage{s: s, config: raw, mt: m.MediaType, layers: map[v1.Hash]v1.Descriptor{}, written: written}
 	for _, l := range rec.Layers {
 		h, _ := v1.NewHash(l.Blob)
 		d := v1.Descriptor{MediaType: layerMediaType(types.MediaType(l.MediaType), oci), Size: l.BlobSize, Digest: h}
@@ -136,18 +222,22 @@ func (i *storedImage) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error) 
 	if !ok {
 		return nil, fmt.Errorf("export: no layer %s", h)
 	}
-	return storedLayer{i.s, d}, nil
+	return storedLayer{i.s, d, i.written[h]}, nil
 }
 
 type storedLayer struct {
-	s *Store
-	d v1.Descriptor
+	s    *Store
+	d    v1.Descriptor
+	path string // "": the blob in blobs/
 }
 
 func (l storedLayer) Digest() (v1.Hash, error)            { return l.d.Digest, nil }
 func (l storedLayer) Size() (int64, error)                { return l.d.Size, nil }
 func (l storedLayer) MediaType() (types.MediaType, error) { return l.d.MediaType, nil }
 func (l storedLayer) Compressed() (io.ReadCloser, error) {
+	if l.path != "" {
+		return os.Open(l.path)
+	}
 	return os.Open(l.s.blobPath(l.d.Digest.Hex))
 }
 

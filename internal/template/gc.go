@@ -81,7 +81,9 @@ func (s *Store) moveUnreferenced() (string, error) {
 			refs[blobKey(hexOf(r.Manifest))] = true
 		}
 		for _, l := range r.Layers {
-			refs[blobKey(hexOf(l.Blob))] = true
+			if l.hasBlob() {
+				refs[blobKey(hexOf(l.Blob))] = true
+			}
 			refs[layerKey(hexOf(l.DiffID))] = true
 		}
 	}

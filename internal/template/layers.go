@@ -288,8 +288,33 @@ func (s *Store) installLayer(tmp string, diff v1.Hash, st layer.Stats) error {
 
 // ingestTar stores the uncompressed layer tar r as a new layer whose diff
 // id is not known in advance (a commit's diff, a root filesystem): it is
-// unpacked and, at the same time, gzip-compressed into a blob for export.
-func (s *Store) ingestTar(ctx context.Context, o *op, r io.Reader, progress func(Progress)) (layerRecord, error) {
+// unpacked and, unless opts.NoBlob, gzip-compressed at the same time into
+// a blob for export. opts.Charge and opts.Reserve are applied as it
+// streams in and before anything is installed.
+func (s *Store) ingestTar(ctx context.Context, o *op, r io.Reader, progress func(Progress), opts CommitOptions) (layerRecord, error) {
+	meter := &meterReader{r: r, s: s, opts: opts}
+	report(progress, Progress{Status: "unpacking"})
+	if opts.NoBlob {
+		diff, st, tmp, err := s.unpackLayer(ctx, meter, nil)
+		if err != nil {
+			return layerRecord{}, err
+		}
+		defer os.RemoveAll(tmp)
+		charged, err := meter.finish(tmp, 0)
+		if err != nil {
+			return layerRecord{}, err
+		}
+		o.pin(layerKey(diff.Hex))
+		if err := s.installLayer(tmp, diff, st); err != nil {
+			return layerRecord{}, err
+		}
+		report(progress, Progress{Layer: diff.String(), Status: "done"})
+		meta, err := s.readLayerMeta(diff.Hex)
+		if err != nil {
+			return layerRecord{}, err
+		}
+		return layerRecord{DiffID: diff.String(), Size: meta.Size, Charged: charged}, nil
+	}
 	f, err := os.CreateTemp(s.tmpDir(), "blob-")
 	if err != nil {
 		return layerRecord{}, fmt.Errorf("template store: %w", err)
@@ -298,14 +323,21 @@ func (s *Store) ingestTar(ctx context.Context, o *op, r io.Reader, progress func
 	defer f.Close()
 	bh := sha256.New()
 	gz := gzip.NewWriter(io.MultiWriter(f, bh))
-	report(progress, Progress{Status: "unpacking"})
-	diff, st, tmp, err := s.unpackLayer(ctx, io.TeeReader(r, gz), nil)
+	diff, st, tmp, err := s.unpackLayer(ctx, io.TeeReader(meter, gz), nil)
 	if err != nil {
 		return layerRecord{}, err
 	}
 	defer os.RemoveAll(tmp)
 	if err := gz.Close(); err != nil {
 		return layerRecord{}, fmt.Errorf("template store: compress layer: %w", err)
+	}
+	var blobBytes int64
+	if fi, err := f.Stat(); err == nil {
+		blobBytes = fi.Size()
+	}
+	charged, err := meter.finish(tmp, blobBytes)
+	if err != nil {
+		return layerRecord{}, err
 	}
 	blob := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(bh.Sum(nil))}
 	o.pin(layerKey(diff.Hex), blobKey(blob.Hex))
@@ -316,7 +348,9 @@ func (s *Store) ingestTar(ctx context.Context, o *op, r io.Reader, progress func
 		return layerRecord{}, err
 	}
 	report(progress, Progress{Layer: diff.String(), Status: "done"})
-	return s.layerRecord(layerSrc{diffID: diff, blob: blob, media: types.OCILayer})
+	lr, err := s.layerRecord(layerSrc{diffID: diff, blob: blob, media: types.OCILayer})
+	lr.Charged = charged
+	return lr, err
 }
 
 func (s *Store) layerOpts() layer.Options {

@@ -34,12 +34,24 @@ type record struct {
 
 // layerRecord is one layer of a record, lowest first.
 type layerRecord struct {
-	DiffID    string `json:"diff_id"`    // sha256 of the uncompressed tar: names layers/<hex>
-	Blob      string `json:"blob"`       // sha256 of the blob as stored (compressed or not)
+	DiffID string `json:"diff_id"` // sha256 of the uncompressed tar: names layers/<hex>
+	// Blob is the sha256 of the blob as stored (compressed or not); ""
+	// when the store keeps only the unpacked layer (snapshots): an export
+	// writes the blob again from it.
+	Blob      string `json:"blob"`
 	MediaType string `json:"media_type"` // of the blob
 	BlobSize  int64  `json:"blob_size"`
 	Size      int64  `json:"size"` // unpacked file bytes
+	// Charged is what this layer counts against the storage quota of the
+	// user whose private template added it (a tenant's snapshot): what it
+	// took in the store, at least its tar's length. 0: nobody's quota
+	// (image layers, builds, template admins' snapshots). It travels with
+	// the layer into templates made on top of it.
+	Charged int64 `json:"charged,omitempty"`
 }
+
+// hasBlob reports whether the store keeps a blob of the layer.
+func (l layerRecord) hasBlob() bool { return l.Blob != "" }
 
 // recordsFile is templates.json. Retired records are images a name no
 // longer points at (re-pulled, re-committed) that live sandboxes still use:
@@ -74,7 +86,7 @@ func (r *record) validate(retired bool) error {
 		return fmt.Errorf("record %s:%s: invalid digest", r.Name, r.Tag)
 	}
 	for _, l := range r.Layers {
-		if !digestPattern().MatchString(l.DiffID) || !digestPattern().MatchString(l.Blob) {
+		if !digestPattern().MatchString(l.DiffID) || (l.hasBlob() && !digestPattern().MatchString(l.Blob)) {
 			return fmt.Errorf("record %s:%s: invalid layer digest", r.Name, r.Tag)
 		}
 	}

@@ -28,7 +28,7 @@ func (s *Store) importRootfsTar(ctx context.Context, p, tmplName string, progres
 		return Info{}, fmt.Errorf("import %s: %w", base, err)
 	}
 	defer rc.Close()
-	return s.commitLayer(ctx, r, nil, rc, sandbox.ImageConfig{}, "rootfs-tar:"+base, progress)
+	return s.commitLayer(ctx, r, nil, rc, sandbox.ImageConfig{}, "rootfs-tar:"+base, progress, CommitOptions{})
 }
 
 // importRootfsDir imports a root filesystem directory as a one-layer
@@ -51,7 +51,7 @@ func (s *Store) importRootfsDir(ctx context.Context, dir, tmplName string, progr
 		pw.CloseWithError(err)
 		return err
 	})
-	info, err := s.commitLayer(ctx, r, nil, pr, sandbox.ImageConfig{}, "rootfs-dir:"+base, progress)
+	info, err := s.commitLayer(ctx, r, nil, pr, sandbox.ImageConfig{}, "rootfs-dir:"+base, progress, CommitOptions{})
 	pr.CloseWithError(io.ErrClosedPipe) // unblock the writer if the reader stopped early
 	if werr := g.Wait(); err == nil && werr != nil {
 		return Info{}, fmt.Errorf("import %s: %w", base, werr)

@@ -239,7 +239,8 @@ func dockerCmd(t *testing.T, args ...string) string {
 // real Docker engine made (docker import of a root filesystem, offline) is
 // imported with `agentbox template import`; its sandboxes see the same
 // files, ids, env, user and working dir; `agentbox template export` gives
-// a tarball `docker load` takes back as the very same image.
+// a tarball `docker load` takes back as the very same image, and so does
+// the export of a snapshot of it (whose layer blob the export writes).
 func TestTemplateDockerImportExport(t *testing.T) {
 	requireDocker(t)
 	d := startDaemon(t)
@@ -288,6 +289,34 @@ func TestTemplateDockerImportExport(t *testing.T) {
 	dockerCmd(t, "cp", ctr+":/srv/app/readme", dir)
 	if got, err := os.ReadFile(filepath.Join(dir, "readme")); err != nil || string(got) != "image readme\n" {
 		t.Errorf("the loaded image's /srv/app/readme: %q %v", got, err)
+	}
+
+	// A snapshot's layer is stored without a blob: its export writes one
+	// from the layer's files, and Docker loads it as the same image.
+	sb := createFrom(t, d, "", "dimg:1")
+	sbExec(t, d, "", sb, `echo from the snapshot > /srv/app/snap.txt && rm /srv/app/readme`)
+	cli(t, d, "", "snapshot", sb, "-t", "dsnap:1")
+	deleteSandbox(t, d, "", sb)
+	snapID, _ := getTemplate(t, d, "", "dsnap:1")["digest"].(string)
+	snapTar := filepath.Join(dir, "snap.tar")
+	cli(t, d, "", "template", "export", "dsnap:1", "-o", snapTar)
+	loaded = dockerCmd(t, "load", "-i", snapTar)
+	name = snapID
+	if _, after, ok := strings.Cut(loaded, "Loaded image: "); ok {
+		name = strings.TrimSpace(strings.SplitN(after, "\n", 2)[0])
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", name).Run() })
+	if got := dockerCmd(t, "image", "inspect", "--format", "{{.Id}}", name); got != snapID {
+		t.Errorf("docker load of the snapshot's export: image %q, want %q", got, snapID)
+	}
+	sctr := dockerCmd(t, "create", name, "/bin/true")
+	defer exec.Command("docker", "rm", "-f", sctr).Run()
+	dockerCmd(t, "cp", sctr+":/srv/app/snap.txt", dir)
+	if got, err := os.ReadFile(filepath.Join(dir, "snap.txt")); err != nil || string(got) != "from the snapshot\n" {
+		t.Errorf("the loaded snapshot's /srv/app/snap.txt: %q %v", got, err)
+	}
+	if out, err := exec.Command("docker", "cp", sctr+":/srv/app/readme", filepath.Join(dir, "gone")).CombinedOutput(); err == nil {
+		t.Errorf("the loaded snapshot still has the file it deleted: %s", out)
 	}
 }
 

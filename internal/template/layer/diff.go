@@ -196,7 +196,10 @@ func (d *differ) file(dirfd int, name, p string) error {
 	if err != nil {
 		return err
 	}
-	hdr := d.header(p, tar.TypeReg, mode(&st), &st)
+	// No sticky bit on files: Unpack drops it, so a layer that kept one
+	// would not be what a Diff of its unpacked tree gives (the store
+	// writes a snapshot's blob again that way at export).
+	hdr := d.header(p, tar.TypeReg, mode(&st)&^unix.S_ISVTX, &st)
 	if err := d.owned(hdr, &st); err != nil {
 		return err
 	}

@@ -83,9 +83,10 @@ type DiffOptions struct {
 // tar links to the first path in that order. Owners outside
 // [base, base+65536) are an error naming the file (Diff cannot guess the
 // sandbox's id for them); whiteouts are written 0/0. Only user.* extended
-// attributes are kept; setuid/setgid bits are dropped, as Unpack would.
-// Fifos, sockets and devices other than whiteouts are left out. Our mounts
-// use neither redirect_dir nor metacopy; an upper carrying
+// attributes are kept; setuid/setgid bits (and sticky on files) are
+// dropped, as Unpack would, so that a Diff of a tree Unpack made gives its
+// tar again. Fifos, sockets and devices other than whiteouts are left out.
+// Our mounts use neither redirect_dir nor metacopy; an upper carrying
 // trusted.overlay.redirect or trusted.overlay.metacopy is refused, since
 // its tar would not give the merged view.
 func Diff(ctx context.Context, upper string, w io.Writer, opts DiffOptions) error {

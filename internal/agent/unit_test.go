@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
 	pb "github.com/agentbox/agentbox/api/proto/process"
@@ -228,5 +230,51 @@ func TestShimRequestRoundTrip(t *testing.T) {
 		if _, err := bad.encode(); err == nil {
 			t.Errorf("%s: encoded", name)
 		}
+	}
+}
+
+func TestConfinementOf(t *testing.T) {
+	if c, err := confinementOf(http.Header{}); c != nil || err != nil {
+		t.Errorf("no header: %v %v", c, err)
+	}
+	h := http.Header{}
+	for _, r := range []string{"/workspace", "/tmp", "/workspace"} {
+		h.Add(RootHeader, r)
+	}
+	c, err := confinementOf(h)
+	if err != nil || !slices.Equal(c.roots, []string{"/workspace", "/tmp"}) {
+		t.Fatalf("roots: %v %v", c, err)
+	}
+	for p, want := range map[string]string{"a/../b": "/workspace/b", "~": "/workspace/~", "/tmp/x/": "/tmp/x", "..": "/"} {
+		if got, err := c.abs(p); err != nil || got != want {
+			t.Errorf("abs(%q) = %q, %v; want %q", p, got, err, want)
+		}
+	}
+	for _, p := range []string{"", "a\x00b"} {
+		if _, err := c.abs(p); connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("abs(%q): %v", p, err)
+		}
+	}
+	for _, bad := range []string{"", "rel", "/a/", "/a/../b", "/a//b", "/a/./b", "/a\x00"} {
+		h := http.Header{RootHeader: {bad}}
+		if _, err := confinementOf(h); connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Errorf("root %q: %v", bad, err)
+		}
+	}
+	many := http.Header{}
+	for i := range maxRoots + 1 {
+		many.Add(RootHeader, "/r"+strconv.Itoa(i))
+	}
+	if _, err := confinementOf(many); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Errorf("%d roots: %v", maxRoots+1, err)
+	}
+	rs := &rootSet{paths: []string{"/workspace", "/workspace/sub", "/tmp"}}
+	for p, want := range map[string]int{"/workspace": 0, "/workspace/a": 0, "/workspace/sub/x": 1, "/workspacex": -1, "/tmp": 2, "/": -1} {
+		if got := rs.rootOf(p); got != want {
+			t.Errorf("rootOf(%q) = %d, want %d", p, got, want)
+		}
+	}
+	if got := (&rootSet{paths: []string{"/"}}).rootOf("/etc"); got != 0 {
+		t.Errorf("rootOf under / = %d", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -34,14 +35,17 @@ import (
 //   - a relative path is relative to the first root (not the user's home,
 //     and "~" is not expanded); the path is cleaned lexically and must be
 //     a root or below one;
-//   - each root is opened from "/" component by component without
-//     following links, so a root is a real directory, not a link to one;
+//   - each root is opened without following links (openat2 with
+//     RESOLVE_NO_SYMLINKS, or component by component from "/"), so a
+//     root is a real directory, not a link to one;
 //   - the path's components are opened one by one from the root's
-//     descriptor (openat O_PATH|O_NOFOLLOW); a symbolic link is read from
-//     the descriptor just opened, its target (absolute, or relative to the
-//     link's directory) is cleaned lexically and must be inside a root,
-//     and the walk starts over from that root's descriptor with the
-//     target's components; at most 40 links per path;
+//     descriptor (openat O_PATH|O_NOFOLLOW; a run of directories with no
+//     link among them in one openat2 with RESOLVE_BENEATH and
+//     RESOLVE_NO_SYMLINKS); a symbolic link is read from the descriptor
+//     just opened, its target (absolute, or relative to the link's
+//     directory) is cleaned lexically and must be inside a root, and the
+//     walk starts over from that root's descriptor with the target's
+//     components; at most 40 links per path;
 //   - the operation then acts through the descriptor of the final
 //     component's directory with *at system calls, never by resolving a
 //     path string again: a directory swapped for a link meanwhile is
@@ -152,9 +156,13 @@ func (c *confinement) open() (*rootSet, error) {
 	return rs, nil
 }
 
-// openRoot opens the directory root (absolute, clean) from "/", one
-// component at a time, following no link: a root is what its path says.
+// openRoot opens the directory root (absolute, clean) following no link:
+// a root is what its path says.
 func openRoot(root string) (int, error) {
+	if fd, ok := openNoLinks(unix.AT_FDCWD, root, 0); ok {
+		return fd, nil
+	}
+	// One component at a time from "/", which also says what is wrong.
 	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, fsError("open /", err)
@@ -172,6 +180,29 @@ func openRoot(root string) (int, error) {
 		fd = next
 	}
 	return fd, nil
+}
+
+// noOpenat2 is set once openat2 turned out to be missing (before Linux
+// 5.6, some gVisor versions) or refused by a seccomp profile.
+var noOpenat2 atomic.Bool
+
+// openNoLinks opens path (relative to dirfd) as an O_PATH directory in one
+// call when none of its components is a symbolic link, which is most
+// paths: walking them one component at a time costs three system calls
+// each. ok is false on any failure; the caller then walks the components
+// itself, which says what is wrong.
+func openNoLinks(dirfd int, path string, resolve uint64) (fd int, ok bool) {
+	if noOpenat2.Load() {
+		return -1, false
+	}
+	fd, err := unix.Openat2(dirfd, path, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | resolve,
+	})
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+		noOpenat2.Store(true)
+	}
+	return fd, err == nil
 }
 
 // rootSet is a confinement with its roots open: paths[i] is held as fds[i]
@@ -257,29 +288,54 @@ func (rs *rootSet) resolve(abs string, flags int) (*resolved, error) {
 	if ri < 0 {
 		return nil, outsideRoot(fmt.Sprintf("path %q is outside the allowed roots (%s)", abs, rs.describe()))
 	}
-	cur, err := dupFd(rs.fds[ri])
-	if err != nil {
-		return nil, err
-	}
-	return rs.walk(abs, cur, rs.paths[ri], components(abs, rs.paths[ri]), flags, 0)
+	return rs.walk(abs, rs.fds[ri], rs.paths[ri], components(abs, rs.paths[ri]), flags)
 }
 
-// walk resolves comps from the directory cur (owned; its link-free path
-// is curReal), with links links already followed.
-func (rs *rootSet) walk(abs string, cur int, curReal string, comps []string, flags, links int) (*resolved, error) {
+// walk resolves comps from the directory start (borrowed: walk never
+// closes it), whose link-free path is startReal.
+func (rs *rootSet) walk(abs string, start int, startReal string, comps []string, flags int) (*resolved, error) {
+	// cur is the directory reached so far, owned unless it is start or
+	// a root's descriptor (which the result then duplicates).
+	cur, curReal, owned := start, startReal, false
+	setCur := func(fd int, real string, own bool) {
+		if owned {
+			unix.Close(cur)
+		}
+		cur, curReal, owned = fd, real, own
+	}
 	fail := func(err error) (*resolved, error) {
-		unix.Close(cur)
+		setCur(-1, "", false)
 		return nil, err
 	}
+	done := func(name string) (*resolved, error) {
+		dir := cur
+		if !owned {
+			var err error
+			if dir, err = dupFd(cur); err != nil {
+				return nil, err
+			}
+		}
+		return &resolved{abs: abs, dir: dir, dirReal: curReal, name: name}, nil
+	}
+	// fresh: comps were just set (the start, or a link's target), so
+	// the directories before the final component may be opened at once.
+	fresh, links := true, 0
 	for i, retries := 0, 0; i < len(comps); {
+		if fresh && len(comps)-i > 1 {
+			fresh = false
+			if fd, ok := openNoLinks(cur, strings.Join(comps[i:len(comps)-1], "/"), unix.RESOLVE_BENEATH); ok {
+				setCur(fd, filepath.Join(append([]string{curReal}, comps[i:len(comps)-1]...)...), true)
+				i = len(comps) - 1
+			}
+		}
 		c, last := comps[i], i == len(comps)-1
 		if last && flags&followFinal == 0 {
-			return &resolved{abs: abs, dir: cur, dirReal: curReal, name: c}, nil
+			return done(c)
 		}
 		fd, err := unix.Openat(cur, c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if errors.Is(err, unix.ENOENT) {
 			if last {
-				return &resolved{abs: abs, dir: cur, dirReal: curReal, name: c}, nil
+				return done(c)
 			}
 			if flags&makeParents == 0 {
 				return fail(fsError(fmt.Sprintf("path %q", abs), &fs.PathError{Op: "open", Path: filepath.Join(curReal, c), Err: err}))
@@ -304,6 +360,8 @@ func (rs *rootSet) walk(abs string, cur int, curReal string, comps []string, fla
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFLNK:
+			// Read from the descriptor: the very link just opened, not
+			// whatever has its name by now.
 			target, err := readlinkFd(fd)
 			unix.Close(fd)
 			if err != nil {
@@ -322,34 +380,31 @@ func (rs *rootSet) walk(abs string, cur int, curReal string, comps []string, fla
 				return fail(outsideRoot(fmt.Sprintf("path %q leads outside the allowed roots (%s) through the symbolic link %s -> %s",
 					abs, rs.describe(), filepath.Join(curReal, c), target)))
 			}
-			root, err := dupFd(rs.fds[ri])
-			if err != nil {
-				return fail(err)
-			}
-			unix.Close(cur)
-			cur, curReal = root, rs.paths[ri]
+			// Start over from that root with the target in the link's
+			// place: ".." in it was resolved lexically above, and the
+			// root's descriptor is where the walk stands now.
+			setCur(rs.fds[ri], rs.paths[ri], false)
 			comps = append(components(t, rs.paths[ri]), comps[i+1:]...)
-			i = 0
+			i, fresh = 0, true
 		case unix.S_IFDIR:
 			if last {
 				// Name the directory by its parent, like any final
 				// component: operations act on (parent, name).
 				unix.Close(fd)
-				return &resolved{abs: abs, dir: cur, dirReal: curReal, name: c}, nil
+				return done(c)
 			}
-			unix.Close(cur)
-			cur, curReal = fd, filepath.Join(curReal, c)
+			setCur(fd, filepath.Join(curReal, c), true)
 			i, retries = i+1, 0
 		default:
 			unix.Close(fd)
 			if last {
-				return &resolved{abs: abs, dir: cur, dirReal: curReal, name: c}, nil
+				return done(c)
 			}
 			return fail(fsError(fmt.Sprintf("path %q", abs), &fs.PathError{Op: "open", Path: filepath.Join(curReal, c, comps[i+1]), Err: unix.ENOTDIR}))
 		}
 	}
 	// No component left: the path is a root (or a link led to one).
-	return &resolved{abs: abs, dir: cur, dirReal: curReal, name: "."}, nil
+	return done(".")
 }
 
 // follow resolves the link (or anything) named by r again with
@@ -358,11 +413,7 @@ func (rs *rootSet) follow(r *resolved) (*resolved, error) {
 	if r.isRoot() {
 		return rs.resolve(r.abs, followFinal)
 	}
-	cur, err := dupFd(r.dir)
-	if err != nil {
-		return nil, err
-	}
-	return rs.walk(r.abs, cur, r.dirReal, []string{r.name}, followFinal, 0)
+	return rs.walk(r.abs, r.dir, r.dirReal, []string{r.name}, followFinal)
 }
 
 // outsideRoot is the refusal of a path leading outside the roots.
@@ -474,11 +525,7 @@ func (s *Server) entryOfStat(rs *rootSet, dir int, dirReal, name, path string, f
 		target := string(buf[:n])
 		e.SymlinkTarget = &target
 	}
-	cur, err := dupFd(dir)
-	if err != nil {
-		return e
-	}
-	t, err := rs.walk(path, cur, dirReal, []string{name}, followFinal, 0)
+	t, err := rs.walk(path, dir, dirReal, []string{name}, followFinal)
 	if err != nil {
 		return e
 	}

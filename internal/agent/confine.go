@@ -575,8 +575,15 @@ func removeAt(dir int, name string) error {
 		if errors.Is(oerr, unix.ENOENT) {
 			return nil
 		}
-		if (errors.Is(oerr, unix.ENOTDIR) || errors.Is(oerr, unix.ELOOP)) && attempt < 3 {
-			continue // replaced by a file or a link meanwhile: unlink that
+		if errors.Is(oerr, unix.ENOTDIR) || errors.Is(oerr, unix.ELOOP) {
+			if errors.Is(err, unix.EPERM) {
+				// Not a directory: the unlink itself was refused (a
+				// sticky directory, an immutable file).
+				return &fs.PathError{Op: "unlinkat", Path: name, Err: err}
+			}
+			if attempt < 3 {
+				continue // replaced by a file or a link meanwhile: unlink that
+			}
 		}
 		if oerr != nil {
 			return &fs.PathError{Op: "openat", Path: name, Err: oerr}

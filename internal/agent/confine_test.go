@@ -743,6 +743,17 @@ func TestConfinedAsOtherUser(t *testing.T) {
 	if e, err := tr.c.Stat(ctx, "locked/f", ""); err != nil || e.Owner != "root" {
 		t.Errorf("stat as root: %+v %v", e, err)
 	}
+	// A sticky directory: nobody may not remove root's file in it.
+	sticky := tr.p("sticky")
+	if err := os.Mkdir(sticky, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(sticky, 0o777|os.ModeSticky)
+	_ = os.WriteFile(sticky+"/f", nil, 0o666)
+	wantClass(t, "remove root's file in a sticky directory as nobody", tr.c.Remove(ctx, "sticky/f", "nobody"), sandbox.ClassForbidden)
+	if _, err := os.Lstat(sticky + "/f"); err != nil {
+		t.Errorf("the refused remove removed: %v", err)
+	}
 	// A root whose contents the user cannot reach.
 	_, err = c.Confined(locked).Stat(ctx, "f", "nobody")
 	wantClass(t, "a root nobody cannot open", err, sandbox.ClassForbidden)

@@ -27,6 +27,11 @@
 //     home. File operations for another user run on a thread with that
 //     user's fsuid/fsgid/groups, so the kernel enforces its permissions and
 //     new files belong to it.
+//   - Confinement (agentbox's extension): a request carrying
+//     X-Agentbox-Root headers has every filesystem path resolved under
+//     those roots, descriptor by descriptor, links followed only while
+//     they stay inside; leaving them is permission_denied with
+//     X-Agentbox-Error: outside-root. See RootHeader.
 //   - Processes run in their own process group (their own session with a
 //     PTY), below an exec shim (see ShimArg); signals hit the whole group,
 //     SIGKILL and the timeout_ms extension everything the process started,

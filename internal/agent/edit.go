@@ -32,7 +32,9 @@ type editError struct {
 // handleEdit serves POST /fs/edit: edit_file of the MCP filesystem server
 // done here, in the sandbox, so loading, searching and diffing a large
 // file is charged to the sandbox's memory and CPU rather than the
-// daemon's. The final component of the path is not followed.
+// daemon's. The final component of the path is not followed, except in a
+// confined request (see RootHeader), where a final link is followed
+// inside the roots.
 func (s *Server) handleEdit(w http.ResponseWriter, r *http.Request) {
 	u, err := s.userFromRequest(r.Header, r.URL.Query().Get("username"))
 	if err != nil {
@@ -49,17 +51,23 @@ func (s *Server) handleEdit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return
 	}
-	p, err := u.resolvePath(req.Path)
+	conf, err := confinementOf(r.Header)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var p string
+	if conf != nil {
+		p, err = conf.abs(req.Path)
+	} else {
+		p, err = u.resolvePath(req.Path)
+	}
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
 	var content []byte
-	err = u.do(func() error {
-		f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-		if err != nil {
-			return fsError(fmt.Sprintf("open %q", p), err)
-		}
+	read := func(f *os.File) error {
 		defer f.Close()
 		fi, err := f.Stat()
 		if err != nil {
@@ -81,7 +89,32 @@ func (s *Server) handleEdit(w http.ResponseWriter, r *http.Request) {
 			return connect.NewError(connect.CodeOutOfRange, fmt.Errorf("file %s grew past the %d MiB an edit may load", p, textedit.MaxFile>>20))
 		}
 		return nil
-	})
+	}
+	// A confined edit holds the file's directory from the read to the
+	// write, so both act on the same directory whatever happens to the
+	// path meanwhile.
+	var res *resolved
+	defer func() { res.close() }()
+	if conf != nil {
+		err = conf.do(u, func(rs *rootSet) (err error) {
+			if res, err = rs.resolve(p, followFinal); err != nil {
+				return err
+			}
+			fd, err := unix.Openat(res.dir, res.name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fsError(fmt.Sprintf("open %q", p), err)
+			}
+			return read(os.NewFile(uintptr(fd), p))
+		})
+	} else {
+		err = u.do(func() error {
+			f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+			if err != nil {
+				return fsError(fmt.Sprintf("open %q", p), err)
+			}
+			return read(f)
+		})
+	}
 	if err != nil {
 		writeEditErr(w, err)
 		return
@@ -113,12 +146,31 @@ func (s *Server) handleEdit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !req.DryRun {
-		if _, err := s.uploadOne(u, p, strings.NewReader(modified)); err != nil {
+		if res != nil {
+			err = s.writeEditAt(u, res, modified)
+			res = nil // the upload released it
+		} else {
+			_, err = s.uploadOne(u, nil, p, strings.NewReader(modified))
+		}
+		if err != nil {
 			writeErr(w, err)
 			return
 		}
 	}
 	writeJSON(w, http.StatusOK, textedit.Response{Diff: diff})
+}
+
+// writeEditAt replaces the file res names with content, through res's
+// directory (see createUploadAt); res is released.
+func (s *Server) writeEditAt(u *User, res *resolved, content string) error {
+	var t *uploadTarget
+	err := u.do(func() (err error) { t, err = createUploadAt(res); return err })
+	if err != nil {
+		res.close()
+		return err
+	}
+	_, err = t.write(u, strings.NewReader(content))
+	return err
 }
 
 // writeEditErr writes err like writeErr; a file over the size limit is

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"mime"
 	"mime/multipart"
 	"net/http"
@@ -51,14 +52,19 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		defer gz.Close()
 		body = gz
 	}
+	conf, err := confinementOf(r.Header)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
 	pathParam := q.Get("path")
 	var out []uploadedFile
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if mt == "multipart/form-data" {
-		out, err = s.uploadMultipart(u, pathParam, multipart.NewReader(body, params["boundary"]))
+		out, err = s.uploadMultipart(u, conf, pathParam, multipart.NewReader(body, params["boundary"]))
 	} else {
 		var f uploadedFile
-		f, err = s.uploadOne(u, pathParam, body)
+		f, err = s.uploadOne(u, conf, pathParam, body)
 		out = []uploadedFile{f}
 	}
 	if err != nil {
@@ -68,10 +74,10 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) uploadMultipart(u *User, pathParam string, mr *multipart.Reader) ([]uploadedFile, error) {
+func (s *Server) uploadMultipart(u *User, conf *confinement, pathParam string, mr *multipart.Reader) ([]uploadedFile, error) {
 	var out []uploadedFile
 	err := eachUploadPart(pathParam, mr, func(dest string, r io.Reader) error {
-		f, err := s.uploadOne(u, dest, r)
+		f, err := s.uploadOne(u, conf, dest, r)
 		if err != nil {
 			return err
 		}
@@ -127,62 +133,144 @@ func rawFileName(p *multipart.Part) string {
 	return params["filename"]
 }
 
-// uploadOne stores r at dest (resolved for u) atomically. An existing
-// regular file keeps its permission bits; new files get 0644.
-func (s *Server) uploadOne(u *User, dest string, r io.Reader) (uploadedFile, error) {
+// uploadOne stores r at dest (resolved for u, under conf's roots when
+// the request is confined) atomically. An existing regular file keeps its
+// permission bits; new files get 0644.
+func (s *Server) uploadOne(u *User, conf *confinement, dest string, r io.Reader) (uploadedFile, error) {
 	if dest == "" {
 		return uploadedFile{}, connect.NewError(connect.CodeInvalidArgument, errors.New("destination path is missing (use ?path=)"))
 	}
-	p, err := u.resolvePath(dest)
+	var t *uploadTarget
+	var err error
+	if conf != nil {
+		var abs string
+		if abs, err = conf.abs(dest); err != nil {
+			return uploadedFile{}, err
+		}
+		err = conf.do(u, func(rs *rootSet) error {
+			res, err := rs.resolve(abs, followFinal|makeParents)
+			if err != nil {
+				return err
+			}
+			if t, err = createUploadAt(res); err != nil {
+				res.close()
+			}
+			return err
+		})
+	} else {
+		t, err = createUpload(u, dest)
+	}
 	if err != nil {
 		return uploadedFile{}, err
 	}
-	mode := fs.FileMode(0o644)
-	var tmp *os.File
+	return t.write(u, r)
+}
+
+// uploadTarget is an upload's temporary file, renamed into place once
+// complete.
+type uploadTarget struct {
+	path    string // the destination, as answered
+	tmp     *os.File
+	mode    fs.FileMode
+	rename  func() error // moves tmp into place
+	discard func() error // removes tmp
+	release func()       // drops what the target holds (nil: nothing)
+}
+
+// createUpload creates the temporary file of an upload to dest (resolved
+// for u by path, E2B's way), making the destination's parents.
+func createUpload(u *User, dest string) (*uploadTarget, error) {
+	p, err := u.resolvePath(dest)
+	if err != nil {
+		return nil, err
+	}
+	t := &uploadTarget{path: p, mode: 0o644}
 	err = u.do(func() error {
 		if fi, err := os.Stat(p); err == nil {
 			if fi.IsDir() {
 				return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %q is a directory", p))
 			}
 			if fi.Mode().IsRegular() {
-				mode = fi.Mode().Perm()
+				t.mode = fi.Mode().Perm()
 			}
 		}
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return fsError(fmt.Sprintf("create parent of %q", p), err)
 		}
 		var err error
-		tmp, err = os.CreateTemp(filepath.Dir(p), ".agentbox-upload-*")
+		t.tmp, err = os.CreateTemp(filepath.Dir(p), ".agentbox-upload-*")
 		if err != nil {
 			return fsError(fmt.Sprintf("create %q", p), err)
 		}
 		return nil
 	})
 	if err != nil {
-		return uploadedFile{}, err
+		return nil, err
 	}
-	tmpName := tmp.Name()
-	discard := func() { _ = u.do(func() error { return os.Remove(tmpName) }) }
+	tmpName := t.tmp.Name()
+	t.rename = func() error { return os.Rename(tmpName, p) }
+	t.discard = func() error { return os.Remove(tmpName) }
+	return t, nil
+}
 
+// createUploadAt creates the temporary file of an upload to res (a
+// confined resolution, owned by the target from now on) in res's
+// directory, through its descriptor. Call it in User.do.
+func createUploadAt(res *resolved) (*uploadTarget, error) {
+	t := &uploadTarget{path: res.abs, mode: 0o644}
+	fi, err := statAt(res.dir, res.name)
+	switch {
+	case err == nil && fi.IsDir():
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %q is a directory", res.abs))
+	case err == nil && fi.Mode().IsRegular():
+		t.mode = fi.Mode().Perm()
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return nil, fsError(fmt.Sprintf("stat %q", res.abs), err)
+	}
+	var name string
+	fd := -1
+	for range 16 {
+		name = fmt.Sprintf(".agentbox-upload-%d", rand.Uint32())
+		fd, err = unix.Openat(res.dir, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if !errors.Is(err, unix.EEXIST) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, fsError(fmt.Sprintf("create %q", res.abs), err)
+	}
+	t.tmp = os.NewFile(uintptr(fd), filepath.Join(res.dirReal, name))
+	t.rename = func() error { return unix.Renameat(res.dir, name, res.dir, res.name) }
+	t.discard = func() error { return unix.Unlinkat(res.dir, name, 0) }
+	t.release = res.close
+	return t, nil
+}
+
+// write copies r into the temporary file and renames it into place (as
+// u); on failure the temporary file is removed.
+func (t *uploadTarget) write(u *User, r io.Reader) (uploadedFile, error) {
+	if t.release != nil {
+		defer t.release()
+	}
+	discard := func() { _ = u.do(t.discard) }
 	bufp := copyBufPool.Get().(*[]byte)
-	_, err = io.CopyBuffer(onlyWriter{tmp}, r, *bufp)
+	_, err := io.CopyBuffer(onlyWriter{t.tmp}, r, *bufp)
 	copyBufPool.Put(bufp)
 	if err == nil {
-		err = tmp.Chmod(mode)
+		err = t.tmp.Chmod(t.mode)
 	}
-	if cerr := tmp.Close(); err == nil {
+	if cerr := t.tmp.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		discard()
-		return uploadedFile{}, uploadError(p, err)
+		return uploadedFile{}, uploadError(t.path, err)
 	}
-	err = u.do(func() error { return os.Rename(tmpName, p) })
-	if err != nil {
+	if err := u.do(t.rename); err != nil {
 		discard()
-		return uploadedFile{}, fsError(fmt.Sprintf("rename upload into %q", p), err)
+		return uploadedFile{}, fsError(fmt.Sprintf("rename upload into %q", t.path), err)
 	}
-	return uploadedFile{Name: filepath.Base(p), Type: "file", Path: p}, nil
+	return uploadedFile{Name: filepath.Base(t.path), Type: "file", Path: t.path}, nil
 }
 
 // onlyWriter hides os.File's ReadFrom so io.CopyBuffer uses our large

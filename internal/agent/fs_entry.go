@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	fspb "github.com/agentbox/agentbox/api/proto/filesystem"
@@ -26,6 +27,23 @@ func (s *Server) entryInfo(path string) (*fspb.EntryInfo, error) {
 
 // entryFromInfo builds an EntryInfo from an Lstat result.
 func (s *Server) entryFromInfo(path string, fi fs.FileInfo) *fspb.EntryInfo {
+	e := s.baseEntry(path, fi)
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		e.IsSymlink = true
+		if target, err := os.Readlink(path); err == nil {
+			e.SymlinkTarget = &target
+		}
+		if t, err := os.Stat(path); err == nil {
+			e.Type = fileType(t.Mode())
+		}
+	}
+	return e
+}
+
+// baseEntry is what an EntryInfo says of fi itself; for a link, callers
+// add its target and the target's type (following it by path or, in a
+// confined request, under the roots: see entryAt).
+func (s *Server) baseEntry(path string, fi fs.FileInfo) *fspb.EntryInfo {
 	e := &fspb.EntryInfo{
 		Name:         filepath.Base(path),
 		Path:         path,
@@ -35,18 +53,13 @@ func (s *Server) entryFromInfo(path string, fi fs.FileInfo) *fspb.EntryInfo {
 		ModifiedTime: timestamppb.New(fi.ModTime()),
 		Type:         fileType(fi.Mode()),
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+	switch st := fi.Sys().(type) {
+	case *syscall.Stat_t:
 		e.Owner = s.accounts.userName(st.Uid)
 		e.Group = s.accounts.groupName(st.Gid)
-	}
-	if fi.Mode()&fs.ModeSymlink != 0 {
-		e.IsSymlink = true
-		if target, err := os.Readlink(path); err == nil {
-			e.SymlinkTarget = &target
-		}
-		if t, err := os.Stat(path); err == nil {
-			e.Type = fileType(t.Mode())
-		}
+	case *unix.Stat_t:
+		e.Owner = s.accounts.userName(st.Uid)
+		e.Group = s.accounts.groupName(st.Gid)
 	}
 	return e
 }

@@ -17,29 +17,42 @@ import (
 
 // fsService implements filesystem.Filesystem. Every operation runs with the
 // permissions of the requested user (see User.do) and resolves relative
-// paths against that user's home.
+// paths against that user's home or, in a confined request, under the
+// request's roots (see RootHeader).
 type fsService struct {
 	s *Server
 }
 
 var _ filesystemconnect.FilesystemHandler = (*fsService)(nil)
 
-// userPath resolves the request's user and path together.
-func (f *fsService) userPath(h http.Header, p string) (*User, string, error) {
+// scope resolves the request's user and its confinement (nil without
+// RootHeader).
+func (f *fsService) scope(h http.Header) (*User, *confinement, error) {
 	u, err := f.s.resolveUser(basicAuthUser(h))
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
-	abs, err := u.resolvePath(p)
+	conf, err := confinementOf(h)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
-	return u, abs, nil
+	return u, conf, nil
 }
 
 // Stat describes one entry.
 func (f *fsService) Stat(ctx context.Context, req *connect.Request[fspb.StatRequest]) (*connect.Response[fspb.StatResponse], error) {
-	u, p, err := f.userPath(req.Header(), req.Msg.GetPath())
+	u, conf, err := f.scope(req.Header())
+	if err != nil {
+		return nil, err
+	}
+	if conf != nil {
+		e, err := f.s.statConfined(u, conf, req.Msg.GetPath())
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&fspb.StatResponse{Entry: e}), nil
+	}
+	p, err := u.resolvePath(req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +66,18 @@ func (f *fsService) Stat(ctx context.Context, req *connect.Request[fspb.StatRequ
 // MakeDir creates a directory and its missing parents; already_exists if
 // it is there already.
 func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[fspb.MakeDirRequest]) (*connect.Response[fspb.MakeDirResponse], error) {
-	u, p, err := f.userPath(req.Header(), req.Msg.GetPath())
+	u, conf, err := f.scope(req.Header())
+	if err != nil {
+		return nil, err
+	}
+	if conf != nil {
+		e, err := f.s.makeDirConfined(u, conf, req.Msg.GetPath())
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&fspb.MakeDirResponse{Entry: e}), nil
+	}
+	p, err := u.resolvePath(req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +103,18 @@ func (f *fsService) MakeDir(ctx context.Context, req *connect.Request[fspb.MakeD
 
 // Move renames source to destination, creating the destination's parent.
 func (f *fsService) Move(ctx context.Context, req *connect.Request[fspb.MoveRequest]) (*connect.Response[fspb.MoveResponse], error) {
-	u, src, err := f.userPath(req.Header(), req.Msg.GetSource())
+	u, conf, err := f.scope(req.Header())
+	if err != nil {
+		return nil, err
+	}
+	if conf != nil {
+		e, err := f.s.moveConfined(u, conf, req.Msg.GetSource(), req.Msg.GetDestination())
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&fspb.MoveResponse{Entry: e}), nil
+	}
+	src, err := u.resolvePath(req.Msg.GetSource())
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +144,17 @@ func (f *fsService) Move(ctx context.Context, req *connect.Request[fspb.MoveRequ
 
 // Remove deletes a file, link or directory tree; not_found when missing.
 func (f *fsService) Remove(ctx context.Context, req *connect.Request[fspb.RemoveRequest]) (*connect.Response[fspb.RemoveResponse], error) {
-	u, p, err := f.userPath(req.Header(), req.Msg.GetPath())
+	u, conf, err := f.scope(req.Header())
+	if err != nil {
+		return nil, err
+	}
+	if conf != nil {
+		if err := f.s.removeConfined(u, conf, req.Msg.GetPath()); err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&fspb.RemoveResponse{}), nil
+	}
+	p, err := u.resolvePath(req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -136,11 +181,22 @@ const maxListDepth = 64
 // directories inside are listed but not descended into, and unreadable
 // subdirectories are listed but skipped.
 func (f *fsService) ListDir(ctx context.Context, req *connect.Request[fspb.ListDirRequest]) (*connect.Response[fspb.ListDirResponse], error) {
-	u, p, err := f.userPath(req.Header(), req.Msg.GetPath())
+	depth := int(min(max(req.Msg.GetDepth(), 1), maxListDepth))
+	u, conf, err := f.scope(req.Header())
 	if err != nil {
 		return nil, err
 	}
-	depth := int(min(max(req.Msg.GetDepth(), 1), maxListDepth))
+	if conf != nil {
+		entries, err := f.s.listDirConfined(ctx, u, conf, req.Msg.GetPath(), depth)
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&fspb.ListDirResponse{Entries: entries}), nil
+	}
+	p, err := u.resolvePath(req.Msg.GetPath())
+	if err != nil {
+		return nil, err
+	}
 	var entries []*fspb.EntryInfo
 	err = u.do(func() error {
 		fi, err := os.Stat(p)

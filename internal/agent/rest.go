@@ -26,10 +26,14 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, restError{Code: status, Message: msg})
 }
 
-// writeErr writes err (usually a *connect.Error) with the matching status.
+// writeErr writes err (usually a *connect.Error) with the matching status
+// and its ErrorHeader, if any.
 func writeErr(w http.ResponseWriter, err error) {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
+		if v := ce.Meta().Get(ErrorHeader); v != "" {
+			w.Header().Set(ErrorHeader, v)
+		}
 		writeError(w, httpStatus(ce.Code()), ce.Message())
 		return
 	}

@@ -36,6 +36,13 @@ type dirWatcher struct {
 	s            *Server
 	log          *slog.Logger
 
+	// A confined watcher (newConfinedWatcher) holds the watched
+	// directory open, its link-free path and the request's roots:
+	// directories are found from rootDir, never by path.
+	rootDir  *os.File
+	rootReal string
+	rs       *rootSet
+
 	f       *os.File // the inotify descriptor, poller-backed
 	mu      sync.Mutex
 	wds     map[int]string // watch descriptor -> directory relative to root
@@ -80,6 +87,120 @@ func (s *Server) newDirWatcher(u *User, root string, recursive, includeEntry, al
 	return w, nil
 }
 
+// newConfinedWatcher is newDirWatcher for a confined request (see
+// RootHeader): abs is resolved under the roots, the directory is held open
+// and watched through its descriptor, and subdirectories are opened from
+// their parent's descriptor without following links.
+func (s *Server) newConfinedWatcher(u *User, conf *confinement, abs string, recursive, includeEntry, allowNetwork bool) (*dirWatcher, error) {
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("inotify: %w", err))
+	}
+	w := &dirWatcher{
+		root: abs, recursive: recursive, includeEntry: includeEntry, user: u, s: s,
+		log:    s.log.With("watch", abs),
+		f:      os.NewFile(uintptr(fd), "inotify"),
+		wds:    make(map[int]string),
+		events: make(chan *fspb.FilesystemEvent, watchEventBuffer),
+		done:   make(chan struct{}),
+	}
+	err = u.do(func() error {
+		rs, err := conf.open()
+		if err != nil {
+			return err
+		}
+		w.rs = rs
+		r, err := rs.resolve(abs, followFinal)
+		if err != nil {
+			return err
+		}
+		defer r.close()
+		if _, err := statAt(r.dir, r.name); err != nil {
+			return fsError(fmt.Sprintf("watch %q", abs), err)
+		}
+		if w.rootDir, err = openDirAt(r.dir, r.name, abs); err != nil {
+			return err
+		}
+		w.rootReal = r.real()
+		if st, err := statfsFd(fdOf(w.rootDir)); err == nil && !allowNetwork && networkFS(st) {
+			return connect.NewError(connect.CodeFailedPrecondition,
+				fmt.Errorf("%q is on a network filesystem where change events are unreliable; set allowNetworkMounts to watch it anyway", abs))
+		}
+		return w.addTreeAt(w.rootDir, "")
+	})
+	if err != nil {
+		w.f.Close()
+		w.closeConfined()
+		return nil, err
+	}
+	go w.readLoop()
+	return w, nil
+}
+
+// addTreeAt is addTree for a confined watcher: d is the directory rel
+// (open; the caller closes it), watched through its descriptor.
+func (w *dirWatcher) addTreeAt(d *os.File, rel string) error {
+	fd := fdOf(d)
+	if err := w.add(procFdPath(fd), rel); err != nil {
+		return err
+	}
+	if !w.recursive {
+		return nil
+	}
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil
+	}
+	for _, name := range names {
+		if fi, err := statAt(fd, name); err != nil || !fi.IsDir() {
+			continue
+		}
+		sub, err := openDirAt(fd, name, name)
+		if err != nil {
+			continue // gone, unreadable, or replaced by a link meanwhile
+		}
+		_ = w.addTreeAt(sub, filepath.Join(rel, name))
+		sub.Close()
+	}
+	return nil
+}
+
+// openRel opens the directory rel below a confined watcher's directory
+// from its descriptor, one component at a time, following no link; flags
+// are the last component's open flags (O_PATH or O_RDONLY).
+func (w *dirWatcher) openRel(rel string, flags int) (int, error) {
+	base, cur := fdOf(w.rootDir), -1
+	comps := components(filepath.Join("/", rel), "/")
+	if len(comps) == 0 {
+		return unix.Openat(base, ".", flags|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	}
+	for i, c := range comps {
+		fl := unix.O_PATH
+		if i == len(comps)-1 {
+			fl = flags
+		}
+		next, err := unix.Openat(base, c, fl|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if cur >= 0 {
+			unix.Close(cur)
+		}
+		if err != nil {
+			return -1, err
+		}
+		base, cur = next, next
+	}
+	return cur, nil
+}
+
+// closeConfined releases what a confined watcher holds.
+func (w *dirWatcher) closeConfined() {
+	if w.rootDir != nil {
+		w.rootDir.Close()
+	}
+	if w.rs != nil {
+		w.rs.close()
+	}
+}
+
 // addTree watches dir (rel to root) and, when recursive, every directory
 // below it that is not a symlink. Subdirectories that vanish or cannot be
 // read are skipped.
@@ -102,6 +223,8 @@ func (w *dirWatcher) addTree(dir, rel string) error {
 	return nil
 }
 
+// add watches dir, the directory rel below root (for a confined watcher
+// dir names its descriptor in /proc/self/fd).
 func (w *dirWatcher) add(dir, rel string) error {
 	rc, err := w.f.SyscallConn()
 	if err != nil {
@@ -113,10 +236,11 @@ func (w *dirWatcher) add(dir, rel string) error {
 		return fmt.Errorf("inotify: %w", err)
 	}
 	if aerr != nil {
+		what := filepath.Join(w.root, rel)
 		if errors.Is(aerr, unix.ENOSPC) {
-			return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("watch %q: inotify watch limit reached: %w", dir, aerr))
+			return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("watch %q: inotify watch limit reached: %w", what, aerr))
 		}
-		return fsError(fmt.Sprintf("watch %q", dir), aerr)
+		return fsError(fmt.Sprintf("watch %q", what), aerr)
 	}
 	w.mu.Lock()
 	w.wds[wd] = rel
@@ -129,6 +253,7 @@ func (w *dirWatcher) add(dir, rel string) error {
 func (w *dirWatcher) close() {
 	w.f.Close() // wakes the read loop
 	<-w.done
+	w.closeConfined()
 }
 
 func (w *dirWatcher) readLoop() {
@@ -190,7 +315,18 @@ func (w *dirWatcher) handle(wd int, mask uint32, name string) {
 	switch {
 	case mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
 		typ = fspb.EventType_EVENT_TYPE_CREATE
-		if isDir && w.recursive {
+		switch {
+		case isDir && w.recursive && w.rootDir != nil:
+			_ = w.user.do(func() error {
+				fd, err := w.openRel(rel, unix.O_RDONLY)
+				if err != nil {
+					return nil // gone, or replaced by a link meanwhile
+				}
+				d := os.NewFile(uintptr(fd), rel)
+				defer d.Close()
+				return w.addTreeAt(d, rel)
+			})
+		case isDir && w.recursive:
 			abs := filepath.Join(w.root, rel)
 			_ = w.user.do(func() error { return w.addTree(abs, rel) })
 		}
@@ -209,7 +345,9 @@ func (w *dirWatcher) handle(wd int, mask uint32, name string) {
 	if w.includeEntry && (typ == fspb.EventType_EVENT_TYPE_CREATE || typ == fspb.EventType_EVENT_TYPE_WRITE || typ == fspb.EventType_EVENT_TYPE_CHMOD) {
 		abs := filepath.Join(w.root, rel)
 		_ = w.user.do(func() error {
-			if e, err := w.s.entryInfo(abs); err == nil {
+			if w.rootDir != nil {
+				ev.Entry = w.confinedEntry(rel, abs)
+			} else if e, err := w.s.entryInfo(abs); err == nil {
 				ev.Entry = e
 			}
 			return nil
@@ -224,12 +362,33 @@ func (w *dirWatcher) handle(wd int, mask uint32, name string) {
 	}
 }
 
+// confinedEntry describes rel (below a confined watcher's directory) as
+// abs, or is nil when it cannot be reached without following a link.
+func (w *dirWatcher) confinedEntry(rel, abs string) *fspb.EntryInfo {
+	dir := filepath.Dir(rel)
+	fd, err := w.openRel(dir, unix.O_PATH)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	e, err := w.s.entryAt(w.rs, fd, filepath.Join(w.rootReal, dir), filepath.Base(rel), abs)
+	if err != nil {
+		return nil
+	}
+	return e
+}
+
 // onNetworkFS reports whether path lives on NFS, SMB/CIFS or FUSE.
 func onNetworkFS(path string) bool {
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
 		return false
 	}
+	return networkFS(st)
+}
+
+// networkFS reports whether st is that of NFS, SMB/CIFS or FUSE.
+func networkFS(st unix.Statfs_t) bool {
 	switch uint32(st.Type) {
 	case unix.NFS_SUPER_MAGIC, unix.SMB_SUPER_MAGIC, 0xFF534D42 /* CIFS */, 0xFE534D42 /* SMB2 */, unix.FUSE_SUPER_MAGIC:
 		return true

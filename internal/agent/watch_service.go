@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -26,12 +27,17 @@ const (
 // WatchDir streams a start event, then filesystem events below the
 // directory (and keepalives when asked to) until the client goes away.
 func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[fspb.WatchDirRequest], stream *connect.ServerStream[fspb.WatchDirResponse]) error {
-	u, p, err := f.userPath(req.Header(), req.Msg.GetPath())
+	t, err := f.watchTarget(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return err
 	}
-	w, err := f.s.newDirWatcher(u, p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts())
+	w, err := t.start(f.s, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts())
 	if err != nil {
+		if isOutsideRoot(err) {
+			// Also a real response header, not only end-of-stream
+			// metadata, for clients that look at headers only.
+			stream.ResponseHeader().Set(ErrorHeader, ErrorOutsideRoot)
+		}
 		return err
 	}
 	defer w.close()
@@ -61,6 +67,36 @@ func (f *fsService) WatchDir(ctx context.Context, req *connect.Request[fspb.Watc
 			return nil
 		}
 	}
+}
+
+// watchTarget is what a WatchDir or CreateWatcher request watches.
+type watchTarget struct {
+	u    *User
+	conf *confinement // nil unless the request carries RootHeader
+	path string       // absolute
+}
+
+// watchTarget resolves the request's user, confinement and path.
+func (f *fsService) watchTarget(h http.Header, p string) (watchTarget, error) {
+	u, conf, err := f.scope(h)
+	if err != nil {
+		return watchTarget{}, err
+	}
+	var abs string
+	if conf != nil {
+		abs, err = conf.abs(p)
+	} else {
+		abs, err = u.resolvePath(p)
+	}
+	return watchTarget{u: u, conf: conf, path: abs}, err
+}
+
+// start starts watching t.
+func (t watchTarget) start(s *Server, recursive, includeEntry, allowNetwork bool) (*dirWatcher, error) {
+	if t.conf != nil {
+		return s.newConfinedWatcher(t.u, t.conf, t.path, recursive, includeEntry, allowNetwork)
+	}
+	return s.newDirWatcher(t.u, t.path, recursive, includeEntry, allowNetwork)
 }
 
 // pollWatchers holds watchers created with CreateWatcher.
@@ -111,7 +147,7 @@ func (pw *pollWatchers) closeAll() {
 
 // CreateWatcher starts a watcher whose events are fetched by polling.
 func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[fspb.CreateWatcherRequest]) (*connect.Response[fspb.CreateWatcherResponse], error) {
-	u, p, err := f.userPath(req.Header(), req.Msg.GetPath())
+	t, err := f.watchTarget(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -122,14 +158,14 @@ func (f *fsService) CreateWatcher(ctx context.Context, req *connect.Request[fspb
 	if n >= maxPollWatchers {
 		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("too many watchers (%d); remove some first", n))
 	}
-	w, err := f.s.newDirWatcher(u, p, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts())
+	w, err := t.start(f.s, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry(), req.Msg.GetAllowNetworkMounts())
 	if err != nil {
 		return nil, err
 	}
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	entry := &pollWatcher{w: w, owner: u.Name}
+	entry := &pollWatcher{w: w, owner: t.u.Name}
 	entry.idle = time.AfterFunc(pollWatcherIdle, func() {
 		if pw.remove(id) != nil {
 			w.close()

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,6 +40,8 @@ type Client struct {
 	// proc is connect-go's client, used only for the client-streaming
 	// StreamInput; everything else goes through rpc.go.
 	proc processconnect.ProcessClient
+	// roots confine the filesystem calls (see Confined); nil: none.
+	roots []string
 }
 
 // New returns a client for the agent at ep. accessToken is sent as
@@ -117,10 +120,31 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// setHeaders adds the access token and the E2B user selector.
+// Confined returns a client for the same agent, sharing c's connections,
+// whose every request carries roots (absolute, clean directory paths in
+// the sandbox; the agent refuses others as ClassInvalid): the agent then
+// resolves every path of the filesystem calls (Stat, ListDir, MakeDir,
+// Move, Remove, WatchDir, Download, Upload, EditFile) under those roots,
+// in the sandbox and without a race against sandbox code: relative paths
+// are relative to the first root, and symbolic links are followed only
+// while they stay inside the roots. A path leading outside is refused
+// with a *sandbox.Error of class ClassForbidden wrapping ErrOutsideRoot.
+// Process calls are not affected, nor is ProxyTarget's transport. The
+// roots replace any c carries; Confined() with none returns an unconfined
+// client.
+func (c *Client) Confined(roots ...string) *Client {
+	cc := *c
+	cc.roots = slices.Clone(roots)
+	return &cc
+}
+
+// setHeaders adds the access token, the E2B user selector and the roots.
 func (c *Client) setHeaders(h http.Header, user string) {
 	if c.token != "" {
 		h.Set("X-Access-Token", c.token)
+	}
+	for _, r := range c.roots {
+		h.Add(rootHeader, r)
 	}
 	if user != "" {
 		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))

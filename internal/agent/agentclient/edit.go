@@ -59,7 +59,7 @@ func (c *Client) EditFile(ctx context.Context, user string, req textedit.Request
 			old, _ := strings.CutPrefix(e.Message, (&textedit.NoMatchError{}).Error())
 			return "", &textedit.NoMatchError{OldText: old}
 		}
-		return "", sandbox.Wrap(classOfStatus(resp.StatusCode), fmt.Errorf("HTTP %d", resp.StatusCode), e.Message)
+		return "", restError(resp, e.Message)
 	}
 	var out textedit.Response
 	if err := json.NewDecoder(io.LimitReader(resp.Body, MaxEditAnswer)).Decode(&out); err != nil {

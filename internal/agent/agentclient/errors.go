@@ -15,6 +15,27 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
+// The agent's confinement headers (agent.RootHeader, agent.ErrorHeader,
+// agent.ErrorOutsideRoot): this package does not import the agent's.
+const (
+	rootHeader       = "X-Agentbox-Root"
+	errorHeader      = "X-Agentbox-Error"
+	errorOutsideRoot = "outside-root"
+)
+
+// ErrOutsideRoot is wrapped by the error of a call of a confined client
+// (see Client.Confined) whose path leads outside the client's roots,
+// lexically or through a symbolic link. Test for it with errors.Is; the
+// error's class is sandbox.ClassForbidden and its message names the path
+// (and the link and its target).
+var ErrOutsideRoot = errors.New("path leads outside the allowed roots")
+
+// outsideRoot marks err, a refusal the agent qualified with
+// errorHeader, as ErrOutsideRoot.
+func outsideRoot(err error) error {
+	return fmt.Errorf("%w: %w", ErrOutsideRoot, err)
+}
+
 // mapError turns a transport, connect or HTTP error into a *sandbox.Error
 // with the matching class; op names the operation for the message. A
 // cancelled context is returned unclassified (wrapping context.Canceled):
@@ -34,6 +55,9 @@ func mapError(op string, err error) error {
 		return sandbox.Wrap(sandbox.ClassTimeout, err, "agent "+op+": timed out")
 	}
 	var ce *connect.Error
+	if errors.As(err, &ce) && errors.Is(err, ErrOutsideRoot) {
+		return sandbox.Wrap(sandbox.ClassForbidden, err, "agent "+op+": "+ce.Message())
+	}
 	if errors.As(err, &ce) {
 		if ce.Code() == connect.CodeCanceled {
 			return fmt.Errorf("agent %s: %w", op, context.Canceled)
@@ -119,5 +143,14 @@ func statusError(op string, resp *http.Response) error {
 	if json.Unmarshal(body, &e) == nil && e.Message != "" {
 		msg = e.Message
 	}
-	return sandbox.Wrap(classOfStatus(resp.StatusCode), fmt.Errorf("HTTP %d", resp.StatusCode), "agent "+op+": "+msg)
+	return restError(resp, "agent "+op+": "+msg)
+}
+
+// restError is the error of a REST answer (status not 2xx) with message
+// msg.
+func restError(resp *http.Response, msg string) error {
+	if resp.Header.Get(errorHeader) == errorOutsideRoot {
+		return sandbox.Wrap(sandbox.ClassForbidden, outsideRoot(fmt.Errorf("HTTP %d", resp.StatusCode)), msg)
+	}
+	return sandbox.Wrap(classOfStatus(resp.StatusCode), fmt.Errorf("HTTP %d", resp.StatusCode), msg)
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 
 	"connectrpc.com/connect"
@@ -64,6 +65,9 @@ func (c *Client) post(ctx context.Context, procedure, contentType, user string, 
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var ce connectError
 	if json.Unmarshal(b, &ce) == nil && ce.Code != "" {
+		if resp.Header.Get(errorHeader) == errorOutsideRoot {
+			return nil, outsideRoot(ce.toError(resp.StatusCode))
+		}
 		return nil, ce.toError(resp.StatusCode)
 	}
 	// Not a Connect error (a proxy, an unknown route): classify by status.
@@ -182,12 +186,16 @@ func (s *frameStream) recvFrame(msg proto.Message) error {
 		// transport sees EOF and returns the connection to the pool.
 		_, _ = io.Copy(io.Discard, io.LimitReader(s.br, 64<<10))
 		var end struct {
-			Error *connectError `json:"error"`
+			Error    *connectError `json:"error"`
+			Metadata http.Header   `json:"metadata"`
 		}
 		if err := json.Unmarshal(buf, &end); err != nil {
 			return fmt.Errorf("decode end of stream: %w", err)
 		}
 		if end.Error != nil {
+			if metadataValue(end.Metadata, errorHeader) == errorOutsideRoot {
+				return outsideRoot(end.Error.toError(http.StatusOK))
+			}
 			return end.Error.toError(http.StatusOK)
 		}
 		return io.EOF
@@ -228,4 +236,15 @@ func (s *frameStream) frame(n int) []byte {
 // agent learns that the client left).
 func (s *frameStream) close() error {
 	return s.body.Close()
+}
+
+// metadataValue is the first value of key in end-of-stream metadata,
+// whose keys are not necessarily canonical.
+func metadataValue(md http.Header, key string) string {
+	for k, v := range md {
+		if strings.EqualFold(k, key) && len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
 }

@@ -32,6 +32,18 @@ type Client struct {
 	http      *http.Client
 	apiKey    string
 	userAgent string
+	roots     []string // Confined
+}
+
+// Confined returns a client sharing c's connections whose file operations
+// are confined to roots (absolute directories in the sandbox): relative
+// paths are relative to the first, and the sandbox resolves every path,
+// symbolic links included, under them, refusing one that leads out of all
+// of them (IsOutsideRoot). Without roots it is an unconfined copy.
+func (c *Client) Confined(roots ...string) *Client {
+	cc := *c
+	cc.roots = append([]string(nil), roots...)
+	return &cc
 }
 
 // Option configures a Client in New and FromEnv.
@@ -117,6 +129,9 @@ func (c *Client) header() http.Header {
 	}
 	if c.userAgent != "" {
 		h.Set("User-Agent", c.userAgent)
+	}
+	for _, r := range c.roots {
+		h.Add("Agentbox-Root", r)
 	}
 	return h
 }

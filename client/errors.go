@@ -32,6 +32,7 @@ type Error struct {
 	Code      string `json:"code"`                 // stable machine-readable class
 	Message   string `json:"message"`              // for people
 	Field     string `json:"field,omitempty"`      // request field at fault (invalid_argument)
+	Reason    string `json:"reason,omitempty"`     // refines Code: "outside_root"
 	RequestID string `json:"request_id,omitempty"` // quote it when reporting a problem
 }
 
@@ -71,6 +72,13 @@ var (
 
 // IsInvalidArgument reports whether err is a server error of code invalid_argument (400).
 func IsInvalidArgument(err error) bool { return errors.Is(err, ErrInvalidArgument) }
+
+// IsOutsideRoot reports whether err refused a path of a confined client
+// (see Client.Confined) that leads outside its roots.
+func IsOutsideRoot(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == CodePermissionDenied && e.Reason == "outside_root"
+}
 
 // IsNotFound reports whether err is a server error of code not_found (404).
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

@@ -6,15 +6,18 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // errorBody is the one JSON shape of every native API error.
 type errorBody struct {
-	Code      string `json:"code"`
-	Message   string `json:"message"`
-	Field     string `json:"field,omitempty"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+	// Reason refines the code where a client acts on the difference:
+	// "outside_root" for a confined path that leads outside its roots.
+	Reason    string `json:"reason,omitempty"`
 	RequestID string `json:"request_id,omitempty"`
 }
 
@@ -54,9 +57,12 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &se) {
 		body.Message = se.Msg
 	}
-	var fe *manager.FieldError
+	var fe *sandbox.FieldError
 	if errors.As(err, &fe) {
 		body.Field = fe.Field
+	}
+	if errors.Is(err, dataplane.ErrOutsideRoot) {
+		body.Reason = ReasonOutsideRoot
 	}
 	status := statusOf(class)
 	setRetryAfter(w, err)
@@ -78,5 +84,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func badRequest(field, format string, args ...any) error {
-	return &sandbox.Error{Class: sandbox.ClassInvalid, Msg: sprintf(format, args...), Err: &manager.FieldError{Field: field}}
+	return sandbox.Invalid(field, format, args...)
 }
+
+// ReasonOutsideRoot is the error reason of a confined path leading
+// outside its roots (see RootHeader).
+const ReasonOutsideRoot = "outside_root"

@@ -19,10 +19,27 @@ func (s *Server) admit(r *http.Request, bodyLimit, copies int64) (release func()
 	return s.m.Admit(userOf(r), bytes)
 }
 
+// RootHeader confines the paths of a request to the directories it names
+// (repeatable): the sandbox's agent resolves them under those roots,
+// symbolic links included, and refuses a path leading out of all of them
+// (403 with reason outside_root). Tool kits confine their file tools to
+// /workspace this way.
+const RootHeader = "Agentbox-Root"
+
+// maxRoots bounds the roots of one request.
+const maxRoots = 16
+
 // begin opens the data-plane request of r on the sandbox of its {id}:
 // admitted against the caller's share of the daemon (429 beyond it), the
-// sandbox the caller's (404 otherwise). The caller must End it.
+// sandbox the caller's (404 otherwise), confined to the request's
+// RootHeader directories if any. The caller must End it.
 func (s *Server) begin(r *http.Request, opts ...dataplane.Option) (*dataplane.Request, error) {
+	if roots := r.Header.Values(RootHeader); len(roots) > 0 {
+		if len(roots) > maxRoots {
+			return nil, badRequest(RootHeader, "at most %d %s headers", maxRoots, RootHeader)
+		}
+		opts = append(opts, dataplane.Confine(roots...))
+	}
 	return s.dp.Begin(r.Context(), userOf(r), sandboxID(r), opts...)
 }
 

@@ -23,7 +23,6 @@ const (
 	maxReadChunk  = 100 << 10 // bytes of text one file_read returns
 	defaultLines  = 2000
 	maxListItems  = 1000
-	maxSymlinks   = 40
 )
 
 // roots are the directories the file tools may touch.
@@ -39,11 +38,25 @@ func underRoot(p string) bool {
 	return false
 }
 
+// fs is the session's client for the file tools: confined to the roots,
+// so the sandbox resolves every path under /workspace and /tmp, symbolic
+// links included, and refuses one leading out (client.IsOutsideRoot) —
+// in the same call that acts on it, with no window for a swapped link.
+func (s *Session) fs() *client.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.confined == nil {
+		s.confined = s.c.Confined(roots...)
+	}
+	return s.confined
+}
+
 // resolve returns the absolute path a tool argument names: relative paths
-// are taken from /workspace. The path, and every symlink on it as the
-// sandbox sees them, must stay inside /workspace or /tmp; a link leading
-// out is refused rather than followed. keepLast leaves the final
-// component unresolved (delete acts on a link itself).
+// are taken from /workspace, and the path must lie inside /workspace or
+// /tmp. Unless keepLast (delete acts on a link itself), the sandbox also
+// checks that no symbolic link on it leads out, so a working directory
+// given to a command stays inside too; file operations are confined in
+// the sandbox as they act (fs).
 func (s *Session) resolve(ctx context.Context, sb, p string, keepLast bool) (string, error) {
 	if p == "" {
 		return "", fail("path is empty")
@@ -59,67 +72,34 @@ func (s *Session) resolve(ctx context.Context, sb, p string, keepLast bool) (str
 	if !underRoot(abs) {
 		return "", fail("path %s is outside the workspace: file tools work in /workspace (and /tmp). Use a path under /workspace, or relative to it.", p)
 	}
-	// Walk the components, resolving links inside the sandbox.
-	var root string
-	for _, r := range roots {
-		if abs == r || strings.HasPrefix(abs, r+"/") {
-			root = r
-		}
+	if keepLast {
+		return abs, nil
 	}
-	rest := strings.Split(strings.TrimPrefix(strings.TrimPrefix(abs, root), "/"), "/")
-	if len(rest) == 1 && rest[0] == "" {
-		rest = nil
-	}
-	done, links := root, 0
-	for len(rest) > 0 {
-		next := done + "/" + rest[0]
-		rest = rest[1:]
-		if keepLast && len(rest) == 0 {
-			return next, nil
-		}
-		e, err := s.c.Stat(ctx, sb, next)
-		if client.IsNotFound(err) {
-			return path.Join(append([]string{next}, rest...)...), nil
-		}
-		if err != nil {
-			return "", err
-		}
-		if e.Type != "symlink" {
-			done = next
-			if e.Type != "dir" && len(rest) > 0 {
-				return path.Join(append([]string{next}, rest...)...), nil
-			}
-			continue
-		}
-		if links++; links > maxSymlinks {
-			return "", fail("too many symbolic links in %s", p)
-		}
+	e, err := s.fs().Stat(ctx, sb, abs)
+	switch {
+	case client.IsOutsideRoot(err):
+		return "", fail("path %s leads out of the workspace through a symbolic link; refused", p)
+	case client.IsNotFound(err):
+		return abs, nil
+	case err != nil:
+		return "", err
+	case e.Type == "symlink" && e.SymlinkTarget != "":
+		// A link the sandbox would not follow: its target is outside
+		// the roots (or missing).
 		target := e.SymlinkTarget
 		if !path.IsAbs(target) {
-			target = path.Join(done, target)
+			target = path.Join(path.Dir(abs), target)
 		}
-		target = path.Clean(target)
-		if !underRoot(target) {
-			return "", fail("path %s leads out of the workspace through the symbolic link %s -> %s; refused", p, next, e.SymlinkTarget)
+		if !underRoot(path.Clean(target)) {
+			return "", fail("path %s leads out of the workspace through the symbolic link %s -> %s; refused", p, abs, e.SymlinkTarget)
 		}
-		for _, r := range roots {
-			if target == r || strings.HasPrefix(target, r+"/") {
-				root = r
-			}
-		}
-		more := strings.Split(strings.TrimPrefix(strings.TrimPrefix(target, root), "/"), "/")
-		if len(more) == 1 && more[0] == "" {
-			more = nil
-		}
-		rest = append(more, rest...)
-		done = root
 	}
-	return done, nil
+	return abs, nil
 }
 
 // download reads at most limit bytes of the file at p (an error beyond).
 func (s *Session) download(ctx context.Context, sb, p string, limit int64) ([]byte, error) {
-	rc, size, err := s.c.Download(ctx, sb, p)
+	rc, size, err := s.fs().Download(ctx, sb, p)
 	if err != nil {
 		return nil, err
 	}
@@ -142,14 +122,14 @@ type tooBig struct{ size int64 }
 func (e *tooBig) Error() string { return fmt.Sprintf("file too large (%d bytes)", e.size) }
 
 func (s *Session) upload(ctx context.Context, sb, p string, data []byte) error {
-	_, err := s.c.Upload(ctx, sb, p, bytes.NewReader(data), int64(len(data)), nil)
+	_, err := s.fs().Upload(ctx, sb, p, bytes.NewReader(data), int64(len(data)), nil)
 	return err
 }
 
 // readText loads a text file for reading or editing, refusing what is
 // not text with a hint.
 func (s *Session) readText(ctx context.Context, sb, abs string) ([]byte, error) {
-	e, err := s.c.Stat(ctx, sb, abs)
+	e, err := s.fs().Stat(ctx, sb, abs)
 	if client.IsNotFound(err) {
 		return nil, fail("%s does not exist. Use file_list or file_search to find the right path.", abs)
 	}
@@ -346,7 +326,7 @@ func runFileWrite(ctx context.Context, s *Session, sb string, raw json.RawMessag
 			data = append(old, data...)
 		}
 	}
-	if e, err := s.c.Stat(ctx, sb, abs); err == nil && e.Type == "dir" {
+	if e, err := s.fs().Stat(ctx, sb, abs); err == nil && e.Type == "dir" {
 		return nil, fail("%s is a directory; give a file path", abs)
 	}
 	if err := s.upload(ctx, sb, abs, data); err != nil {
@@ -419,7 +399,7 @@ func runFileDelete(ctx context.Context, s *Session, sb string, raw json.RawMessa
 			return nil, fail("refusing to delete %s itself; delete what is inside it instead", r)
 		}
 	}
-	e, err := s.c.Stat(ctx, sb, abs)
+	e, err := s.fs().Stat(ctx, sb, abs)
 	if client.IsNotFound(err) {
 		return nil, fail("%s does not exist", abs)
 	}
@@ -429,7 +409,7 @@ func runFileDelete(ctx context.Context, s *Session, sb string, raw json.RawMessa
 	if e.Type == "dir" && !a.Recursive {
 		return nil, fail("%s is a directory: set recursive=true to delete it and everything in it", abs)
 	}
-	if err := s.c.Remove(ctx, sb, abs); err != nil {
+	if err := s.fs().Remove(ctx, sb, abs); err != nil {
 		return nil, err
 	}
 	return textResult("Deleted %s.", abs), nil
@@ -450,7 +430,7 @@ func runFileList(ctx context.Context, s *Session, sb string, raw json.RawMessage
 	if err != nil {
 		return nil, err
 	}
-	entries, err := s.c.ListFiles(ctx, sb, abs, max(a.Depth, 1))
+	entries, err := s.fs().ListFiles(ctx, sb, abs, max(a.Depth, 1))
 	if client.IsNotFound(err) {
 		return nil, fail("%s does not exist", abs)
 	}

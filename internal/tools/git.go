@@ -130,8 +130,8 @@ func runGitInit(ctx context.Context, s *Session, sb string, raw json.RawMessage)
 		if err != nil {
 			return nil, err
 		}
-		if e, err := s.c.Stat(ctx, sb, abs); err != nil || e.Type != "dir" {
-			if _, err := s.c.MakeDir(ctx, sb, abs); err != nil {
+		if e, err := s.fs().Stat(ctx, sb, abs); err != nil || e.Type != "dir" {
+			if _, err := s.fs().MakeDir(ctx, sb, abs); err != nil {
 				return nil, err
 			}
 		}

@@ -38,13 +38,15 @@ type SessionOptions struct {
 // Session is one caller's use of the kit. Sandboxes it creates are
 // destroyed by Close.
 type Session struct {
-	kit   *Kit
-	c     *client.Client
-	opts  SessionOptions
-	tag   string
-	log   *slog.Logger
-	mode  Mode
-	bound string
+	kit *Kit
+	c   *client.Client
+	// confined is c confined to the file tools' roots (fs).
+	confined *client.Client
+	opts     SessionOptions
+	tag      string
+	log      *slog.Logger
+	mode     Mode
+	bound    string
 
 	createMu sync.Mutex // one lazy creation at a time
 	mu       sync.Mutex

@@ -492,8 +492,8 @@ func runNpmInstall(ctx context.Context, s *Session, sb string, raw json.RawMessa
 		if dir, err = s.resolve(ctx, sb, a.Path, false); err != nil {
 			return nil, err
 		}
-		if e, err := s.c.Stat(ctx, sb, dir); err != nil || e.Type != "dir" {
-			if _, err := s.c.MakeDir(ctx, sb, dir); err != nil {
+		if e, err := s.fs().Stat(ctx, sb, dir); err != nil || e.Type != "dir" {
+			if _, err := s.fs().MakeDir(ctx, sb, dir); err != nil {
 				return nil, err
 			}
 		}

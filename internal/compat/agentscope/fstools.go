@@ -2,6 +2,7 @@ package agentscope
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -123,12 +124,6 @@ func (f *fsCtx) run(name string, args map[string]any) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if src, err = f.real(src, true); err != nil {
-			return "", err
-		}
-		if dst, err = f.real(dst, true); err != nil {
-			return "", err
-		}
 		if _, err := f.dr.Move(f.ctx, src, dst, ""); err != nil {
 			return "", fsErr(err, "rename", src)
 		}
@@ -136,10 +131,6 @@ func (f *fsCtx) run(name string, args map[string]any) (string, error) {
 	}
 	p, err := toolPath(args, "path")
 	if err != nil {
-		return "", err
-	}
-	// get_file_info describes a link itself, as the agent's stat does.
-	if p, err = f.real(p, name == "get_file_info"); err != nil {
 		return "", err
 	}
 	switch name {
@@ -212,6 +203,10 @@ func resolveWorkspacePath(p string) (string, bool) {
 // fsErr words an agent error like Node's fs errors, which clients of the
 // MCP filesystem server see.
 func fsErr(err error, syscall, p string) error {
+	if errors.Is(err, dataplane.ErrOutsideRoot) {
+		// The agent refused a symbolic link leading out of /workspace.
+		return fmt.Errorf("Access denied - symlink target outside allowed directories: %s not in %s", p, workspaceRoot) //nolint:staticcheck // exact text
+	}
 	switch sandbox.ClassOf(err) {
 	case sandbox.ClassNotFound:
 		return fmt.Errorf("ENOENT: no such file or directory, %s '%s'", syscall, p)
@@ -280,7 +275,7 @@ func (f *fsCtx) readMany(paths []string) (string, error) {
 		mark := f.out.Len()
 		if !ok {
 			err = fmt.Errorf("Access denied - path outside allowed directories: %s not in %s", abs, workspaceRoot) //nolint:staticcheck // exact text
-		} else if abs, err = f.real(abs, false); err == nil {
+		} else {
 			if err = f.out.writeString(raw + ":\n"); err == nil {
 				if err = f.read(abs); err == nil {
 					err = f.out.writeString("\n")

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -142,6 +143,11 @@ func (s *Server) writeSandboxError(w http.ResponseWriter, r *http.Request, rec *
 	}
 	if status, ok := quotaStatus(w, err); ok {
 		writeDetail(w, status, errorText(err))
+		return
+	}
+	if errors.Is(err, dataplane.ErrOutsideRoot) {
+		// A symbolic link leading out of /workspace, refused in the agent.
+		writeDetail(w, http.StatusForbidden, detailOutside)
 		return
 	}
 	switch sandbox.ClassOf(err) {

@@ -61,10 +61,10 @@ func (s *Server) agentFor(r *http.Request, rec *record) (*dataplane.Request, err
 	return nil, fmt.Errorf("agentscope: workspace route %s without a data-plane request", r.URL.Path)
 }
 
-// stat returns the entry at p; found=false when it does not exist.
-// wsTarget returns the ?path= of a workspace route, its symlinks resolved
-// (wsReal), and the sandbox's agent.
-func (s *Server) wsTarget(r *http.Request, rec *record, keepLast bool) (string, *dataplane.Request, error) {
+// wsTarget returns the ?path= of a workspace route and its data-plane
+// request (confined to /workspace in the agent: a link leading out is
+// refused there, and answered 403 by writeSandboxError).
+func (s *Server) wsTarget(r *http.Request, rec *record) (string, *dataplane.Request, error) {
 	p, err := queryPath(r)
 	if err != nil {
 		return "", nil, err
@@ -73,12 +73,11 @@ func (s *Server) wsTarget(r *http.Request, rec *record, keepLast bool) (string, 
 	if err != nil {
 		return "", nil, err
 	}
-	if p, err = wsReal(r, c, p, keepLast); err != nil {
-		return "", nil, err
-	}
 	return p, c, nil
 }
 
+// stat returns the entry at p (a final link itself); found=false when it
+// does not exist.
 func stat(r *http.Request, c *dataplane.Request, p string) (dataplane.Entry, bool, error) {
 	e, err := c.Stat(r.Context(), p, "")
 	if sandbox.IsNotFound(err) {
@@ -102,9 +101,6 @@ func (s *Server) wsRead(w http.ResponseWriter, r *http.Request, rec *record) err
 	}
 	c, err := s.agentFor(r, rec)
 	if err != nil {
-		return err
-	}
-	if p, err = wsReal(r, c, p, false); err != nil {
 		return err
 	}
 	e, found, err := stat(r, c, p)
@@ -136,7 +132,7 @@ func (s *Server) wsRead(w http.ResponseWriter, r *http.Request, rec *record) err
 
 // wsWrite is PUT /workspace/file?path= with the raw content as body.
 func (s *Server) wsWrite(w http.ResponseWriter, r *http.Request, rec *record) error {
-	p, c, err := s.wsTarget(r, rec, false)
+	p, c, err := s.wsTarget(r, rec)
 	if err != nil {
 		return err
 	}
@@ -210,9 +206,6 @@ func (s *Server) wsBatch(w http.ResponseWriter, r *http.Request, rec *record) er
 			if err != nil {
 				return err
 			}
-			if p, err = wsReal(r, c, p, false); err != nil {
-				return err
-			}
 			e, err := s.upload(r, c, p, part, "target exists and is a directory: "+name)
 			if err != nil {
 				return err
@@ -243,9 +236,6 @@ func (s *Server) wsList(w http.ResponseWriter, r *http.Request, rec *record) err
 	if err != nil {
 		return err
 	}
-	if p, err = wsReal(r, c, p, false); err != nil {
-		return err
-	}
 	e, found, err := stat(r, c, p)
 	if err != nil {
 		return err
@@ -268,7 +258,7 @@ func (s *Server) wsList(w http.ResponseWriter, r *http.Request, rec *record) err
 
 // wsExists is GET /workspace/exists?path=.
 func (s *Server) wsExists(w http.ResponseWriter, r *http.Request, rec *record) error {
-	p, c, err := s.wsTarget(r, rec, true)
+	p, c, err := s.wsTarget(r, rec)
 	if err != nil {
 		return err
 	}
@@ -291,9 +281,6 @@ func (s *Server) wsRemove(w http.ResponseWriter, r *http.Request, rec *record) e
 	}
 	c, err := s.agentFor(r, rec)
 	if err != nil {
-		return err
-	}
-	if p, err = wsReal(r, c, p, true); err != nil {
 		return err
 	}
 	if err := c.Remove(r.Context(), p, ""); err != nil && !sandbox.IsNotFound(err) {
@@ -322,12 +309,6 @@ func (s *Server) wsMove(w http.ResponseWriter, r *http.Request, rec *record) err
 	}
 	c, err := s.agentFor(r, rec)
 	if err != nil {
-		return err
-	}
-	if src, err = wsReal(r, c, src, true); err != nil {
-		return err
-	}
-	if dst, err = wsReal(r, c, dst, true); err != nil {
 		return err
 	}
 	if _, found, err := stat(r, c, src); err != nil || !found {
@@ -364,9 +345,6 @@ func (s *Server) wsMkdir(w http.ResponseWriter, r *http.Request, rec *record) er
 	}
 	c, err := s.agentFor(r, rec)
 	if err != nil {
-		return err
-	}
-	if p, err = wsReal(r, c, p, false); err != nil {
 		return err
 	}
 	e, found, err := stat(r, c, p)

@@ -65,7 +65,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		body.Reason = ReasonOutsideRoot
 	}
 	status := statusOf(class)
-	setRetryAfter(w, err)
+	SetRetryAfter(w, err)
 	if status == http.StatusInternalServerError {
 		logger(r).Error("request failed", "err", err)
 		body.Message = "internal error (request " + body.RequestID + ")"

@@ -71,9 +71,9 @@ func bodyWeight(r *http.Request, bodyLimit, copies int64) (int64, error) {
 	return copies * r.ContentLength, nil
 }
 
-// setRetryAfter adds Retry-After to the answer of a refusal that carries
+// SetRetryAfter adds Retry-After to the answer of a refusal that carries
 // one.
-func setRetryAfter(w http.ResponseWriter, err error) {
+func SetRetryAfter(w http.ResponseWriter, err error) {
 	var ra *admission.RetryAfterError
 	if errors.As(err, &ra) {
 		w.Header().Set("Retry-After", ra.Seconds())

@@ -98,8 +98,10 @@ func (s *Session) resolve(ctx context.Context, sb, p string, keepLast bool) (str
 }
 
 // download reads at most limit bytes of the file at p (an error beyond).
-func (s *Session) download(ctx context.Context, sb, p string, limit int64) ([]byte, error) {
-	rc, size, err := s.fs().Download(ctx, sb, p)
+// Paths a model gave go through the confined client (fs); the kit's own
+// files (env_set's, in the user's home) through the plain one.
+func (s *Session) download(ctx context.Context, c *client.Client, sb, p string, limit int64) ([]byte, error) {
+	rc, size, err := c.Download(ctx, sb, p)
 	if err != nil {
 		return nil, err
 	}
@@ -121,8 +123,8 @@ type tooBig struct{ size int64 }
 
 func (e *tooBig) Error() string { return fmt.Sprintf("file too large (%d bytes)", e.size) }
 
-func (s *Session) upload(ctx context.Context, sb, p string, data []byte) error {
-	_, err := s.fs().Upload(ctx, sb, p, bytes.NewReader(data), int64(len(data)), nil)
+func (s *Session) upload(ctx context.Context, c *client.Client, sb, p string, data []byte) error {
+	_, err := c.Upload(ctx, sb, p, bytes.NewReader(data), int64(len(data)), nil)
 	return err
 }
 
@@ -142,7 +144,7 @@ func (s *Session) readText(ctx context.Context, sb, abs string) ([]byte, error) 
 	if e.Size > maxReadFile {
 		return nil, fail("%s is %d bytes, over the %d MiB file_read can load. Look at parts of it with shell_exec (head, tail, sed -n '100,200p', grep).", abs, e.Size, maxReadFile>>20)
 	}
-	data, err := s.download(ctx, sb, abs, maxReadFile)
+	data, err := s.download(ctx, s.fs(), sb, abs, maxReadFile)
 	if _, ok := err.(*tooBig); ok {
 		return nil, fail("%s is over the %d MiB file_read can load. Look at parts of it with shell_exec (head, tail, grep).", abs, maxReadFile>>20)
 	}
@@ -314,7 +316,7 @@ func runFileWrite(ctx context.Context, s *Session, sb string, raw json.RawMessag
 	}
 	data := []byte(a.Content)
 	if a.Append {
-		old, err := s.download(ctx, sb, abs, maxWriteBytes)
+		old, err := s.download(ctx, s.fs(), sb, abs, maxWriteBytes)
 		switch {
 		case client.IsNotFound(err):
 		case err != nil:
@@ -329,7 +331,7 @@ func runFileWrite(ctx context.Context, s *Session, sb string, raw json.RawMessag
 	if e, err := s.fs().Stat(ctx, sb, abs); err == nil && e.Type == "dir" {
 		return nil, fail("%s is a directory; give a file path", abs)
 	}
-	if err := s.upload(ctx, sb, abs, data); err != nil {
+	if err := s.upload(ctx, s.fs(), sb, abs, data); err != nil {
 		return nil, err
 	}
 	return textResult("Wrote %d bytes to %s.", len(data), abs), nil
@@ -373,7 +375,7 @@ func runFileEdit(ctx context.Context, s *Session, sb string, raw json.RawMessage
 	} else {
 		text = strings.Replace(text, a.Old, a.New, 1)
 	}
-	if err := s.upload(ctx, sb, abs, []byte(text)); err != nil {
+	if err := s.upload(ctx, s.fs(), sb, abs, []byte(text)); err != nil {
 		return nil, err
 	}
 	if n == 1 {

@@ -264,7 +264,7 @@ func (s *Session) loadEnv(ctx context.Context, sb string) (map[string]string, er
 		return env, nil
 	}
 	env = map[string]string{}
-	data, err := s.download(ctx, sb, envDir+"/env.json", 1<<20)
+	data, err := s.download(ctx, s.c, sb, envDir+"/env.json", 1<<20)
 	switch {
 	case client.IsNotFound(err):
 	case err != nil:
@@ -368,10 +368,10 @@ func runEnvSet(ctx context.Context, s *Session, sb string, raw json.RawMessage) 
 			fmt.Fprintf(&sh, "unset %s\n", k)
 		}
 	}
-	if err := s.upload(ctx, sb, envDir+"/env.json", js); err != nil {
+	if err := s.upload(ctx, s.c, sb, envDir+"/env.json", js); err != nil {
 		return nil, err
 	}
-	if err := s.upload(ctx, sb, envDir+"/env.sh", []byte(sh.String())); err != nil {
+	if err := s.upload(ctx, s.c, sb, envDir+"/env.sh", []byte(sh.String())); err != nil {
 		return nil, err
 	}
 	st := s.kit.state(s.opts.Owner, sb)

@@ -2,13 +2,12 @@ package agentscope
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"unicode/utf8"
 	"unsafe"
 
-	"github.com/agentbox/agentbox/internal/admission"
 	"github.com/agentbox/agentbox/internal/dataplane"
+	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -165,9 +164,6 @@ func quotaStatus(w http.ResponseWriter, err error) (int, bool) {
 	if sandbox.ClassOf(err) != sandbox.ClassQuota {
 		return 0, false
 	}
-	var ra *admission.RetryAfterError
-	if errors.As(err, &ra) {
-		w.Header().Set("Retry-After", ra.Seconds())
-	}
+	httpapi.SetRetryAfter(w, err)
 	return http.StatusTooManyRequests, true
 }

@@ -313,17 +313,14 @@ func (f *fsCtx) list(p string) (string, error) {
 
 // listDir lists p (a directory) down to depth, sorted by path.
 func (f *fsCtx) listDir(p string, depth int) ([]dataplane.Entry, error) {
-	st, err := f.dr.Stat(f.ctx, p, "")
-	if err != nil {
-		return nil, fsErr(err, "scandir", p)
-	}
-	if st.Type != dataplane.FileTypeDir {
-		return nil, fmt.Errorf("ENOTDIR: not a directory, scandir '%s'", p)
-	}
 	if err := reserve(f.ctx, listCost); err != nil {
 		return nil, err
 	}
+	// The listing itself refuses a link leading out of /workspace.
 	entries, err := f.dr.List(f.ctx, p, "", depth)
+	if sandbox.ClassOf(err) == sandbox.ClassInvalid && !errors.Is(err, dataplane.ErrOutsideRoot) {
+		return nil, fmt.Errorf("ENOTDIR: not a directory, scandir '%s'", p)
+	}
 	if err != nil {
 		return nil, fsErr(err, "scandir", p)
 	}

@@ -236,14 +236,12 @@ func (s *Server) wsList(w http.ResponseWriter, r *http.Request, rec *record) err
 	if err != nil {
 		return err
 	}
-	e, found, err := stat(r, c, p)
-	if err != nil {
-		return err
-	}
-	if !found || e.Type != dataplane.FileTypeDir {
+	// No stat first: a link leading out of /workspace is refused by the
+	// listing itself (403), a missing path or a file is 404.
+	entries, err := c.List(r.Context(), p, "", depth)
+	if sandbox.IsNotFound(err) || sandbox.ClassOf(err) == sandbox.ClassInvalid {
 		return detailErr(http.StatusNotFound, "not found")
 	}
-	entries, err := c.List(r.Context(), p, "", depth)
 	if err != nil {
 		return err
 	}

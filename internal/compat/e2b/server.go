@@ -164,6 +164,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		slog.Default().Error("e2b request failed", "path", r.URL.Path, "err", err)
 		msg = "internal error"
 	}
+	httpapi.SetRetryAfter(w, err)
 	writeJSON(w, status, errorBody{Code: status, Message: msg})
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/agentbox/agentbox/internal/cluster"
 	"github.com/agentbox/agentbox/internal/compat/agentscope"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/store"
@@ -126,7 +128,10 @@ func forwarder(cfg *config.Config, node string, st store.Store, registry *cluste
 	return cluster.NewForwarder(cluster.ForwardConfig{
 		Self: node, Secret: []byte(cfg.ClusterSecret), Store: st, Nodes: registry.List, Local: m.Hosts,
 		PreviewDomain: cfg.PreviewDomain, Prefix: cfg.ContainerPrefix, Place: cfg.ClusterPlacement,
-		Shared: func() bool { _, ok := st.(store.Atomic); return ok }(), Log: log,
+		Shared:   func() bool { _, ok := st.(store.Atomic); return ok }(),
+		MaxConns: cfg.ClusterMaxConns, MaxPerUser: cfg.ClusterMaxPerUser,
+		User: func(r *http.Request) string { return httpapi.KeyUser(cfg.APIKeys, r) },
+		Log:  log,
 	})
 }
 

@@ -382,6 +382,25 @@ func UserForKey(keys map[string]string, key string) (string, error) {
 	return user, nil
 }
 
+// KeyUser returns the user of the API key a request carries (as a bearer
+// token, or E2B's X-API-Key), DefaultUser without keys, "" when it carries
+// no key of keys. A replica forwarding a request uses it to count the
+// request against its user; the replica that serves it authenticates it.
+func KeyUser(keys map[string]string, r *http.Request) string {
+	if len(keys) == 0 {
+		return DefaultUser
+	}
+	for _, key := range []string{bearerToken(r), strings.TrimSpace(r.Header.Get("X-API-Key"))} {
+		if key == "" {
+			continue
+		}
+		if user, err := UserForKey(keys, key); err == nil {
+			return user
+		}
+	}
+	return ""
+}
+
 func bearerToken(r *http.Request) string {
 	h := r.Header.Get("Authorization")
 	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {

@@ -219,16 +219,27 @@ func (f *Forwarder) verify(r *http.Request, v string) bool {
 	return hmac.Equal(got, f.mac(parts[0], parts[1], r.Method, r.URL.RequestURI()))
 }
 
+// Peer returns the replica that forwarded r, when r carries one valid
+// forwarding header.
+func (f *Forwarder) Peer(r *http.Request) (node string, ok bool) {
+	v := r.Header.Values(HeaderForwarded)
+	if len(v) != 1 || !f.verify(r, v[0]) {
+		return "", false
+	}
+	node, _, _ = strings.Cut(v[0], ";")
+	return node, true
+}
+
 // Wrap returns next behind the forwarder.
 func (f *Forwarder) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if v := r.Header.Values(HeaderForwarded); len(v) > 0 {
-			if len(v) != 1 || !f.verify(r, v[0]) {
+		if len(r.Header.Values(HeaderForwarded)) > 0 {
+			from, ok := f.Peer(r)
+			if !ok {
 				writeErr(w, http.StatusForbidden, "forbidden", "invalid "+HeaderForwarded+" header: it is for agentbox replicas sharing CLUSTER_SECRET only")
 				return
 			}
 			// A replica sent it here: serve it, never forward again.
-			from, _, _ := strings.Cut(v[0], ";")
 			f.cfg.Log.Debug("serving a forwarded request", "from", from, "method", r.Method, "path", r.URL.Path)
 			r.Header.Del(HeaderForwarded)
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardedKey{}, from)))

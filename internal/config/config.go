@@ -131,6 +131,10 @@ type Config struct {
 
 	// PreviewDomain, when set, serves sandbox ports at <port>-<id>.<domain>.
 	PreviewDomain string
+	// PreviewMaxPerUser caps one user's preview requests in flight;
+	// PreviewHeaderTimeout bounds the wait for a sandbox server's answer.
+	PreviewMaxPerUser    int
+	PreviewHeaderTimeout time.Duration
 
 	// NoVNCDir is the host directory of noVNC's client, which the desktop
 	// page of desktop sandboxes loads (docs/desktop.md).
@@ -601,6 +605,8 @@ var settings = []setting{
 		c.PreviewDomain = strings.ToLower(v)
 		return nil
 	}},
+	{"PREVIEW_MAX_PER_USER", "64", "preview requests (both forms; a WebSocket while it is open) one user may have in flight on this daemon; more get 429 with Retry-After, 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.PreviewMaxPerUser = n })},
+	{"PREVIEW_HEADER_TIMEOUT", "60", "seconds a preview waits for the sandbox server to start its answer (its response headers) before it fails with 504; an answer under way (a stream, a WebSocket) has no limit", seconds(func(c *Config, d time.Duration) { c.PreviewHeaderTimeout = d })},
 	{"DESKTOP_NOVNC_DIR", "/usr/share/novnc", "host directory of noVNC's client (Debian's novnc package), served to the desktop page of desktop sandboxes; never the sandbox's copy", func(c *Config, v string) error {
 		if v != "" && !filepath.IsAbs(v) {
 			return fmt.Errorf("want an absolute path")
@@ -830,6 +836,9 @@ func (c *Config) validate() error {
 	}
 	if c.HeaderTimeout <= 0 || c.BodyTimeout <= 0 {
 		return fmt.Errorf("settings HEADER_TIMEOUT, BODY_TIMEOUT: must be positive")
+	}
+	if c.PreviewHeaderTimeout <= 0 {
+		return fmt.Errorf("setting PREVIEW_HEADER_TIMEOUT: must be positive")
 	}
 	if c.ClusterMaxPerUser >= c.ClusterMaxConns {
 		// One user could then take every connection to a replica.

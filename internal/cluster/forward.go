@@ -70,14 +70,27 @@ type ForwardConfig struct {
 	// Shared says the store is shared by replicas; without it the
 	// forwarder only refuses forged forwarding headers.
 	Shared bool
-	Log    *slog.Logger
+	// MaxConns bounds the connections to each other replica, and so the
+	// requests in flight to it (CLUSTER_MAX_CONNS; 0: DefaultMaxConns).
+	MaxConns int
+	// MaxPerUser bounds the requests of one user in flight to one other
+	// replica (CLUSTER_MAX_PER_USER; 0: no per-user bound).
+	MaxPerUser int
+	// User returns the user a request's API key belongs to, "" when it
+	// carries none this daemon knows (nil: none ever does).
+	User func(r *http.Request) string
+	Log  *slog.Logger
 }
+
+// DefaultMaxConns is MaxConns when unset.
+const DefaultMaxConns = 256
 
 // Forwarder sends each request for a sandbox another replica runs to that
 // replica, and spreads creates over the replicas.
 type Forwarder struct {
 	cfg   ForwardConfig
 	proxy *httputil.ReverseProxy
+	slots *slots
 
 	mu     sync.Mutex
 	cached []store.Node
@@ -94,7 +107,10 @@ func NewForwarder(cfg ForwardConfig) *Forwarder {
 		cfg.Log = slog.Default()
 	}
 	cfg.Log = cfg.Log.With("component", "forward")
-	f := &Forwarder{cfg: cfg, ttl: nodesTTL}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	f := &Forwarder{cfg: cfg, ttl: nodesTTL, slots: newSlots(cfg.MaxConns, cfg.MaxPerUser)}
 	f.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			target := pr.In.Context().Value(targetKey{}).(*url.URL)
@@ -138,10 +154,15 @@ func NewForwarder(cfg ForwardConfig) *Forwarder {
 		},
 		// Streams (exec output, downloads, PTY) pass as they come.
 		FlushInterval: -1,
+		// One pool per replica, bounded: the forwarder holds at most
+		// MaxConns requests in flight to a replica (slots), and the
+		// transport opens no more connections than that to it, which the
+		// replica accepts as this one's (the daemon's limitListener).
 		Transport: &http.Transport{
 			Proxy:               nil,
 			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConnsPerHost: 64,
+			MaxConnsPerHost:     cfg.MaxConns,
+			MaxIdleConnsPerHost: min(64, cfg.MaxConns),
 			IdleConnTimeout:     90 * time.Second,
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -152,8 +173,7 @@ func NewForwarder(cfg ForwardConfig) *Forwarder {
 				// creates instead (its own limits apply).
 				f.cfg.Log.Warn("placement: the chosen replica did not take the create; creating here", "node", fb.node, "err", err)
 				f.forget()
-				r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(fb.body)), int64(len(fb.body))
-				fb.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), fallbackKey{}, nil)))
+				fb.serveHere(w, r)
 				return
 			}
 			f.cfg.Log.Warn("forward failed", "path", r.URL.Path, "err", err)
@@ -199,16 +219,27 @@ func (f *Forwarder) verify(r *http.Request, v string) bool {
 	return hmac.Equal(got, f.mac(parts[0], parts[1], r.Method, r.URL.RequestURI()))
 }
 
+// Peer returns the replica that forwarded r, when r carries one valid
+// forwarding header.
+func (f *Forwarder) Peer(r *http.Request) (node string, ok bool) {
+	v := r.Header.Values(HeaderForwarded)
+	if len(v) != 1 || !f.verify(r, v[0]) {
+		return "", false
+	}
+	node, _, _ = strings.Cut(v[0], ";")
+	return node, true
+}
+
 // Wrap returns next behind the forwarder.
 func (f *Forwarder) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if v := r.Header.Values(HeaderForwarded); len(v) > 0 {
-			if len(v) != 1 || !f.verify(r, v[0]) {
+		if len(r.Header.Values(HeaderForwarded)) > 0 {
+			from, ok := f.Peer(r)
+			if !ok {
 				writeErr(w, http.StatusForbidden, "forbidden", "invalid "+HeaderForwarded+" header: it is for agentbox replicas sharing CLUSTER_SECRET only")
 				return
 			}
 			// A replica sent it here: serve it, never forward again.
-			from, _, _ := strings.Cut(v[0], ";")
 			f.cfg.Log.Debug("serving a forwarded request", "from", from, "method", r.Method, "path", r.URL.Path)
 			r.Header.Del(HeaderForwarded)
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), forwardedKey{}, from)))
@@ -257,7 +288,7 @@ func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request, next http.Ha
 			"sandbox %s is lost: its node %s stopped answering (no heartbeat within its lease); delete it, or restart that node", t.id, rec.Node))
 		return true
 	}
-	f.proxyTo(w, r, node)
+	f.proxyTo(w, r, node, rec.Owner)
 	return true
 }
 
@@ -287,11 +318,14 @@ func (f *Forwarder) ServeBy(w http.ResponseWriter, r *http.Request, id sandbox.I
 	if !live {
 		return false
 	}
-	f.proxyTo(w, r, node)
+	f.proxyTo(w, r, node, rec.Owner)
 	return true
 }
 
-func (f *Forwarder) proxyTo(w http.ResponseWriter, r *http.Request, node store.Node) {
+// proxyTo sends r to node, within the forwarder's bounds of requests in
+// flight to node, in total and of the caller's user: owner is the user of
+// the sandbox r is for ("" for a create).
+func (f *Forwarder) proxyTo(w http.ResponseWriter, r *http.Request, node store.Node, owner string) {
 	if len(f.cfg.Secret) == 0 {
 		writeErr(w, http.StatusServiceUnavailable, "unavailable", fmt.Sprintf(
 			"this sandbox runs on node %s and this daemon cannot forward to it: set the same CLUSTER_SECRET on every replica", node.ID))
@@ -310,8 +344,41 @@ func (f *Forwarder) proxyTo(w http.ResponseWriter, r *http.Request, node store.N
 		}
 		r.Body = body
 	}
+	// Taken after the body was read (a slow client holds no slot) and
+	// held until the answer, a stream or a WebSocket included, is over.
+	release, err := f.slots.take(node.ID, f.userOf(r, owner))
+	if err != nil {
+		if fb, ok := r.Context().Value(fallbackKey{}).(*fallback); ok && fb != nil {
+			// A placed create: no room to send it, this replica creates.
+			f.cfg.Log.Warn("placement: too many requests in flight to the chosen replica; creating here", "node", fb.node, "err", err)
+			fb.serveHere(w, r)
+			return
+		}
+		status, code := http.StatusServiceUnavailable, "unavailable"
+		var full *slotsFull
+		if errors.As(err, &full) && full.user {
+			status, code = http.StatusTooManyRequests, "quota_exceeded"
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(int(slotRetryAfter/time.Second)))
+		writeErr(w, status, code, err.Error())
+		return
+	}
+	defer release()
 	ctx := context.WithValue(r.Context(), targetKey{}, u)
 	f.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// userOf is whom a forwarded request counts against: the user of its API
+// key, else the owner of its sandbox (access and preview tokens open one
+// sandbox, as its owner), else nobody in particular (a create without a
+// key this daemon knows: the other replica refuses it at once).
+func (f *Forwarder) userOf(r *http.Request, owner string) string {
+	if f.cfg.User != nil {
+		if u := f.cfg.User(r); u != "" {
+			return u
+		}
+	}
+	return owner
 }
 
 // maxBufferedBody is the largest request body the forwarder reads whole
@@ -395,7 +462,7 @@ func (f *Forwarder) place(w http.ResponseWriter, r *http.Request, next http.Hand
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		r = r.WithContext(context.WithValue(r.Context(), fallbackKey{}, &fallback{body: body, next: next, node: target.ID}))
 	}
-	f.proxyTo(w, r, target)
+	f.proxyTo(w, r, target, "")
 	return true
 }
 
@@ -434,6 +501,12 @@ type fallback struct {
 	body []byte
 	next http.Handler
 	node string
+}
+
+// serveHere creates here what r asked of another replica.
+func (fb *fallback) serveHere(w http.ResponseWriter, r *http.Request) {
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(fb.body)), int64(len(fb.body))
+	fb.next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), fallbackKey{}, nil)))
 }
 
 // errPlacedFull is a placed create refused by its replica's limit (429,

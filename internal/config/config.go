@@ -131,6 +131,10 @@ type Config struct {
 
 	// PreviewDomain, when set, serves sandbox ports at <port>-<id>.<domain>.
 	PreviewDomain string
+	// PreviewMaxPerUser caps one user's preview requests in flight;
+	// PreviewHeaderTimeout bounds the wait for a sandbox server's answer.
+	PreviewMaxPerUser    int
+	PreviewHeaderTimeout time.Duration
 
 	// NoVNCDir is the host directory of noVNC's client, which the desktop
 	// page of desktop sandboxes loads (docs/desktop.md).
@@ -177,6 +181,11 @@ type Config struct {
 	// (CLUSTER_SECRET); ClusterPlacement spreads creates over the replicas.
 	ClusterSecret    string
 	ClusterPlacement bool
+	// ClusterMaxConns bounds the connections (and requests in flight) to
+	// each other replica, and the authenticated forwarding connections
+	// accepted from each; ClusterMaxPerUser one user's share of them.
+	ClusterMaxConns   int
+	ClusterMaxPerUser int
 	// Workers is WORKERS: worker processes `agentbox serve` runs, each a
 	// replica of its own (internal/daemon/workers.go).
 	Workers int
@@ -468,6 +477,8 @@ var settings = []setting{
 		c.ClusterSecret = v
 		return nil
 	}},
+	{"CLUSTER_MAX_CONNS", "256", "connections this replica opens to each other replica at most, and so the requests it forwards to each at once (more get 503 with Retry-After); also the forwarding connections it accepts from each other replica, once authenticated, outside MAX_CONNECTIONS_PER_IP", intIn(1, 1<<16, func(c *Config, n int) { c.ClusterMaxConns = n })},
+	{"CLUSTER_MAX_PER_USER", "64", "requests of one user this replica forwards to one other replica at once (more get 429 with Retry-After), so one user cannot take every connection to it; less than CLUSTER_MAX_CONNS, 0 = no per-user limit", intIn(0, 1<<16, func(c *Config, n int) { c.ClusterMaxPerUser = n })},
 	{"CLUSTER_PLACEMENT", "least_loaded", "where a create runs with several replicas: least_loaded (the live replica with the fewest sandboxes, then the least memory; needs CLUSTER_SECRET) or local (the replica that got the request)", func(c *Config, v string) error {
 		switch v {
 		case "least_loaded", "":
@@ -594,6 +605,8 @@ var settings = []setting{
 		c.PreviewDomain = strings.ToLower(v)
 		return nil
 	}},
+	{"PREVIEW_MAX_PER_USER", "64", "preview requests (both forms; a WebSocket while it is open) one user may have in flight on this daemon; more get 429 with Retry-After, 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.PreviewMaxPerUser = n })},
+	{"PREVIEW_HEADER_TIMEOUT", "60", "seconds a preview waits for the sandbox server to start its answer (its response headers) before it fails with 504; an answer under way (a stream, a WebSocket) has no limit", seconds(func(c *Config, d time.Duration) { c.PreviewHeaderTimeout = d })},
 	{"DESKTOP_NOVNC_DIR", "/usr/share/novnc", "host directory of noVNC's client (Debian's novnc package), served to the desktop page of desktop sandboxes; never the sandbox's copy", func(c *Config, v string) error {
 		if v != "" && !filepath.IsAbs(v) {
 			return fmt.Errorf("want an absolute path")
@@ -823,6 +836,13 @@ func (c *Config) validate() error {
 	}
 	if c.HeaderTimeout <= 0 || c.BodyTimeout <= 0 {
 		return fmt.Errorf("settings HEADER_TIMEOUT, BODY_TIMEOUT: must be positive")
+	}
+	if c.PreviewHeaderTimeout <= 0 {
+		return fmt.Errorf("setting PREVIEW_HEADER_TIMEOUT: must be positive")
+	}
+	if c.ClusterMaxPerUser >= c.ClusterMaxConns {
+		// One user could then take every connection to a replica.
+		return fmt.Errorf("setting CLUSTER_MAX_PER_USER: must be less than CLUSTER_MAX_CONNS (%d)", c.ClusterMaxConns)
 	}
 	if c.DefaultMountDir != "" && !filepath.IsAbs(c.DefaultMountDir) {
 		abs, err := filepath.Abs(c.DefaultMountDir)

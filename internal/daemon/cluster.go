@@ -7,9 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -17,6 +21,7 @@ import (
 	"github.com/agentbox/agentbox/internal/cluster"
 	"github.com/agentbox/agentbox/internal/compat/agentscope"
 	"github.com/agentbox/agentbox/internal/config"
+	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/store"
@@ -126,8 +131,79 @@ func forwarder(cfg *config.Config, node string, st store.Store, registry *cluste
 	return cluster.NewForwarder(cluster.ForwardConfig{
 		Self: node, Secret: []byte(cfg.ClusterSecret), Store: st, Nodes: registry.List, Local: m.Hosts,
 		PreviewDomain: cfg.PreviewDomain, Prefix: cfg.ContainerPrefix, Place: cfg.ClusterPlacement,
-		Shared: func() bool { _, ok := st.(store.Atomic); return ok }(), Log: log,
+		Shared:   func() bool { _, ok := st.(store.Atomic); return ok }(),
+		MaxConns: cfg.ClusterMaxConns, MaxPerUser: cfg.ClusterMaxPerUser,
+		User: func(r *http.Request) string { return httpapi.KeyUser(cfg.APIKeys, r) },
+		Log:  log,
 	})
+}
+
+// peerAddrs is the set of the other live replicas' addresses, for the
+// connection limits (limitListener.isPeer). It is refreshed from the node
+// registry in the background, so that accepting a connection never waits
+// for Redis or DNS.
+type peerAddrs struct {
+	set atomic.Pointer[map[netip.Addr]bool]
+}
+
+// peerRefresh is how often peerAddrs reads the registry: a replica that
+// just started is known within it (its heartbeats come every 5 s).
+const peerRefresh = 2 * time.Second
+
+func (p *peerAddrs) has(a netip.Addr) bool {
+	m := p.set.Load()
+	return m != nil && (*m)[a]
+}
+
+// run refreshes the set until ctx ends. A node that names its address by
+// host name is looked up; when a lookup fails, the addresses it had last
+// time stay.
+func (p *peerAddrs) run(ctx context.Context, list func(context.Context) ([]store.Node, error), self string, log *slog.Logger) {
+	resolved := map[string][]netip.Addr{}
+	t := time.NewTicker(peerRefresh)
+	defer t.Stop()
+	for {
+		lctx, cancel := context.WithTimeout(ctx, peerRefresh)
+		nodes, err := list(lctx)
+		cancel()
+		if err == nil {
+			set := map[netip.Addr]bool{}
+			next := map[string][]netip.Addr{}
+			for _, n := range nodes {
+				if n.ID == self {
+					continue
+				}
+				u, err := url.Parse(n.Address)
+				if err != nil || u.Hostname() == "" {
+					continue
+				}
+				host := u.Hostname()
+				addrs := resolved[host]
+				if a, err := netip.ParseAddr(host); err == nil {
+					addrs = []netip.Addr{a}
+				} else {
+					lctx, cancel := context.WithTimeout(ctx, peerRefresh)
+					if got, err := net.DefaultResolver.LookupNetIP(lctx, "ip", host); err == nil {
+						addrs = got
+					} else {
+						log.Debug("look up a replica's address", "node", n.ID, "host", host, "err", err)
+					}
+					cancel()
+				}
+				next[host] = addrs
+				for _, a := range addrs {
+					set[a.Unmap()] = true
+				}
+			}
+			resolved = next
+			p.set.Store(&set)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // docsOf is the store's documents for front-ends (agentscope's records):

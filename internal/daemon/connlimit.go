@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -68,19 +70,55 @@ func connectionLimits(total, perIP int, nofile uint64) (int, int) {
 // limitListener closes connections over its caps as soon as they are
 // accepted, which frees their descriptor and tells the client at once,
 // instead of leaving them queued where they would delay everyone.
+//
+// Connections of other replicas are counted apart. A replica forwards the
+// requests of all its clients to the replica that runs their sandbox, so
+// counted by address it is one client, and one tenant's slow requests
+// through it (previews of a port that never answers) would use up the
+// per-address cap and cut every other tenant off from that replica. The
+// cap is applied when a connection is accepted, before any byte of it is
+// read, so no address is trusted for what it is: a connection leaves its
+// address's count only once a request on it carries a valid forwarding
+// header (an HMAC under CLUSTER_SECRET, checked by withPeerConns), and is
+// then counted against its replica's own cap, perPeer. Fairness between the
+// users behind a replica is then up to the per-user limits, which the
+// hosting replica applies to forwarded requests as to direct ones (it
+// authenticates the caller's own credentials).
+//
+// A burst of new connections from a replica would still meet the
+// per-address cap before their first request is read. So the addresses of
+// live replicas (from the node registry, isPeer) may have up to perPeer
+// connections more, pending: such a connection must authenticate with its
+// first request, or it is answered 429 and closed. Someone else at a
+// replica's address gains no request from this, only a bounded number of
+// connections that must send their headers within HEADER_TIMEOUT.
 type limitListener struct {
 	net.Listener
-	max, perIP int
-	log        *slog.Logger
+	max, perIP, perPeer int
+	// isPeer reports whether an address is a live replica's (nil: none).
+	isPeer func(netip.Addr) bool
+	log    *slog.Logger
 
 	mu      sync.Mutex
 	total   int
-	byAddr  map[netip.Addr]int
+	byAddr  map[netip.Addr]int // unauthenticated connections, per address
+	pending map[netip.Addr]int // over perIP from a replica's address, not authenticated yet
+	byPeer  map[string]int     // authenticated forwarding connections, per replica
 	refused atomic.Uint64
 }
 
-func newLimitListener(ln net.Listener, total, perIP int, log *slog.Logger) *limitListener {
-	return &limitListener{Listener: ln, max: total, perIP: perIP, log: log, byAddr: map[netip.Addr]int{}}
+// connClass is which count a connection is in.
+type connClass int
+
+const (
+	classAddr    connClass = iota // byAddr
+	classPending                  // pending
+	classPeer                     // byPeer
+)
+
+func newLimitListener(ln net.Listener, total, perIP, perPeer int, isPeer func(netip.Addr) bool, log *slog.Logger) *limitListener {
+	return &limitListener{Listener: ln, max: total, perIP: perIP, perPeer: perPeer, isPeer: isPeer, log: log,
+		byAddr: map[netip.Addr]int{}, pending: map[netip.Addr]int{}, byPeer: map[string]int{}}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -90,43 +128,71 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		addr := remoteAddr(c)
-		if reason := l.take(addr); reason != "" {
+		class, reason := l.take(addr)
+		if reason != "" {
 			// Reset instead of a graceful close: no TIME_WAIT left behind.
 			if tc, ok := c.(*net.TCPConn); ok {
 				_ = tc.SetLinger(0)
 			}
 			c.Close()
-			if n := l.refused.Add(1); n&(n-1) == 0 { // log the 1st, 2nd, 4th, ... refusal
-				l.log.Warn("client connection refused", "remote", addr.String(), "reason", reason, "refused_so_far", n)
-			}
+			l.noteRefused(addr, reason)
 			continue
 		}
-		return &limitedConn{Conn: c, release: func() { l.give(addr) }}, nil
+		return &limitedConn{Conn: c, l: l, addr: addr, class: class}, nil
+	}
+}
+
+func (l *limitListener) noteRefused(addr netip.Addr, reason string) {
+	if n := l.refused.Add(1); n&(n-1) == 0 { // log the 1st, 2nd, 4th, ... refusal
+		l.log.Warn("client connection refused", "remote", addr.String(), "reason", reason, "refused_so_far", n)
 	}
 }
 
 // take counts a connection from addr, or says which cap it is over.
-func (l *limitListener) take(addr netip.Addr) string {
+func (l *limitListener) take(addr netip.Addr) (connClass, string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var class connClass
 	switch {
 	case l.total >= l.max:
-		return "MAX_CONNECTIONS reached"
-	case l.byAddr[addr] >= l.perIP:
-		return "MAX_CONNECTIONS_PER_IP reached"
+		return 0, "MAX_CONNECTIONS reached"
+	case l.byAddr[addr] < l.perIP:
+		class = classAddr
+		l.byAddr[addr]++
+	case l.perPeer > 0 && l.pending[addr] < l.perPeer && l.isPeer != nil && l.isPeer(addr):
+		class = classPending
+		l.pending[addr]++
+	default:
+		return 0, "MAX_CONNECTIONS_PER_IP reached"
 	}
 	l.total++
-	l.byAddr[addr]++
-	return ""
+	return class, ""
 }
 
-func (l *limitListener) give(addr netip.Addr) {
+// uncount takes c out of its count. l.mu held.
+func (l *limitListener) uncount(c *limitedConn) {
+	switch c.class {
+	case classAddr:
+		if l.byAddr[c.addr]--; l.byAddr[c.addr] <= 0 {
+			delete(l.byAddr, c.addr)
+		}
+	case classPending:
+		if l.pending[c.addr]--; l.pending[c.addr] <= 0 {
+			delete(l.pending, c.addr)
+		}
+	case classPeer:
+		if l.byPeer[c.node]--; l.byPeer[c.node] <= 0 {
+			delete(l.byPeer, c.node)
+		}
+	}
+}
+
+func (l *limitListener) give(c *limitedConn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.uncount(c)
 	l.total--
-	if l.byAddr[addr]--; l.byAddr[addr] <= 0 {
-		delete(l.byAddr, addr)
-	}
+	c.closed = true
 }
 
 // remoteAddr is the peer address of c (IPv4-mapped IPv6 unmapped, so one
@@ -141,14 +207,89 @@ func remoteAddr(c net.Conn) netip.Addr {
 // limitedConn gives its slot back once, when it is closed.
 type limitedConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	l    *limitListener
+	addr netip.Addr
+	// class and node (of classPeer) are guarded by l.mu.
+	class connClass
+	node  string
+	// closed (guarded by l.mu) keeps a late promote from counting a
+	// connection that already gave its slot back.
+	closed bool
+	once   sync.Once
 }
 
 func (c *limitedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
+	// The slot first: once the client sees the connection end, another
+	// one of its connections finds the slot free.
+	c.once.Do(func() { c.l.give(c) })
+	return c.Conn.Close()
+}
+
+// promote counts c as a connection of replica node, once a request on it
+// proved it is one. It reports false when that replica is at its cap: c
+// stays counted as it was.
+func (c *limitedConn) promote(node string) bool {
+	l := c.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.class == classPeer || c.closed {
+		return true
+	}
+	if l.byPeer[node] >= l.perPeer {
+		return false
+	}
+	l.uncount(c)
+	c.class, c.node = classPeer, node
+	l.byPeer[node]++
+	return true
+}
+
+// isPending reports whether c was let in over its address's cap and has
+// not authenticated as a replica yet.
+func (c *limitedConn) isPending() bool {
+	c.l.mu.Lock()
+	defer c.l.mu.Unlock()
+	return c.class == classPending
+}
+
+// connKey carries a request's *limitedConn (http.Server.ConnContext).
+type connKey struct{}
+
+// connContext is the server's ConnContext: it lets withPeerConns find the
+// connection of a request.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if lc, ok := c.(*limitedConn); ok {
+		return context.WithValue(ctx, connKey{}, lc)
+	}
+	return ctx
+}
+
+// withPeerConns moves the connection of a request another replica
+// forwarded (peer returns its node when the forwarding header is valid)
+// out of its address's count into that replica's, and refuses requests on
+// a pending connection (let in over its address's cap because the address
+// is a replica's) that do not prove they come from one: 429, and the
+// connection is closed.
+func withPeerConns(peer func(*http.Request) (string, bool), next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _ := r.Context().Value(connKey{}).(*limitedConn)
+		if c == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		node, ok := peer(r)
+		if ok && c.promote(node) || !c.isPending() {
+			next.ServeHTTP(w, r)
+			return
+		}
+		c.l.noteRefused(c.addr, "MAX_CONNECTIONS_PER_IP reached (a connection let in for a replica did not authenticate as one)")
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_ = json.NewEncoder(w).Encode(map[string]string{"code": "quota_exceeded",
+			"message": "too many connections from this address (MAX_CONNECTIONS_PER_IP); retry later"})
+	})
 }
 
 // withBodyTimeout fails a request whose body stalls: every read of the

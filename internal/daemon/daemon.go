@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -187,6 +188,7 @@ func Run(ctx context.Context, opts Options) error {
 	dp := dataplane.New(dataplane.Config{MaxExecOutput: cfg.MaxExecOutputBytes, Registry: reg, Logger: log}, m, m.Admission())
 	api := httpapi.New(httpapi.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Logger: log, Registry: reg,
 		PreviewDomain: cfg.PreviewDomain, PreviewSecret: secret, MetricsToken: cfg.MetricsToken, NoVNCDir: cfg.NoVNCDir,
+		PreviewMaxPerUser: cfg.PreviewMaxPerUser, PreviewHeaderTimeout: cfg.PreviewHeaderTimeout,
 		Templates: templates, TemplateAdmins: cfg.TemplateAdmins, MaxImportBytes: cfg.TemplateMaxImport,
 		ImportDir: filepath.Join(tmplDir, "tmp"), AcquireTemplateOp: templateGate}, m)
 	api.RegisterBootstrap(httpapi.BootstrapConfig{Store: templates, CacheDir: filepath.Join(tmplDir, "bootstrap")})
@@ -222,11 +224,21 @@ func Run(ctx context.Context, opts Options) error {
 	registry := newRegistry(cfg, node, ln.Addr().String(), announce, b.Name(), nodes, m, log)
 	api.SetNodes(registry.List)
 	m.SetNodes(registry.List)
-	ln = newLimitListener(ln, maxConns, maxConnsPerIP, log)
+	// Other replicas' connections are counted per replica once they
+	// authenticate, and their addresses may have CLUSTER_MAX_CONNS
+	// connections awaiting that beyond MAX_CONNECTIONS_PER_IP (connlimit.go).
+	var peers *peerAddrs
+	var isPeer func(netip.Addr) bool
+	if nodes != nil && cfg.ClusterSecret != "" {
+		peers = &peerAddrs{}
+		isPeer = peers.has
+	}
+	ln = newLimitListener(ln, maxConns, maxConnsPerIP, cfg.ClusterMaxConns, isPeer, log)
 	fw := forwarder(cfg, node, st, registry, m, log)
 	setPeers(as, m, st, fw)
 	srv := &http.Server{
-		Handler:           withBodyTimeout(fw.Wrap(api.Handler()), cfg.BodyTimeout),
+		Handler:           withPeerConns(fw.Peer, withBodyTimeout(fw.Wrap(api.Handler()), cfg.BodyTimeout)),
+		ConnContext:       connContext,
 		ReadHeaderTimeout: cfg.HeaderTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		IdleTimeout:       2 * time.Minute,
@@ -236,7 +248,9 @@ func Run(ctx context.Context, opts Options) error {
 	go func() { serveErr <- srv.Serve(ln) }()
 	if own != nil {
 		// A worker's own port, where the other replicas forward to it.
-		go func() { serveErr <- srv.Serve(newLimitListener(own, maxConns, maxConnsPerIP, log)) }()
+		go func() {
+			serveErr <- srv.Serve(newLimitListener(own, maxConns, maxConnsPerIP, cfg.ClusterMaxConns, isPeer, log))
+		}()
 	}
 	if len(cfg.APIKeys) > 0 && cfg.MetricsToken == "" {
 		log.Info("METRICS_TOKEN is not set: /metrics is refused to every caller")
@@ -256,7 +270,14 @@ func Run(ctx context.Context, opts Options) error {
 	regCtx, stopRegistry := context.WithCancel(context.WithoutCancel(ctx))
 	regDone := make(chan struct{})
 	go func() { defer close(regDone); registry.Run(regCtx) }()
-	defer func() { stopRegistry(); <-regDone }()
+	peersDone := make(chan struct{})
+	go func() {
+		defer close(peersDone)
+		if peers != nil {
+			peers.run(regCtx, registry.List, node, log)
+		}
+	}()
+	defer func() { stopRegistry(); <-regDone; <-peersDone }()
 	if opts.Ready != nil {
 		opts.Ready <- ln.Addr().String()
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/admission"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -120,13 +122,24 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, id sandbox
 	if done {
 		return
 	}
-	if rec, err := s.m.Lookup(id); err != nil {
+	rec, err := s.m.Lookup(id)
+	if err != nil {
 		writeError(w, r, err)
 		return
-	} else if rec.State == sandbox.StatePaused {
+	}
+	if rec.State == sandbox.StatePaused {
 		writeError(w, r, manager.ErrPaused(id))
 		return
 	}
+	// Whichever credential let the request in, it acts as the sandbox's
+	// owner: the owner's previews in flight are counted, here and behind
+	// another replica's forwarding alike (a WebSocket while it is open).
+	leave, err := s.previews.enter(rec.Owner)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	defer leave()
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetXForwarded()
@@ -151,11 +164,68 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, id sandbox
 		},
 		Transport: s.previewTransport,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				writeError(w, r, sandbox.Wrap(sandbox.ClassTimeout, err, fmt.Sprintf(
+					"port %d in sandbox %s did not answer within %s (PREVIEW_HEADER_TIMEOUT)", port, id, s.cfg.PreviewHeaderTimeout)))
+				return
+			}
 			writeError(w, r, sandbox.Wrap(sandbox.ClassUnavailable, err,
 				fmt.Sprintf("nothing answers on port %d in sandbox %s", port, id)))
 		},
 	}
 	proxy.ServeHTTP(w, r)
+}
+
+// DefaultPreviewHeaderTimeout is PREVIEW_HEADER_TIMEOUT's default: a
+// sandbox's server gets a minute to start its answer (a development server
+// compiling a page on its first request), as behind nginx's default
+// proxy_read_timeout.
+const DefaultPreviewHeaderTimeout = time.Minute
+
+// previewRetryAfter is the back-off suggested to a caller over its
+// preview bound.
+const previewRetryAfter = 2 * time.Second
+
+// previewGate counts each user's preview requests in flight. A preview
+// holds a client connection, goroutines and a connection into the sandbox
+// for as long as the sandbox's server takes; bounded per user, one
+// tenant's previews of a port that never answers cannot hold the daemon's
+// connections (or, through a forwarding replica, that replica's
+// connections to this one) away from the others.
+type previewGate struct {
+	max int // 0: no bound
+
+	mu     sync.Mutex
+	byUser map[string]int
+}
+
+// enter counts a preview request of user, or refuses it with a retryable
+// quota error when user has max in flight.
+func (g *previewGate) enter(user string) (leave func(), err error) {
+	if g.max <= 0 {
+		return func() {}, nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.byUser[user] >= g.max {
+		return nil, &sandbox.Error{Class: sandbox.ClassQuota, Err: &admission.RetryAfterError{After: previewRetryAfter},
+			Msg: fmt.Sprintf("user %q has %d preview requests in flight, the most one user may (PREVIEW_MAX_PER_USER); retry later", user, g.byUser[user])}
+	}
+	if g.byUser == nil {
+		g.byUser = map[string]int{}
+	}
+	g.byUser[user]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if g.byUser[user]--; g.byUser[user] <= 0 {
+				delete(g.byUser, user)
+			}
+		})
+	}, nil
 }
 
 // stripCredentials removes everything that authenticated the request to
@@ -239,9 +309,12 @@ func (s *Server) newPreviewTransport() *http.Transport {
 			}
 			return s.m.DialPort(ctx, sandbox.ID(parts[0]), port)
 		},
-		MaxIdleConnsPerHost:   8,
-		IdleConnTimeout:       30 * time.Second,
-		ResponseHeaderTimeout: 5 * time.Minute,
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     30 * time.Second,
+		// A server that never answers must not hold the request (and the
+		// caller's connection) for long; a response under way, a stream
+		// or a WebSocket, has no limit.
+		ResponseHeaderTimeout: s.cfg.PreviewHeaderTimeout,
 		DisableCompression:    true,
 	}
 }

@@ -49,6 +49,12 @@ type Config struct {
 	// PreviewSecret signs preview tokens; keep it across restarts so issued
 	// tokens stay valid.
 	PreviewSecret []byte
+	// PreviewMaxPerUser bounds the preview requests one user has in flight
+	// (PREVIEW_MAX_PER_USER; 0: no bound).
+	PreviewMaxPerUser int
+	// PreviewHeaderTimeout bounds the wait for the response headers of a
+	// sandbox's server (PREVIEW_HEADER_TIMEOUT; 0: DefaultPreviewHeaderTimeout).
+	PreviewHeaderTimeout time.Duration
 	// NoVNCDir holds noVNC's client for the desktop page (default
 	// DefaultNoVNCDir).
 	NoVNCDir string
@@ -86,7 +92,8 @@ type Server struct {
 	nodes   NodeLister // GET /v1/nodes (nodes.go)
 
 	previewTransport *http.Transport
-	tickets          ptyTickets // the console's terminal tickets (console.go)
+	previews         previewGate // preview requests in flight per user (preview.go)
+	tickets          ptyTickets  // the console's terminal tickets (console.go)
 	started          time.Time
 	// bodyRules are POST routes whose body is not JSON (see AllowBody).
 	bodyRules []bodyRule
@@ -123,6 +130,9 @@ func New(cfg Config, m *manager.Manager) *Server {
 	if cfg.DataPlane == nil {
 		cfg.DataPlane = dataplane.New(dataplane.Config{Logger: cfg.Logger}, m, m.Admission())
 	}
+	if cfg.PreviewHeaderTimeout <= 0 {
+		cfg.PreviewHeaderTimeout = DefaultPreviewHeaderTimeout
+	}
 	s := &Server{cfg: cfg, m: m, dp: cfg.DataPlane, log: cfg.Logger, mux: http.NewServeMux(), started: time.Now()}
 	s.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "agentbox_http_request_seconds", Help: "HTTP request latency by route and status class.",
@@ -133,6 +143,7 @@ func New(cfg Config, m *manager.Manager) *Server {
 		s.cfg.PreviewSecret = []byte(newRequestID() + newRequestID())
 	}
 	s.previewTransport = s.newPreviewTransport()
+	s.previews = previewGate{max: cfg.PreviewMaxPerUser}
 	s.routes()
 	s.cfg.PreviewDomain = strings.ToLower(s.cfg.PreviewDomain)
 	s.handler = s.withRequestContext(s.withPreviewHosts(s.withSandboxHeaders(s.withBrowserGuard(s.mux))))
@@ -380,6 +391,25 @@ func UserForKey(keys map[string]string, key string) (string, error) {
 		return "", sandbox.Errorf(sandbox.ClassUnauth, "invalid API key")
 	}
 	return user, nil
+}
+
+// KeyUser returns the user of the API key a request carries (as a bearer
+// token, or E2B's X-API-Key), DefaultUser without keys, "" when it carries
+// no key of keys. A replica forwarding a request uses it to count the
+// request against its user; the replica that serves it authenticates it.
+func KeyUser(keys map[string]string, r *http.Request) string {
+	if len(keys) == 0 {
+		return DefaultUser
+	}
+	for _, key := range []string{bearerToken(r), strings.TrimSpace(r.Header.Get("X-API-Key"))} {
+		if key == "" {
+			continue
+		}
+		if user, err := UserForKey(keys, key); err == nil {
+			return user
+		}
+	}
+	return ""
 }
 
 func bearerToken(r *http.Request) string {

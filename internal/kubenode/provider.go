@@ -423,7 +423,7 @@ func (p *provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	if st.plan != nil && !st.plan.agentbox && logPath != "" {
 		// A generic pod's log is the node's file; an agentbox pod's went
 		// with its sandbox.
-		if err := os.Remove(logPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := removePodLog(logPath); err != nil {
 			p.log.Warn("remove a deleted pod's log", "pod", st.key, "err", err)
 		}
 	}

@@ -89,6 +89,12 @@ func TestContainerLockedDown(t *testing.T) {
 	if strings.Contains(r.Stdout, "docker.sock\n") && !strings.Contains(r.Stdout, "No such file") {
 		t.Errorf("docker socket in the sandbox: %q", r.Stdout)
 	}
+	// Nor the engine's abstract sockets (containerd's, its shims'): they
+	// are per network namespace, and the sandbox has its own.
+	r = backendtest.Exec(t, backendtest.Client(t, info, ""), "grep -e containerd -e docker /proc/net/unix; ls /sys/class/net")
+	if r.Stdout != "lo\n" {
+		t.Errorf("engine sockets or host interfaces visible in the sandbox: %q", r.Stdout)
+	}
 }
 
 // TestPauseResume maps pause and resume to the engine's freezer: a paused

@@ -96,3 +96,52 @@ printf '#!/bin/sh\nid -u > /tmp/hook-ran\n' > .git/hooks/post-checkout && chmod 
 	callTool(t, cs, "npm_install", map[string]any{"packages": []string{"x; touch " + mark}, "path": "$(touch " + mark + ")"})
 	noMark("pip_install, npm_install")
 }
+
+// TestSecurityAgentscopeWatcherHostileRepo: agentscope's git watcher
+// (commit_changes, generate_diff, git_logs) runs git in a /workspace whose
+// .git/config the sandbox's code writes. An fsmonitor command, a clean
+// filter and a pre-commit hook of that repository run, in the sandbox as
+// its user (what sandbox code can do anyway), never in the daemon; commit
+// names are never options.
+func TestSecurityAgentscopeWatcherHostileRepo(t *testing.T) {
+	d := startDaemon(t, "API_KEYS="+secAliceKey+":alice")
+	status, body := asCall(t, d, "create", secAliceKey, map[string]any{"sandbox_type": "filesystem"})
+	id, _ := body["data"].(string)
+	if status != 200 || id == "" {
+		t.Fatalf("create: %d %v", status, body)
+	}
+	defer asCall(t, d, "release", secAliceKey, map[string]any{"identity": id})
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	mark := "/tmp/agentbox-watcher-" + hex.EncodeToString(rnd[:])
+	asShell(t, d, secAliceKey, id, `cd /workspace && git rev-parse --git-dir >/dev/null &&
+git config core.fsmonitor 'id -u > `+mark+`-fsmonitor #' &&
+git config filter.evil.clean 'id -u > `+mark+`-filter; cat' && echo '* filter=evil' > .gitattributes &&
+mkdir -p /workspace/.hooks && printf '#!/bin/sh\nid -u > `+mark+`-hook\n' > /workspace/.hooks/pre-commit && chmod +x /workspace/.hooks/pre-commit &&
+git config core.hooksPath /workspace/.hooks && echo data > f.txt`)
+	status, data := d.call(t, "POST", "/proxy/"+id+"/watcher/commit_changes", secAliceKey, map[string]any{"commit_message": "--amend"})
+	if status != 200 || !strings.Contains(string(data), `"message":"--amend"`) {
+		t.Fatalf("commit_changes: %d %s", status, data)
+	}
+	got := asShell(t, d, secAliceKey, id, "cat "+mark+"-fsmonitor "+mark+"-filter "+mark+"-hook")
+	if got != "1000\n1000\n1000\n" {
+		t.Errorf("the repository's fsmonitor, filter and hook: %q, want each run in the sandbox as uid 1000", got)
+	}
+	for _, suffix := range []string{"-fsmonitor", "-filter", "-hook"} {
+		if _, err := os.Stat(mark + suffix); err == nil {
+			os.Remove(mark + suffix)
+			t.Errorf("the sandbox repository's %s ran on the host", suffix)
+		}
+	}
+	for _, rev := range []string{"--output=/workspace/pwned", "HEAD;touch /workspace/pwned", "$(touch /workspace/pwned)"} {
+		if status, data := d.call(t, "POST", "/proxy/"+id+"/watcher/generate_diff", secAliceKey, map[string]any{"commit_a": rev}); status == 200 {
+			t.Errorf("generate_diff with commit %q: %d %s", rev, status, data)
+		}
+	}
+	if status, data := d.call(t, "GET", "/proxy/"+id+"/watcher/git_logs", secAliceKey, nil); status != 200 || !strings.Contains(string(data), "--amend") {
+		t.Errorf("git_logs: %d %.300s", status, data)
+	}
+	if got := asShell(t, d, secAliceKey, id, "ls /workspace/pwned 2>&1; true"); !strings.Contains(got, "No such file") {
+		t.Errorf("a commit name became an option or a command: %q", got)
+	}
+}

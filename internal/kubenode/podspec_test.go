@@ -1,6 +1,7 @@
 package kubenode
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -74,6 +75,56 @@ func TestPlanRefusals(t *testing.T) {
 			p.Annotations = map[string]string{AnnotationNetwork: `{"mode":"egress","allow":["x"]}`}
 		},
 		"bad pids": func(p *corev1.Pod) { p.Annotations = map[string]string{AnnotationPIDs: "-1"} },
+		// What else a pod spec could ask of a node (probes of what the kube
+		// backend's tenants or the cluster's users can write).
+		"hostPID": func(p *corev1.Pod) { p.Spec.HostPID = true },
+		"hostIPC": func(p *corev1.Pod) { p.Spec.HostIPC = true },
+		"CAP_ prefixed capability": func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"CAP_SYS_ADMIN"}
+		},
+		"NET_RAW": func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"NET_RAW"}
+		},
+		"MKNOD": func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"MKNOD"}
+		},
+		"ALL caps": func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"ALL"}
+		},
+		"unmasked /proc": func(p *corev1.Pod) {
+			m := corev1.UnmaskedProcMount
+			p.Spec.Containers[0].SecurityContext.ProcMount = &m
+		},
+		"secret volume": func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "other"}}})
+			p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "s", MountPath: "/workspace"})
+		},
+		"projected volume elsewhere": func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "pr", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}})
+			p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "pr", MountPath: "/secrets"})
+		},
+		"claim elsewhere": func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "c", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}})
+			p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "c", MountPath: "/etc"})
+		},
+		"emptyDir below a home": func(p *corev1.Pod) {
+			p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "tmp", MountPath: "/home/user/.ssh"})
+		},
+		"volume device": func(p *corev1.Pod) {
+			p.Spec.Containers[0].VolumeDevices = []corev1.VolumeDevice{{Name: "tmp", DevicePath: "/dev/sda"}}
+		},
+		"ephemeral container": func(p *corev1.Pod) {
+			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "tiny"}}}
+		},
+		"envFrom": func(p *corev1.Pod) {
+			p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "other"}}}}
+		},
+		"unresolved env reference": func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "k"}}})
+		},
+		"agent flag smuggled as a value": func(p *corev1.Pod) {
+			p.Spec.Containers[0].Args = []string{"--workdir=/w", "--seccomp-fd=-1"}
+		},
 		"memory too big": func(p *corev1.Pod) {
 			p.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("64Gi")
 		},
@@ -113,5 +164,36 @@ func TestPlanGenericPod(t *testing.T) {
 	p.Labels = map[string]string{LabelSandbox: "x"}
 	if plan, err := planPod(p, native.DefaultResources, sandbox.Resources{}); err != nil || plan.agentbox {
 		t.Fatalf("labelled generic pod: agentbox %v, err %v", plan != nil && plan.agentbox, err)
+	}
+}
+
+// recordingTemplates resolves nothing and remembers what it was asked.
+type recordingTemplates struct{ asked []string }
+
+func (r *recordingTemplates) Resolve(_ context.Context, ref string) (sandbox.Template, error) {
+	r.asked = append(r.asked, ref)
+	return sandbox.Template{}, sandbox.Errorf(sandbox.ClassNotFound, "template %q not found", ref)
+}
+
+// TestSecurityPodImageNotPrivate: a pod's image is a name its author
+// chose (a tenant, through the kube backend's kube:IMAGE). As for a
+// tenant of the daemon, a user's private snapshot or the operator's
+// build cache in the node's template store is not a template it may
+// start from: the node refuses such names before it looks them up.
+func TestSecurityPodImageNotPrivate(t *testing.T) {
+	for _, image := range []string{"build-cache/0123456789abcdef0123456789abcdef", "private/u0123456789abcdef/snap:latest"} {
+		pod := genericPod("g", []string{"/bin/true"})
+		pod.UID = "u1"
+		pod.Spec.Containers[0].Image = image
+		plan, err := planPod(pod, native.DefaultResources, sandbox.Resources{})
+		if err != nil {
+			t.Fatalf("%s: %v", image, err)
+		}
+		tmpl := &recordingTemplates{}
+		p := &provider{cfg: &Config{Templates: tmpl}}
+		err = p.createSandbox(context.Background(), &podState{plan: plan, pod: pod})
+		if err == nil || len(tmpl.asked) > 0 {
+			t.Errorf("image %s: looked up %v (err %v): a pod may start from a private template of the node's store", image, tmpl.asked, err)
+		}
 	}
 }

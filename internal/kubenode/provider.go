@@ -22,6 +22,7 @@ import (
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
 	"github.com/agentbox/agentbox/internal/backend/native"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/template"
 )
 
 // Templates resolves a pod's image to a template (the template store).
@@ -191,6 +192,13 @@ func (p *provider) boot(ctx context.Context, st *podState) {
 // /workspace becomes the claim's directory on the node.
 func (p *provider) createSandbox(ctx context.Context, st *podState) error {
 	plan := st.plan
+	if !template.VisibleTo(plan.image, "") {
+		// A pod's image is its author's choice (a tenant's, through the
+		// kube backend), held to a tenant's rule: users' private snapshots
+		// and the operator's build cache are not started from, nor pulled
+		// into (TEMPLATE_AUTO_PULL) under their reserved names.
+		return fmt.Errorf("image %s: private templates and the build cache of the node's store are not available to pods", plan.image)
+	}
 	tmpl, err := p.cfg.Templates.Resolve(ctx, plan.image)
 	if err != nil {
 		return fmt.Errorf("image %s: %w", plan.image, err)
@@ -423,7 +431,7 @@ func (p *provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	if st.plan != nil && !st.plan.agentbox && logPath != "" {
 		// A generic pod's log is the node's file; an agentbox pod's went
 		// with its sandbox.
-		if err := os.Remove(logPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := removePodLog(logPath); err != nil {
 			p.log.Warn("remove a deleted pod's log", "pod", st.key, "err", err)
 		}
 	}

@@ -192,7 +192,11 @@ func (p *provider) GetContainerLogs(ctx context.Context, ns, name, container str
 	}
 	var r io.ReadCloser = f
 	if opts.Follow {
-		r = &follower{ctx: ctx, f: f, st: st}
+		fl := &follower{ctx: ctx, f: f, st: st}
+		if plan == nil || !plan.agentbox {
+			fl.path = path
+		}
+		r = fl
 	}
 	if opts.LimitBytes > 0 {
 		r = struct {
@@ -239,10 +243,13 @@ func seekTail(f *os.File, n int) error {
 }
 
 // follower reads a log as it grows until the pod ends or the client goes.
+// path is the log's name when it rotates (a generic pod's): at the end of
+// a file that was rotated away it goes on with the new one.
 type follower struct {
-	ctx context.Context
-	f   *os.File
-	st  *podState
+	ctx  context.Context
+	f    *os.File
+	path string
+	st   *podState
 }
 
 func (r *follower) Read(b []byte) (int, error) {
@@ -250,6 +257,18 @@ func (r *follower) Read(b []byte) (int, error) {
 		n, err := r.f.Read(b)
 		if n > 0 || !errors.Is(err, io.EOF) {
 			return n, err
+		}
+		if r.path != "" && r.rotated() {
+			// Nothing more is written to a rotated file: once read to its
+			// end (again, after the rename), the new one follows.
+			if n, err := r.f.Read(b); n > 0 || !errors.Is(err, io.EOF) {
+				return n, err
+			}
+			if f, err := os.Open(r.path); err == nil {
+				r.f.Close()
+				r.f = f
+				continue
+			}
 		}
 		r.st.mu.Lock()
 		phase, deleted := r.st.pod.Status.Phase, r.st.deleted
@@ -266,6 +285,92 @@ func (r *follower) Read(b []byte) (int, error) {
 }
 
 func (r *follower) Close() error { return r.f.Close() }
+
+// rotated reports whether the log's name now names another file.
+func (r *follower) rotated() bool {
+	cur, err := os.Stat(r.path)
+	if err != nil {
+		return false
+	}
+	open, err := r.f.Stat()
+	return err == nil && !os.SameFile(cur, open)
+}
+
+// maxPodLogBytes bounds a generic pod's log on the node, as a kubelet's
+// containerLogMaxSize (10 MiB) does: the output is on the node's disk, not
+// the sandbox's, so without a bound a pod that prints without end fills
+// the node.
+const maxPodLogBytes = 10 << 20
+
+// podLog is a generic pod's log file: at max bytes it is renamed to
+// path.1 (replacing the one before) and a new one starts, so a pod holds at
+// most twice max of the node's disk. Only the current file is served, as a
+// kubelet does.
+type podLog struct {
+	path string
+	max  int64
+	f    *os.File
+	size int64
+}
+
+func openPodLog(path string, max int64) (*podLog, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &podLog{path: path, max: max, f: f, size: fi.Size()}, nil
+}
+
+func (l *podLog) Write(b []byte) (int, error) {
+	written := 0
+	for len(b) > 0 {
+		if l.size >= l.max {
+			if err := l.rotate(); err != nil {
+				return written, err
+			}
+		}
+		n, err := l.f.Write(b[:min(int64(len(b)), l.max-l.size)])
+		written += n
+		l.size += int64(n)
+		if err != nil {
+			return written, err
+		}
+		b = b[n:]
+	}
+	return written, nil
+}
+
+func (l *podLog) rotate() error {
+	if err := os.Rename(l.path, l.path+".1"); err != nil {
+		return fmt.Errorf("rotate pod log: %w", err)
+	}
+	f, err := os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("rotate pod log: %w", err)
+	}
+	l.f.Close()
+	l.f, l.size = f, 0
+	return nil
+}
+
+func (l *podLog) Close() error { return l.f.Close() }
+
+// removePodLog removes a generic pod's log and its rotated predecessor.
+func removePodLog(path string) error {
+	return errors.Join(ignoreNotExist(os.Remove(path)), ignoreNotExist(os.Remove(path+".1")))
+}
+
+func ignoreNotExist(err error) error {
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
 
 // PortForward connects the stream to a TCP port of the pod's sandbox.
 func (p *provider) PortForward(ctx context.Context, ns, name string, port int32, stream io.ReadWriteCloser) error {
@@ -343,7 +448,7 @@ func (p *provider) runGeneric(ctx context.Context, st *podState, info sandbox.In
 		workdir = cfg.WorkingDir
 	}
 	logPath := filepath.Join(p.cfg.LogDir, string(plan.id)+".log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logf, err := openPodLog(logPath, maxPodLogBytes)
 	if err != nil {
 		p.fail(st, "LogFailed", err.Error())
 		return

@@ -78,6 +78,10 @@ func runBrowserOpen(ctx context.Context, s *Session, sb string, raw json.RawMess
 		return nil, err
 	}
 	defer ws.CloseNow()
+	// What browser_open reads comes from the sandbox (its DevTools port
+	// serves whatever sandbox code puts there) into the memory of the
+	// daemon, where the kit runs for /mcp: no answer it needs is large.
+	ws.SetReadLimit(browserMessageLimit)
 	c := &cdpConn{ws: ws}
 	title, final, err := c.open(ctx, a.URL)
 	if err != nil {
@@ -89,14 +93,21 @@ func runBrowserOpen(ctx context.Context, s *Session, sb string, raw json.RawMess
 	return textResult("Opened %s\nTitle: %s\nURL: %s", a.URL, title, final), nil
 }
 
+// browserMessageLimit bounds one DevTools message browser_open reads: its
+// answers (targets, a session, a navigation, the title and URL) and the
+// page events are small; a page's data: URL can be a few MiB.
+const browserMessageLimit = 8 << 20
+
 // cdpConn is a minimal DevTools client: one command at a time, events
 // read while waiting for its answer.
 type cdpConn struct {
 	ws     *websocket.Conn
 	nextID int
-	// events seen while waiting, by method (only the ones waitEvent asks
-	// for matter).
-	seen map[string]bool
+	// want is the one event (session and method) waitEvent waits for,
+	// fired whether it came while a command was answered. Nothing else
+	// of the events is kept: they come from the sandbox.
+	want  string
+	fired bool
 }
 
 type cdpMessage struct {
@@ -149,21 +160,24 @@ func (c *cdpConn) read(ctx context.Context) (*cdpMessage, error) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, fmt.Errorf("bad devtools message: %w", err)
 	}
-	if m.Method != "" {
-		if c.seen == nil {
-			c.seen = map[string]bool{}
-		}
-		c.seen[m.SessionID+" "+m.Method] = true
+	if m.Method != "" && c.want != "" && m.SessionID+" "+m.Method == c.want {
+		c.fired = true
 	}
 	return &m, nil
 }
 
-// waitEvent waits for event method on session (or returns at once if it
+// expect starts watching for event method on session, forgetting an
+// earlier one.
+func (c *cdpConn) expect(session, method string) {
+	c.want, c.fired = session+" "+method, false
+}
+
+// waitEvent waits for the event expect named (or returns at once if it
 // came while a command was answered).
-func (c *cdpConn) waitEvent(ctx context.Context, session, method string) error {
-	for !c.seen[session+" "+method] {
+func (c *cdpConn) waitEvent(ctx context.Context) error {
+	for !c.fired {
 		if _, err := c.read(ctx); err != nil {
-			return fmt.Errorf("waiting for %s: %w", method, err)
+			return fmt.Errorf("waiting for %s: %w", c.want, err)
 		}
 	}
 	return nil
@@ -208,7 +222,7 @@ func (c *cdpConn) open(ctx context.Context, target string) (string, string, erro
 	if err := c.call(ctx, sess, "Page.enable", map[string]any{}, nil); err != nil {
 		return "", "", err
 	}
-	delete(c.seen, sess+" Page.loadEventFired")
+	c.expect(sess, "Page.loadEventFired")
 	var nav struct {
 		ErrorText string `json:"errorText"`
 		LoaderID  string `json:"loaderId"`
@@ -222,7 +236,7 @@ func (c *cdpConn) open(ctx context.Context, target string) (string, string, erro
 	// No loader: a navigation within the document (a #fragment), which
 	// fires no load event.
 	if nav.LoaderID != "" {
-		if err := c.waitEvent(ctx, sess, "Page.loadEventFired"); err != nil {
+		if err := c.waitEvent(ctx); err != nil {
 			return "", "", err
 		}
 	}

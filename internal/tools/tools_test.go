@@ -63,6 +63,16 @@ func TestCallRefusesBeforeTheServer(t *testing.T) {
 		{"shell_exec", `{"command": "x", "timeout": 0}`, `invalid arguments`},
 		{"http_request", `{"url": "ftp://x"}`, `http://`},
 		{"pip_install", `{"packages": ["-e."]}`, `not options`},
+		// Values that git, pip or npm would read as options or as a
+		// transport that runs a command.
+		{"pip_install", `{"packages": ["requests", " --index-url=http://x"]}`, `not options`},
+		{"npm_install", `{"packages": ["--prefix=/"]}`, `not options`},
+		{"git_clone", `{"url": "--upload-pack=touch /tmp/x"}`, `invalid repository URL`},
+		{"git_clone", `{"url": "Ext::sh -c touch% /tmp/x"}`, `invalid repository URL`},
+		{"git_diff", `{"ref": "--output=/tmp/x"}`, `invalid ref`},
+		{"git_push", `{"remote": "--receive-pack=touch /tmp/x"}`, `invalid remote`},
+		{"git_push", `{"branch": "--exec=x"}`, `invalid remote`},
+		{"git_commit", `{"message": "m", "author": "--exec=x"}`, `author must look like`},
 		{"file_read", `{"path": "a", "sandbox_id": "other"}`, `sandbox_id`},
 	} {
 		res, err := s.Call(ctx, c.tool, json.RawMessage(c.args))

@@ -128,13 +128,14 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := b.saveRecord(bx); err != nil {
 		return fail(err)
 	}
-	if err := b.ensureImage(ctx, imageOf(spec.Template)); err != nil {
+	imageEnv, err := b.ensureImage(ctx, imageOf(spec.Template))
+	if err != nil {
 		return fail(err)
 	}
 	if err := b.makeDirs(bx); err != nil {
 		return fail(err)
 	}
-	cfg, hcfg := b.containerConfig(bx)
+	cfg, hcfg := b.containerConfig(bx, imageEnv)
 	if _, err := b.api.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hcfg, Name: bx.rec.Container}); err != nil {
 		if cerrdefs.IsConflict(err) {
 			// A container of that name this process does not know: not
@@ -172,15 +173,29 @@ func engineErr(err error, what string) error {
 	return fmt.Errorf("docker: %s: %w", what, err)
 }
 
-// ensureImage makes sure the engine has image, pulling it when allowed.
-func (b *Backend) ensureImage(ctx context.Context, image string) error {
-	_, err := b.api.ImageInspect(ctx, image)
-	if err == nil {
-		return nil
+// ensureImage makes sure the engine has image, pulling it when allowed,
+// and returns the image's environment (its ENV), which the engine gives
+// the container under the one the backend sets.
+func (b *Backend) ensureImage(ctx context.Context, image string) ([]string, error) {
+	res, err := b.api.ImageInspect(ctx, image)
+	if cerrdefs.IsNotFound(err) {
+		if err = b.fetchImage(ctx, image); err != nil {
+			return nil, err
+		}
+		res, err = b.api.ImageInspect(ctx, image)
 	}
-	if !cerrdefs.IsNotFound(err) {
-		return engineErr(err, "inspect image "+image)
+	if err != nil {
+		return nil, engineErr(err, "inspect image "+image)
 	}
+	if res.Config == nil {
+		return nil, nil
+	}
+	return res.Config.Env, nil
+}
+
+// fetchImage gets an image the engine does not have: loaded from the
+// store, or pulled when allowed.
+func (b *Backend) fetchImage(ctx context.Context, image string) error {
 	if b.cfg.Load != nil {
 		loaded, err := b.loadFromStore(ctx, image)
 		if err != nil || loaded {
@@ -267,8 +282,15 @@ func (b *Backend) makeDirs(bx *box) error {
 	return nil
 }
 
-// containerConfig builds the container of a sandbox.
-func (b *Backend) containerConfig(bx *box) (*container.Config, *container.HostConfig) {
+// containerConfig builds the container of a sandbox. imageEnv is the
+// image's ENV: the engine merges it under the container's, so every
+// AGENTBOX_* variable of the image that the backend does not set is set
+// empty here. Those are the backend's to give (as on native, which drops
+// them from an image's environment): an image's AGENTBOX_CONTROL_TOKEN
+// would open the agent's reset routes to sandbox code, which reaches the
+// agent's socket on Docker, and its AGENTBOX_SERVICE would start a
+// process nobody asked for.
+func (b *Backend) containerConfig(bx *box, imageEnv []string) (*container.Config, *container.HostConfig) {
 	spec := bx.rec.Spec
 	res := spec.Resources
 	user, home, caps, seccomp := strconv.Itoa(sandboxUID)+":"+strconv.Itoa(sandboxUID), sandboxHome, []string(nil), b.seccompU
@@ -279,6 +301,11 @@ func (b *Backend) containerConfig(bx *box) (*container.Config, *container.HostCo
 	env := map[string]string{
 		"HOME": home, "USER": uname, "LOGNAME": uname, "SHELL": "/bin/sh",
 		"LANG": "C.UTF-8", "TERM": "xterm-256color", "HOSTNAME": string(spec.ID),
+	}
+	for _, kv := range imageEnv {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "AGENTBOX_") {
+			env[k] = ""
+		}
 	}
 	for k, v := range spec.Env {
 		env[k] = v
@@ -329,10 +356,19 @@ func (b *Backend) containerConfig(bx *box) (*container.Config, *container.HostCo
 		Hostname:   string(spec.ID),
 		WorkingDir: "/",
 		Labels:     labels,
+		// The image's HEALTHCHECK is not run: the engine would exec it in
+		// the sandbox (processes the agent did not start) as often as the
+		// image says, down to every millisecond, each probe work for the
+		// engine's daemons outside the sandbox's limits.
+		Healthcheck: &container.HealthConfig{Test: []string{"NONE"}},
 	}
 	hcfg := &container.HostConfig{
-		Mounts:         mounts,
-		NetworkMode:    network,
+		Mounts:      mounts,
+		NetworkMode: network,
+		// A cgroup namespace of its own, as native's: on cgroup v1 the
+		// engine's default is the host's, which shows sandbox code the
+		// host's cgroup paths (the engine's container id).
+		CgroupnsMode:   container.CgroupnsModePrivate,
 		ReadonlyRootfs: !spec.WritableRoot,
 		CapDrop:        []string{"ALL"},
 		CapAdd:         caps,

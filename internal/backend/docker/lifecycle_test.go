@@ -67,6 +67,15 @@ func TestContainerLockedDown(t *testing.T) {
 	if c.Config.User != "1000:1000" {
 		t.Errorf("user %q", c.Config.User)
 	}
+	if !h.CgroupnsMode.IsPrivate() || h.PidMode != "" || h.IpcMode.IsHost() || h.UTSMode != "" || h.UsernsMode.IsHost() {
+		t.Errorf("namespaces: cgroup %q pid %q ipc %q uts %q userns %q", h.CgroupnsMode, h.PidMode, h.IpcMode, h.UTSMode, h.UsernsMode)
+	}
+	if hc := c.Config.Healthcheck; hc == nil || !slices.Equal(hc.Test, []string{"NONE"}) {
+		t.Errorf("health check %+v: want none", hc)
+	}
+	if len(h.Devices) != 0 || len(h.DeviceCgroupRules) != 0 || len(h.Binds) != 0 || len(h.VolumesFrom) != 0 || len(h.ExtraHosts) != 0 {
+		t.Errorf("devices %v rules %v binds %v volumes-from %v", h.Devices, h.DeviceCgroupRules, h.Binds, h.VolumesFrom)
+	}
 	for _, m := range c.Mounts {
 		if strings.Contains(m.Source, "docker.sock") || strings.Contains(m.Source, "/var/run/docker") || strings.Contains(m.Source, "/var/lib/docker/") && m.Type == "bind" {
 			t.Errorf("engine state mounted into the sandbox: %+v", m)
@@ -79,6 +88,12 @@ func TestContainerLockedDown(t *testing.T) {
 	r := backendtest.Exec(t, backendtest.Client(t, info, ""), "ls -A /var/run/docker.sock /run/docker.sock 2>&1; cat /proc/1/cmdline | tr '\\0' ' '")
 	if strings.Contains(r.Stdout, "docker.sock\n") && !strings.Contains(r.Stdout, "No such file") {
 		t.Errorf("docker socket in the sandbox: %q", r.Stdout)
+	}
+	// Nor the engine's abstract sockets (containerd's, its shims'): they
+	// are per network namespace, and the sandbox has its own.
+	r = backendtest.Exec(t, backendtest.Client(t, info, ""), "grep -e containerd -e docker /proc/net/unix; ls /sys/class/net")
+	if r.Stdout != "lo\n" {
+		t.Errorf("engine sockets or host interfaces visible in the sandbox: %q", r.Stdout)
 	}
 }
 

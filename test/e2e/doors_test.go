@@ -188,7 +188,6 @@ func TestSameAdmissionOnEveryDoor(t *testing.T) {
 	}
 }
 
-
 // swapScript swaps /workspace/d between a real directory (holding a
 // canary "INSIDE") and a symbolic link to a directory outside the
 // workspace (holding a canary "CANARY") in a tight loop for the given

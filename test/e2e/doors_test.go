@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -403,6 +404,90 @@ func TestSecurityConfinementRaceOnEveryDoor(t *testing.T) {
 			if err != nil || st != 200 || !strings.Contains(string(b), `"stdout":"canary\nCANARY"`) {
 				t.Errorf("%s: outside /workspace after the race: %d %v %.300s", fd.name, st, err, b)
 			}
+		})
+	}
+}
+
+// BenchmarkDoorExec measures the round trip of `true` through each door of
+// a daemon (AGENTBOX_BIN): the native API, agentscope's tool route, E2B's
+// data plane (a Connect stream) and the tool kit's function calling. Run
+// it against two builds to compare (docs/benchmarks.md).
+func BenchmarkDoorExec(b *testing.B) {
+	url := startBenchDaemon(b, "API_KEYS="+doorAliceKey+":alice")
+	hdr := []string{"Authorization", "Bearer " + doorAliceKey}
+	ctx := context.Background()
+	mustPost := func(path string, body any, h ...string) []byte {
+		st, out, _, err := post(ctx, url+path, body, h...)
+		if err != nil || st/100 != 2 {
+			b.Fatalf("POST %s: %d %v %s", path, st, err, out)
+		}
+		return out
+	}
+	var sb struct{ ID string }
+	_ = json.Unmarshal(mustPost("/v1/sandboxes", map[string]any{}, hdr...), &sb)
+	var as struct{ Data string }
+	_ = json.Unmarshal(mustPost("/create", map[string]any{"sandbox_type": "base"}, hdr...), &as)
+	var e2 struct{ SandboxID, EnvdAccessToken string }
+	_ = json.Unmarshal(mustPost("/sandboxes", map[string]any{"templateID": "base"}, "X-API-Key", doorAliceKey), &e2)
+	envd := func() error {
+		msg := []byte(`{"process":{"cmd":"true"}}`)
+		var env bytes.Buffer
+		env.WriteByte(0)
+		_ = binary.Write(&env, binary.BigEndian, uint32(len(msg)))
+		env.Write(msg)
+		req, _ := http.NewRequestWithContext(ctx, "POST", url+"/process.Process/Start", &env)
+		req.Header.Set("Content-Type", "application/connect+json")
+		req.Header.Set("E2b-Sandbox-Id", e2.SandboxID)
+		req.Header.Set("X-Access-Token", e2.EnvdAccessToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		if !bytes.Contains(out, []byte(`"exited":true`)) {
+			return fmt.Errorf("envd: %d %s", resp.StatusCode, out)
+		}
+		return nil
+	}
+	call := func(path string, body any, want string, h ...string) func() error {
+		return func() error {
+			st, out, _, err := post(ctx, url+path, body, h...)
+			if err != nil || st != 200 || !bytes.Contains(out, []byte(want)) {
+				return fmt.Errorf("POST %s: %d %v %.200s", path, st, err, out)
+			}
+			return nil
+		}
+	}
+	for _, door := range []struct {
+		name string
+		op   func() error
+	}{
+		{"v1", call("/v1/sandboxes/"+sb.ID+"/exec", map[string]any{"cmd": []string{"true"}}, `"exit_code":0`, hdr...)},
+		{"agentscope", call("/proxy/"+as.Data+"/tools/run_shell_command", map[string]any{"command": "true"}, `"returncode"`, hdr...)},
+		{"e2b", envd},
+		{"function-calling", call("/v1/sandboxes/"+sb.ID+"/tools/shell_exec", map[string]any{"command": "true"}, `"content"`, hdr...)},
+	} {
+		b.Run(door.name, func(b *testing.B) {
+			var samples []time.Duration
+			for i := 0; i < 3; i++ { // warm
+				if err := door.op(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for b.Loop() {
+				start := time.Now()
+				if err := door.op(); err != nil {
+					b.Fatal(err)
+				}
+				samples = append(samples, time.Since(start))
+			}
+			slices.Sort(samples)
+			at := func(q float64) float64 {
+				return float64(samples[min(int(q*float64(len(samples))), len(samples)-1)].Microseconds()) / 1000
+			}
+			b.ReportMetric(at(0.5), "p50-ms")
+			b.ReportMetric(at(0.99), "p99-ms")
 		})
 	}
 }

@@ -25,6 +25,9 @@ var snapshotExclude = []string{".agentbox", "etc/hosts", "etc/hostname", "etc/re
 // so the layer is one consistent state of its files; a sandbox whose
 // cgroup cannot be frozen is refused rather than read while it writes.
 func (b *Backend) SnapshotDiff(ctx context.Context, id sandbox.ID, w io.Writer) error {
+	if b.rootless {
+		return sandbox.Errorf(sandbox.ClassUnavailable, "a rootless daemon runs host templates only, which have no layer to snapshot")
+	}
 	bx, err := b.lookup(id)
 	if err != nil {
 		return err

@@ -32,7 +32,7 @@ type Error struct {
 	Code      string `json:"code"`                 // stable machine-readable class
 	Message   string `json:"message"`              // for people
 	Field     string `json:"field,omitempty"`      // request field at fault (invalid_argument)
-	Reason    string `json:"reason,omitempty"`     // refines Code: "outside_root"
+	Reason    string `json:"reason,omitempty"`     // refines Code: "outside_root", "executable_not_found"
 	RequestID string `json:"request_id,omitempty"` // quote it when reporting a problem
 }
 
@@ -72,6 +72,14 @@ var (
 
 // IsInvalidArgument reports whether err is a server error of code invalid_argument (400).
 func IsInvalidArgument(err error) bool { return errors.Is(err, ErrInvalidArgument) }
+
+// IsExecutableNotFound reports whether err refused an exec whose
+// executable does not exist in the sandbox (not in its PATH, or no such
+// file).
+func IsExecutableNotFound(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == CodeInvalidArgument && e.Reason == "executable_not_found"
+}
 
 // IsOutsideRoot reports whether err refused a path of a confined client
 // (see Client.Confined) that leads outside its roots.

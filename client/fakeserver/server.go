@@ -10,7 +10,9 @@ package fakeserver
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -201,7 +203,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func decodeBody(r *http.Request, v any) *apiError {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
 	dec.UseNumber()
-	if err := dec.Decode(v); err != nil && err.Error() != "EOF" {
+	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
 		return invalid("", "bad JSON body: %v", err)
 	}
 	return nil

@@ -198,7 +198,7 @@ func pollable(fd int, name string) (*os.File, error) {
 func startError(cmd string, err error) error {
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("start %q: executable not found: %w", cmd, err))
+		return executableNotFound(connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("start %q: executable not found: %w", cmd, err)))
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("start %q: %w", cmd, err))
 	case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.ENOMEM):
@@ -252,5 +252,5 @@ func lookPath(cmd, dir, pathEnv string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("executable %q not found in PATH: %w", cmd, fs.ErrNotExist))
+	return "", executableNotFound(connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("executable %q not found in PATH: %w", cmd, fs.ErrNotExist)))
 }

@@ -54,9 +54,20 @@ type Backend interface {
 }
 
 // Capabilities tells the API and the manager what a backend can do.
+//
+// Pause, Snapshot and Recycle are claims the conformance suite holds a
+// backend to (backendtest): a backend claiming one implements the matching
+// optional interface (Pauser, Snapshotter, Recycler) and passes its
+// checks; one that does not claim it may still implement the interface
+// (a dispatcher such as multi, or a mode that lacks the feature), but then
+// refuses the call with sandbox.ClassUnavailable.
 type Capabilities struct {
-	Pause     bool `json:"pause"`
-	Snapshot  bool `json:"snapshot"`
+	Pause bool `json:"pause"`
+	// Snapshot: SnapshotDiff writes the layer of a sandbox's root
+	// filesystem changes (for template kinds that have one).
+	Snapshot bool `json:"snapshot"`
+	// Recycle: Recycle resets a used sandbox in place for a warm pool.
+	Recycle   bool `json:"recycle"`
 	DiskLimit bool `json:"disk_limit"`
 	// ResourceLimits: memory, CPU and process limits are enforced.
 	ResourceLimits bool `json:"resource_limits"`
@@ -65,6 +76,24 @@ type Capabilities struct {
 	Rootless     bool     `json:"rootless,omitempty"`
 	Templates    []string `json:"templates"` // template kinds: "host", "dir"
 	CgroupDriver string   `json:"cgroup_driver,omitempty"`
+}
+
+// KindCapabilities is implemented by backends whose capabilities depend
+// on the template kind of a sandbox (multi: each kind runs on its own
+// backend).
+type KindCapabilities interface {
+	// CapabilitiesFor returns what the backend can do with sandboxes of
+	// template kind kind.
+	CapabilitiesFor(kind string) Capabilities
+}
+
+// CapabilitiesFor returns b's capabilities for sandboxes of template kind
+// kind: b's KindCapabilities when it has them, else b's Capabilities.
+func CapabilitiesFor(b Backend, kind string) Capabilities {
+	if k, ok := b.(KindCapabilities); ok {
+		return k.CapabilitiesFor(kind)
+	}
+	return b.Capabilities()
 }
 
 // RecycleRequest is what a recycled sandbox starts again with.
@@ -89,6 +118,8 @@ type Recycler interface {
 }
 
 // Pauser is implemented by backends that can freeze a sandbox in place.
+// Pausing a paused sandbox and resuming a running one are not errors; a
+// stopped one is sandbox.ClassConflict.
 type Pauser interface {
 	Pause(ctx context.Context, id sandbox.ID) error
 	Resume(ctx context.Context, id sandbox.ID) error

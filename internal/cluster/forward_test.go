@@ -148,8 +148,13 @@ func TestForwardHeader(t *testing.T) {
 	req, _ := http.NewRequest("GET", a.srv.URL+"/v1/sandboxes/onb/logs", nil)
 	req.Header.Add(HeaderForwarded, valid)
 	req.Header.Add(HeaderForwarded, valid)
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
-		t.Fatalf("doubled header: %v %v", resp.StatusCode, err)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("doubled header: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("doubled header: %v", resp.StatusCode)
 	}
 	// Without a secret, nothing is forwarded and every header refused.
 	bare := newReplicas(t, st, "", "a", "b")[0]

@@ -10,6 +10,7 @@ package computer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -197,7 +198,7 @@ func Do(ctx context.Context, x Execer, a Action) (Result, error) {
 	noDesktop := sandbox.Errorf(sandbox.ClassConflict, "sandbox %s has no desktop (%s not found): create it from the browser template (docs/browser.md)", id, cmd[0])
 	res, err := x.ExecBuffered(ctx, dataplane.ExecRequest{Cmd: cmd, Timeout: Timeout})
 	if err != nil {
-		if sandbox.ClassOf(err) == sandbox.ClassInvalid && strings.Contains(err.Error(), "not found") {
+		if errors.Is(err, dataplane.ErrExecutableNotFound) {
 			return Result{}, noDesktop
 		}
 		return Result{}, err

@@ -2,7 +2,7 @@ package dataplane_test
 
 import (
 	"context"
-	"os"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -16,11 +16,9 @@ import (
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testutil.Cleanup()
-	os.Exit(code)
-}
+// TestMain fails the package's run when a test leaves a goroutine behind
+// (and removes the agent binary it built).
+func TestMain(m *testing.M) { testutil.VerifyMain(m) }
 
 type env struct {
 	m  *manager.Manager
@@ -150,5 +148,28 @@ func TestAdmissionOnEveryRequest(t *testing.T) {
 	wg.Wait()
 	if ran < 2 || refused == 0 || ran+refused != 8 {
 		t.Fatalf("8 concurrent execs with a limit of 2: %d ran, %d refused", ran, refused)
+	}
+}
+
+// TestExecExecutableNotFound: an exec whose executable does not exist is
+// an invalid_argument wrapping ErrExecutableNotFound (the agent says so
+// in a header, not only in its message), whether it is looked up in PATH
+// or named by a path; another invalid exec is not.
+func TestExecExecutableNotFound(t *testing.T) {
+	e := newEnv(t, dataplane.Config{})
+	ctx := context.Background()
+	rec, err := e.m.Create(ctx, "u", manager.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"agentbox-no-such-command", "/nonexistent/agentbox-no-such-command"} {
+		_, err := e.exec(t, ctx, "u", rec.ID, dataplane.ExecRequest{Cmd: []string{cmd}})
+		if !errors.Is(err, dataplane.ErrExecutableNotFound) || sandbox.ClassOf(err) != sandbox.ClassInvalid {
+			t.Errorf("exec %s: %v, want invalid_argument wrapping ErrExecutableNotFound", cmd, err)
+		}
+	}
+	_, err = e.exec(t, ctx, "u", rec.ID, dataplane.ExecRequest{Cmd: []string{"/bin/true"}, Cwd: "/nonexistent-dir"})
+	if err == nil || errors.Is(err, dataplane.ErrExecutableNotFound) {
+		t.Errorf("exec in a missing directory: %v, want an error that is not ErrExecutableNotFound", err)
 	}
 }

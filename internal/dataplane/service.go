@@ -125,6 +125,10 @@ func Uncounted() Option {
 // that leads outside its roots.
 var ErrOutsideRoot = agentclient.ErrOutsideRoot
 
+// ErrExecutableNotFound is wrapped by the refusal of an exec whose
+// executable does not exist in the sandbox (class invalid_argument).
+var ErrExecutableNotFound = agentclient.ErrExecutableNotFound
+
 // Request is one admitted request of a front end on one sandbox. Every
 // operation inside the sandbox goes through one; End gives its admission
 // and reservations back. A Request may be used by several goroutines.

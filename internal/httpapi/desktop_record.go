@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -124,7 +125,7 @@ func (s *Server) runRecord(w http.ResponseWriter, r *http.Request, cmd []string)
 	defer dr.End()
 	res, err := dr.ExecBuffered(r.Context(), dataplane.ExecRequest{Cmd: cmd, Timeout: computer.Timeout})
 	if err != nil {
-		if sandbox.ClassOf(err) == sandbox.ClassInvalid && strings.Contains(err.Error(), "not found") {
+		if errors.Is(err, dataplane.ErrExecutableNotFound) {
 			return noDesktop
 		}
 		return err

@@ -16,7 +16,8 @@ type errorBody struct {
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
 	// Reason refines the code where a client acts on the difference:
-	// "outside_root" for a confined path that leads outside its roots.
+	// "outside_root" for a confined path that leads outside its roots,
+	// "executable_not_found" for an exec of a missing executable.
 	Reason    string `json:"reason,omitempty"`
 	RequestID string `json:"request_id,omitempty"`
 }
@@ -61,8 +62,11 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &fe) {
 		body.Field = fe.Field
 	}
-	if errors.Is(err, dataplane.ErrOutsideRoot) {
+	switch {
+	case errors.Is(err, dataplane.ErrOutsideRoot):
 		body.Reason = ReasonOutsideRoot
+	case errors.Is(err, dataplane.ErrExecutableNotFound):
+		body.Reason = ReasonExecutableNotFound
 	}
 	status := statusOf(class)
 	SetRetryAfter(w, err)
@@ -90,3 +94,7 @@ func badRequest(field, format string, args ...any) error {
 // ReasonOutsideRoot is the error reason of a confined path leading
 // outside its roots (see RootHeader).
 const ReasonOutsideRoot = "outside_root"
+
+// ReasonExecutableNotFound is the error reason of an exec whose executable
+// does not exist in the sandbox (invalid_argument).
+const ReasonExecutableNotFound = "executable_not_found"

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +44,9 @@ var fuzzRoutes = []struct{ method, path string }{
 var (
 	fuzzOnce    sync.Once
 	fuzzHandler http.Handler
+	// fuzzEnd shuts down what fuzzServer started; TestMain calls it
+	// after every test (the fuzz targets share one server).
+	fuzzEnd = func() {}
 )
 
 // errFuzzNoBoot fails every create before a sandbox boots: the fuzzer
@@ -51,7 +55,12 @@ var errFuzzNoBoot = sandbox.Errorf(sandbox.ClassUnavailable, "fuzz: sandboxes ar
 
 func fuzzServer(f *testing.F) http.Handler {
 	fuzzOnce.Do(func() {
-		b := fake.New(testutil.AgentBinary(f), f.TempDir())
+		// Not f.TempDir: the server outlives the first target.
+		dir, err := os.MkdirTemp("", "agentbox-fuzz-")
+		if err != nil {
+			f.Fatal(err)
+		}
+		b := fake.New(testutil.AgentBinary(f), dir)
 		b.CreateHook = func(ctx context.Context, s sandbox.Spec) error { return errFuzzNoBoot }
 		tmpl := sandbox.Template{Ref: "host", Kind: sandbox.TemplateHost}
 		m := manager.New(manager.Config{Resolver: oneTemplate{tmpl}}, b, store.NewMemory())
@@ -59,6 +68,11 @@ func fuzzServer(f *testing.F) http.Handler {
 			f.Fatal(err)
 		}
 		fuzzHandler = New(Config{}, m).Handler()
+		fuzzEnd = func() {
+			m.Shutdown(context.Background(), true)
+			b.Close()
+			os.RemoveAll(dir)
+		}
 	})
 	return fuzzHandler
 }

@@ -355,8 +355,13 @@ func TestTemplatesImport(t *testing.T) {
 	req, _ := http.NewRequest("POST", srv.URL+"/v1/templates/imports?name=big", bytes.NewReader(make([]byte, 2<<20)))
 	req.Header.Set("Authorization", "Bearer op")
 	req.Header.Set("Content-Type", "application/x-tar")
-	if r, err := http.DefaultClient.Do(req); err != nil || r.StatusCode != 413 {
-		t.Fatalf("declared oversized import: %v %v", r, err)
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("declared oversized import: %v", err)
+	}
+	r.Body.Close()
+	if r.StatusCode != 413 {
+		t.Fatalf("declared oversized import: %v", r.Status)
 	}
 	for _, c := range []struct{ query, ctype string }{{"", "application/x-tar"}, {"?name=x", "application/json"}, {"?name=x", "text/plain"}} {
 		resp, data := call(t, "POST", srv.URL+"/v1/templates/imports"+c.query, "op", c.ctype, "", strings.NewReader("x"))

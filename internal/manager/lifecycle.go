@@ -36,7 +36,7 @@ func (m *Manager) Delete(ctx context.Context, owner string, id sandbox.ID) error
 func (m *Manager) destroy(ctx context.Context, id sandbox.ID, reason string) error {
 	// Not while a pause or resume of it is under way: each writes the
 	// record when it is done, which must not bring back a deleted one.
-	defer m.pauseLocks.lock(string(id))()
+	defer m.lockPause(id)()
 	m.mu.Lock()
 	e, ok := m.entries[id]
 	if !ok || e.destroying || e.creating {

@@ -9,11 +9,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/agentbox/agentbox/internal/admission"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentbox/agentbox/internal/admission"
+	"github.com/moby/locker"
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
 	"github.com/agentbox/agentbox/internal/backend"
@@ -121,8 +123,9 @@ type Manager struct {
 
 	sessionLocks keyedMutex
 	peerDestroy  PeerDestroy // another replica's sandbox of a session (sessions.go)
-	// pauseLocks serialise Pause and Resume of one sandbox.
-	pauseLocks keyedMutex
+	// pauseLocks serialise Pause and Resume (and Stop, Start, Delete) of
+	// one sandbox, by id: see lockPause.
+	pauseLocks locker.Locker
 	admission  *admission.Tracker
 	storage    storageAccount
 	ready      atomic.Bool
@@ -420,6 +423,12 @@ func newToken() string {
 		panic(fmt.Sprintf("manager: random token: %v", err))
 	}
 	return hex.EncodeToString(b)
+}
+
+// lockPause takes the pause lock of sandbox id and returns its release.
+func (m *Manager) lockPause(id sandbox.ID) func() {
+	m.pauseLocks.Lock(string(id))
+	return func() { _ = m.pauseLocks.Unlock(string(id)) }
 }
 
 // keyedMutex serialises work per key (e.g. per session).

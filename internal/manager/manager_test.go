@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +15,9 @@ import (
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testutil.Cleanup()
-	os.Exit(code)
-}
+// TestMain fails the package's run when a test leaves a goroutine behind
+// (and removes the agent binary it built).
+func TestMain(m *testing.M) { testutil.VerifyMain(m) }
 
 type env struct {
 	m  *Manager

@@ -30,7 +30,7 @@ func (m *Manager) pause(ctx context.Context, id sandbox.ID, event string) (*stor
 	if !ok || !m.backend.Capabilities().Pause {
 		return nil, sandbox.Errorf(sandbox.ClassUnavailable, "the %s backend cannot pause sandboxes", m.backend.Name())
 	}
-	unlock := m.pauseLocks.lock(string(id))
+	unlock := m.lockPause(id)
 	defer unlock()
 	e, err := m.liveEntry(id)
 	if err != nil {
@@ -96,7 +96,7 @@ func (m *Manager) Resume(ctx context.Context, owner string, id sandbox.ID, timeo
 	if _, err := m.entryFor(owner, id); err != nil {
 		return nil, err
 	}
-	unlock := m.pauseLocks.lock(string(id))
+	unlock := m.lockPause(id)
 	defer unlock()
 	e, err := m.entryFor(owner, id)
 	if err != nil {

@@ -22,7 +22,8 @@ const maxTemplateRef = 255
 
 // Snapshot turns owner's sandbox's current root filesystem into template
 // name ("NAME[:TAG]"): the template it runs plus one layer, its changes.
-// Only image and dir templates have such a layer; host is refused. The
+// Only image templates have such a layer; host is refused (and dir by the
+// native backend: backend.CapabilitiesFor). The
 // sandbox keeps running (the backend freezes it while it reads).
 func (m *Manager) Snapshot(ctx context.Context, owner string, id sandbox.ID, name string) (template.Info, error) {
 	e, err := m.entryFor(owner, id)

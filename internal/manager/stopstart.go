@@ -17,7 +17,7 @@ func (m *Manager) StopSandbox(ctx context.Context, owner string, id sandbox.ID) 
 	if err != nil {
 		return nil, err
 	}
-	defer m.pauseLocks.lock(string(id))()
+	defer m.lockPause(id)()
 	if m.snapshot(e).State == sandbox.StatePaused {
 		return nil, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is paused; resume or delete it", id)
 	}
@@ -34,7 +34,7 @@ func (m *Manager) StartSandbox(ctx context.Context, owner string, id sandbox.ID)
 	if err != nil {
 		return nil, err
 	}
-	defer m.pauseLocks.lock(string(id))()
+	defer m.lockPause(id)()
 	if m.snapshot(e).State == sandbox.StatePaused {
 		return nil, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is paused; resume it instead", id)
 	}

@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"strconv"
@@ -105,10 +106,24 @@ func (s *Session) git(ctx context.Context, sb, repo, script string, timeout time
 	}
 	out := combined(res.Stdout, res.Stderr)
 	if res.ExitCode != 0 {
-		return "", fail("git failed (exit code %d):\n%s", res.ExitCode, strings.TrimSpace(out))
+		return "", &gitError{code: res.ExitCode, err: fail("git failed (exit code %d):\n%s", res.ExitCode, strings.TrimSpace(out))}
 	}
 	return out, nil
 }
+
+// gitError is a git script's failure: its exit code, and the tool error
+// telling git's output.
+type gitError struct {
+	code int
+	err  error
+}
+
+func (e *gitError) Error() string { return e.err.Error() }
+func (e *gitError) Unwrap() error { return e.err }
+
+// exitNoCommits is the exit code of a git script run in a repository
+// without commits (see runGitLog).
+const exitNoCommits = 100
 
 type repoArgs struct {
 	Path string `json:"path"`
@@ -319,11 +334,14 @@ func runGitLog(ctx context.Context, s *Session, sb string, raw json.RawMessage) 
 	if a.File != "" {
 		args = append(args, a.File)
 	}
-	out, err := s.git(ctx, sb, a.Path, `git "$@"`, time.Minute, args...)
+	// A repository without commits exits with exitNoCommits; anything
+	// else that is not one fails in git log, with git's own message.
+	out, err := s.git(ctx, sb, a.Path, `if git rev-parse --git-dir >/dev/null 2>&1 && ! git rev-parse -q --verify HEAD >/dev/null; then exit `+strconv.Itoa(exitNoCommits)+`; fi; git "$@"`, time.Minute, args...)
+	var ge *gitError
+	if errors.As(err, &ge) && ge.code == exitNoCommits {
+		return textResult("No commits yet."), nil
+	}
 	if err != nil {
-		if strings.Contains(err.Error(), "does not have any commits") {
-			return textResult("No commits yet."), nil
-		}
 		return nil, err
 	}
 	text, _ := truncateText(strings.TrimSpace(out))

@@ -559,11 +559,11 @@ func runHTTPRequest(ctx context.Context, s *Session, sb string, raw json.RawMess
 	}
 	req.Cmd = append(cmd, "--", a.URL)
 	res, err := s.c.Exec(ctx, sb, req)
+	if client.IsExecutableNotFound(err) || (err == nil && res.ExitCode == 127) {
+		return nil, fail("curl is not installed in this sandbox; use run_code with Python's urllib instead")
+	}
 	if err != nil {
 		return nil, err
-	}
-	if res.ExitCode == 127 || strings.Contains(res.Stderr, "executable file not found") {
-		return nil, fail("curl is not installed in this sandbox; use run_code with Python's urllib instead")
 	}
 	if res.ExitCode != 0 {
 		return nil, fail("request failed (curl exit code %d): %s. The sandbox's network policy may not allow this host, or nothing listens there.", res.ExitCode, strings.TrimSpace(res.Stderr))

@@ -11,13 +11,12 @@ import (
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
 	"github.com/agentbox/agentbox/internal/agent/agenttest"
+	"github.com/agentbox/agentbox/internal/testutil"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	agenttest.Cleanup()
-	os.Exit(code)
-}
+// TestMain fails the package's run when a test leaves a goroutine behind
+// (and removes the agent binary agenttest built).
+func TestMain(m *testing.M) { testutil.VerifyMainAfter(m, agenttest.Cleanup) }
 
 // BenchmarkExecTrue measures the round trip of starting `true` and
 // receiving its end event through the client: what `exec` costs the

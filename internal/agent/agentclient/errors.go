@@ -16,12 +16,32 @@ import (
 )
 
 // The agent's confinement headers (agent.RootHeader, agent.ErrorHeader,
-// agent.ErrorOutsideRoot): this package does not import the agent's.
+// agent.ErrorOutsideRoot, agent.ErrorExecutableNotFound): this package
+// does not import the agent's.
 const (
-	rootHeader       = "X-Agentbox-Root"
-	errorHeader      = "X-Agentbox-Error"
-	errorOutsideRoot = "outside-root"
+	rootHeader              = "X-Agentbox-Root"
+	errorHeader             = "X-Agentbox-Error"
+	errorOutsideRoot        = "outside-root"
+	errorExecutableNotFound = "executable-not-found"
 )
+
+// ErrExecutableNotFound is wrapped by the error of a process start (Run,
+// Start, a code context's interpreter) whose executable does not exist in
+// the sandbox: not in its PATH, or no such file. Test for it with
+// errors.Is; the error's class is sandbox.ClassInvalid.
+var ErrExecutableNotFound = errors.New("executable not found")
+
+// qualify marks err with the sentinel the agent's ErrorHeader value
+// names, if any.
+func qualify(header string, err error) error {
+	switch header {
+	case errorOutsideRoot:
+		return outsideRoot(err)
+	case errorExecutableNotFound:
+		return fmt.Errorf("%w: %w", ErrExecutableNotFound, err)
+	}
+	return err
+}
 
 // ErrOutsideRoot is wrapped by the error of a call of a confined client
 // (see Client.Confined) whose path leads outside the client's roots,
@@ -152,5 +172,5 @@ func restError(resp *http.Response, msg string) error {
 	if resp.Header.Get(errorHeader) == errorOutsideRoot {
 		return sandbox.Wrap(sandbox.ClassForbidden, outsideRoot(fmt.Errorf("HTTP %d", resp.StatusCode)), msg)
 	}
-	return sandbox.Wrap(classOfStatus(resp.StatusCode), fmt.Errorf("HTTP %d", resp.StatusCode), msg)
+	return sandbox.Wrap(classOfStatus(resp.StatusCode), qualify(resp.Header.Get(errorHeader), fmt.Errorf("HTTP %d", resp.StatusCode)), msg)
 }

@@ -65,10 +65,7 @@ func (c *Client) post(ctx context.Context, procedure, contentType, user string, 
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var ce connectError
 	if json.Unmarshal(b, &ce) == nil && ce.Code != "" {
-		if resp.Header.Get(errorHeader) == errorOutsideRoot {
-			return nil, outsideRoot(ce.toError(resp.StatusCode))
-		}
-		return nil, ce.toError(resp.StatusCode)
+		return nil, qualify(resp.Header.Get(errorHeader), ce.toError(resp.StatusCode))
 	}
 	// Not a Connect error (a proxy, an unknown route): classify by status.
 	return nil, statusError(procedure, &http.Response{StatusCode: resp.StatusCode, Status: resp.Status, Body: io.NopCloser(bytes.NewReader(b))})
@@ -193,10 +190,7 @@ func (s *frameStream) recvFrame(msg proto.Message) error {
 			return fmt.Errorf("decode end of stream: %w", err)
 		}
 		if end.Error != nil {
-			if metadataValue(end.Metadata, errorHeader) == errorOutsideRoot {
-				return outsideRoot(end.Error.toError(http.StatusOK))
-			}
-			return end.Error.toError(http.StatusOK)
+			return qualify(metadataValue(end.Metadata, errorHeader), end.Error.toError(http.StatusOK))
 		}
 		return io.EOF
 	}

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +37,15 @@ type Harness struct {
 	// refuse sandboxes without a token, New returns a backend that gives
 	// every sandbox this one.
 	AccessToken string
+	// Unisolated: the backend runs each sandbox's agent on the host as the
+	// test's own user (the fake backend). The checks of what isolation
+	// gives a sandbox (its user, home, working directory path, hostname)
+	// are skipped, and files a check puts in the root filesystem go under
+	// RootDir.
+	Unisolated bool
+	// RootDir returns the directory standing for the root filesystem of
+	// sandbox id of an unisolated backend b (fake.Backend.RootDir).
+	RootDir func(b backend.Backend, id sandbox.ID) string
 }
 
 // Run runs the conformance suite.
@@ -46,6 +56,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("EnvAndUser", func(t *testing.T) { testEnvAndUser(t, h) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, h) })
 	t.Run("Recover", func(t *testing.T) { testRecover(t, h) })
+	t.Run("Pause", func(t *testing.T) { testPause(t, h) })
+	t.Run("Snapshot", func(t *testing.T) { testSnapshot(t, h) })
+	t.Run("Recycle", func(t *testing.T) { testRecycle(t, h) })
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -105,6 +118,9 @@ func ExecErr(ctx context.Context, c *agentclient.Client, opts agentclient.StartO
 func testLifecycle(t *testing.T, h Harness) {
 	b := h.New(t, h.StateDir(t))
 	ctx := ctxT(t)
+	if kinds := b.Capabilities().Templates; !slices.Contains(kinds, h.Template.Kind) {
+		t.Errorf("Capabilities().Templates = %q lacks %q, the kind of the template under test", kinds, h.Template.Kind)
+	}
 	info := Create(t, b, sandbox.Spec{Template: h.Template})
 	if info.State != sandbox.StateRunning {
 		t.Fatalf("state after create = %q, want running", info.State)
@@ -175,7 +191,9 @@ func testStopStart(t *testing.T, h Harness) {
 	ctx := ctxT(t)
 	info := Create(t, b, sandbox.Spec{Template: h.Template})
 	c := Client(t, info, h.AccessToken)
-	Exec(t, c, "echo kept > /workspace/note")
+	// Relative paths are in the sandbox's working directory: /workspace
+	// (EnvAndUser), or the fake's own directory.
+	Exec(t, c, "echo kept > note")
 	if err := b.Stop(ctx, info.ID); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
@@ -194,7 +212,7 @@ func testStopStart(t *testing.T, h Harness) {
 		t.Fatalf("start = %+v, %v", info, err)
 	}
 	c = Client(t, info, h.AccessToken)
-	if r := Exec(t, c, "cat /workspace/note"); r.Stdout != "kept\n" {
+	if r := Exec(t, c, "cat note"); r.Stdout != "kept\n" {
 		t.Fatalf("file after restart = %q", r.Stdout)
 	}
 }
@@ -203,8 +221,13 @@ func testEnvAndUser(t *testing.T, h Harness) {
 	b := h.New(t, h.StateDir(t))
 	info := Create(t, b, sandbox.Spec{Template: h.Template, Env: map[string]string{"GREETING": "hi there"}})
 	c := Client(t, info, h.AccessToken)
-	r := Exec(t, c, `echo "$GREETING"; id -u; echo "$HOME"; pwd`)
-	want := "hi there\n1000\n/home/user\n/workspace\n"
+	script, want := `echo "$GREETING"; id -u; echo "$HOME"; pwd`, "hi there\n1000\n/home/user\n/workspace\n"
+	if h.Unisolated {
+		// The test's own user and home, and a directory of the backend's.
+		script, want = `echo "$GREETING"`, "hi there\n"
+		t.Log("unisolated backend: the sandbox's user, home and working directory are not checked")
+	}
+	r := Exec(t, c, script)
 	if r.Stdout != want {
 		t.Fatalf("env/user = %q, want %q", r.Stdout, want)
 	}
@@ -230,8 +253,8 @@ func testConcurrent(t *testing.T, h Harness) {
 			defer b.Destroy(context.Background(), id)
 			c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address, Pid: info.Agent.Pid}, h.AccessToken)
 			defer c.Close()
-			r, err := ExecErr(ctx, c, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", "echo $((6*7)) > /workspace/n; cat /workspace/n; hostname"}})
-			if err != nil || !strings.HasPrefix(r.Stdout, "42\n") || !strings.Contains(r.Stdout, string(id)) {
+			r, err := ExecErr(ctx, c, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", "echo $((6*7)) > n; cat n; hostname"}})
+			if err != nil || !strings.HasPrefix(r.Stdout, "42\n") || (!h.Unisolated && !strings.Contains(r.Stdout, string(id))) {
 				errs <- fmt.Errorf("sandbox %d: %+v %v", i, r, err)
 			}
 		}(i)
@@ -255,7 +278,7 @@ func testRecover(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	Exec(t, Client(t, running, h.AccessToken), "echo before > /workspace/f")
+	Exec(t, Client(t, running, h.AccessToken), "echo before > f")
 	if err := b1.Stop(ctx, stopped.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +304,7 @@ func testRecover(t *testing.T, h Harness) {
 	if s, ok := byID[stopped.ID]; !ok || s.State != sandbox.StateStopped {
 		t.Fatalf("stopped sandbox after recover = %+v (found %v)", s, ok)
 	}
-	if out := Exec(t, Client(t, r, h.AccessToken), "cat /workspace/f"); out.Stdout != "before\n" {
+	if out := Exec(t, Client(t, r, h.AccessToken), "cat f"); out.Stdout != "before\n" {
 		t.Fatalf("recovered sandbox lost its file: %q", out.Stdout)
 	}
 	// The recovered backend owns them now: destroy through it.

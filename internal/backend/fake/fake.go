@@ -81,7 +81,7 @@ func (b *Backend) count(method string) {
 func (b *Backend) Name() string { return "fake" }
 
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Templates: []string{sandbox.TemplateHost, sandbox.TemplateDir, sandbox.TemplateImage}, Snapshot: true, Pause: true}
+	return backend.Capabilities{Templates: []string{sandbox.TemplateHost, sandbox.TemplateDir, sandbox.TemplateImage}, Snapshot: true, Pause: true, Recycle: true}
 }
 
 func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {
@@ -93,6 +93,9 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	case sandbox.TemplateHost, sandbox.TemplateDir, sandbox.TemplateImage:
 	default:
 		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "template %q has unknown kind %q", spec.Template.Ref, spec.Template.Kind)
+	}
+	if err := validateResources(spec.Resources); err != nil {
+		return sandbox.Info{}, err
 	}
 	if b.CreateHook != nil {
 		if err := b.CreateHook(ctx, spec); err != nil {
@@ -116,9 +119,33 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	return b.info(bx), nil
 }
 
+// RootDir is where the processes of sandbox id keep what a sandbox of an
+// isolating backend keeps in its root filesystem: the sandbox's own work
+// directory, which is also its processes' working directory. SnapshotDiff
+// makes its layer of what is there.
+func (b *Backend) RootDir(id sandbox.ID) string { return filepath.Join(b.Dir, string(id)) }
+
+// validateResources refuses what the real backends refuse: limits below
+// their minimums (16 MiB of memory, 0.01 CPUs, 8 processes) or negative.
+// A zero field is the backend's default, as on theirs; the fake enforces
+// none of the limits.
+func validateResources(r sandbox.Resources) error {
+	switch {
+	case r.MemoryBytes != 0 && r.MemoryBytes < 16<<20:
+		return sandbox.Errorf(sandbox.ClassInvalid, "resources.memory: at least 16 MiB")
+	case r.CPUs != 0 && (r.CPUs < 0.01 || r.CPUs > 1024):
+		return sandbox.Errorf(sandbox.ClassInvalid, "resources.cpus: must be between 0.01 and 1024")
+	case r.PIDs != 0 && r.PIDs < 8:
+		return sandbox.Errorf(sandbox.ClassInvalid, "resources.pids: at least 8")
+	case r.DiskBytes < 0 || r.TmpBytes < 0:
+		return sandbox.Errorf(sandbox.ClassInvalid, "resources.disk, resources.tmp: must not be negative")
+	}
+	return nil
+}
+
 func (b *Backend) boot(ctx context.Context, bx *box) error {
 	id := bx.info.ID
-	work := filepath.Join(b.Dir, string(id))
+	work := b.RootDir(id)
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return err
 	}
@@ -155,12 +182,12 @@ func (b *Backend) boot(ctx context.Context, bx *box) error {
 	select {
 	case err := <-ready:
 		if err != nil {
-			cmd.Process.Kill()
+			killTree(cmd.Process.Pid)
 			<-done
 			return fmt.Errorf("fake agent not ready: %w", err)
 		}
 	case <-ctx.Done():
-		cmd.Process.Kill()
+		killTree(cmd.Process.Pid)
 		<-done
 		return ctx.Err()
 	}
@@ -199,7 +226,7 @@ func (b *Backend) kill(bx *box) {
 	bx.info.Pid = 0
 	b.mu.Unlock()
 	if cmd != nil {
-		_ = cmd.Process.Kill()
+		killTree(cmd.Process.Pid)
 		<-done
 	}
 }
@@ -244,7 +271,7 @@ func (b *Backend) Destroy(ctx context.Context, id sandbox.ID) error {
 		return nil
 	}
 	b.kill(bx)
-	_ = os.RemoveAll(filepath.Join(b.Dir, string(id)))
+	_ = os.RemoveAll(b.RootDir(id))
 	_ = os.Remove(filepath.Join(b.Dir, string(id)+".sock"))
 	return nil
 }

@@ -10,14 +10,16 @@ import (
 
 var _ backend.Pauser = (*Backend)(nil)
 
-// Pause implements backend.Pauser by stopping the agent process
-// (SIGSTOP): it then answers nothing, as a frozen sandbox.
+// Pause implements backend.Pauser by stopping the agent and every
+// process it started (SIGSTOP): the sandbox then answers nothing and runs
+// nothing, as a frozen one. Pausing a paused sandbox is not an error.
 func (b *Backend) Pause(ctx context.Context, id sandbox.ID) error {
 	b.count("pause")
 	return b.setPaused(id, true)
 }
 
-// Resume implements backend.Pauser (SIGCONT).
+// Resume implements backend.Pauser (SIGCONT to the same processes).
+// Resuming a running sandbox is not an error.
 func (b *Backend) Resume(ctx context.Context, id sandbox.ID) error {
 	b.count("resume")
 	return b.setPaused(id, false)
@@ -37,7 +39,7 @@ func (b *Backend) setPaused(id sandbox.ID, paused bool) error {
 	if paused {
 		sig, st = syscall.SIGSTOP, sandbox.StatePaused
 	}
-	if err := bx.cmd.Process.Signal(sig); err != nil {
+	if err := signalTree(bx.cmd.Process.Pid, sig); err != nil {
 		return err
 	}
 	bx.info.State = st

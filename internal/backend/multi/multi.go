@@ -36,6 +36,9 @@ var (
 	_ backend.NetworkUpdater = (*Backend)(nil)
 	_ backend.Snapshotter    = (*Backend)(nil)
 	_ backend.Closer         = (*Backend)(nil)
+	_ backend.Recycler       = (*Backend)(nil)
+
+	_ backend.KindCapabilities = (*Backend)(nil)
 )
 
 // New returns a backend running primary's templates on primary and each
@@ -67,14 +70,17 @@ func (m *Backend) Name() string {
 }
 
 // Capabilities are the primary's, with every backend's template kinds;
-// Pause when any backend pauses (a sandbox of one that cannot is refused
-// by Pause).
+// Pause, Snapshot and Recycle when any backend has them (a sandbox of one
+// that cannot is refused by Pause, SnapshotDiff or Recycle: see
+// CapabilitiesFor).
 func (m *Backend) Capabilities() backend.Capabilities {
 	c := m.all[0].Capabilities()
 	c.Templates = slices.Clone(c.Templates)
 	for _, b := range m.all[1:] {
 		bc := b.Capabilities()
 		c.Pause = c.Pause || bc.Pause
+		c.Snapshot = c.Snapshot || bc.Snapshot
+		c.Recycle = c.Recycle || bc.Recycle
 		for _, k := range bc.Templates {
 			if !slices.Contains(c.Templates, k) {
 				c.Templates = append(c.Templates, k)
@@ -82,6 +88,12 @@ func (m *Backend) Capabilities() backend.Capabilities {
 		}
 	}
 	return c
+}
+
+// CapabilitiesFor implements backend.KindCapabilities: the capabilities
+// of the backend that runs template kind kind.
+func (m *Backend) CapabilitiesFor(kind string) backend.Capabilities {
+	return backend.CapabilitiesFor(m.For(kind), kind)
 }
 
 // Of returns the backend that owns sandbox id.

@@ -481,10 +481,12 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	}
 	return backend.Capabilities{
 		Pause:          true,
+		Snapshot:       true,
+		Recycle:        true,
 		DiskLimit:      true,
 		ResourceLimits: true,
 		RootInUserNS:   true,
-		Templates:      []string{"host", "dir"},
+		Templates:      []string{sandbox.TemplateHost, sandbox.TemplateDir, sandbox.TemplateImage},
 		CgroupDriver:   driver,
 	}
 }

@@ -10,7 +10,10 @@ import (
 	"github.com/agentbox/agentbox/internal/template/layer"
 )
 
-var _ backend.Snapshotter = (*Backend)(nil)
+var (
+	_ backend.Snapshotter      = (*Backend)(nil)
+	_ backend.KindCapabilities = (*Backend)(nil)
+)
 
 // snapshotExclude are upper-layer paths a snapshot leaves out: mount
 // points and files that belong to one sandbox, not to its template (the
@@ -18,21 +21,47 @@ var _ backend.Snapshotter = (*Backend)(nil)
 // the sandbox's disk rather than its root filesystem).
 var snapshotExclude = []string{".agentbox", "etc/hosts", "etc/hostname", "etc/resolv.conf", "workspace", "tmp", "run"}
 
+// errDirSnapshot refuses the snapshot of a dir template's sandbox. Its
+// tree belongs to host ids outside the sandbox's range, and so does every
+// directory the overlay copies up (the one of each mount point the
+// runtime creates, /etc, at least): the layer's owners cannot be shifted
+// back to image ids (layer.Diff refuses them), so no snapshot of such a
+// sandbox ever succeeded. The conformance suite found it.
+func errDirSnapshot(id sandbox.ID) error {
+	return sandbox.Errorf(sandbox.ClassUnavailable, "sandbox %s runs a dir template, whose files belong to host ids: only sandboxes of image templates can be snapshotted", id)
+}
+
+// CapabilitiesFor implements backend.KindCapabilities: no snapshots of
+// dir templates (errDirSnapshot).
+func (b *Backend) CapabilitiesFor(kind string) backend.Capabilities {
+	c := b.Capabilities()
+	if kind == sandbox.TemplateDir {
+		c.Snapshot = false
+	}
+	return c
+}
+
 // SnapshotDiff implements backend.Snapshotter: the layer is the overlay
-// upper directory of the sandbox's root (image and dir templates), owners
+// upper directory of the sandbox's root (image templates), owners
 // shifted back from the sandbox's host range to the image's ids. The
 // sandbox is frozen (cgroup freezer) while its upper directory is read,
 // so the layer is one consistent state of its files; a sandbox whose
 // cgroup cannot be frozen is refused rather than read while it writes.
 func (b *Backend) SnapshotDiff(ctx context.Context, id sandbox.ID, w io.Writer) error {
+	if b.rootless {
+		return sandbox.Errorf(sandbox.ClassUnavailable, "a rootless daemon runs host templates only, which have no layer to snapshot")
+	}
 	bx, err := b.lookup(id)
 	if err != nil {
 		return err
 	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
-	if kind := bx.rec.Spec.Template.Kind; kind == sandbox.TemplateHost {
-		return sandbox.Errorf(sandbox.ClassInvalid, "sandbox %s runs the host template, whose root filesystem is the host's /usr: only sandboxes of image and dir templates can be snapshotted", id)
+	switch bx.rec.Spec.Template.Kind {
+	case sandbox.TemplateHost:
+		return sandbox.Errorf(sandbox.ClassInvalid, "sandbox %s runs the host template, whose root filesystem is the host's /usr: only sandboxes of image templates can be snapshotted", id)
+	case sandbox.TemplateDir:
+		return errDirSnapshot(id)
 	}
 	if bx.rec.Stopped || bx.container == nil {
 		return sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is stopped; start it to snapshot it", id)
@@ -49,10 +78,6 @@ func (b *Backend) SnapshotDiff(ctx context.Context, id sandbox.ID, w io.Writer) 
 	}
 	ids := b.idMap(bx.rec)
 	opts := layer.DiffOptions{Exclude: snapshotExclude}
-	if bx.rec.Spec.Template.Kind == sandbox.TemplateDir {
-		// Mount points of the generated accounts, not the template's.
-		opts.Exclude = append(append([]string(nil), snapshotExclude...), "etc/passwd", "etc/group", "etc/nsswitch.conf")
-	}
 	if ids.userns {
 		opts.UIDBase, opts.GIDBase = ids.base, ids.gidBase
 	}

@@ -1,12 +1,12 @@
 package agentscope
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -154,7 +154,8 @@ func (s *Server) upload(r *http.Request, c *dataplane.Request, p string, body io
 		return e, detailErr(http.StatusConflict, isDirDetail)
 	}
 	if _, err := c.Write(r.Context(), p, "", body); err != nil {
-		if strings.Contains(err.Error(), "http: request body too large") {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
 			return e, detailErr(http.StatusRequestEntityTooLarge, "file too large")
 		}
 		return e, err

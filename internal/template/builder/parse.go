@@ -60,11 +60,12 @@ func parseDockerfile(name string, src []byte) (*dockerfile, error) {
 	for _, w := range res.Warnings {
 		df.warnings = append(df.warnings, fmt.Sprintf("%s:%d: %s", name, w.Location.Start.Line, w.Short))
 	}
-	stages, metaArgs, err := instructions.Parse(res.AST, nil)
-	if err != nil && strings.Contains(err.Error(), "no build stage in current context") {
-		err = parser.WithLocation(errors.New("an instruction before the first FROM: a Dockerfile starts with FROM (after optional ARGs)"), nil)
-		return nil, &LineError{File: name, Line: firstLine(res.AST), Err: err}
+	if first := firstInstruction(res.AST); first != nil && !strings.EqualFold(first.Value, "from") {
+		// BuildKit would say "no build stage in current context".
+		err := parser.WithLocation(errors.New("an instruction before the first FROM: a Dockerfile starts with FROM (after optional ARGs)"), nil)
+		return nil, &LineError{File: name, Line: first.StartLine, Err: err}
 	}
+	stages, metaArgs, err := instructions.Parse(res.AST, nil)
 	if err != nil {
 		return nil, &LineError{File: name, Line: errLine(err), Err: unwrapParse(err)}
 	}
@@ -105,13 +106,14 @@ func unwrapParse(err error) error {
 	return err
 }
 
-func firstLine(ast *parser.Node) int {
+// firstInstruction is the first instruction that is not an ARG, or nil.
+func firstInstruction(ast *parser.Node) *parser.Node {
 	for _, n := range ast.Children {
 		if !strings.EqualFold(n.Value, "arg") {
-			return n.StartLine
+			return n
 		}
 	}
-	return 0
+	return nil
 }
 
 func lineOf(loc []parser.Range) int {

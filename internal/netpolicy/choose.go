@@ -30,9 +30,12 @@ import (
 // state directory. A bridge claimed for another state directory is held
 // while that owner runs (the lock is taken) or while its state file still
 // names the bridge (a stopped daemon whose sandboxes keep running); it is
-// never adopted or torn down by anyone else. A bridge, table or address
-// with no claim at all (another program, or an agentbox of an older
-// version) is held by whatever made it.
+// never adopted or torn down by anyone else. A claimed bridge whose owner
+// neither runs nor records it any more (its data directory was deleted) is
+// left over: the next manager that picks or is configured with that name
+// removes what is left of it and takes it. A bridge, table or address with
+// no claim at all (another program, or an agentbox of an older version) is
+// held by whatever made it.
 
 const (
 	autoBridgePrefix = "agentbox"
@@ -99,6 +102,9 @@ type choice struct {
 	subnet  netip.Prefix
 	how     string   // configured | kept from the last start | first free
 	skipped []string // slots passed over, and why (for the start log)
+	// reclaim is set when the bridge is left over from a manager that no
+	// longer records it: what is left of it must go first.
+	reclaim *claimInfo
 }
 
 // choose picks the bridge and subnet, or explains why it cannot.
@@ -127,7 +133,7 @@ func choose(req choiceRequest, v hostView) (choice, error) {
 		}
 	}
 	if !autoBridge && !autoSubnet {
-		return choice{bridge: req.bridge, subnet: req.subnet, how: "configured"}, nil
+		return choice{bridge: req.bridge, subnet: req.subnet, how: "configured", reclaim: v.reclaimable(req.bridge)}, nil
 	}
 
 	type cand struct {
@@ -188,7 +194,7 @@ func choose(req choiceRequest, v hostView) (choice, error) {
 			}
 		}
 		if why == "" {
-			return choice{bridge: c.bridge, subnet: c.subnet, how: c.how, skipped: ch.skipped}, nil
+			return choice{bridge: c.bridge, subnet: c.subnet, how: c.how, skipped: ch.skipped, reclaim: v.reclaimable(c.bridge)}, nil
 		}
 		ch.skipped = append(ch.skipped, c.bridge+" "+c.subnet.String()+": "+why)
 	}
@@ -248,10 +254,10 @@ func (v hostView) bridgeHolder(bridge string, req choiceRequest) string {
 		case c.recorded:
 			return fmt.Sprintf("%s is the bridge of the stopped agentbox daemon with network state %s (its sandboxes may still use it; it gets it back when it starts)", bridge, c.StateDir)
 		}
-		if _, exists := v.links[bridge]; exists || v.tables[bridge] {
-			return fmt.Sprintf("%s is left over from the agentbox daemon with network state %s, which no longer records it (remove it: ip link del %s; nft delete table inet %s)", bridge, c.StateDir, bridge, bridge)
-		}
-		return "" // a stale claim and nothing behind it
+		// Left over from an owner that no longer records it (its data dir
+		// is gone, or it moved): nobody can come back for it, and the claim
+		// proves agentbox made it. Free, once removed (choice.reclaim).
+		return ""
 	}
 	if l, ok := v.links[bridge]; ok {
 		desc := fmt.Sprintf("an interface %s (%s%s) exists", bridge, l.kind, addrList(l.addrs))
@@ -266,11 +272,22 @@ func (v hostView) bridgeHolder(bridge string, req choiceRequest) string {
 	return ""
 }
 
+// reclaimable returns the claim of a bridge left over from another
+// manager that no longer runs nor records it, nil for any other bridge.
+func (v hostView) reclaimable(bridge string) *claimInfo {
+	c, ok := v.claims[bridge]
+	if !ok || c.live || c.recorded {
+		return nil
+	}
+	return &c
+}
+
 // subnetHolder returns what on the host overlaps subnet, "" when nothing
-// does. The requester's own bridge (named bridge, when it is its own) does
-// not count. picking adds the networks to stay off (Docker's pools).
+// does. The requester's bridge (named bridge, when it is its own or one it
+// would reclaim) does not count. picking adds the networks to stay off
+// (Docker's pools).
 func (v hostView) subnetHolder(subnet netip.Prefix, bridge string, req choiceRequest, picking bool) string {
-	own := bridge != "" && v.ours(bridge, req)
+	own := bridge != "" && (v.ours(bridge, req) || v.reclaimable(bridge) != nil)
 	names := make([]string, 0, len(v.links))
 	for n := range v.links {
 		names = append(names, n)
@@ -302,7 +319,7 @@ func (v hostView) subnetHolder(subnet netip.Prefix, bridge string, req choiceReq
 	slices.Sort(claims)
 	for _, b := range claims {
 		c := v.claims[b]
-		if c.StateDir == req.stateDir || !(c.live || c.recorded) || !c.Subnet.Overlaps(subnet) {
+		if c.StateDir == req.stateDir || !(c.live || c.recorded) || !c.Subnet.Overlaps(subnet) || (own && b == bridge) {
 			continue
 		}
 		return fmt.Sprintf("%s, reserved for bridge %s%s", c.Subnet, b, v.whose(b, req))

@@ -69,13 +69,7 @@ func TestChooseFirstFree(t *testing.T) {
 			v.claims["agentbox0"] = claimInfo{claimRecord: claimRecord{Bridge: "agentbox0", Subnet: pfx("10.88.0.0/16"), StateDir: "/gone/net"}}
 			return v
 		}(), "agentbox0", "10.88.0.0/16", 0, ""},
-		{"a stale claim whose bridge is left over", func() hostView {
-			v := view().withBridge("agentbox0", "10.88.0.1/16", "/gone/net", false)
-			c := v.claims["agentbox0"]
-			c.recorded = false
-			v.claims["agentbox0"] = c
-			return v
-		}(), "agentbox1", "10.89.0.0/16", 1, "left over from the agentbox daemon with network state /gone/net"},
+
 		{"an interface of another program with the name", func() hostView {
 			v := view()
 			v.links["agentbox0"] = hostLink{kind: "dummy"}
@@ -114,6 +108,41 @@ func TestChooseFirstFree(t *testing.T) {
 				t.Fatalf("skipped %q, want %d mentioning %q", ch.skipped, c.skipped, c.skipReason)
 			}
 		})
+	}
+}
+
+// A bridge left over by a daemon whose data dir is gone (its claim names a
+// state that does not record it, and nobody holds the claim) is taken
+// over, configured or picked; a stopped daemon's is not.
+func TestChooseReclaimsLeftovers(t *testing.T) {
+	left := func(recorded bool) hostView {
+		v := view().withBridge("agentbox0", "10.88.0.1/16", "/gone/net", false)
+		c := v.claims["agentbox0"]
+		c.recorded = recorded
+		v.claims["agentbox0"] = c
+		return v
+	}
+	for _, req := range []choiceRequest{{stateDir: me}, {stateDir: me, bridge: "agentbox0"}, {stateDir: me, bridge: "agentbox0", subnet: pfx("10.88.0.0/16")}} {
+		ch, err := choose(req, left(false))
+		if err != nil || ch.bridge != "agentbox0" || ch.subnet != pfx("10.88.0.0/16") || ch.reclaim == nil || ch.reclaim.StateDir != "/gone/net" {
+			t.Fatalf("%+v: %+v, %v", req, ch, err)
+		}
+	}
+	ch, err := choose(choiceRequest{stateDir: me}, left(true))
+	if err != nil || ch.bridge != "agentbox1" || ch.reclaim != nil {
+		t.Fatalf("a stopped daemon's bridge: %+v, %v", ch, err)
+	}
+	if _, err := choose(choiceRequest{stateDir: me, bridge: "agentbox0"}, left(true)); err == nil ||
+		!strings.Contains(err.Error(), "stopped agentbox daemon with network state /gone/net") {
+		t.Fatalf("configured bridge of a stopped daemon: %v", err)
+	}
+	// Its subnet stays taken for a manager that does not take the bridge.
+	if _, err := choose(choiceRequest{stateDir: me, bridge: "other", subnet: pfx("10.88.0.0/16")}, left(false)); err == nil {
+		t.Fatal("configured subnet of a left-over bridge under another name")
+	}
+	// Free choices reclaim nothing.
+	if ch, _ := choose(choiceRequest{stateDir: me}, view()); ch.reclaim != nil {
+		t.Fatalf("reclaim on an empty host: %+v", ch.reclaim)
 	}
 }
 

@@ -70,8 +70,8 @@ func assertNothingLeft(t *testing.T, bridge string) {
 // own data directories) pick different bridges and subnets, both give their
 // sandboxes DNS and egress, refuse each other's bridge and subnet when
 // those are configured explicitly, keep theirs across a restart (and
-// another manager starting meanwhile does not take it), and leave nothing
-// behind.
+// another manager starting meanwhile does not take it), take over what a
+// manager whose data dir was deleted left, and leave nothing behind.
 func TestTwoManagersWithDefaults(t *testing.T) {
 	n := newTestNet(t)
 	ctx := context.Background()
@@ -173,9 +173,47 @@ func TestTwoManagersWithDefaults(t *testing.T) {
 	sandboxWorks(t, n, a2, pathA)
 	sandboxWorks(t, n, b, pathB)
 
+	// A manager stopped with its sandbox kept (AUTO_CLEANUP=false) whose
+	// data dir is then deleted leaves its bridge behind for good; the next
+	// manager configured with (or picking) that name takes it over, veths
+	// and all.
+	dirD := t.TempDir()
+	d := start(n.defaultsConfig(dirD, nil))
+	idD := sandbox.NewID()
+	if _, _, err := d.Setup(ctx, idD, policy); err != nil {
+		t.Fatal(err)
+	}
+	addrD, _ := d.Addr(idD)
+	if err := d.Close(false); err != nil {
+		t.Fatal(err)
+	}
+	delete(managers, d)
+	if err := os.RemoveAll(dirD); err != nil {
+		t.Fatal(err)
+	}
+	cfg = n.defaultsConfig(t.TempDir(), nil)
+	cfg.Bridge = d.Bridge()
+	e := start(cfg)
+	if _, err := netlink.LinkByName(vethName(addrD)); err == nil {
+		t.Errorf("veth of the left-over sandbox %s still there", addrD)
+	}
+	if e.Subnet().Overlaps(a2.Subnet()) || e.Subnet().Overlaps(b.Subnet()) || e.Subnet().Overlaps(c.Subnet()) {
+		t.Fatalf("the reclaiming manager picked %s", e.Subnet())
+	}
+	n.routeSandboxes(e.Subnet(), e.Bridge())
+	idE := sandbox.NewID()
+	pathE, _, err := e.Setup(ctx, idE, policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sandboxWorks(t, n, e, pathE)
+	if err := e.Teardown(ctx, idE); err != nil {
+		t.Fatal(err)
+	}
+
 	// A clean shutdown removes each manager's own things only: b keeps
 	// working while the others go.
-	for _, m := range []*Manager{a2, c} {
+	for _, m := range []*Manager{a2, c, e} {
 		if err := m.Close(true); err != nil {
 			t.Fatal(err)
 		}

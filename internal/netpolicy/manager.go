@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -135,7 +136,7 @@ func New(ctx context.Context, cfg Config) (_ *Manager, err error) {
 	m.watchDone = make(chan struct{})
 	go m.watchHostNets(pollCtx, m.watchDone)
 	m.log.Info("sandbox network ready", "subnet", cfg.Subnet, "gateway", m.bridgeIP, "picked", m.picked.how,
-		"skipped", m.picked.skipped, "state", cfg.StateDir, "upstream", cfg.Upstream)
+		"skipped", strings.Join(m.picked.skipped, "; "), "state", cfg.StateDir, "upstream", cfg.Upstream)
 	return m, nil
 }
 
@@ -174,13 +175,18 @@ func claimNetwork(ctx context.Context, cfg Config) (*Manager, func(), error) {
 		policies: map[netip.Addr]policy{},
 		picked:   ch,
 	}
+	if r := ch.reclaim; r != nil {
+		m.log.Info("removing a bridge left over by another agentbox daemon", "network_state", r.StateDir, "old_subnet", r.Subnet)
+		m.removeOldNetwork(cfg.Bridge, true)
+	}
 	if m.claim, err = takeClaim(claimRecord{Bridge: cfg.Bridge, Subnet: cfg.Subnet, StateDir: cfg.StateDir, PID: os.Getpid()}); err != nil {
 		return nil, nil, err
 	}
 	// Our own earlier bridge, when we leave it (its subnet got taken, or
 	// the configuration changed): nobody else may remove it.
 	if old := req.lastBridge; old != "" && old != cfg.Bridge && view.ours(old, req) {
-		m.removeOldNetwork(old, req.lastSubnet, netnsDefault)
+		m.log.Info("leaving the bridge of the last start", "old_bridge", old, "old_subnet", req.lastSubnet, "picked", ch.how)
+		m.removeOldNetwork(old, netnsDefault)
 	}
 	if m.st, err = loadState(cfg.StateDir, cfg.Bridge, cfg.Subnet); err == nil {
 		err = m.st.save(cfg.StateDir)
@@ -193,13 +199,13 @@ func claimNetwork(ctx context.Context, cfg Config) (*Manager, func(), error) {
 	return m, unlock, nil
 }
 
-// removeOldNetwork removes what this manager left of a bridge it used
-// before: DOCKER-USER rules, table, bridge, the veths of its subnet, the
-// namespace directory (when it was the default one) and the claim.
-func (m *Manager) removeOldNetwork(bridge string, subnet netip.Prefix, netnsDefault bool) {
+// removeOldNetwork removes what is left of a bridge this manager used
+// before, or one left over by a manager that no longer records it:
+// DOCKER-USER rules, table, bridge, the veths of its subnet, the namespace
+// directory (when it is the default one) and the claim.
+func (m *Manager) removeOldNetwork(bridge string, netnsDefault bool) {
 	log := m.log.With("old_bridge", bridge)
-	log.Info("leaving the bridge of the last start", "old_subnet", subnet, "picked", m.picked.how)
-	old := newFirewall(Config{Bridge: bridge, Subnet: subnet})
+	old := newFirewall(Config{Bridge: bridge})
 	var errs []error
 	if _, err := old.syncDockerUser(false); err != nil {
 		errs = append(errs, err)
@@ -213,16 +219,18 @@ func (m *Manager) removeOldNetwork(bridge string, subnet netip.Prefix, netnsDefa
 			}
 		}
 	}
-	errs = append(errs, deleteLink(bridge))
-	if subnet.IsValid() {
+	// The sandboxes' veths: ports of that bridge only (another manager may
+	// have the subnet by now, when the bridge had lost its address).
+	if br, err := netlink.LinkByName(bridge); err == nil {
 		if links, err := netlink.LinkList(); err == nil {
 			for _, l := range links {
-				if a, ok := vethAddr(l.Attrs().Name); ok && subnet.Contains(a) {
+				if _, ok := vethAddr(l.Attrs().Name); ok && l.Attrs().MasterIndex == br.Attrs().Index {
 					errs = append(errs, netlink.LinkDel(l))
 				}
 			}
 		}
 	}
+	errs = append(errs, deleteLink(bridge))
 	if netnsDefault {
 		dir := "/run/agentbox/netns/" + bridge
 		entries, _ := os.ReadDir(dir)

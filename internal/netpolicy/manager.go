@@ -538,9 +538,11 @@ func (m *Manager) learn(src netip.Addr, name string, addrs []learnedAddr) (bool,
 
 // Close stops the DNS filter and the denial logger. With removeAll it also
 // removes every sandbox's network and the global state (table, Docker
-// rules, bridge, state file) and turns IP forwarding back off if New turned
-// it on; without, sandboxes keep their network and policy for the next New.
-// Only the first call has an effect.
+// rules, bridge, claim, state file) and turns IP forwarding back off if
+// agentbox turned it on and no other agentbox network is left; without,
+// sandboxes keep their network and policy for the next New (and with no
+// sandbox network to keep, the global state goes as with removeAll). Only
+// the first call has an effect.
 func (m *Manager) Close(removeAll bool) error {
 	m.closeOnce.Do(func() { m.closeErr = m.close(removeAll) })
 	return m.closeErr
@@ -552,10 +554,17 @@ func (m *Manager) close(removeAll bool) error {
 	<-m.watchDone
 	m.dns.close()
 	if !removeAll {
-		// The bridge stays this state directory's: the claim file says so
-		// to other managers, and the state file to the next start.
-		m.claim.release()
-		return nil
+		m.mu.Lock()
+		kept := len(m.st.Sandboxes)
+		m.mu.Unlock()
+		if kept > 0 {
+			// The bridge stays this state directory's: the claim file says
+			// so to other managers, and the state file to the next start.
+			m.claim.release()
+			return nil
+		}
+		// No sandbox keeps a network: nothing to keep for the next start,
+		// and nothing left on the host that needs an owner.
 	}
 	var errs []error
 	if err := m.Reconcile(context.Background(), nil); err != nil {

@@ -43,7 +43,7 @@ func claimPath(bridge string) string { return filepath.Join(claimDir, bridge+cla
 // create their bridges (and decide about IP forwarding), so two starting at
 // once cannot pick the same slot. It waits up to a minute or ctx.
 func lockHost(ctx context.Context) (unlock func(), err error) {
-	if err := os.MkdirAll(claimDir, 0o755); err != nil {
+	if err := os.MkdirAll(claimDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create %s: %w", claimDir, err)
 	}
 	f, err := os.OpenFile(filepath.Join(claimDir, hostLockName), os.O_RDWR|os.O_CREATE, 0o644)

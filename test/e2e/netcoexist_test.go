@@ -35,10 +35,13 @@ func assertBridgeGone(t *testing.T, bridge string) {
 	if out, _ := exec.Command("nft", "list", "tables").Output(); strings.Contains(string(out), "inet "+bridge+"\n") {
 		t.Errorf("nftables table %s left behind", bridge)
 	}
-	for _, p := range []string{"/run/agentbox/net/" + bridge + ".claim", "/run/agentbox/netns/" + bridge} {
-		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s left behind (%v)", p, err)
-		}
+	if _, err := os.Stat("/run/agentbox/net/" + bridge + ".claim"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("claim of %s left behind (%v)", bridge, err)
+	}
+	// Gone, or empty (an older daemon on that name may have left the
+	// directory bind-mounted on itself).
+	if entries, err := os.ReadDir("/run/agentbox/netns/" + bridge); len(entries) > 0 {
+		t.Errorf("namespaces left in /run/agentbox/netns/%s: %v (%v)", bridge, entries, err)
 	}
 }
 

@@ -188,8 +188,10 @@ func choose(req choiceRequest, v hostView) (choice, error) {
 				why = held
 			}
 		}
+		// Docker's configured pools are stayed off when picking anew, but
+		// do not move a daemon (and its running sandboxes) off its subnet.
 		if why == "" && autoSubnet {
-			if held := v.subnetHolder(c.subnet, c.bridge, req, true); held != "" {
+			if held := v.subnetHolder(c.subnet, c.bridge, req, c.how == "first free"); held != "" {
 				why = c.subnet.String() + " overlaps " + held
 			}
 		}

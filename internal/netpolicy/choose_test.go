@@ -168,6 +168,12 @@ func TestChooseKeepsTheLastChoice(t *testing.T) {
 		!strings.Contains(ch.skipped[0], "10.93.1.1/24 on wg0") {
 		t.Fatalf("recorded subnet taken: %+v, %v", ch, err)
 	}
+	// A Docker pool configured over it meanwhile does not move it.
+	v = view().withBridge("agentbox5", "10.93.0.1/16", me, false)
+	v.reserved = []reservedNet{{net: pfx("10.92.0.0/15"), by: "Docker's bip"}}
+	if ch, err = choose(req, v); err != nil || ch.bridge != "agentbox5" {
+		t.Fatalf("Docker pool over the recorded subnet: %+v, %v", ch, err)
+	}
 	// Its name got taken by another daemon (claims are per host, a state
 	// file can be copied): never adopted.
 	v = view().withBridge("agentbox5", "10.93.0.1/16", "/other/net", true)

@@ -532,14 +532,18 @@ var settings = []setting{
 		c.DefaultNetworkMode = v
 		return nil
 	}},
-	{"NETWORK_BRIDGE", "agentbox0", "host bridge (and nftables table) of sandbox networking", func(c *Config, v string) error {
-		if v == "" || len(v) > 15 || strings.ContainsAny(v, "/ \t") {
+	{"NETWORK_BRIDGE", "", "host bridge (and nftables table) of sandbox networking; empty: a free one, agentbox<N> (docs/configuration.md)", func(c *Config, v string) error {
+		if len(v) > 15 || strings.ContainsAny(v, "/ \t") {
 			return fmt.Errorf("want an interface name of at most 15 characters")
 		}
 		c.NetworkBridge = v
 		return nil
 	}},
-	{"NETWORK_SUBNET", "10.88.0.0/16", "IPv4 range sandbox addresses come from", func(c *Config, v string) error {
+	{"NETWORK_SUBNET", "", "IPv4 range sandbox addresses come from; empty: a free one, 10.(88+N).0.0/16 (docs/configuration.md)", func(c *Config, v string) error {
+		if v == "" {
+			c.NetworkSubnet = netip.Prefix{}
+			return nil
+		}
 		p, err := netip.ParsePrefix(v)
 		if err != nil || !p.Addr().Is4() || p.Bits() > 28 {
 			return fmt.Errorf("want an IPv4 CIDR of /28 or larger")

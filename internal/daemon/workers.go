@@ -29,7 +29,8 @@ import (
 // worker processes. Each worker is a replica of its own on the shared Redis
 // (as several daemons on several hosts are): its own NODE_ID
 // (<node>-w<i>), data dir (<data dir>/workers/<i>), sandbox bridge and
-// slice of NETWORK_SUBNET, and a listener of its own that the other
+// subnet (<NETWORK_BRIDGE>-w<i> and a slice of NETWORK_SUBNET when they are
+// set, else free ones it picks), and a listener of its own that the other
 // replicas forward to. All of them accept the public HOST:PORT together
 // (SO_REUSEPORT: the kernel spreads connections over them), and a request
 // for a sandbox another worker runs is forwarded there as between replicas.
@@ -60,22 +61,28 @@ type workerSetting struct{ name, value string }
 // workerSettings returns worker i's own settings out of n. The secret
 // (generated when CLUSTER_SECRET is unset) goes through the environment,
 // not the command line other users can read.
+// An unset NETWORK_BRIDGE or NETWORK_SUBNET stays unset: each worker, with
+// a data dir of its own, picks a free one like any daemon.
 func workerSettings(cfg *config.Config, dataDir, node string, i, n int) ([]workerSetting, error) {
-	subnet, err := splitSubnet(cfg.NetworkSubnet, i, n)
-	if err != nil {
-		return nil, err
-	}
 	suffix := "-w" + strconv.Itoa(i)
-	bridge := cfg.NetworkBridge
-	if len(bridge)+len(suffix) > 15 {
-		bridge = bridge[:15-len(suffix)]
-	}
-	return []workerSetting{
+	out := []workerSetting{
 		{"AGENTBOX_DATA_DIR", filepath.Join(dataDir, "workers", strconv.Itoa(i))},
 		{"NODE_ID", node + suffix},
-		{"NETWORK_BRIDGE", bridge + suffix},
-		{"NETWORK_SUBNET", subnet.String()},
-	}, nil
+	}
+	if bridge := cfg.NetworkBridge; bridge != "" {
+		if len(bridge)+len(suffix) > 15 {
+			bridge = bridge[:15-len(suffix)]
+		}
+		out = append(out, workerSetting{"NETWORK_BRIDGE", bridge + suffix})
+	}
+	if cfg.NetworkSubnet.IsValid() {
+		subnet, err := splitSubnet(cfg.NetworkSubnet, i, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, workerSetting{"NETWORK_SUBNET", subnet.String()})
+	}
+	return out, nil
 }
 
 // splitSubnet returns the i-th of n equal slices of p (n rounded up to a
@@ -106,6 +113,9 @@ func checkWorkers(cfg *config.Config) error {
 	}
 	if cfg.NodeAddress != "" {
 		return fmt.Errorf("WORKERS=%d: NODE_ADDRESS names one daemon; each worker announces its own listener on HOST", cfg.Workers)
+	}
+	if !cfg.NetworkSubnet.IsValid() {
+		return nil
 	}
 	_, err := splitSubnet(cfg.NetworkSubnet, cfg.Workers-1, cfg.Workers)
 	return err

@@ -47,15 +47,24 @@ func TestCheckWorkers(t *testing.T) {
 	if err := checkWorkers(load(map[string]string{"WORKERS": "32", "REDIS_ENABLED": "true", "NETWORK_SUBNET": "10.0.0.0/24"})); err == nil {
 		t.Fatal("32 workers in a /24 accepted")
 	}
+	// Unset bridge and subnet stay unset: each worker picks free ones.
 	cfg := load(map[string]string{"WORKERS": "2", "REDIS_ENABLED": "true"})
 	if err := checkWorkers(cfg); err != nil {
 		t.Fatal(err)
 	}
 	got, err := workerSettings(cfg, "/data", "host-1", 1, 2)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("worker settings with defaults: %v %v", got, err)
+	}
+	cfg = load(map[string]string{"WORKERS": "2", "REDIS_ENABLED": "true", "NETWORK_BRIDGE": "abx0", "NETWORK_SUBNET": "10.88.0.0/16"})
+	if err := checkWorkers(cfg); err != nil {
+		t.Fatal(err)
+	}
+	got, err = workerSettings(cfg, "/data", "host-1", 1, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"AGENTBOX_DATA_DIR": "/data/workers/1", "NODE_ID": "host-1-w1", "NETWORK_BRIDGE": "agentbox0-w1", "NETWORK_SUBNET": "10.88.128.0/17"}
+	want := map[string]string{"AGENTBOX_DATA_DIR": "/data/workers/1", "NODE_ID": "host-1-w1", "NETWORK_BRIDGE": "abx0-w1", "NETWORK_SUBNET": "10.88.128.0/17"}
 	for _, s := range got {
 		if want[s.name] != s.value {
 			t.Errorf("%s = %q, want %q", s.name, s.value, want[s.name])
@@ -66,7 +75,7 @@ func TestCheckWorkers(t *testing.T) {
 		t.Errorf("missing settings: %v", want)
 	}
 	// The settings a worker gets are valid settings.
-	kv := map[string]string{"WORKERS": "2", "REDIS_ENABLED": "true"}
+	kv := map[string]string{"WORKERS": "2", "REDIS_ENABLED": "true", "NETWORK_BRIDGE": "abx0", "NETWORK_SUBNET": "10.88.0.0/16"}
 	for _, s := range got {
 		kv[s.name] = s.value
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -16,11 +17,16 @@ import (
 // default filled in by New.
 type Config struct {
 	// Bridge is the host bridge sandboxes attach to. It also names the
-	// nftables table, so two managers with different bridges do not collide.
-	// Default "agentbox0".
+	// nftables table and tags the DOCKER-USER rules, so managers with
+	// different bridges do not collide. Empty: New picks a free one,
+	// agentbox<N> (see choose.go); a configured bridge that another daemon
+	// or interface holds makes New fail.
 	Bridge string
 	// Subnet is the IPv4 range sandboxes get addresses from; the bridge takes
-	// its first address. Default 10.88.0.0/16. IPv6 is not supported.
+	// its first address. Zero: New picks a free one, 10.(88+N).0.0/16,
+	// overlapping no address, route or other agentbox subnet of the host; a
+	// configured subnet that overlaps one makes New fail. IPv6 is not
+	// supported.
 	Subnet netip.Prefix
 
 	// Upstream are the resolvers the DNS filter forwards allowed queries to
@@ -51,7 +57,11 @@ type Config struct {
 	// (conntrack entries it started). 0 means no limit.
 	MaxConns uint32
 
-	// StateDir holds the allocation file. Default /var/lib/agentbox/net/<Bridge>.
+	// StateDir holds the allocation file, which also records the bridge
+	// and subnet this manager uses: it is the manager's identity on the
+	// host (two running managers cannot share one). Default
+	// /var/lib/agentbox/net/<Bridge>, /var/lib/agentbox/net/auto when the
+	// bridge is picked.
 	StateDir string
 	// NetnsDir holds the sandboxes' namespace bind mounts.
 	// Default /run/agentbox/netns/<Bridge>.
@@ -65,30 +75,24 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-const (
-	defaultBridge = "agentbox0"
-	maxIfNameLen  = 15
-)
+const maxIfNameLen = 15
 
-var defaultSubnet = netip.MustParsePrefix("10.88.0.0/16")
-
-// withDefaults returns c with zero fields filled in and validated.
+// withDefaults returns c with zero fields filled in and validated. Bridge
+// and Subnet may stay unset: New picks them (pickedDefaults fills in what
+// depends on them).
 func (c Config) withDefaults() (Config, error) {
-	if c.Bridge == "" {
-		c.Bridge = defaultBridge
-	}
-	if len(c.Bridge) > maxIfNameLen || strings.ContainsAny(c.Bridge, "/ \t\n") {
+	if c.Bridge != "" && (len(c.Bridge) > maxIfNameLen || strings.ContainsAny(c.Bridge, "/ \t\n") ||
+		strings.HasSuffix(c.Bridge, claimSuffix) || strings.HasPrefix(c.Bridge, ".")) {
 		return c, fmt.Errorf("invalid bridge name %q", c.Bridge)
 	}
-	if !c.Subnet.IsValid() {
-		c.Subnet = defaultSubnet
-	}
-	c.Subnet = c.Subnet.Masked()
-	if !c.Subnet.Addr().Is4() {
-		return c, fmt.Errorf("subnet %s: only IPv4 is supported", c.Subnet)
-	}
-	if c.Subnet.Bits() > 30 {
-		return c, fmt.Errorf("subnet %s is too small", c.Subnet)
+	if c.Subnet.IsValid() {
+		c.Subnet = c.Subnet.Masked()
+		if !c.Subnet.Addr().Is4() {
+			return c, fmt.Errorf("subnet %s: only IPv4 is supported", c.Subnet)
+		}
+		if c.Subnet.Bits() > 30 {
+			return c, fmt.Errorf("subnet %s is too small", c.Subnet)
+		}
 	}
 	if c.DNSTimeout <= 0 {
 		c.DNSTimeout = 2 * time.Second
@@ -100,10 +104,15 @@ func (c Config) withDefaults() (Config, error) {
 		c.DNSConcurrency = 256
 	}
 	if c.StateDir == "" {
-		c.StateDir = "/var/lib/agentbox/net/" + c.Bridge
+		name := c.Bridge
+		if name == "" {
+			name = "auto"
+		}
+		c.StateDir = "/var/lib/agentbox/net/" + name
 	}
-	if c.NetnsDir == "" {
-		c.NetnsDir = "/run/agentbox/netns/" + c.Bridge
+	// The state directory names its owner in claims: make it one name.
+	if abs, err := filepath.Abs(c.StateDir); err == nil {
+		c.StateDir = abs
 	}
 	if c.DenialLogInterval <= 0 {
 		c.DenialLogInterval = 10 * time.Second
@@ -134,6 +143,14 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// pickedDefaults fills in what depends on the bridge, once it is known.
+func (c Config) pickedDefaults() Config {
+	if c.NetnsDir == "" {
+		c.NetnsDir = "/run/agentbox/netns/" + c.Bridge
+	}
+	return c
 }
 
 // resolvConfPaths are read in order; the systemd-resolved one lists the real

@@ -5,8 +5,11 @@
 //
 // # Topology
 //
-// The host owns a bridge (default agentbox0) holding the first address of the
-// sandbox subnet (default 10.88.0.0/16). Each sandbox gets a named network
+// The host owns a bridge holding the first address of the sandbox subnet.
+// Unless configured, both are picked: agentbox<N> with 10.(88+N).0.0/16, the
+// one this state directory used last, else the first whose name is free and
+// whose subnet overlaps nothing on the host (choose.go), so several daemons
+// run side by side with default settings. Each sandbox gets a named network
 // namespace bind-mounted at <NetnsDir>/<id>, a veth pair whose host end is an
 // isolated port of the bridge, and one /32 address on its eth0 with an on-link
 // default route through the bridge address. The /32 forces every packet,
@@ -57,16 +60,29 @@
 //
 // Root (CAP_NET_ADMIN, CAP_SYS_ADMIN), a kernel with nf_tables (inet family,
 // reject, nat/masquerade, ct, connlimit, objref), veth, bridge and the tbf
-// qdisc. New sets net.ipv4.ip_forward=1 (and Close(true) restores 0 if it
-// was 0). No command-line tool is used. With Docker (iptables-nft) present,
+// qdisc. New sets net.ipv4.ip_forward=1 (and the last Close(true) restores
+// 0 if it was 0). No command-line tool is used. With Docker (iptables-nft) present,
 // two accept rules for the bridge go into DOCKER-USER; with iptables-legacy
 // Docker rules are invisible to nftables and forwarding must be allowed by
 // the operator.
 //
 // # Lifetime
 //
-// Allocations (sandbox -> address, policy) live in a JSON file in
-// Config.StateDir so a restarted daemon keeps addresses stable. New rebuilds
-// the nftables table from that file atomically; Reconcile removes whatever
-// belongs to sandboxes that are no longer alive.
+// Allocations (sandbox -> address, policy) and the bridge and subnet live
+// in a JSON file in Config.StateDir so a restarted daemon gets its bridge
+// back and keeps addresses stable. New rebuilds the nftables table from
+// that file atomically; Reconcile removes whatever belongs to sandboxes
+// that are no longer alive.
+//
+// # Several managers on one host
+//
+// Everything global is per bridge: the nftables table is named after it,
+// the DOCKER-USER rules carry it in their comment, the DNS filter listens on
+// its address, veths carry their (per-subnet) address. A claim file per
+// bridge in /run/agentbox/net names the owner's state directory and is
+// locked while the owner runs; a manager never adopts, rebuilds or removes
+// a bridge (or its table) that another state directory claims or that no
+// claim explains, and Close(true) removes only its own. IP forwarding,
+// shared by all, is turned back off only by the last agentbox network to
+// close, and only if agentbox turned it on.
 package netpolicy

@@ -85,6 +85,7 @@ type testNet struct {
 	otherIP  netip.Addr // test host too, used as a "denied" destination
 	subnet   netip.Prefix
 	bridge   string
+	routes   int // routeSandboxes calls so far
 	httpHits sync.Map
 }
 
@@ -123,19 +124,35 @@ func newTestNet(t testing.TB) *testNet {
 	for _, a := range testPrivate {
 		ipCmd(t, "-n", n.nsName, "addr", "add", a+"/32", "dev", "lo")
 	}
-	// Everything the sandboxes send that is not for the host itself or the
-	// sandbox subnet goes to the test host.
 	table := strconv.Itoa(10000 + int(b))
-	pref := strconv.Itoa(10000 + int(b)%10000)
-	pref2 := strconv.Itoa(10000 + int(b)%10000 + 1)
-	ipCmd(t, "rule", "add", "from", n.subnet.String(), "to", n.subnet.String(), "lookup", "main", "pref", pref)
-	ipCleanup(t, "rule", "del", "pref", pref)
-	ipCmd(t, "rule", "add", "from", n.subnet.String(), "iif", n.bridge, "lookup", table, "pref", pref2)
-	ipCleanup(t, "rule", "del", "pref", pref2)
 	ipCmd(t, "route", "add", "default", "via", n.lanIP.String(), "dev", n.hostIf, "table", table)
 	ipCleanup(t, "route", "flush", "table", table)
+	n.routeSandboxes(n.subnet, n.bridge)
 	n.startServers()
 	return n
+}
+
+// routeSandboxes sends everything the sandboxes of subnet on bridge send
+// that is not for the host itself or the subnet to the test host. Called
+// again for each further manager (a picked bridge and subnet are known
+// only after New).
+func (n *testNet) routeSandboxes(subnet netip.Prefix, bridge string) {
+	t := n.t
+	b, _ := strconv.ParseUint(n.id, 16, 16)
+	table := strconv.Itoa(10000 + int(b))
+	// Preferences below main's (32766); further calls use 1000-4999.
+	base := 10000 + int(b)%10000
+	if n.routes > 0 {
+		base = 1000 + (int(b)%1000)*4 + 2*(n.routes-1)
+	}
+	n.routes++
+	pref, pref2 := strconv.Itoa(base), strconv.Itoa(base+1)
+	local := []string{"from", subnet.String(), "to", subnet.String(), "lookup", "main", "pref", pref}
+	out := []string{"from", subnet.String(), "iif", bridge, "lookup", table, "pref", pref2}
+	ipCmd(t, append([]string{"rule", "add"}, local...)...)
+	ipCleanup(t, append([]string{"rule", "del"}, local...)...)
+	ipCmd(t, append([]string{"rule", "add"}, out...)...)
+	ipCleanup(t, append([]string{"rule", "del"}, out...)...)
 }
 
 // listenIn creates a listener inside the namespace at path.

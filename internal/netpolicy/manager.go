@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -37,8 +38,9 @@ type Manager struct {
 	pmu      sync.RWMutex
 	policies map[netip.Addr]policy
 
-	bridge         netlink.Link
-	ipForwardSetBy bool // we turned ip_forward on
+	bridge netlink.Link
+	claim  *claim // this manager's claim of its bridge, locked while it runs
+	picked choice // how the bridge and subnet were chosen
 
 	closeOnce sync.Once
 	closeErr  error
@@ -50,26 +52,30 @@ type Manager struct {
 	watchDone chan struct{}
 }
 
-// New sets up the host side: the bridge, IP forwarding, the nftables table
+// New sets up the host side: the bridge (picked when Config.Bridge and
+// Config.Subnet are unset, see choose.go), IP forwarding, the nftables table
 // (rebuilt from the persisted state, so sandboxes that survived a daemon
 // restart keep their policy), Docker's DOCKER-USER chain if present, and the
 // DNS filter. Call Reconcile next with the sandboxes that are still alive.
 // It needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN for namespace mounts).
-func New(ctx context.Context, cfg Config) (*Manager, error) {
-	cfg, err := cfg.withDefaults()
+func New(ctx context.Context, cfg Config) (_ *Manager, err error) {
+	cfg, err = cfg.withDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("netpolicy: %w", err)
 	}
-	m := &Manager{
-		cfg:      cfg,
-		log:      cfg.Logger.With("component", "netpolicy", "bridge", cfg.Bridge),
-		fw:       newFirewall(cfg),
-		bridgeIP: bridgeAddr(cfg.Subnet),
-		policies: map[netip.Addr]policy{},
-	}
-	if m.st, err = loadState(cfg.StateDir, cfg.Subnet); err != nil {
+	m, unlock, err := claimNetwork(ctx, cfg)
+	if err != nil {
 		return nil, fmt.Errorf("netpolicy: %w", err)
 	}
+	defer func() {
+		if unlock != nil {
+			unlock()
+		}
+		if err != nil && m != nil {
+			m.claim.release()
+		}
+	}()
+	cfg = m.cfg
 	for id, r := range m.st.Sandboxes {
 		p, err := parsePolicy(r.Network)
 		if err != nil {
@@ -80,9 +86,6 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		}
 		m.policies[r.Addr] = p
 	}
-	if err := m.st.save(cfg.StateDir); err != nil {
-		return nil, fmt.Errorf("netpolicy: %w", err)
-	}
 
 	bridgePrefix := netip.PrefixFrom(m.bridgeIP, cfg.Subnet.Bits())
 	if m.bridge, err = ensureBridge(cfg.Bridge, bridgePrefix); err != nil {
@@ -92,8 +95,15 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		if err := writeSysctl("net.ipv4.ip_forward", "1"); err != nil {
 			return nil, fmt.Errorf("netpolicy: enable forwarding: %w", err)
 		}
-		m.ipForwardSetBy = true
+		// Whichever agentbox network closes last turns it off again.
+		if err := os.WriteFile(filepath.Join(claimDir, forwardMarker), []byte("0\n"), 0o644); err != nil {
+			m.log.Warn("note that forwarding was off", "err", err)
+		}
 	}
+	// The bridge exists with its address: others starting now see it.
+	unlock()
+	unlock = nil
+
 	if m.fw.hostNets, err = hostNets(cfg.Bridge); err != nil {
 		return nil, fmt.Errorf("netpolicy: %w", err)
 	}
@@ -125,9 +135,126 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	go m.poll(pollCtx)
 	m.watchDone = make(chan struct{})
 	go m.watchHostNets(pollCtx, m.watchDone)
-	m.log.Info("network ready", "subnet", cfg.Subnet, "gateway", m.bridgeIP, "upstream", cfg.Upstream)
+	m.log.Info("sandbox network ready", "subnet", cfg.Subnet, "gateway", m.bridgeIP, "picked", m.picked.how,
+		"skipped", strings.Join(m.picked.skipped, "; "), "state", cfg.StateDir, "upstream", cfg.Upstream)
 	return m, nil
 }
+
+// claimNetwork picks the bridge and subnet and claims them, under the host
+// lock, which it returns held: the caller releases it once the bridge
+// exists. The returned manager has its config, state and claim.
+func claimNetwork(ctx context.Context, cfg Config) (*Manager, func(), error) {
+	unlock, err := lockHost(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			unlock()
+		}
+	}()
+	view, err := readHost()
+	if err != nil {
+		return nil, nil, err
+	}
+	req := choiceRequest{bridge: cfg.Bridge, subnet: cfg.Subnet, stateDir: cfg.StateDir}
+	req.lastBridge, req.lastSubnet = readLastChoice(cfg.StateDir)
+	ch, err := choose(req, view)
+	if err != nil {
+		return nil, nil, err
+	}
+	netnsDefault := cfg.NetnsDir == ""
+	cfg.Bridge, cfg.Subnet = ch.bridge, ch.subnet
+	cfg = cfg.pickedDefaults()
+	m := &Manager{
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "netpolicy", "bridge", cfg.Bridge),
+		fw:       newFirewall(cfg),
+		bridgeIP: bridgeAddr(cfg.Subnet),
+		policies: map[netip.Addr]policy{},
+		picked:   ch,
+	}
+	if r := ch.reclaim; r != nil {
+		m.log.Info("removing a bridge left over by another agentbox daemon", "network_state", r.StateDir, "old_subnet", r.Subnet)
+		m.removeOldNetwork(cfg.Bridge, true)
+	}
+	if m.claim, err = takeClaim(claimRecord{Bridge: cfg.Bridge, Subnet: cfg.Subnet, StateDir: cfg.StateDir, PID: os.Getpid()}); err != nil {
+		return nil, nil, err
+	}
+	// Our own earlier bridge, when we leave it (its subnet got taken, or
+	// the configuration changed): nobody else may remove it.
+	if old := req.lastBridge; old != "" && old != cfg.Bridge && view.ours(old, req) {
+		m.log.Info("leaving the bridge of the last start", "old_bridge", old, "old_subnet", req.lastSubnet, "picked", ch.how)
+		m.removeOldNetwork(old, netnsDefault)
+	}
+	if m.st, err = loadState(cfg.StateDir, cfg.Bridge, cfg.Subnet); err == nil {
+		err = m.st.save(cfg.StateDir)
+	}
+	if err != nil {
+		m.claim.release()
+		return nil, nil, err
+	}
+	ok = true
+	return m, unlock, nil
+}
+
+// removeOldNetwork removes what is left of a bridge this manager used
+// before, or one left over by a manager that no longer records it:
+// DOCKER-USER rules, table, bridge, the veths of its subnet, the namespace
+// directory (when it is the default one) and the claim.
+func (m *Manager) removeOldNetwork(bridge string, netnsDefault bool) {
+	log := m.log.With("old_bridge", bridge)
+	old := newFirewall(Config{Bridge: bridge})
+	var errs []error
+	if _, err := old.syncDockerUser(false); err != nil {
+		errs = append(errs, err)
+	}
+	if c, err := nftables.New(); err == nil {
+		if tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet); err == nil {
+			for _, t := range tables {
+				if t.Name == bridge {
+					errs = append(errs, old.delete())
+				}
+			}
+		}
+	}
+	// The sandboxes' veths: ports of that bridge only (another manager may
+	// have the subnet by now, when the bridge had lost its address).
+	if br, err := netlink.LinkByName(bridge); err == nil {
+		if links, err := netlink.LinkList(); err == nil {
+			for _, l := range links {
+				if _, ok := vethAddr(l.Attrs().Name); ok && l.Attrs().MasterIndex == br.Attrs().Index {
+					errs = append(errs, netlink.LinkDel(l))
+				}
+			}
+		}
+	}
+	errs = append(errs, deleteLink(bridge))
+	if netnsDefault {
+		dir := "/run/agentbox/netns/" + bridge
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			errs = append(errs, removeNetns(filepath.Join(dir, e.Name())))
+		}
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, err)
+		}
+		_ = os.Remove(dir)
+	}
+	if err := os.Remove(claimPath(bridge)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		log.Warn("removing the old bridge incomplete", "err", err)
+	}
+}
+
+// Bridge is the host bridge (and nftables table) of this manager.
+func (m *Manager) Bridge() string { return m.cfg.Bridge }
+
+// Subnet is the range sandbox addresses come from.
+func (m *Manager) Subnet() netip.Prefix { return m.cfg.Subnet }
 
 // BridgeIP is the sandboxes' gateway and nameserver.
 func (m *Manager) BridgeIP() netip.Addr { return m.bridgeIP }
@@ -411,9 +538,11 @@ func (m *Manager) learn(src netip.Addr, name string, addrs []learnedAddr) (bool,
 
 // Close stops the DNS filter and the denial logger. With removeAll it also
 // removes every sandbox's network and the global state (table, Docker
-// rules, bridge, state file) and turns IP forwarding back off if New turned
-// it on; without, sandboxes keep their network and policy for the next New.
-// Only the first call has an effect.
+// rules, bridge, claim, state file) and turns IP forwarding back off if
+// agentbox turned it on and no other agentbox network is left; without,
+// sandboxes keep their network and policy for the next New (and with no
+// sandbox network to keep, the global state goes as with removeAll). Only
+// the first call has an effect.
 func (m *Manager) Close(removeAll bool) error {
 	m.closeOnce.Do(func() { m.closeErr = m.close(removeAll) })
 	return m.closeErr
@@ -425,7 +554,17 @@ func (m *Manager) close(removeAll bool) error {
 	<-m.watchDone
 	m.dns.close()
 	if !removeAll {
-		return nil
+		m.mu.Lock()
+		kept := len(m.st.Sandboxes)
+		m.mu.Unlock()
+		if kept > 0 {
+			// The bridge stays this state directory's: the claim file says
+			// so to other managers, and the state file to the next start.
+			m.claim.release()
+			return nil
+		}
+		// No sandbox keeps a network: nothing to keep for the next start,
+		// and nothing left on the host that needs an owner.
 	}
 	var errs []error
 	if err := m.Reconcile(context.Background(), nil); err != nil {
@@ -453,9 +592,25 @@ func (m *Manager) close(removeAll bool) error {
 	if err := os.Remove(m.cfg.NetnsDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		m.log.Debug("netns dir kept", "dir", m.cfg.NetnsDir, "err", err)
 	}
-	if m.ipForwardSetBy {
+	// Under the host lock: a manager starting now must not see forwarding
+	// on and then have it turned off under it.
+	unlock, err := lockHost(context.Background())
+	if err != nil {
+		errs = append(errs, err)
+		unlock = func() {}
+	}
+	defer unlock()
+	if err := m.claim.remove(); err != nil {
+		errs = append(errs, err)
+	}
+	// Forwarding goes back off when agentbox turned it on and this was the
+	// last agentbox network on the host.
+	marker := filepath.Join(claimDir, forwardMarker)
+	if _, err := os.Stat(marker); err == nil && !otherClaims(m.cfg.Bridge) {
 		if err := writeSysctl("net.ipv4.ip_forward", "0"); err != nil {
 			errs = append(errs, err)
+		} else {
+			_ = os.Remove(marker)
 		}
 	}
 	return errors.Join(errs...)

@@ -16,7 +16,11 @@ import (
 // address and policy. It is what makes addresses stable across daemon
 // restarts and lets New rebuild the firewall and DNS policy.
 type stateFile struct {
-	Version   int                          `json:"version"`
+	Version int `json:"version"`
+	// Bridge and Subnet are what the manager of this state directory uses:
+	// it picks them again on its next start (choose.go), and other managers
+	// leave a bridge alone while its owner's state names it.
+	Bridge    string                       `json:"bridge,omitempty"`
 	Subnet    netip.Prefix                 `json:"subnet"`
 	Sandboxes map[sandbox.ID]sandboxRecord `json:"sandboxes"`
 	// NetnsDirBound records that New bind-mounted the namespace directory
@@ -34,10 +38,11 @@ const stateVersion = 1
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }
 
 // loadState reads the state file, returning an empty state when there is
-// none. A state written for another subnet is discarded: its addresses are
-// meaningless now, and Reconcile removes what it described.
-func loadState(dir string, subnet netip.Prefix) (*stateFile, error) {
-	st := &stateFile{Version: stateVersion, Subnet: subnet, Sandboxes: map[sandbox.ID]sandboxRecord{}}
+// none. A state written for another bridge or subnet is discarded: its
+// addresses are meaningless now, and Reconcile removes what it described.
+// (A file of an older version names no bridge; its subnet decides.)
+func loadState(dir, bridge string, subnet netip.Prefix) (*stateFile, error) {
+	st := &stateFile{Version: stateVersion, Bridge: bridge, Subnet: subnet, Sandboxes: map[sandbox.ID]sandboxRecord{}}
 	b, err := os.ReadFile(statePath(dir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return st, nil
@@ -49,8 +54,11 @@ func loadState(dir string, subnet netip.Prefix) (*stateFile, error) {
 	if err := json.Unmarshal(b, &old); err != nil {
 		return nil, fmt.Errorf("parse network state %s: %w", statePath(dir), err)
 	}
-	st.NetnsDirBound = old.NetnsDirBound
-	if old.Subnet != subnet {
+	sameBridge := old.Bridge == "" || old.Bridge == bridge
+	if sameBridge {
+		st.NetnsDirBound = old.NetnsDirBound
+	}
+	if old.Subnet != subnet || !sameBridge {
 		return st, nil
 	}
 	for id, r := range old.Sandboxes {

@@ -109,7 +109,7 @@ func TestNames(t *testing.T) {
 func TestStateAllocationPersists(t *testing.T) {
 	dir := t.TempDir()
 	subnet := netip.MustParsePrefix("10.9.0.0/29") // hosts .1-.6; .1 is the bridge
-	st, err := loadState(dir, subnet)
+	st, err := loadState(dir, "b0", subnet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestStateAllocationPersists(t *testing.T) {
 	if err := st.save(dir); err != nil {
 		t.Fatal(err)
 	}
-	st2, err := loadState(dir, subnet)
+	st2, err := loadState(dir, "b0", subnet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestStateAllocationPersists(t *testing.T) {
 		t.Fatalf("freed address not reused: got %s want %s", a, got[1])
 	}
 	// Another subnet: old allocations do not apply.
-	st3, err := loadState(dir, netip.MustParsePrefix("10.10.0.0/24"))
+	st3, err := loadState(dir, "b0", netip.MustParsePrefix("10.10.0.0/24"))
 	if err != nil || len(st3.Sandboxes) != 0 {
 		t.Fatalf("state for another subnet: %+v %v", st3, err)
 	}

@@ -49,6 +49,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
+require github.com/bmatcuk/doublestar/v4 v4.10.4
+
 require (
 	cel.dev/expr v0.25.2 // indirect
 	cyphar.com/go-pathrs v0.2.6 // indirect

@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/bmatcuk/doublestar/v4"
 
 	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -86,17 +87,16 @@ func (f *fsCtx) search(p, pattern string, excludes []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var excl []*regexp.Regexp
+	var excl []string
 	for _, x := range excludes {
 		if !strings.Contains(x, "*") {
 			x = "**/" + x + "/**"
 		}
-		excl = append(excl, globRegexp(x))
+		excl = append(excl, x)
 	}
 	var match func(rel, name string) bool
-	if strings.ContainsAny(pattern, "*?[") {
-		re := globRegexp(pattern)
-		match = func(rel, name string) bool { return re.MatchString(rel) || re.MatchString(name) }
+	if strings.ContainsAny(pattern, "*?[{") {
+		match = func(rel, name string) bool { return globMatch(pattern, rel) || globMatch(pattern, name) }
 	} else {
 		lower := strings.ToLower(pattern)
 		match = func(rel, name string) bool { return strings.Contains(strings.ToLower(name), lower) }
@@ -110,8 +110,8 @@ func (f *fsCtx) search(p, pattern string, excludes []string) (string, error) {
 			continue
 		}
 		excluded := false
-		for _, re := range excl {
-			if re.MatchString(rel) {
+		for _, x := range excl {
+			if globMatch(x, rel) {
 				excluded = true
 				break
 			}
@@ -130,37 +130,13 @@ func (f *fsCtx) search(p, pattern string, excludes []string) (string, error) {
 	return strings.Join(results, "\n"), nil
 }
 
-// globRegexp compiles a minimatch-style glob (with dot files matched):
-// "**" crosses directories, "*" and "?" do not.
-func globRegexp(glob string) *regexp.Regexp {
-	var b strings.Builder
-	b.WriteString("^")
-	for i := 0; i < len(glob); i++ {
-		c := glob[i]
-		switch {
-		case strings.HasPrefix(glob[i:], "**/"):
-			b.WriteString("(?:.*/)?")
-			i += 2
-		case strings.HasPrefix(glob[i:], "/**") && i+3 == len(glob):
-			b.WriteString("(?:/.*)?")
-			i += 2
-		case strings.HasPrefix(glob[i:], "**"):
-			b.WriteString(".*")
-			i++
-		case c == '*':
-			b.WriteString("[^/]*")
-		case c == '?':
-			b.WriteString("[^/]")
-		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
-		}
-	}
-	b.WriteString("$")
-	re, err := regexp.Compile(b.String())
-	if err != nil {
-		return regexp.MustCompile(`^$.`) // matches nothing
-	}
-	return re
+// globMatch reports whether the slash-separated path matches a glob as the
+// MCP filesystem server's minimatch (with dot files) does: "**" crosses
+// directories as a whole segment, "*" and "?" do not, [...] and {a,b}
+// work. A malformed glob matches nothing.
+func globMatch(glob, p string) bool {
+	ok, err := doublestar.Match(glob, p)
+	return err == nil && ok
 }
 
 func (f *fsCtx) info(p string) (string, error) {

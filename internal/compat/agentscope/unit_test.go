@@ -12,7 +12,7 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-func TestGlobRegexp(t *testing.T) {
+func TestGlobMatch(t *testing.T) {
 	cases := []struct {
 		glob, path string
 		want       bool
@@ -21,9 +21,11 @@ func TestGlobRegexp(t *testing.T) {
 		{"*.py", "a.py", true}, {"**/node_modules/**", "node_modules/a", true},
 		{"**/node_modules/**", "x/node_modules", true}, {"**/lib/**", "src/lib/u.py", true},
 		{"a?c", "abc", true}, {"a?c", "a/c", false}, {"*.txt", ".hidden.txt", true},
+		// minimatch's classes and alternatives; ** only as a whole segment.
+		{"*.{py,go}", "m.go", true}, {"[ab].txt", "b.txt", true}, {"a**b", "a/x/b", false},
 	}
 	for _, c := range cases {
-		if got := globRegexp(c.glob).MatchString(c.path); got != c.want {
+		if got := globMatch(c.glob, c.path); got != c.want {
 			t.Errorf("glob %q vs %q: got %v want %v", c.glob, c.path, got, c.want)
 		}
 	}

@@ -575,6 +575,12 @@ func (c *checker) kube() Result {
 		err = c.h.Kube(ctx, c.o.Kubeconfig)
 		cancel()
 	}
+	if errors.Is(err, errNoKubeClient) {
+		r.Status = Missing
+		r.Detail = "KUBE_BACKEND is on and this binary has no Kubernetes client (built with the nokube tag)"
+		r.Fix = "make build puts agentbox-kube, the full build, next to agentbox: agentbox doctor and serve hand over to it"
+		return r
+	}
 	if err != nil {
 		r.Status = Missing
 		r.Detail = "KUBE_BACKEND is on but the API server of " + where + " does not answer: " + err.Error()

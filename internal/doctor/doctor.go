@@ -2,9 +2,9 @@
 // cgroups, user namespaces and the sandboxes' host id ranges, overlayfs,
 // loop devices, seccomp, nftables, the data dir, and the engines of the
 // optional backends. Each check says ok, warn, missing or skip, what it
-// found, and how to fix it. `agentbox doctor` prints them; the daemon calls
-// Required at start so that a host missing something fails with every fix
-// at once instead of the first error of the first component that trips.
+// found, and how to fix it. `agentbox doctor` prints them; a daemon that
+// calls Required at start fails on a host missing something with every fix
+// at once, instead of the first error of the first component that trips.
 //
 // The checks read the host through a Host: the files under Host.Root
 // (/proc, /sys/fs/cgroup, /etc, /dev, /lib/modules, the data dir) and a
@@ -31,8 +31,8 @@ const (
 	// Warn: something optional is absent or degraded; agentbox runs
 	// without it (with less: the detail says what).
 	Warn Status = "warn"
-	// Missing: something required is absent; the daemon does not start
-	// (Required fails) and the fix says what to do.
+	// Missing: something required is absent (Required names it); the fix
+	// says what to do.
 	Missing Status = "missing"
 	// Skip: the check does not apply to these settings (the Docker
 	// engine without DOCKER_BACKEND, cgroups for a rootless daemon).

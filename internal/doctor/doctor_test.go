@@ -138,6 +138,9 @@ func (f *fakeHost) run(t *testing.T) map[string]Result {
 	return out
 }
 
+// kubeUnlinked is Host.Kube of a nokube build.
+func kubeUnlinked(context.Context, string) error { return errNoKubeClient }
+
 // allChecks names every check Run makes, in order.
 var allChecks = []string{"root", "kernel", "cgroups", "favordynmods", "user-namespaces", "id-ranges",
 	"overlayfs", "loop-devices", "mkfs.ext4", "seccomp", "nftables", "agent", "data-dir",
@@ -258,6 +261,9 @@ func TestOneRequirementRemoved(t *testing.T) {
 		{"no Kubernetes API server", func(t *testing.T, f *fakeHost) {
 			f.host.Kube = func(_ context.Context, kubeconfig string) error { return errors.New("connection refused") }
 		}, "kubernetes", "kubeconfig /etc/agentbox/kubeconfig does not answer: connection refused", "KUBECONFIG_PATH"},
+		{"binary without Kubernetes", func(t *testing.T, f *fakeHost) {
+			f.host.Kube = kubeUnlinked
+		}, "kubernetes", "no Kubernetes client (built with the nokube tag)", "agentbox-kube"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeHost(t)

@@ -48,6 +48,10 @@ type Host struct {
 	Kube func(ctx context.Context, kubeconfig string) error
 }
 
+// errNoKubeClient is Host.Kube's answer in a build without Kubernetes
+// support (the nokube tag).
+var errNoKubeClient = errors.New("this build has no Kubernetes client")
+
 // path returns the host path p under Root.
 func (h *Host) path(p string) string { return filepath.Join(h.Root, p) }
 

@@ -2,14 +2,9 @@
 
 package doctor
 
-import (
-	"context"
-	"errors"
-)
+import "context"
 
 // kubeReachable cannot tell: this build has no Kubernetes client.
 // `agentbox doctor` hands settings that need one to agentbox-kube, as
 // `agentbox serve` does.
-func kubeReachable(context.Context, string) error {
-	return errors.New("this binary is built without Kubernetes support (nokube): run agentbox-kube doctor")
-}
+func kubeReachable(context.Context, string) error { return errNoKubeClient }

@@ -71,3 +71,30 @@ func (s *safeBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// runAll runs the CLI with the commands of main these tests use (client
+// commands, run, mcp, doctor) and args as given (no --url added),
+// as main does; it is bounded to 20 s.
+func runAll(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	root := &cobra.Command{Use: "agentbox", SilenceUsage: true, SilenceErrors: true}
+	addClientFlags(root)
+	addClientCommands(root)
+	root.AddCommand(newRunCmd(), newMCPCmd(), newDoctorCmd())
+	var stdout, stderr strings.Builder
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	root.SetArgs(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	res := cliResult{stdout: stdout.String(), stderr: stderr.String()}
+	var exit *exitError
+	switch {
+	case errors.As(err, &exit):
+		res.code, res.msg = exit.code, exit.msg
+	case err != nil:
+		res.code, res.msg = 1, err.Error()
+	}
+	return res
+}

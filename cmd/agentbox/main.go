@@ -1,6 +1,7 @@
 // Command agentbox is the agentbox daemon and its command-line client.
 //
 //	agentbox serve                      run the API server (make run)
+//	agentbox doctor                     check this host for what serve needs
 //	agentbox run -- python3 -c 'print(1)'  one sandbox, one command, no daemon
 //	agentbox create | ls | exec | cp | kill | logs | timeout   talk to a server
 //	agentbox mcp                        the sandbox tools over MCP on stdio
@@ -38,7 +39,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	addClientFlags(root)
-	root.AddCommand(newServeCmd(), newNodeCmd(), newRunCmd(), newBenchCmd(), newMCPCmd(), newLoadCmd())
+	root.AddCommand(newServeCmd(), newNodeCmd(), newRunCmd(), newBenchCmd(), newMCPCmd(), newLoadCmd(), newDoctorCmd())
 	addClientCommands(root)
 
 	err := root.Execute()

@@ -73,14 +73,14 @@ func (s *safeBuffer) String() string {
 }
 
 // runAll runs the CLI with the commands of main these tests use (client
-// commands, run, mcp, doctor) and args as given (no --url added),
+// commands, run, mcp, doctor, version) and args as given (no --url added),
 // as main does; it is bounded to 20 s.
 func runAll(t *testing.T, args ...string) cliResult {
 	t.Helper()
 	root := &cobra.Command{Use: "agentbox", SilenceUsage: true, SilenceErrors: true}
 	addClientFlags(root)
 	addClientCommands(root)
-	root.AddCommand(newRunCmd(), newMCPCmd(), newDoctorCmd())
+	root.AddCommand(newRunCmd(), newMCPCmd(), newDoctorCmd(), newVersionCmd())
 	var stdout, stderr strings.Builder
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)

@@ -72,16 +72,17 @@ func TestErrorsHumanAndJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "not_found" || e["request_id"] == "" {
 		t.Errorf("--json stderr = %q (%v)", r.stderr, err)
 	}
-	if r.code != 1 || r.msg == "" {
-		t.Errorf("--json: exit %d msg %q", r.code, r.msg)
+	// Printed once: the JSON on stderr, and nothing from main after it.
+	if r.code != 1 || r.msg != "" || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("--json: exit %d msg %q stderr %q; want the error once, as JSON", r.code, r.msg, r.stderr)
 	}
 	r = runCLI(t, fs.URL, "", "--json", "create", "--pids", "x")
-	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "invalid_argument" || r.code != 2 {
-		t.Errorf("bad flag value with --json: exit %d stderr %q", r.code, r.stderr)
+	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "invalid_argument" || r.code != 2 || r.msg != "" {
+		t.Errorf("bad flag value with --json: exit %d stderr %q msg %q", r.code, r.stderr, r.msg)
 	}
 	r = runCLI(t, fs.URL, "", "--json", "cp", "a", "b")
-	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "invalid_argument" || r.code != 2 {
-		t.Errorf("usage error with --json: exit %d stderr %q", r.code, r.stderr)
+	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "invalid_argument" || r.code != 2 || r.msg != "" {
+		t.Errorf("usage error with --json: exit %d stderr %q msg %q", r.code, r.stderr, r.msg)
 	}
 
 	fs.SetAPIKey("right")

@@ -136,8 +136,8 @@ type jsonError struct {
 
 // finish maps an action's error to what main prints and exits with:
 // usage errors exit 2, other failures 1, an *exitError (a command's own
-// exit code) passes through. With --json the error is also printed on
-// stderr as a JSON object.
+// exit code) passes through. With --json the error is printed here, on
+// stderr as a JSON object, and main prints nothing more.
 func finish(errOut io.Writer, asJSON bool, err error) error {
 	if err == nil {
 		return nil
@@ -160,6 +160,7 @@ func finish(errOut io.Writer, asJSON bool, err error) error {
 	}
 	if asJSON {
 		_ = json.NewEncoder(errOut).Encode(obj)
+		return &exitError{code: code}
 	}
 	return &exitError{code: code, msg: err.Error()}
 }

@@ -2,10 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/client/fakeserver"
 )
 
@@ -288,5 +294,38 @@ func TestCreateNoServiceFlag(t *testing.T) {
 	req, err := createOptions{noService: on}.request()
 	if err != nil || !req.NoService {
 		t.Fatalf("--no-service: %+v %v", req, err)
+	}
+}
+func TestServerNotRunningHint(t *testing.T) {
+	url := refusedURL(t)
+	r := runAll(t, "--url", url, "ls")
+	want := "connection refused: is the server running? (tried " + url + " from --url; start one with agentbox serve, or point --url or AGENTBOX_URL at yours)"
+	if r.code != 1 || !strings.Contains(r.msg, want) {
+		t.Errorf("--url: exit %d msg %q\nwant ~%q", r.code, r.msg, want)
+	}
+
+	t.Setenv(client.EnvURL, url)
+	r = runAll(t, "stats", "sb1")
+	if r.code != 1 || !strings.Contains(r.msg, "(tried "+url+" from AGENTBOX_URL;") {
+		t.Errorf("AGENTBOX_URL: exit %d msg %q", r.code, r.msg)
+	}
+
+	r = runAll(t, "--json", "kill", "sb1")
+	var e map[string]string
+	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "unavailable" || !strings.Contains(e["message"], "is the server running?") {
+		t.Errorf("--json: stderr %q (%v)", r.stderr, err)
+	}
+	if r.code != 1 || r.msg != "" {
+		t.Errorf("--json: exit %d msg %q; want the error once, as JSON", r.code, r.msg)
+	}
+
+	// The default URL says so; other failures get no hint.
+	refused := fmt.Errorf("list sandboxes: %w", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)})
+	if got := unreachable(refused, client.DefaultURL, ", the default").Error(); !strings.Contains(got, "(tried http://127.0.0.1:8000, the default;") {
+		t.Errorf("default URL: %q", got)
+	}
+	other := errors.New("sandbox sb1 not found")
+	if unreachable(other, url, "") != other {
+		t.Error("a hint on an error that is not connection refused")
 	}
 }

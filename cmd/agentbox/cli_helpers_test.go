@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -97,4 +98,15 @@ func runAll(t *testing.T, args ...string) cliResult {
 		res.code, res.msg = 1, err.Error()
 	}
 	return res
+}
+
+// refusedURL returns the URL of a loopback port nothing listens on.
+func refusedURL(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close()
+	return url
 }

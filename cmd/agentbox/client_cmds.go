@@ -57,6 +57,9 @@ type cli struct {
 	in     io.Reader
 	out    io.Writer
 	errOut io.Writer
+	// urlFrom says where the server URL came from, for errors: " from
+	// --url", " from AGENTBOX_URL" or ", the default".
+	urlFrom string
 }
 
 // newCLI builds the client from --url/--api-key, falling back to the
@@ -64,8 +67,12 @@ type cli struct {
 func newCLI(cmd *cobra.Command) (*cli, error) {
 	f := cmd.Flags()
 	url, _ := f.GetString(flagURL)
+	urlFrom := " from --" + flagURL
 	if url == "" {
-		url = os.Getenv(client.EnvURL)
+		url, urlFrom = os.Getenv(client.EnvURL), " from "+client.EnvURL
+	}
+	if url == "" {
+		urlFrom = ", the default"
 	}
 	key, _ := f.GetString(flagAPIKey)
 	if key == "" {
@@ -76,7 +83,17 @@ func newCLI(cmd *cobra.Command) (*cli, error) {
 	if err != nil {
 		return nil, usageErrorf("--%s: %v", flagURL, err)
 	}
-	return &cli{c: c, json: asJSON, in: cmd.InOrStdin(), out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr()}, nil
+	return &cli{c: c, json: asJSON, in: cmd.InOrStdin(), out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(), urlFrom: urlFrom}, nil
+}
+
+// unreachable adds what to do to err when the server refused the
+// connection, which mostly means that no server runs at url.
+func unreachable(err error, url, from string) error {
+	if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+		return err
+	}
+	return fmt.Errorf("%w: is the server running? (tried %s%s; start one with agentbox serve, or point --%s or %s at yours)",
+		err, url, from, flagURL, client.EnvURL)
 }
 
 // printJSON writes v as indented JSON on stdout.
@@ -117,7 +134,7 @@ func clientRunE(check cobra.PositionalArgs, fn action) func(*cobra.Command, []st
 		}
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 		defer stop()
-		err = fn(ctx, x, args)
+		err = unreachable(fn(ctx, x, args), x.c.BaseURL(), x.urlFrom)
 		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			return &exitError{code: 130, msg: "interrupted"}
 		}

@@ -329,3 +329,35 @@ func TestServerNotRunningHint(t *testing.T) {
 		t.Error("a hint on an error that is not connection refused")
 	}
 }
+
+func TestTemplateFlagCompletion(t *testing.T) {
+	fs := fakeserver.New(t)
+	fs.AddTemplate("python:3.12", 1<<20, 1, 0)
+	fs.AddTemplate("tools", 1<<20, 1, 0)
+	for _, cmd := range []string{"create", "mcp", "run"} {
+		r := runAll(t, "--url", fs.URL, "__complete", cmd, "--template", "")
+		for _, want := range []string{"host\thost\n", "python:3.12\timage\n", "tools\timage\n"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("%s --template: no %q in\n%s", cmd, want, r.stdout)
+			}
+		}
+		if !strings.HasSuffix(r.stdout, ":4\n") { // no file completion
+			t.Errorf("%s --template: directive in\n%s", cmd, r.stdout)
+		}
+	}
+	r := runAll(t, "--url", fs.URL, "__complete", "create", "--template", "py")
+	if !strings.Contains(r.stdout, "python:3.12\t") || strings.Contains(r.stdout, "tools") || strings.Contains(r.stdout, "host") {
+		t.Errorf("prefix py:\n%s", r.stdout)
+	}
+	// No server: no suggestions, no error, no hang.
+	r = runAll(t, "--url", refusedURL(t), "__complete", "create", "--template", "")
+	if r.code != 0 || strings.Contains(r.stdout, "\t") {
+		t.Errorf("no server: exit %d\n%s", r.code, r.stdout)
+	}
+	// A run without a server has host (and dir:PATH) only.
+	t.Setenv(client.EnvURL, "")
+	r = runAll(t, "__complete", "run", "--template", "")
+	if !strings.HasPrefix(r.stdout, "host\t") || strings.Contains(r.stdout, "python") {
+		t.Errorf("run without a server:\n%s", r.stdout)
+	}
+}

@@ -12,7 +12,12 @@
 GO       ?= go
 BIN      := bin
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -X github.com/agentbox/agentbox/internal/version.Version=$(VERSION)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
+# The build date (agentbox version): SOURCE_DATE_EPOCH when set, so that
+# two builds of one commit are the same bytes (https://reproducible-builds.org).
+BUILD_DATE ?= $(shell date -u -d "@$${SOURCE_DATE_EPOCH:-$$(date +%s)}" +%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
+VERSION_PKG := github.com/agentbox/agentbox/internal/version
+LDFLAGS  := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT) -X $(VERSION_PKG).Date=$(BUILD_DATE)
 GOFLAGS_TEST ?= -count=1
 TEST_TIMEOUT ?= 40m
 

@@ -2,10 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/client/fakeserver"
 )
 
@@ -72,16 +78,17 @@ func TestErrorsHumanAndJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "not_found" || e["request_id"] == "" {
 		t.Errorf("--json stderr = %q (%v)", r.stderr, err)
 	}
-	if r.code != 1 || r.msg == "" {
-		t.Errorf("--json: exit %d msg %q", r.code, r.msg)
+	// Printed once: the JSON on stderr, and nothing from main after it.
+	if r.code != 1 || r.msg != "" || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("--json: exit %d msg %q stderr %q; want the error once, as JSON", r.code, r.msg, r.stderr)
 	}
 	r = runCLI(t, fs.URL, "", "--json", "create", "--pids", "x")
-	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "invalid_argument" || r.code != 2 {
-		t.Errorf("bad flag value with --json: exit %d stderr %q", r.code, r.stderr)
+	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "invalid_argument" || r.code != 2 || r.msg != "" {
+		t.Errorf("bad flag value with --json: exit %d stderr %q msg %q", r.code, r.stderr, r.msg)
 	}
 	r = runCLI(t, fs.URL, "", "--json", "cp", "a", "b")
-	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "invalid_argument" || r.code != 2 {
-		t.Errorf("usage error with --json: exit %d stderr %q", r.code, r.stderr)
+	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "invalid_argument" || r.code != 2 || r.msg != "" {
+		t.Errorf("usage error with --json: exit %d stderr %q msg %q", r.code, r.stderr, r.msg)
 	}
 
 	fs.SetAPIKey("right")
@@ -287,5 +294,70 @@ func TestCreateNoServiceFlag(t *testing.T) {
 	req, err := createOptions{noService: on}.request()
 	if err != nil || !req.NoService {
 		t.Fatalf("--no-service: %+v %v", req, err)
+	}
+}
+func TestServerNotRunningHint(t *testing.T) {
+	url := refusedURL(t)
+	r := runAll(t, "--url", url, "ls")
+	want := "connection refused: is the server running? (tried " + url + " from --url; start one with agentbox serve, or point --url or AGENTBOX_URL at yours)"
+	if r.code != 1 || !strings.Contains(r.msg, want) {
+		t.Errorf("--url: exit %d msg %q\nwant ~%q", r.code, r.msg, want)
+	}
+
+	t.Setenv(client.EnvURL, url)
+	r = runAll(t, "stats", "sb1")
+	if r.code != 1 || !strings.Contains(r.msg, "(tried "+url+" from AGENTBOX_URL;") {
+		t.Errorf("AGENTBOX_URL: exit %d msg %q", r.code, r.msg)
+	}
+
+	r = runAll(t, "--json", "kill", "sb1")
+	var e map[string]string
+	if err := json.Unmarshal([]byte(r.stderr), &e); err != nil || e["code"] != "unavailable" || !strings.Contains(e["message"], "is the server running?") {
+		t.Errorf("--json: stderr %q (%v)", r.stderr, err)
+	}
+	if r.code != 1 || r.msg != "" {
+		t.Errorf("--json: exit %d msg %q; want the error once, as JSON", r.code, r.msg)
+	}
+
+	// The default URL says so; other failures get no hint.
+	refused := fmt.Errorf("list sandboxes: %w", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)})
+	if got := unreachable(refused, client.DefaultURL, ", the default").Error(); !strings.Contains(got, "(tried http://127.0.0.1:8000, the default;") {
+		t.Errorf("default URL: %q", got)
+	}
+	other := errors.New("sandbox sb1 not found")
+	if unreachable(other, url, "") != other {
+		t.Error("a hint on an error that is not connection refused")
+	}
+}
+
+func TestTemplateFlagCompletion(t *testing.T) {
+	fs := fakeserver.New(t)
+	fs.AddTemplate("python:3.12", 1<<20, 1, 0)
+	fs.AddTemplate("tools", 1<<20, 1, 0)
+	for _, cmd := range []string{"create", "mcp", "run"} {
+		r := runAll(t, "--url", fs.URL, "__complete", cmd, "--template", "")
+		for _, want := range []string{"host\thost\n", "python:3.12\timage\n", "tools\timage\n"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("%s --template: no %q in\n%s", cmd, want, r.stdout)
+			}
+		}
+		if !strings.HasSuffix(r.stdout, ":4\n") { // no file completion
+			t.Errorf("%s --template: directive in\n%s", cmd, r.stdout)
+		}
+	}
+	r := runAll(t, "--url", fs.URL, "__complete", "create", "--template", "py")
+	if !strings.Contains(r.stdout, "python:3.12\t") || strings.Contains(r.stdout, "tools") || strings.Contains(r.stdout, "host") {
+		t.Errorf("prefix py:\n%s", r.stdout)
+	}
+	// No server: no suggestions, no error, no hang.
+	r = runAll(t, "--url", refusedURL(t), "__complete", "create", "--template", "")
+	if r.code != 0 || strings.Contains(r.stdout, "\t") {
+		t.Errorf("no server: exit %d\n%s", r.code, r.stdout)
+	}
+	// A run without a server has host (and dir:PATH) only.
+	t.Setenv(client.EnvURL, "")
+	r = runAll(t, "__complete", "run", "--template", "")
+	if !strings.HasPrefix(r.stdout, "host\t") || strings.Contains(r.stdout, "python") {
+		t.Errorf("run without a server:\n%s", r.stdout)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // completionTimeout bounds the List call behind a tab press: a slow or
@@ -66,4 +68,44 @@ func completeCp(cmd *cobra.Command, args []string, toComplete string) ([]string,
 		return nil, cobra.ShellCompDirectiveDefault
 	}
 	return out, cobra.ShellCompDirectiveNoSpace
+}
+
+// completeTemplates completes --template with the server's templates:
+// NAME for a latest tag, NAME:TAG otherwise, described by their kind.
+// Errors give no suggestions, as for sandbox ids.
+func completeTemplates(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	x, err := newCLI(cmd)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
+	defer cancel()
+	templates, err := x.c.Templates(ctx)
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	var out []string
+	for _, t := range templates {
+		ref := t.Name
+		if t.Tag != "" && t.Tag != "latest" {
+			ref += ":" + t.Tag
+		}
+		if strings.HasPrefix(ref, toComplete) {
+			out = append(out, ref+"\t"+t.Kind)
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// completeRunTemplate completes run's --template: the server's templates
+// when the run goes through one (--url, AGENTBOX_URL), else host (a run
+// without a server also takes dir:PATH).
+func completeRunTemplate(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	if url, _ := cmd.Flags().GetString(flagURL); url == "" && os.Getenv(client.EnvURL) == "" {
+		if strings.HasPrefix(sandbox.TemplateHost, toComplete) {
+			return []string{sandbox.TemplateHost + "\tthe host's /usr, read-only"}, cobra.ShellCompDirectiveNoFileComp
+		}
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	return completeTemplates(cmd, args, toComplete)
 }

@@ -57,6 +57,7 @@ with --json). Zero-valued flags leave the server's defaults.`,
 	f.StringVar(&o.disk, "disk", "", "disk size, e.g. 1G")
 	f.BoolVar(&o.noService, "no-service", false, "do not run the template's service (start_cmd, a service CMD); never from a warm pool")
 	f.BoolVar(&o.autoPause, "auto-pause", false, "pause the sandbox at its timeout instead of destroying it (agentbox resume brings it back)")
+	_ = cmd.RegisterFlagCompletionFunc("template", completeTemplates)
 	return cmd
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -70,4 +71,42 @@ func (s *safeBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// runAll runs the CLI with the commands of main these tests use (client
+// commands, run, mcp, doctor, version) and args as given (no --url added),
+// as main does; it is bounded to 20 s.
+func runAll(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	root := &cobra.Command{Use: "agentbox", SilenceUsage: true, SilenceErrors: true}
+	addClientFlags(root)
+	addClientCommands(root)
+	root.AddCommand(newRunCmd(), newMCPCmd(), newDoctorCmd(), newVersionCmd())
+	var stdout, stderr strings.Builder
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	root.SetArgs(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	res := cliResult{stdout: stdout.String(), stderr: stderr.String()}
+	var exit *exitError
+	switch {
+	case errors.As(err, &exit):
+		res.code, res.msg = exit.code, exit.msg
+	case err != nil:
+		res.code, res.msg = 1, err.Error()
+	}
+	return res
+}
+
+// refusedURL returns the URL of a loopback port nothing listens on.
+func refusedURL(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close()
+	return url
 }

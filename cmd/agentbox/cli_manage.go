@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/units"
 )
 
@@ -46,14 +49,24 @@ func newKillCmd() *cobra.Command {
 }
 
 func newLogsCmd() *cobra.Command {
-	var limit int
+	var (
+		limit  int
+		follow bool
+	)
 	cmd := &cobra.Command{
-		Use:               "logs ID",
-		Short:             "Show a sandbox's lifecycle events and agent log",
+		Use:   "logs ID",
+		Short: "Show a sandbox's lifecycle events and agent log",
+		Long: `Shows a sandbox's lifecycle events and agent log, oldest first. With
+-f it keeps polling the server (every second) and prints new entries until
+interrupted or the sandbox is gone; --json then prints one JSON object per
+line.`,
 		ValidArgsFunction: completeOneID,
 		RunE: clientRunE(cobra.ExactArgs(1), func(ctx context.Context, x *cli, args []string) error {
 			if limit < 0 {
 				return usageErrorf("--limit must not be negative")
+			}
+			if follow {
+				return followLogs(ctx, x, args[0], limit)
 			}
 			logs, err := x.c.Logs(ctx, args[0], limit)
 			if err != nil {
@@ -63,22 +76,111 @@ func newLogsCmd() *cobra.Command {
 				return x.printJSON(logs)
 			}
 			for _, l := range logs {
-				line := fmt.Sprintf("%s  %-5s  %s", l.Timestamp.Local().Format(time.RFC3339Nano), strings.ToUpper(l.Level), l.Message)
-				keys := make([]string, 0, len(l.Fields))
-				for k := range l.Fields {
-					keys = append(keys, k)
-				}
-				sort.Strings(keys)
-				for _, k := range keys {
-					line += fmt.Sprintf(" %s=%v", k, l.Fields[k])
-				}
-				fmt.Fprintln(x.out, line)
+				printLogEntry(x.out, l)
 			}
 			return nil
 		}),
 	}
 	cmd.Flags().IntVarP(&limit, "limit", "n", 0, "show at most the last N entries (default: the server's, 1000)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new entries until interrupted or the sandbox is gone")
 	return cmd
+}
+
+// printLogEntry prints one entry as a line: time, level, message, fields.
+func printLogEntry(w io.Writer, l client.LogEntry) {
+	line := fmt.Sprintf("%s  %-5s  %s", l.Timestamp.Local().Format(time.RFC3339Nano), strings.ToUpper(l.Level), l.Message)
+	keys := make([]string, 0, len(l.Fields))
+	for k := range l.Fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		line += fmt.Sprintf(" %s=%v", k, l.Fields[k])
+	}
+	fmt.Fprintln(w, line)
+}
+
+// logsPollInterval is how often logs -f asks the server for new entries.
+var logsPollInterval = time.Second
+
+// followLogs is logs -f. The API answers the last entries of a sandbox's
+// log, oldest first, with no cursor: each poll prints the entries it has
+// not printed yet (logSeen), and the first poll prints only the last
+// limit. It ends when ctx does (130, as an interrupted command) or the
+// sandbox is gone (0).
+func followLogs(ctx context.Context, x *cli, id string, limit int) error {
+	var seen logSeen
+	enc := json.NewEncoder(x.out)
+	for first := true; ; first = false {
+		logs, err := x.c.Logs(ctx, id, 0)
+		switch {
+		case ctx.Err() != nil:
+			return &exitError{code: 130}
+		case client.IsNotFound(err) && !first:
+			return nil // destroyed while followed
+		case err != nil:
+			return err
+		}
+		fresh := seen.update(logs)
+		if first && limit > 0 && len(fresh) > limit {
+			fresh = fresh[len(fresh)-limit:]
+		}
+		for _, l := range fresh {
+			if x.json {
+				err = enc.Encode(l)
+			} else {
+				printLogEntry(x.out, l)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return &exitError{code: 130}
+		case <-time.After(logsPollInterval):
+		}
+	}
+}
+
+// logSeen remembers the log entries logs -f printed, by content (time,
+// level, message, fields) and count, since entries have no ids: equal
+// entries are told apart by how many of them a response holds. Entries
+// older than the oldest of the last response cannot come back and are
+// forgotten.
+type logSeen struct {
+	counts map[string]int
+	times  map[string]time.Time
+}
+
+// update returns the entries of logs (a response, oldest first) not seen
+// yet, and remembers them.
+func (s *logSeen) update(logs []client.LogEntry) []client.LogEntry {
+	if s.counts == nil {
+		s.counts, s.times = map[string]int{}, map[string]time.Time{}
+	}
+	var fresh []client.LogEntry
+	now := map[string]int{}
+	for _, l := range logs {
+		fields, _ := json.Marshal(l.Fields)
+		key := l.Timestamp.UTC().Format(time.RFC3339Nano) + "\x00" + l.Level + "\x00" + l.Message + "\x00" + string(fields)
+		now[key]++
+		if now[key] > s.counts[key] {
+			s.counts[key] = now[key]
+			s.times[key] = l.Timestamp
+			fresh = append(fresh, l)
+		}
+	}
+	if len(logs) > 0 {
+		oldest := logs[0].Timestamp
+		for key, t := range s.times {
+			if t.Before(oldest) {
+				delete(s.counts, key)
+				delete(s.times, key)
+			}
+		}
+	}
+	return fresh
 }
 
 func newTimeoutCmd() *cobra.Command {

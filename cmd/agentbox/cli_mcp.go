@@ -43,5 +43,6 @@ MCP client disconnects. Logs go to stderr.`,
 	cmd.Flags().StringVar(&template, "template", "", "template of the session's sandbox (default: the server's)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "life of the session's sandbox while unused (default: the server's); it is refreshed while the session uses it")
 	cmd.Flags().StringVar(&network, "network", "", "network of the session's sandbox: none or egress (default: the server's)")
+	_ = cmd.RegisterFlagCompletionFunc("template", completeTemplates)
 	return cmd
 }

@@ -44,7 +44,7 @@ func TestTemplatePullAndRm(t *testing.T) {
 	}
 	res = runCLI(t, fs.URL, "", "--json", "template", "pull", "missing:1")
 	var e jsonError
-	if res.code != 1 || json.Unmarshal([]byte(res.stderr), &e) != nil || e.Code != "not_found" || !strings.Contains(res.msg, "manifest unknown") {
+	if res.code != 1 || json.Unmarshal([]byte(res.stderr), &e) != nil || e.Code != "not_found" || !strings.Contains(e.Message, "manifest unknown") || res.msg != "" {
 		t.Fatalf("failed pull: %+v", res)
 	}
 	fs.AddTemplate("busy", 1, 1, 1)

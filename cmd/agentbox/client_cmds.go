@@ -57,6 +57,9 @@ type cli struct {
 	in     io.Reader
 	out    io.Writer
 	errOut io.Writer
+	// urlFrom says where the server URL came from, for errors: " from
+	// --url", " from AGENTBOX_URL" or ", the default".
+	urlFrom string
 }
 
 // newCLI builds the client from --url/--api-key, falling back to the
@@ -64,8 +67,12 @@ type cli struct {
 func newCLI(cmd *cobra.Command) (*cli, error) {
 	f := cmd.Flags()
 	url, _ := f.GetString(flagURL)
+	urlFrom := " from --" + flagURL
 	if url == "" {
-		url = os.Getenv(client.EnvURL)
+		url, urlFrom = os.Getenv(client.EnvURL), " from "+client.EnvURL
+	}
+	if url == "" {
+		urlFrom = ", the default"
 	}
 	key, _ := f.GetString(flagAPIKey)
 	if key == "" {
@@ -76,7 +83,17 @@ func newCLI(cmd *cobra.Command) (*cli, error) {
 	if err != nil {
 		return nil, usageErrorf("--%s: %v", flagURL, err)
 	}
-	return &cli{c: c, json: asJSON, in: cmd.InOrStdin(), out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr()}, nil
+	return &cli{c: c, json: asJSON, in: cmd.InOrStdin(), out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(), urlFrom: urlFrom}, nil
+}
+
+// unreachable adds what to do to err when the server refused the
+// connection, which mostly means that no server runs at url.
+func unreachable(err error, url, from string) error {
+	if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+		return err
+	}
+	return fmt.Errorf("%w: is the server running? (tried %s%s; start one with agentbox serve, or point --%s or %s at yours)",
+		err, url, from, flagURL, client.EnvURL)
 }
 
 // printJSON writes v as indented JSON on stdout.
@@ -117,7 +134,7 @@ func clientRunE(check cobra.PositionalArgs, fn action) func(*cobra.Command, []st
 		}
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 		defer stop()
-		err = fn(ctx, x, args)
+		err = unreachable(fn(ctx, x, args), x.c.BaseURL(), x.urlFrom)
 		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			return &exitError{code: 130, msg: "interrupted"}
 		}
@@ -136,8 +153,8 @@ type jsonError struct {
 
 // finish maps an action's error to what main prints and exits with:
 // usage errors exit 2, other failures 1, an *exitError (a command's own
-// exit code) passes through. With --json the error is also printed on
-// stderr as a JSON object.
+// exit code) passes through. With --json the error is printed here, on
+// stderr as a JSON object, and main prints nothing more.
 func finish(errOut io.Writer, asJSON bool, err error) error {
 	if err == nil {
 		return nil
@@ -160,6 +177,7 @@ func finish(errOut io.Writer, asJSON bool, err error) error {
 	}
 	if asJSON {
 		_ = json.NewEncoder(errOut).Encode(obj)
+		return &exitError{code: code}
 	}
 	return &exitError{code: code, msg: err.Error()}
 }

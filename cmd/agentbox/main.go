@@ -1,6 +1,8 @@
 // Command agentbox is the agentbox daemon and its command-line client.
 //
 //	agentbox serve                      run the API server (make run)
+//	agentbox doctor                     check this host for what serve needs
+//	agentbox version                    version, commit, build date, backends
 //	agentbox run -- python3 -c 'print(1)'  one sandbox, one command, no daemon
 //	agentbox create | ls | exec | cp | kill | logs | timeout   talk to a server
 //	agentbox mcp                        the sandbox tools over MCP on stdio
@@ -37,8 +39,11 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// --version prints what `agentbox version` does (the template is
+	// text/template: the text has no actions).
+	root.SetVersionTemplate(currentBuild().String())
 	addClientFlags(root)
-	root.AddCommand(newServeCmd(), newNodeCmd(), newRunCmd(), newBenchCmd(), newMCPCmd(), newLoadCmd())
+	root.AddCommand(newServeCmd(), newNodeCmd(), newRunCmd(), newBenchCmd(), newMCPCmd(), newLoadCmd(), newDoctorCmd(), newVersionCmd())
 	addClientCommands(root)
 
 	err := root.Execute()

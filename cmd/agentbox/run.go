@@ -81,6 +81,7 @@ sandbox could not be created.`,
 	f.BoolVar(&o.root, "root", false, "run as root inside a user namespace")
 	f.BoolVar(&o.noStdin, "no-stdin", false, "do not pass stdin through")
 	f.StringVar(&o.dataDir, "data-dir", "", "state directory (default $AGENTBOX_DATA_DIR, /var/lib/agentbox as root, ~/.cache/agentbox otherwise)")
+	_ = cmd.RegisterFlagCompletionFunc("template", completeRunTemplate)
 	return cmd
 }
 

@@ -53,7 +53,7 @@ func runViaServer(ctx context.Context, o runOptions, templateSet bool, args []st
 
 	sb, err := c.Create(ctx, req)
 	if err != nil {
-		return &exitError{code: 125, msg: "create sandbox: " + err.Error()}
+		return &exitError{code: 125, msg: "create sandbox: " + unreachable(err, c.BaseURL(), "").Error()}
 	}
 	defer func() {
 		del, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

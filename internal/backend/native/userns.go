@@ -178,15 +178,28 @@ func (a *idAllocator) reserveRecorded(sbRoot string) {
 // validateIDRanges checks the configured ranges fit in 32 bits and lie
 // clear of every account the host has or may create.
 func validateIDRanges(etc string, base, count uint32) error {
+	if err := CheckIDRanges(etc, base, count); err != nil {
+		return fmt.Errorf("native: %w", err)
+	}
+	return nil
+}
+
+// CheckIDRanges reports whether the sandboxes' host id ranges, count
+// ranges of 65536 ids from base (SANDBOX_ID_BASE, SANDBOX_ID_RANGES), fit
+// in 32 bits and lie clear of every account and subordinate id range in
+// the passwd, group, subuid and subgid files of etc and of the ranges its
+// login.defs lets useradd allocate from: the check New makes as root, which
+// agentbox doctor makes too.
+func CheckIDRanges(etc string, base, count uint32) error {
 	if count == 0 {
-		return errors.New("native: the sandbox id range count must be positive")
+		return errors.New("the sandbox id range count must be positive")
 	}
 	hi := uint64(base) + uint64(count)*idRangeSize - 1
 	if hi >= 1<<32-1 {
-		return fmt.Errorf("native: sandbox id ranges %d-%d go past the largest host id; lower SANDBOX_ID_BASE or SANDBOX_ID_RANGES", base, hi)
+		return fmt.Errorf("sandbox id ranges %d-%d go past the largest host id; lower SANDBOX_ID_BASE or SANDBOX_ID_RANGES", base, hi)
 	}
 	if err := checkHostIDRange(etc, uint64(base), hi); err != nil {
-		return fmt.Errorf("native: sandbox host ids %d-%d (SANDBOX_ID_BASE, SANDBOX_ID_RANGES × 65536) overlap host accounts: %w; choose a free range", base, hi, err)
+		return fmt.Errorf("sandbox host ids %d-%d (SANDBOX_ID_BASE, SANDBOX_ID_RANGES × 65536) overlap host accounts: %w; choose a free range", base, hi, err)
 	}
 	return nil
 }

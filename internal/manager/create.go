@@ -30,8 +30,6 @@ type CreateRequest struct {
 	// Resources override the defaults field by field.
 	Resources sandbox.Resources
 	Network   sandbox.Network
-	// SessionKey binds the sandbox to a session (agentscope's session_ctx_id).
-	SessionKey string
 	// WorkspaceDir is a host directory to use as /workspace (agentscope's
 	// mount_dir). Only trusted front-ends set it; it is never taken from a
 	// request body of the native API.
@@ -46,6 +44,11 @@ type CreateRequest struct {
 	// NoService creates the sandbox without running its template's
 	// service (CMD, start_cmd, warm code context); implies NoPool.
 	NoService bool
+
+	// session binds the sandbox to a session key: set only by a held
+	// Session (sessions.go), so every binding is serialised with the
+	// session's other changes.
+	session string
 }
 
 const (
@@ -285,7 +288,7 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 		ID: id, Owner: owner, Template: template.Ref, TemplateDigest: template.Digest, Type: typ, State: sandbox.StateRunning,
 		CreatedAt: now, EndAt: now.Add(req.Timeout), LastActive: now,
 		Metadata: req.Metadata, Env: req.Env, Network: req.Network,
-		AccessToken: newToken(), SessionKey: req.SessionKey, Pool: poolKey, Extra: req.Extra, AutoPause: req.AutoPause,
+		AccessToken: newToken(), SessionKey: req.session, Pool: poolKey, Extra: req.Extra, AutoPause: req.AutoPause,
 	}
 	if poolKey != "" {
 		rec.EndAt = time.Time{} // pooled sandboxes wait without a deadline
@@ -474,7 +477,7 @@ func (m *Manager) handOver(ctx context.Context, id sandbox.ID, owner, typ string
 	rec := e.rec.Clone()
 	rec.Owner, rec.Type, rec.Pool, rec.FromPool = owner, typ, "", true
 	rec.CreatedAt, rec.EndAt, rec.LastActive = now, now.Add(req.Timeout), now
-	rec.Metadata, rec.Env, rec.SessionKey, rec.Extra = req.Metadata, req.Env, req.SessionKey, req.Extra
+	rec.Metadata, rec.Env, rec.SessionKey, rec.Extra = req.Metadata, req.Env, req.session, req.Extra
 	rec.AutoPause = req.AutoPause
 	rec.Network = req.Network
 	e.rec, e.lastActive = rec, time.Now()

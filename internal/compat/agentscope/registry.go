@@ -2,8 +2,6 @@ package agentscope
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,8 +24,10 @@ const (
 	extraMountDir = "agentscope.mount_dir"
 	// docKind names the records among the store's documents.
 	docKind = "agentscope"
-	// lockKind names the session locks that span replicas.
-	lockKind = "agentscope-lock"
+	// legacyLockKind names the session locks of earlier versions, expired
+	// documents that pruneLoop still sweeps out of a bbolt file (sessions
+	// are held by the manager's lease now).
+	legacyLockKind = "agentscope-lock"
 )
 
 // registry holds the records by container name, in the daemon's store
@@ -217,57 +217,8 @@ func (g *registry) owned(ctx context.Context, owner string) ([]*record, error) {
 	return out, nil
 }
 
-// errHeld means another holder has the lock.
-var errHeld = errors.New("held")
-
-// lock takes the lock named key across every replica sharing the store,
-// waiting for it up to wait; it lasts until the returned unlock, or hold
-// (so a holder that died does not block it for ever).
-func (g *registry) lock(ctx context.Context, key string, hold, wait time.Duration) (func(), error) {
-	token := newLockToken()
-	deadline := time.Now().Add(wait)
-	for {
-		err := g.docs.UpdateDoc(ctx, lockKind, "", key, func(old []byte) ([]byte, time.Duration, error) {
-			if old != nil {
-				return nil, 0, errHeld
-			}
-			return []byte(token), hold, nil
-		})
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, errHeld) {
-			return nil, err
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("session busy: another replica holds its lock for more than %s", wait)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		err := g.docs.UpdateDoc(uctx, lockKind, "", key, func(old []byte) ([]byte, time.Duration, error) {
-			if string(old) != token {
-				return nil, 0, errHeld // expired and taken by another: theirs now
-			}
-			return nil, 0, nil
-		})
-		if err != nil && !errors.Is(err, errHeld) {
-			g.log.Warn("agentscope: release a session lock (it expires by itself)", "err", err)
-		}
-	}, nil
-}
-
-func newLockToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// errExists ends an adoption that found a record already there.
+var errExists = errors.New("exists")
 
 // lookup returns owner's record for identity, adopting a sandbox the
 // manager knows but this front-end has no record of (created through the
@@ -302,12 +253,12 @@ func (g *registry) adopt(ctx context.Context, r *record) *record {
 	err = g.docs.UpdateDoc(ctx, docKind, r.Owner, r.Name, func(old []byte) ([]byte, time.Duration, error) {
 		if cur := decodeRecord(old); cur != nil {
 			out = cur
-			return old, 0, errHeld
+			return old, 0, errExists
 		}
 		out = r
 		return data, g.ttl(r), nil
 	})
-	if err != nil && !errors.Is(err, errHeld) {
+	if err != nil && !errors.Is(err, errExists) {
 		g.log.Warn("agentscope: record an adopted sandbox", "sandbox", r.Name, "err", err)
 	}
 	if out.Owner != r.Owner {

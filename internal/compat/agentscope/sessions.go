@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -72,33 +73,30 @@ func (s *Server) needsRestore(ctx context.Context, owner, key string) bool {
 // The session's lock spans replicas: a session is restored once, by the
 // replica whose call came first.
 func (s *Server) restoreSession(ctx context.Context, owner, key string) error {
-	unlock, err := s.sessionLock(ctx, owner, key)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	recs, err := s.reg.session(ctx, owner, key)
-	if err != nil {
-		return err
-	}
-	for _, old := range recs {
-		if old.State != stateRecycled {
-			continue
-		}
-		nr, err := s.createSandbox(ctx, owner, createOpts{
-			typ: old.Type, session: key, mountDir: old.MountDir, storage: old.Storage,
-			fromPool: old.MountDir == "" && old.Storage == "",
-		})
+	return s.withSession(ctx, owner, key, func(ctx context.Context, sess *manager.Session) error {
+		recs, err := s.reg.session(ctx, owner, key)
 		if err != nil {
-			s.log.Warn("agentscope: restore recycled sandbox", "sandbox", old.Name, "session", key, "err", err)
-			continue
+			return err
 		}
-		s.reg.update(ctx, old.Name, func(x *record) {
-			x.State, x.RedirectTo, x.Session = stateReplaced, nr.Name, ""
-		})
-		s.log.Info("agentscope sandbox restored", "old", old.Name, "new", nr.Name, "session", key)
-	}
-	return nil
+		for _, old := range recs {
+			if old.State != stateRecycled {
+				continue
+			}
+			nr, err := s.createSandbox(ctx, owner, createOpts{
+				typ: old.Type, sess: sess, mountDir: old.MountDir, storage: old.Storage,
+				fromPool: old.MountDir == "" && old.Storage == "",
+			})
+			if err != nil {
+				s.log.Warn("agentscope: restore recycled sandbox", "sandbox", old.Name, "session", key, "err", err)
+				continue
+			}
+			s.reg.update(ctx, old.Name, func(x *record) {
+				x.State, x.RedirectTo, x.Session = stateReplaced, nr.Name, ""
+			})
+			s.log.Info("agentscope sandbox restored", "old", old.Name, "new", nr.Name, "session", key)
+		}
+		return nil
+	})
 }
 
 // onRecycle runs (from the manager's heartbeat loop) before an idle

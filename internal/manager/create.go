@@ -30,10 +30,12 @@ type CreateRequest struct {
 	// Resources override the defaults field by field.
 	Resources sandbox.Resources
 	Network   sandbox.Network
-	// WorkspaceDir is a host directory to use as /workspace (agentscope's
-	// mount_dir). Only trusted front-ends set it; it is never taken from a
-	// request body of the native API.
-	WorkspaceDir string
+	// Workspace continues in a kept workspace: the name of a directory
+	// under DEFAULT_MOUNT_DIR, where each sandbox gets one named after it
+	// that stays after the sandbox is gone, for a sandbox that takes over
+	// from a gone one (a restored session). Only front-ends set it; it is
+	// never taken from a request body.
+	Workspace string
 	// Extra is opaque front-end data stored with the record.
 	Extra map[string]string
 	// AutoPause pauses the sandbox at its end time instead of destroying
@@ -49,6 +51,8 @@ type CreateRequest struct {
 	// Session (sessions.go), so every binding is serialised with the
 	// session's other changes.
 	session string
+	// workspaceDir is Workspace resolved by validate.
+	workspaceDir string
 }
 
 const (
@@ -157,7 +161,31 @@ func (m *Manager) validate(req *CreateRequest) error {
 	case r.DiskBytes < 0 || (max.DiskBytes > 0 && r.DiskBytes > max.DiskBytes):
 		return invalid("resources.disk", "disk must be at most %d MiB", max.DiskBytes>>20)
 	}
+	if req.Workspace != "" {
+		dir, err := m.keptWorkspace(req.Workspace)
+		if err != nil {
+			return err
+		}
+		req.workspaceDir = dir
+	}
 	return m.validateNetwork(&req.Network)
+}
+
+// keptWorkspace is the directory of a kept workspace (CreateRequest.
+// Workspace): a directory of DEFAULT_MOUNT_DIR named like a sandbox, never
+// a link, so no name leads anywhere else on the host.
+func (m *Manager) keptWorkspace(name string) (string, error) {
+	if m.cfg.DefaultMountDir == "" {
+		return "", invalid("workspace", "workspace %q: no workspace is kept on this server (DEFAULT_MOUNT_DIR is not set)", name)
+	}
+	if sandbox.ID(name).Validate() != nil {
+		return "", invalid("workspace", "invalid workspace name %q", name)
+	}
+	dir := filepath.Join(m.cfg.DefaultMountDir, name)
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return "", invalid("workspace", "no kept workspace %q in DEFAULT_MOUNT_DIR", name)
+	}
+	return dir, nil
 }
 
 // mapBytes is the size of m's keys and values.
@@ -233,7 +261,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 func (m *Manager) poolEligible(req CreateRequest) bool {
 	return !req.NoPool && !req.NoService && req.Resources == (sandbox.Resources{}) &&
 		req.Network.Mode == m.cfg.DefaultNetworkMode &&
-		req.WorkspaceDir == "" && m.cfg.DefaultMountDir == ""
+		req.Workspace == "" && m.cfg.DefaultMountDir == ""
 }
 
 // reserve inserts a placeholder entry counted against the limits, or fails
@@ -296,7 +324,7 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 	spec := sandbox.Spec{
 		ID: id, Template: template, Env: req.Env, AccessToken: rec.AccessToken, Network: req.Network,
 		Resources: req.Resources.WithDefaults(templateDefaults(template, m.cfg.DefaultResources, m.cfg.MaxResources)),
-		Mounts:    m.cfg.ReadonlyMounts, WorkspaceDir: req.WorkspaceDir,
+		Mounts:    m.cfg.ReadonlyMounts, WorkspaceDir: req.workspaceDir,
 		Labels: map[string]string{"owner": owner},
 		// An image's root is writable (on the sandbox's disk), so that
 		// package managers work as they do in a container.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -260,5 +261,39 @@ func TestSessionHoldAndFence(t *testing.T) {
 	}
 	if err := e.m.WithSession(ctx, "alice", "", func(context.Context, *Session) error { return nil }); sandbox.ClassOf(err) != sandbox.ClassInvalid {
 		t.Fatalf("empty session key: %v", err)
+	}
+}
+
+// A sandbox can continue in a kept workspace of DEFAULT_MOUNT_DIR (a
+// restored session), by name only: nothing else on the host.
+func TestKeptWorkspace(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, Config{DefaultMountDir: dir})
+	ctx := context.Background()
+	first, err := e.m.Create(ctx, "alice", CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.WorkspaceDir != filepath.Join(dir, string(first.ID)) {
+		t.Fatalf("workspace %q", first.WorkspaceDir)
+	}
+	if err := e.m.Delete(ctx, "alice", first.ID); err != nil {
+		t.Fatal(err)
+	}
+	next, err := e.m.Create(ctx, "alice", CreateRequest{Workspace: string(first.ID)})
+	if err != nil || next.WorkspaceDir != first.WorkspaceDir {
+		t.Fatalf("continue in %s: %+v %v", first.ID, next, err)
+	}
+	if err := os.Symlink("/etc", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"../etc", "/etc", "missing", "link", "."} {
+		if _, err := e.m.Create(ctx, "alice", CreateRequest{Workspace: name}); sandbox.ClassOf(err) != sandbox.ClassInvalid {
+			t.Errorf("workspace %q: %v, want invalid", name, err)
+		}
+	}
+	plain := newEnv(t, Config{})
+	if _, err := plain.m.Create(ctx, "alice", CreateRequest{Workspace: string(first.ID)}); sandbox.ClassOf(err) != sandbox.ClassInvalid {
+		t.Errorf("a kept workspace without DEFAULT_MOUNT_DIR: %v, want invalid", err)
 	}
 }

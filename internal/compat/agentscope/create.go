@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/manager"
@@ -26,15 +27,20 @@ type createOpts struct {
 	env map[string]string
 	// sess, when set, is the held session the sandbox is bound to
 	// (withSession).
-	sess     *manager.Session
-	mountDir string // reuse this workspace directory (restore)
+	sess *manager.Session
+	// mountDir is the host directory of a gone sandbox's workspace to
+	// continue in (a restore): a directory of DEFAULT_MOUNT_DIR the
+	// manager kept.
+	mountDir string
 	storage  string // storage_path to restore the workspace from
 	fromPool bool
 }
 
 // createSandbox creates a sandbox for owner and publishes its record: the
 // workspace is restored from storage when there is a copy, and made a git
-// repository. errLimit when a limit is reached.
+// repository. errLimit when a limit is reached. What is agentscope's own
+// (that it made the sandbox, its type name, its storage_path) goes in its
+// record, not in the manager's request.
 func (s *Server) createSandbox(ctx context.Context, owner string, o createOpts) (*record, error) {
 	if o.typ == "" {
 		o.typ = s.cfg.DefaultTypes[0]
@@ -45,13 +51,9 @@ func (s *Server) createSandbox(ctx context.Context, owner string, o createOpts) 
 		}
 		return nil, fmt.Errorf("'%s' is not a valid SandboxType", o.typ)
 	}
-	extra := map[string]string{extraMarker: "1", extraType: o.typ}
-	if o.storage != "" {
-		extra[extraStorage] = o.storage
-	}
-	req := manager.CreateRequest{
-		Type: o.typ, Timeout: s.cfg.SandboxTimeout, Env: o.env,
-		WorkspaceDir: o.mountDir, NoPool: !o.fromPool, Extra: extra,
+	req := manager.CreateRequest{Type: o.typ, Timeout: s.cfg.SandboxTimeout, Env: o.env, NoPool: !o.fromPool}
+	if o.mountDir != "" {
+		req.Workspace = filepath.Base(o.mountDir)
 	}
 	var rec *store.Record
 	var err error
@@ -71,7 +73,7 @@ func (s *Server) createSandbox(ctx context.Context, owner string, o createOpts) 
 	r := &record{
 		Name: s.cfg.Prefix + string(rec.ID), ID: rec.ID, Owner: owner, Type: o.typ,
 		Session: rec.SessionKey, Token: rec.AccessToken, MountDir: rec.WorkspaceDir, Storage: o.storage,
-		CreatedAt: now, LastActive: now, UpdatedAt: now, State: stateWarm,
+		CreatedAt: now, LastActive: now, UpdatedAt: now, State: stateWarm, Ours: true,
 	}
 	if r.Session != "" {
 		r.State = stateRunning

@@ -16,17 +16,22 @@ import (
 
 // How long records of sandboxes that are gone stay answerable.
 const (
-	terminalTTL   = time.Hour      // released, replaced
-	recycledTTL   = 24 * time.Hour // waiting for their session to come back
-	extraMarker   = "agentscope"
-	extraType     = "agentscope.type"
-	extraStorage  = "agentscope.storage_path"
-	extraMountDir = "agentscope.mount_dir"
+	terminalTTL = time.Hour      // released, replaced
+	recycledTTL = 24 * time.Hour // waiting for their session to come back
 	// docKind names the records among the store's documents.
 	docKind = "agentscope"
+)
+
+// What earlier versions kept in the manager's records (store.Record.Extra)
+// and the store, read only: sandboxes they made (still running across an
+// upgrade, or run by a replica not yet upgraded) are adopted as this
+// front end's own. The registry's records carry all of it now.
+const (
+	legacyMarker  = "agentscope"              // made through agentscope
+	legacyType    = "agentscope.type"         // its sandbox type
+	legacyStorage = "agentscope.storage_path" // its storage_path
 	// legacyLockKind names the session locks of earlier versions, expired
-	// documents that pruneLoop still sweeps out of a bbolt file (sessions
-	// are held by the manager's lease now).
+	// documents that pruneLoop still sweeps out of a bbolt file.
 	legacyLockKind = "agentscope-lock"
 )
 
@@ -267,9 +272,10 @@ func (g *registry) adopt(ctx context.Context, r *record) *record {
 	return out
 }
 
-// adopt builds a record for a manager record.
+// adopt builds a record for a manager record: a sandbox of another API
+// (native, E2B), or one an earlier version made through agentscope.
 func (s *Server) adopt(owner string, rec *store.Record) *record {
-	typ := rec.Extra[extraType]
+	typ := rec.Extra[legacyType]
 	if typ == "" {
 		typ = rec.Type
 	}
@@ -279,7 +285,8 @@ func (s *Server) adopt(owner string, rec *store.Record) *record {
 	r := &record{
 		Name: s.cfg.Prefix + string(rec.ID), ID: rec.ID, Owner: owner, Type: typ,
 		Session: rec.SessionKey, Token: rec.AccessToken, MountDir: rec.WorkspaceDir,
-		Storage: s.adoptStorage(owner, rec.ID, rec.Extra[extraStorage]), CreatedAt: rec.CreatedAt, LastActive: rec.LastActive, UpdatedAt: time.Now(),
+		Storage: s.adoptStorage(owner, rec.ID, rec.Extra[legacyStorage]), CreatedAt: rec.CreatedAt, LastActive: rec.LastActive, UpdatedAt: time.Now(),
+		Ours: rec.Extra[legacyMarker] != "",
 	}
 	r.State = stateWarm
 	if r.Session != "" {

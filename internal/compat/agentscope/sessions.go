@@ -103,15 +103,13 @@ func (s *Server) restoreSession(ctx context.Context, owner, key string) error {
 // session sandbox is destroyed: it saves the workspace and marks the
 // record recycled, keeping its session binding for the restore.
 func (s *Server) onRecycle(ctx context.Context, rec *store.Record) {
-	if rec.Extra[extraMarker] == "" {
-		return // not an agentscope sandbox: the native session rules apply
-	}
 	name := s.cfg.Prefix + string(rec.ID)
 	r := s.reg.get(ctx, name)
-	if r == nil {
-		if r = s.reg.adopt(ctx, s.adopt(rec.Owner, rec)); r == nil {
-			return
-		}
+	if r == nil && rec.Extra[legacyMarker] != "" {
+		r = s.reg.adopt(ctx, s.adopt(rec.Owner, rec)) // made by an earlier version
+	}
+	if r == nil || !r.Ours {
+		return // not an agentscope sandbox: the native session rules apply
 	}
 	s.stopProcesses(r.ID)
 	if r.Storage != "" {
@@ -189,11 +187,12 @@ func (s *Server) stillBound(ctx context.Context, recs []*record) []*record {
 	return out
 }
 
-// adoptSession makes sure the manager's agentscope sandboxes of a session
-// have records (after a daemon restart the registry starts empty).
+// adoptSession makes sure the agentscope sandboxes of a session that an
+// earlier version made have records (it kept none in the store); those
+// made since have one from their create.
 func (s *Server) adoptSession(ctx context.Context, owner, key string) {
 	for _, rec := range s.m.SessionSandboxes(owner, key) {
-		if rec.Extra[extraMarker] != "" {
+		if rec.Extra[legacyMarker] != "" {
 			s.lookup(ctx, owner, string(rec.ID))
 		}
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // Leases grants named leases: at most one holder of a name at a time, for a
@@ -282,6 +284,8 @@ func (b *Bolt) boltLeaseTx(name string, fn func(cur *boltLease, now time.Time) (
 		next, ok := fn(cur, time.Now())
 		out = ok
 		switch {
+		case next == cur && cur != nil:
+			return nil // unchanged: no write
 		case next == nil && cur != nil:
 			return bk.Delete(k)
 		case next == nil:
@@ -400,5 +404,5 @@ func (r *Redis) ifLeaseHolder(ctx context.Context, name, token, op string, chang
 		}
 		return held, nil
 	}
-	return false, fmt.Errorf("%s %q: too contended", op, name)
+	return false, sandbox.Errorf(sandbox.ClassUnavailable, "%s %q: too contended; retry", op, name)
 }

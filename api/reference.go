@@ -121,6 +121,8 @@ session's sandboxes, one per type, creating missing ones (key ` + "`" + `<sessio
 agentscope's SandboxService). Session sandboxes idle for ` + "`" + `HEARTBEAT_TIMEOUT` + "`" + ` are recycled.
 ` + "`" + `POST .../release` + "`" + ` destroys them. With replicas sharing Redis a session spans them: any
 replica finds its sandboxes on every replica, concurrent connects create one sandbox per type,
-and a release destroys each sandbox on the replica that runs it (docs/scale-out.md).
+and a release destroys each sandbox on the replica that runs it (docs/scale-out.md). A
+connect or release holds the session (so do agentscope's creates, restores and releases of
+the same key): a call waits up to 5 minutes for another holder, then answers 503.
 
 `

@@ -30,12 +30,12 @@ type CreateRequest struct {
 	// Resources override the defaults field by field.
 	Resources sandbox.Resources
 	Network   sandbox.Network
-	// SessionKey binds the sandbox to a session (agentscope's session_ctx_id).
-	SessionKey string
-	// WorkspaceDir is a host directory to use as /workspace (agentscope's
-	// mount_dir). Only trusted front-ends set it; it is never taken from a
-	// request body of the native API.
-	WorkspaceDir string
+	// Workspace continues in a kept workspace: the name of a directory
+	// under DEFAULT_MOUNT_DIR, where each sandbox gets one named after it
+	// that stays after the sandbox is gone, for a sandbox that takes over
+	// from a gone one (a restored session). Only front-ends set it; it is
+	// never taken from a request body.
+	Workspace string
 	// Extra is opaque front-end data stored with the record.
 	Extra map[string]string
 	// AutoPause pauses the sandbox at its end time instead of destroying
@@ -46,6 +46,13 @@ type CreateRequest struct {
 	// NoService creates the sandbox without running its template's
 	// service (CMD, start_cmd, warm code context); implies NoPool.
 	NoService bool
+
+	// session binds the sandbox to a session key: set only by a held
+	// Session (sessions.go), so every binding is serialised with the
+	// session's other changes.
+	session string
+	// workspaceDir is Workspace resolved by validate.
+	workspaceDir string
 }
 
 const (
@@ -154,7 +161,31 @@ func (m *Manager) validate(req *CreateRequest) error {
 	case r.DiskBytes < 0 || (max.DiskBytes > 0 && r.DiskBytes > max.DiskBytes):
 		return invalid("resources.disk", "disk must be at most %d MiB", max.DiskBytes>>20)
 	}
+	if req.Workspace != "" {
+		dir, err := m.keptWorkspace(req.Workspace)
+		if err != nil {
+			return err
+		}
+		req.workspaceDir = dir
+	}
 	return m.validateNetwork(&req.Network)
+}
+
+// keptWorkspace is the directory of a kept workspace (CreateRequest.
+// Workspace): a directory of DEFAULT_MOUNT_DIR named like a sandbox, never
+// a link, so no name leads anywhere else on the host.
+func (m *Manager) keptWorkspace(name string) (string, error) {
+	if m.cfg.DefaultMountDir == "" {
+		return "", invalid("workspace", "workspace %q: no workspace is kept on this server (DEFAULT_MOUNT_DIR is not set)", name)
+	}
+	if sandbox.ID(name).Validate() != nil {
+		return "", invalid("workspace", "invalid workspace name %q", name)
+	}
+	dir := filepath.Join(m.cfg.DefaultMountDir, name)
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return "", invalid("workspace", "no kept workspace %q in DEFAULT_MOUNT_DIR", name)
+	}
+	return dir, nil
 }
 
 // mapBytes is the size of m's keys and values.
@@ -230,7 +261,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 func (m *Manager) poolEligible(req CreateRequest) bool {
 	return !req.NoPool && !req.NoService && req.Resources == (sandbox.Resources{}) &&
 		req.Network.Mode == m.cfg.DefaultNetworkMode &&
-		req.WorkspaceDir == "" && m.cfg.DefaultMountDir == ""
+		req.Workspace == "" && m.cfg.DefaultMountDir == ""
 }
 
 // reserve inserts a placeholder entry counted against the limits, or fails
@@ -285,7 +316,7 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 		ID: id, Owner: owner, Template: template.Ref, TemplateDigest: template.Digest, Type: typ, State: sandbox.StateRunning,
 		CreatedAt: now, EndAt: now.Add(req.Timeout), LastActive: now,
 		Metadata: req.Metadata, Env: req.Env, Network: req.Network,
-		AccessToken: newToken(), SessionKey: req.SessionKey, Pool: poolKey, Extra: req.Extra, AutoPause: req.AutoPause,
+		AccessToken: newToken(), SessionKey: req.session, Pool: poolKey, Extra: req.Extra, AutoPause: req.AutoPause,
 	}
 	if poolKey != "" {
 		rec.EndAt = time.Time{} // pooled sandboxes wait without a deadline
@@ -293,7 +324,7 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 	spec := sandbox.Spec{
 		ID: id, Template: template, Env: req.Env, AccessToken: rec.AccessToken, Network: req.Network,
 		Resources: req.Resources.WithDefaults(templateDefaults(template, m.cfg.DefaultResources, m.cfg.MaxResources)),
-		Mounts:    m.cfg.ReadonlyMounts, WorkspaceDir: req.WorkspaceDir,
+		Mounts:    m.cfg.ReadonlyMounts, WorkspaceDir: req.workspaceDir,
 		Labels: map[string]string{"owner": owner},
 		// An image's root is writable (on the sandbox's disk), so that
 		// package managers work as they do in a container.
@@ -474,7 +505,7 @@ func (m *Manager) handOver(ctx context.Context, id sandbox.ID, owner, typ string
 	rec := e.rec.Clone()
 	rec.Owner, rec.Type, rec.Pool, rec.FromPool = owner, typ, "", true
 	rec.CreatedAt, rec.EndAt, rec.LastActive = now, now.Add(req.Timeout), now
-	rec.Metadata, rec.Env, rec.SessionKey, rec.Extra = req.Metadata, req.Env, req.SessionKey, req.Extra
+	rec.Metadata, rec.Env, rec.SessionKey, rec.Extra = req.Metadata, req.Env, req.session, req.Extra
 	rec.AutoPause = req.AutoPause
 	rec.Network = req.Network
 	e.rec, e.lastActive = rec, time.Now()

@@ -73,7 +73,7 @@ func TestOnGoneDeleteExpirySession(t *testing.T) {
 		t.Fatalf("after expiry: %v owner %q", r, g.owner[exp.ID])
 	}
 
-	s1, err := e.m.Create(ctx, "carol", CreateRequest{SessionKey: "k", NoPool: true})
+	s1, err := e.m.Create(ctx, "carol", CreateRequest{session: "k", NoPool: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -438,29 +438,43 @@ type keyedMutex struct {
 }
 
 type keyedLock struct {
-	mu   sync.Mutex
+	held chan struct{} // one element while locked: a wait can give up
 	refs int
 }
 
 func (k *keyedMutex) lock(key string) func() {
+	unlock, _ := k.lockCtx(context.Background(), key)
+	return unlock
+}
+
+// lockCtx is lock with a wait that ends with ctx (its error then).
+func (k *keyedMutex) lockCtx(ctx context.Context, key string) (func(), error) {
 	k.mu.Lock()
 	if k.locks == nil {
 		k.locks = map[string]*keyedLock{}
 	}
 	l := k.locks[key]
 	if l == nil {
-		l = &keyedLock{}
+		l = &keyedLock{held: make(chan struct{}, 1)}
 		k.locks[key] = l
 	}
 	l.refs++
 	k.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
+	drop := func() {
 		k.mu.Lock()
 		if l.refs--; l.refs == 0 {
 			delete(k.locks, key)
 		}
 		k.mu.Unlock()
 	}
+	select {
+	case l.held <- struct{}{}:
+	case <-ctx.Done():
+		drop()
+		return nil, ctx.Err()
+	}
+	return func() {
+		<-l.held
+		drop()
+	}, nil
 }

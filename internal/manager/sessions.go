@@ -2,16 +2,47 @@ package manager
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
+
+// Sessions bind an owner's sandboxes to a session key. This is the one
+// implementation every front end uses: the native API's connect and
+// release (/v1/sessions), and agentscope's session_ctx_id (its creates
+// with a session, its restore after a heartbeat recycle and its release
+// run through WithSession too, so both doors serialise on the same hold).
+//
+// Work that changes a session runs holding it (WithSession): first a keyed
+// mutex among this daemon's goroutines, then a lease in the store
+// (store.Leases): bbolt's for a lone daemon, Redis's across every replica,
+// so two connects of one session through two replicas create one set of
+// sandboxes. Binding a sandbox to a session is only possible through a
+// held Session (CreateRequest has no session field of its own).
+
+// SessionWait bounds how long a call waits for a session another call
+// holds (on this replica or another) before it is refused as busy (503):
+// connect, release, and agentscope's create, restore and release alike.
+// A holder's work (creating a session's sandboxes, restoring recycled ones
+// with their workspace copies) fits well within it.
+const SessionWait = 5 * time.Minute
+
+// sessionLeaseTTL is how long a session stays held after its holder died
+// or lost touch with the store: the lease is renewed every third of it
+// while held, so it bounds only that, not the work.
+const sessionLeaseTTL = 30 * time.Second
+
+// sessionLeaseName names a session's lease in the store.
+func sessionLeaseName(owner, key string) string { return "session\x00" + owner + "\x00" + key }
+
+// MaxSessionKey bounds a session key (agentscope's session_ctx_id
+// included), in bytes.
+const MaxSessionKey = 512
 
 // SessionKey is agentscope's session_ctx_id: "<session>_<user>", or the
 // session id alone when there is no user.
@@ -22,12 +53,138 @@ func SessionKey(sessionID, userID string) string {
 	return sessionID + "_" + userID
 }
 
+func checkSessionKey(key string) error {
+	if key == "" || len(key) > MaxSessionKey {
+		return invalid("session_id", "session id must be 1 to %d characters", MaxSessionKey)
+	}
+	return nil
+}
+
+// Session is an owner's session held by its caller (WithSession): the
+// right to change which sandboxes are bound to its key. It is valid only
+// within the function WithSession runs.
+type Session struct {
+	m          *Manager
+	owner, key string
+	lease      *store.Lease // nil: a store without leases (this process's mutex only)
+	over       atomic.Bool  // WithSession returned
+}
+
+// Owner is the session's owner.
+func (s *Session) Owner() string { return s.owner }
+
+// Key is the session key.
+func (s *Session) Key() string { return s.key }
+
+// WithSession runs fn holding owner's session key, in this process and,
+// through the store's lease, on every replica sharing the store. The wait
+// for another holder is bounded by SessionWait (and ctx): beyond it the
+// call is refused as busy (ClassUnavailable), without running fn.
+func (m *Manager) WithSession(ctx context.Context, owner, key string, fn func(ctx context.Context, s *Session) error) error {
+	if err := checkSessionKey(key); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, SessionWait)
+	defer cancel()
+	unlock, err := m.sessionLocks.lockCtx(wctx, owner+"\x00"+key)
+	if err != nil {
+		return sessionWaitErr(ctx, key, err)
+	}
+	defer unlock()
+	s := &Session{m: m, owner: owner, key: key}
+	defer s.over.Store(true)
+	if ls, ok := m.store.(store.Leases); ok {
+		lease, err := store.AcquireLease(wctx, ls, sessionLeaseName(owner, key), sessionLeaseTTL)
+		if err != nil {
+			return sessionWaitErr(ctx, key, err)
+		}
+		s.lease = lease
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := lease.Release(rctx); err != nil {
+				m.log.Warn("release a session's lease (it runs out by itself)", "session", key, "err", err)
+			}
+		}()
+	}
+	return fn(ctx, s)
+}
+
+// sessionWaitErr turns a wait for a session that did not end in holding it
+// into the caller's error: its own context's end, busy, or the store's
+// failure (ClassUnavailable from Redis).
+func sessionWaitErr(ctx context.Context, key string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("wait for session %s: %w", key, ctx.Err())
+	}
+	if errors.Is(err, store.ErrLeaseHeld) || errors.Is(err, context.DeadlineExceeded) {
+		return sandbox.Errorf(sandbox.ClassUnavailable, "session %s is busy: another call holds it for more than %s; retry", key, SessionWait)
+	}
+	return fmt.Errorf("hold session %s: %w", key, err)
+}
+
+// fence checks the session is still held, renewing its lease: the step
+// that follows (a create) cannot be undone, and a holder whose lease ran
+// out while it stalled would race the session's next holder.
+func (s *Session) fence(ctx context.Context) error {
+	if s.over.Load() {
+		return fmt.Errorf("session %s used after its hold ended", s.key)
+	}
+	if s.lease == nil {
+		return nil
+	}
+	if err := s.lease.Renew(ctx); err != nil {
+		if errors.Is(err, store.ErrLeaseLost) {
+			return sandbox.Errorf(sandbox.ClassUnavailable, "session %s: its hold ran out before this call finished; retry", s.key)
+		}
+		return fmt.Errorf("session %s: %w", s.key, err)
+	}
+	return nil
+}
+
+// Sandboxes lists the owner's sandboxes bound to the key, oldest first:
+// this daemon's, and with a shared store every other replica's (a lost
+// one's in state lost). Unlike a list, it fails when the store cannot
+// say: a connect would create a second sandbox of a type another replica
+// runs.
+func (s *Session) Sandboxes(ctx context.Context) ([]*store.Record, error) {
+	return s.m.sessionRecords(ctx, s.owner, s.key)
+}
+
+// Create creates a sandbox for the session's owner, bound to its key (see
+// Manager.Create).
+func (s *Session) Create(ctx context.Context, req CreateRequest) (*store.Record, error) {
+	if err := s.fence(ctx); err != nil {
+		return nil, err
+	}
+	req.session = s.key
+	return s.m.Create(ctx, s.owner, req)
+}
+
+// Destroy ends a sandbox of the session, wherever it runs: this daemon's
+// is destroyed here, another live replica's by that replica (PeerDestroy),
+// a lost replica's record is dropped as a delete of it would. A
+// not-found error means it is gone already.
+func (s *Session) Destroy(ctx context.Context, r *store.Record) error {
+	m := s.m
+	switch {
+	case r.Node == "" || r.Node == m.cfg.NodeID:
+		return m.destroy(ctx, r.ID, "session released")
+	case r.State == sandbox.StateLost:
+		return m.deleteRemote(ctx, s.owner, r.ID)
+	case m.peerDestroy == nil:
+		return sandbox.Errorf(sandbox.ClassUnavailable, "sandbox %s of the session runs on node %s; this daemon cannot reach it (set CLUSTER_SECRET on every replica)", r.ID, r.Node)
+	default:
+		return m.peerDestroy(ctx, r.ID)
+	}
+}
+
 // ConnectSession returns owner's sandboxes bound to key, one per requested
 // type, creating the missing ones (from the pools when possible). The
 // result is in the order of types.
 func (m *Manager) ConnectSession(ctx context.Context, owner, key string, types []string, req CreateRequest) ([]*store.Record, error) {
-	if key == "" || len(key) > 512 {
-		return nil, invalid("session_id", "session id must be 1 to 512 characters")
+	if err := checkSessionKey(key); err != nil {
+		return nil, err
 	}
 	if len(types) == 0 {
 		types = []string{"base"}
@@ -37,43 +194,71 @@ func (m *Manager) ConnectSession(ctx context.Context, owner, key string, types [
 			return nil, invalid("types", "unknown sandbox type %q", t)
 		}
 	}
-	unlock, err := m.sessionLock(ctx, owner, key)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-
-	recs, err := m.sessionRecords(ctx, owner, key)
-	if err != nil {
-		return nil, err
-	}
-	byType := map[string]*store.Record{}
-	for _, r := range recs {
-		if _, dup := byType[r.Type]; !dup && r.State != sandbox.StateLost {
-			byType[r.Type] = r
-		}
-	}
-	out := make([]*store.Record, 0, len(types))
-	for _, t := range types {
-		if r, ok := byType[t]; ok {
-			m.Touch(r.ID)
-			out = append(out, r)
-			continue
-		}
-		r2 := req
-		r2.Template, r2.Type, r2.SessionKey = "", t, key
-		rec, err := m.Create(ctx, owner, r2)
+	var out []*store.Record
+	err := m.WithSession(ctx, owner, key, func(ctx context.Context, s *Session) error {
+		recs, err := s.Sandboxes(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		byType[t] = rec
-		out = append(out, rec)
+		byType := map[string]*store.Record{}
+		for _, r := range recs {
+			if _, dup := byType[r.Type]; !dup && r.State != sandbox.StateLost {
+				byType[r.Type] = r
+			}
+		}
+		out = make([]*store.Record, 0, len(types))
+		for _, t := range types {
+			if r, ok := byType[t]; ok {
+				m.Touch(r.ID)
+				out = append(out, r)
+				continue
+			}
+			r2 := req
+			r2.Template, r2.Type = "", t
+			rec, err := s.Create(ctx, r2)
+			if err != nil {
+				return err
+			}
+			byType[t] = rec
+			out = append(out, rec)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
+// ReleaseSession destroys every sandbox of owner's session key, on every
+// replica sharing the store, and returns their ids.
+func (m *Manager) ReleaseSession(ctx context.Context, owner, key string) ([]sandbox.ID, error) {
+	if checkSessionKey(key) != nil {
+		return nil, nil // no sandbox can be bound to it: nothing to release
+	}
+	var ids []sandbox.ID
+	err := m.WithSession(ctx, owner, key, func(ctx context.Context, s *Session) error {
+		recs, err := s.Sandboxes(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			err := s.Destroy(ctx, r)
+			if sandbox.ClassOf(err) == sandbox.ClassNotFound {
+				continue // gone meanwhile (its end, or another delete)
+			}
+			if err != nil {
+				return fmt.Errorf("release sandbox %s of session %s: %w", r.ID, key, err)
+			}
+			ids = append(ids, r.ID)
+		}
+		return nil
+	})
+	return ids, err
+}
+
 // SessionSandboxes lists owner's sandboxes bound to key that this daemon
-// runs, oldest first (sessionRecords adds other replicas').
+// runs, oldest first (Session.Sandboxes adds other replicas').
 func (m *Manager) SessionSandboxes(owner, key string) []*store.Record {
 	m.mu.Lock()
 	var out []*store.Record
@@ -106,43 +291,6 @@ func (m *Manager) SessionKeys(owner string) []string {
 	return keys
 }
 
-// ReleaseSession destroys every sandbox of owner's session key, on every
-// replica sharing the store, and returns their ids. Another live replica's
-// sandbox is destroyed by that replica (PeerDestroy); a lost replica's
-// record is dropped, as a delete of it would.
-func (m *Manager) ReleaseSession(ctx context.Context, owner, key string) ([]sandbox.ID, error) {
-	unlock, err := m.sessionLock(ctx, owner, key)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	recs, err := m.sessionRecords(ctx, owner, key)
-	if err != nil {
-		return nil, err
-	}
-	var ids []sandbox.ID
-	for _, r := range recs {
-		switch {
-		case r.Node == "" || r.Node == m.cfg.NodeID:
-			err = m.destroy(ctx, r.ID, "session released")
-		case r.State == sandbox.StateLost:
-			err = m.deleteRemote(ctx, owner, r.ID)
-		case m.peerDestroy == nil:
-			err = sandbox.Errorf(sandbox.ClassUnavailable, "sandbox %s of the session runs on node %s; this daemon cannot reach it (set CLUSTER_SECRET on every replica)", r.ID, r.Node)
-		default:
-			err = m.peerDestroy(ctx, r.ID)
-		}
-		if sandbox.ClassOf(err) == sandbox.ClassNotFound {
-			continue // gone meanwhile (its end, or another delete)
-		}
-		if err != nil {
-			return ids, fmt.Errorf("release sandbox %s of session %s: %w", r.ID, key, err)
-		}
-		ids = append(ids, r.ID)
-	}
-	return ids, nil
-}
-
 // PeerDestroy deletes a sandbox another live replica runs, on that
 // replica, on behalf of the caller of the request ctx belongs to
 // (cluster.Forwarder.DestroyBy). A not-found error means it is gone.
@@ -152,11 +300,8 @@ type PeerDestroy func(ctx context.Context, id sandbox.ID) error
 // replicas run. Call it before serving.
 func (m *Manager) SetPeerDestroy(fn PeerDestroy) { m.peerDestroy = fn }
 
-// sessionRecords lists owner's sandboxes bound to key, oldest first: this
-// daemon's, and with a shared store every other replica's (a lost one's in
-// state lost).
-// Unlike a list, it fails when the store cannot say: a connect would
-// create a second sandbox of a type another replica runs.
+// sessionRecords lists owner's sandboxes bound to key, oldest first (see
+// Session.Sandboxes).
 func (m *Manager) sessionRecords(ctx context.Context, owner, key string) ([]*store.Record, error) {
 	out := m.SessionSandboxes(owner, key)
 	if m.atomicStore() == nil {
@@ -174,70 +319,4 @@ func (m *Manager) sessionRecords(ctx context.Context, owner, key string) ([]*sto
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
-}
-
-// sessionLockKind names the native session locks in the shared store.
-const sessionLockKind = "session-lock"
-
-// sessionHold bounds how long a session lock shared between replicas is
-// held (a connect creates one sandbox per type; a holder that died frees
-// it then), and sessionWait how long a connect or release waits for it.
-const sessionHold, sessionWait = 5 * time.Minute, 2 * time.Minute
-
-// errHeld means another replica holds a session lock.
-var errHeld = errors.New("held")
-
-// sessionLock serialises connects and releases of owner's session key in
-// this process and, with a shared store, across every replica: two
-// concurrent connects through two replicas would each create the
-// session's sandboxes otherwise.
-func (m *Manager) sessionLock(ctx context.Context, owner, key string) (func(), error) {
-	unlock := m.sessionLocks.lock(owner + "\x00" + key)
-	docs, ok := m.store.(store.Docs)
-	if m.atomicStore() == nil || !ok {
-		return unlock, nil // a lone daemon: the local lock is the whole story
-	}
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	token, name := hex.EncodeToString(b[:]), owner+"\x00"+key
-	deadline := time.Now().Add(sessionWait)
-	for {
-		err := docs.UpdateDoc(ctx, sessionLockKind, "", name, func(old []byte) ([]byte, time.Duration, error) {
-			if old != nil {
-				return nil, 0, errHeld
-			}
-			return []byte(token), sessionHold, nil
-		})
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, errHeld) {
-			unlock()
-			return nil, fmt.Errorf("lock session %s: %w", key, err)
-		}
-		if time.Now().After(deadline) {
-			unlock()
-			return nil, sandbox.Errorf(sandbox.ClassUnavailable, "session %s is busy: another replica holds its lock for more than %s; retry", key, sessionWait)
-		}
-		select {
-		case <-ctx.Done():
-			unlock()
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return func() {
-		defer unlock()
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		err := docs.UpdateDoc(uctx, sessionLockKind, "", name, func(old []byte) ([]byte, time.Duration, error) {
-			if string(old) != token {
-				return nil, 0, errHeld // it ran out and another took it: theirs now
-			}
-			return nil, 0, nil
-		})
-		if err != nil && !errors.Is(err, errHeld) {
-			m.log.Warn("release a session lock (it expires by itself)", "session", key, "err", err)
-		}
-	}, nil
 }

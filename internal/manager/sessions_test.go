@@ -2,11 +2,15 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/backend/fake"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -154,4 +158,142 @@ func TestManagersShareSessions(t *testing.T) {
 		t.Fatalf("b runs %d sandboxes after a refused connect, had %d", n, before)
 	}
 	srv.Start()
+}
+
+// Concurrent connects of one session on one store (bbolt, a lone daemon)
+// create one sandbox per type: every caller gets the same set.
+func TestSessionConcurrentConnectsOneStore(t *testing.T) {
+	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	b := fake.New(testutil.AgentBinary(t), t.TempDir())
+	t.Cleanup(func() { b.Close() })
+	m := New(Config{Templates: map[string]string{"base": "host", "filesystem": "host"}}, b, st)
+	ctx := context.Background()
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Shutdown(context.Background(), true) })
+	const callers = 8
+	got := make([][]*store.Record, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = m.ConnectSession(ctx, "alice", "k", []string{"base", "filesystem"}, CreateRequest{})
+		}()
+	}
+	wg.Wait()
+	for i := range callers {
+		if errs[i] != nil || len(got[i]) != 2 {
+			t.Fatalf("caller %d: %v %v", i, got[i], errs[i])
+		}
+		for j := range got[i] {
+			if got[i][j].ID != got[0][j].ID {
+				t.Fatalf("caller %d got %s for %s, caller 0 %s", i, got[i][j].ID, got[i][j].Type, got[0][j].ID)
+			}
+		}
+	}
+	if n := len(m.SessionSandboxes("alice", "k")); n != 2 {
+		t.Fatalf("%d sandboxes in the session, want 2", n)
+	}
+	if ids, err := m.ReleaseSession(ctx, "alice", "k"); err != nil || len(ids) != 2 {
+		t.Fatalf("release: %v %v", ids, err)
+	}
+}
+
+// A held session makes the next caller wait, within its context; the
+// caller gets it once the holder is done. A holder whose lease was lost
+// (it stalled past its time to live and another took the session) cannot
+// create in it: the fence refuses before anything boots.
+func TestSessionHoldAndFence(t *testing.T) {
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	held, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		_ = e.m.WithSession(ctx, "alice", "k", func(ctx context.Context, s *Session) error {
+			close(held)
+			<-done
+			return nil
+		})
+	}()
+	<-held
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err := e.m.ConnectSession(wctx, "alice", "k", nil, CreateRequest{})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("connect while held: %v, want the caller's deadline", err)
+	}
+	if _, err := e.m.ConnectSession(ctx, "alice", "other", nil, CreateRequest{}); err != nil {
+		t.Fatalf("another session waited for a held one: %v", err)
+	}
+	close(done)
+	recs, err := e.m.ConnectSession(ctx, "alice", "k", nil, CreateRequest{})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("connect after the hold: %v %v", recs, err)
+	}
+
+	ls := e.st.(store.Leases)
+	before := e.m.Load().Sandboxes
+	err = e.m.WithSession(ctx, "alice", "stolen", func(ctx context.Context, s *Session) error {
+		name := sessionLeaseName("alice", "stolen")
+		if ok, err := ls.ReleaseLease(ctx, name, s.lease.Token()); err != nil || !ok {
+			t.Fatalf("drop the lease: %v %v", ok, err)
+		}
+		if ok, err := ls.TryLease(ctx, name, "next holder", time.Minute); err != nil || !ok {
+			t.Fatalf("take the lease: %v %v", ok, err)
+		}
+		_, err := s.Create(ctx, CreateRequest{NoPool: true})
+		return err
+	})
+	if sandbox.ClassOf(err) != sandbox.ClassUnavailable {
+		t.Fatalf("create in a session whose lease was lost: %v, want unavailable", err)
+	}
+	if n := e.m.Load().Sandboxes; n != before {
+		t.Fatalf("%d sandboxes after a fenced create, had %d", n, before)
+	}
+	if ok, err := ls.RenewLease(ctx, sessionLeaseName("alice", "stolen"), "next holder", time.Minute); err != nil || !ok {
+		t.Fatalf("the next holder's lease after the fenced one's release: %v %v", ok, err)
+	}
+	if err := e.m.WithSession(ctx, "alice", "", func(context.Context, *Session) error { return nil }); sandbox.ClassOf(err) != sandbox.ClassInvalid {
+		t.Fatalf("empty session key: %v", err)
+	}
+}
+
+// A sandbox can continue in a kept workspace of DEFAULT_MOUNT_DIR (a
+// restored session), by name only: nothing else on the host.
+func TestKeptWorkspace(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, Config{DefaultMountDir: dir})
+	ctx := context.Background()
+	first, err := e.m.Create(ctx, "alice", CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.WorkspaceDir != filepath.Join(dir, string(first.ID)) {
+		t.Fatalf("workspace %q", first.WorkspaceDir)
+	}
+	if err := e.m.Delete(ctx, "alice", first.ID); err != nil {
+		t.Fatal(err)
+	}
+	next, err := e.m.Create(ctx, "alice", CreateRequest{Workspace: string(first.ID)})
+	if err != nil || next.WorkspaceDir != first.WorkspaceDir {
+		t.Fatalf("continue in %s: %+v %v", first.ID, next, err)
+	}
+	if err := os.Symlink("/etc", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"../etc", "/etc", "missing", "link", "."} {
+		if _, err := e.m.Create(ctx, "alice", CreateRequest{Workspace: name}); sandbox.ClassOf(err) != sandbox.ClassInvalid {
+			t.Errorf("workspace %q: %v, want invalid", name, err)
+		}
+	}
+	plain := newEnv(t, Config{})
+	if _, err := plain.m.Create(ctx, "alice", CreateRequest{Workspace: string(first.ID)}); sandbox.ClassOf(err) != sandbox.ClassInvalid {
+		t.Errorf("a kept workspace without DEFAULT_MOUNT_DIR: %v, want invalid", err)
+	}
 }

@@ -56,6 +56,12 @@ func OpenBolt(path string) (*Bolt, error) {
 		return nil, fmt.Errorf("open store %s (is another agentbox using this data dir?): %w", path, err)
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
+		// Leases (lease.go) live no longer than the process that opened
+		// the file, the only one that can: a holder that died with the
+		// previous daemon must not keep its names for their time to live.
+		if err := tx.DeleteBucket(bucketLeases); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+			return err
+		}
 		_, err := tx.CreateBucketIfNotExists(bucketSandboxes)
 		return err
 	}); err != nil {
@@ -112,7 +118,7 @@ func readRecords(path string) (map[string][]byte, error) {
 			// there is found here rather than in a panic later; only the
 			// records are salvaged.
 			sum := 0
-			for _, name := range [][]byte{bucketDocs, bucketDocGroups} {
+			for _, name := range [][]byte{bucketDocs, bucketDocGroups, bucketLeases} {
 				if b := tx.Bucket(name); b != nil {
 					if err := b.ForEach(func(k, v []byte) error {
 						if len(v) > 0 {

@@ -13,6 +13,8 @@ type Memory struct {
 	mu   sync.Mutex
 	recs map[sandbox.ID]*Record
 	docs map[string]memDoc // Docs (docs.go)
+	// leases are the Leases (lease.go), by name.
+	leases map[string]memLease
 }
 
 var _ Store = (*Memory)(nil)

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
 )
 
 // knownTypes are agentscope's sandbox type names that map onto templates
@@ -21,17 +23,24 @@ var errLimit = errors.New("sandbox instance limit reached")
 
 // createOpts describes a sandbox to create.
 type createOpts struct {
-	typ      string
-	env      map[string]string
-	session  string
-	mountDir string // reuse this workspace directory (restore)
+	typ string
+	env map[string]string
+	// sess, when set, is the held session the sandbox is bound to
+	// (withSession).
+	sess *manager.Session
+	// mountDir is the host directory of a gone sandbox's workspace to
+	// continue in (a restore): a directory of DEFAULT_MOUNT_DIR the
+	// manager kept.
+	mountDir string
 	storage  string // storage_path to restore the workspace from
 	fromPool bool
 }
 
 // createSandbox creates a sandbox for owner and publishes its record: the
 // workspace is restored from storage when there is a copy, and made a git
-// repository. errLimit when a limit is reached.
+// repository. errLimit when a limit is reached. What is agentscope's own
+// (that it made the sandbox, its type name, its storage_path) goes in its
+// record, not in the manager's request.
 func (s *Server) createSandbox(ctx context.Context, owner string, o createOpts) (*record, error) {
 	if o.typ == "" {
 		o.typ = s.cfg.DefaultTypes[0]
@@ -42,14 +51,17 @@ func (s *Server) createSandbox(ctx context.Context, owner string, o createOpts) 
 		}
 		return nil, fmt.Errorf("'%s' is not a valid SandboxType", o.typ)
 	}
-	extra := map[string]string{extraMarker: "1", extraType: o.typ}
-	if o.storage != "" {
-		extra[extraStorage] = o.storage
+	req := manager.CreateRequest{Type: o.typ, Timeout: s.cfg.SandboxTimeout, Env: o.env, NoPool: !o.fromPool}
+	if o.mountDir != "" {
+		req.Workspace = filepath.Base(o.mountDir)
 	}
-	rec, err := s.m.Create(ctx, owner, manager.CreateRequest{
-		Type: o.typ, Timeout: s.cfg.SandboxTimeout, Env: o.env, SessionKey: o.session,
-		WorkspaceDir: o.mountDir, NoPool: !o.fromPool, Extra: extra,
-	})
+	var rec *store.Record
+	var err error
+	if o.sess != nil {
+		rec, err = o.sess.Create(ctx, req)
+	} else {
+		rec, err = s.m.Create(ctx, owner, req)
+	}
 	if err != nil {
 		if sandbox.ClassOf(err) == sandbox.ClassQuota {
 			s.log.Warn("agentscope create refused by a limit", "owner", owner, "err", err)
@@ -60,8 +72,8 @@ func (s *Server) createSandbox(ctx context.Context, owner string, o createOpts) 
 	now := time.Now()
 	r := &record{
 		Name: s.cfg.Prefix + string(rec.ID), ID: rec.ID, Owner: owner, Type: o.typ,
-		Session: o.session, Token: rec.AccessToken, MountDir: rec.WorkspaceDir, Storage: o.storage,
-		CreatedAt: now, LastActive: now, UpdatedAt: now, State: stateWarm,
+		Session: rec.SessionKey, Token: rec.AccessToken, MountDir: rec.WorkspaceDir, Storage: o.storage,
+		CreatedAt: now, LastActive: now, UpdatedAt: now, State: stateWarm, Ours: true,
 	}
 	if r.Session != "" {
 		r.State = stateRunning
@@ -122,7 +134,11 @@ func (s *Server) apiCreate(ctx context.Context, c *call) (any, error) {
 	if storage, err = s.resolveStoragePath(c.owner, storage); err != nil {
 		return nil, err
 	}
-	r, err := s.createSandbox(ctx, c.owner, createOpts{typ: typ, env: env, session: session, storage: storage})
+	var r *record
+	err = s.withSession(ctx, c.owner, session, func(ctx context.Context, sess *manager.Session) error {
+		r, err = s.createSandbox(ctx, c.owner, createOpts{typ: typ, env: env, sess: sess, storage: storage})
+		return err
+	})
 	if errors.Is(err, errLimit) {
 		return nil, nil
 	}
@@ -143,7 +159,11 @@ func (s *Server) apiCreateFromPool(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.createSandbox(ctx, c.owner, createOpts{typ: typ, session: session, fromPool: true})
+	var r *record
+	err = s.withSession(ctx, c.owner, session, func(ctx context.Context, sess *manager.Session) error {
+		r, err = s.createSandbox(ctx, c.owner, createOpts{typ: typ, sess: sess, fromPool: true})
+		return err
+	})
 	if errors.Is(err, errLimit) {
 		return nil, nil
 	}
@@ -159,18 +179,20 @@ func sessionArg(c *call) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	var key string
 	switch v := meta["session_ctx_id"].(type) {
 	case nil:
 		return "", nil
 	case string:
-		if len(v) > 512 {
-			return "", fmt.Errorf("session_ctx_id is longer than 512 characters")
-		}
-		return v, nil
+		key = v
 	default:
 		b, _ := json.Marshal(v)
-		return string(b), nil
+		key = string(b)
 	}
+	if len(key) > manager.MaxSessionKey {
+		return "", fmt.Errorf("session_ctx_id is longer than %d characters", manager.MaxSessionKey)
+	}
+	return key, nil
 }
 
 // envArg is the environment argument. ok=false (with no error) means a

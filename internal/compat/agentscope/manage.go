@@ -65,15 +65,16 @@ func (s *Server) release(ctx context.Context, c *call, r *record) error {
 	if r.live() && s.elsewhere(c, r.ID) {
 		return errElsewhere{r.ID}
 	}
-	unlock := func() {}
-	if r.Session != "" {
-		var err error
-		if unlock, err = s.sessionLock(ctx, r.Owner, r.Session); err != nil {
-			return err
-		}
-	}
-	defer unlock()
-	r = s.reg.get(ctx, r.Name) // the state may have changed while waiting
+	// Held for the session, so that a restore of it (which may replace
+	// this very sandbox) is not interleaved.
+	return s.withSession(ctx, r.Owner, r.Session, func(ctx context.Context, _ *manager.Session) error {
+		return s.releaseHeld(ctx, r.Name)
+	})
+}
+
+// releaseHeld is release with the session held.
+func (s *Server) releaseHeld(ctx context.Context, name string) error {
+	r := s.reg.get(ctx, name) // the state may have changed while waiting
 	if r == nil || r.State == stateReleased {
 		return nil
 	}

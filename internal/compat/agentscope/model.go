@@ -30,6 +30,11 @@ type record struct {
 	Token    string     `json:"token"`               // runtime token = the sandbox's access token
 	MountDir string     `json:"mount_dir,omitempty"` // host directory bind-mounted at /workspace, if any
 	Storage  string     `json:"storage,omitempty"`   // storage_path: where the workspace is copied on release
+	// Ours: made through this front end (create, create_from_pool, a
+	// restore), so an idle session recycles it to be restored. false for
+	// a sandbox of another API adopted when named here: the manager's
+	// rules for its session apply.
+	Ours bool `json:"ours,omitempty"`
 
 	CreatedAt     time.Time `json:"created_at"`
 	LastActive    time.Time `json:"last_active"`

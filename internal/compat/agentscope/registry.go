@@ -2,8 +2,6 @@ package agentscope
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,16 +16,23 @@ import (
 
 // How long records of sandboxes that are gone stay answerable.
 const (
-	terminalTTL   = time.Hour      // released, replaced
-	recycledTTL   = 24 * time.Hour // waiting for their session to come back
-	extraMarker   = "agentscope"
-	extraType     = "agentscope.type"
-	extraStorage  = "agentscope.storage_path"
-	extraMountDir = "agentscope.mount_dir"
+	terminalTTL = time.Hour      // released, replaced
+	recycledTTL = 24 * time.Hour // waiting for their session to come back
 	// docKind names the records among the store's documents.
 	docKind = "agentscope"
-	// lockKind names the session locks that span replicas.
-	lockKind = "agentscope-lock"
+)
+
+// What earlier versions kept in the manager's records (store.Record.Extra)
+// and the store, read only: sandboxes they made (still running across an
+// upgrade, or run by a replica not yet upgraded) are adopted as this
+// front end's own. The registry's records carry all of it now.
+const (
+	legacyMarker  = "agentscope"              // made through agentscope
+	legacyType    = "agentscope.type"         // its sandbox type
+	legacyStorage = "agentscope.storage_path" // its storage_path
+	// legacyLockKind names the session locks of earlier versions, expired
+	// documents that pruneLoop still sweeps out of a bbolt file.
+	legacyLockKind = "agentscope-lock"
 )
 
 // registry holds the records by container name, in the daemon's store
@@ -217,57 +222,8 @@ func (g *registry) owned(ctx context.Context, owner string) ([]*record, error) {
 	return out, nil
 }
 
-// errHeld means another holder has the lock.
-var errHeld = errors.New("held")
-
-// lock takes the lock named key across every replica sharing the store,
-// waiting for it up to wait; it lasts until the returned unlock, or hold
-// (so a holder that died does not block it for ever).
-func (g *registry) lock(ctx context.Context, key string, hold, wait time.Duration) (func(), error) {
-	token := newLockToken()
-	deadline := time.Now().Add(wait)
-	for {
-		err := g.docs.UpdateDoc(ctx, lockKind, "", key, func(old []byte) ([]byte, time.Duration, error) {
-			if old != nil {
-				return nil, 0, errHeld
-			}
-			return []byte(token), hold, nil
-		})
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, errHeld) {
-			return nil, err
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("session busy: another replica holds its lock for more than %s", wait)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		err := g.docs.UpdateDoc(uctx, lockKind, "", key, func(old []byte) ([]byte, time.Duration, error) {
-			if string(old) != token {
-				return nil, 0, errHeld // expired and taken by another: theirs now
-			}
-			return nil, 0, nil
-		})
-		if err != nil && !errors.Is(err, errHeld) {
-			g.log.Warn("agentscope: release a session lock (it expires by itself)", "err", err)
-		}
-	}, nil
-}
-
-func newLockToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// errExists ends an adoption that found a record already there.
+var errExists = errors.New("exists")
 
 // lookup returns owner's record for identity, adopting a sandbox the
 // manager knows but this front-end has no record of (created through the
@@ -302,12 +258,12 @@ func (g *registry) adopt(ctx context.Context, r *record) *record {
 	err = g.docs.UpdateDoc(ctx, docKind, r.Owner, r.Name, func(old []byte) ([]byte, time.Duration, error) {
 		if cur := decodeRecord(old); cur != nil {
 			out = cur
-			return old, 0, errHeld
+			return old, 0, errExists
 		}
 		out = r
 		return data, g.ttl(r), nil
 	})
-	if err != nil && !errors.Is(err, errHeld) {
+	if err != nil && !errors.Is(err, errExists) {
 		g.log.Warn("agentscope: record an adopted sandbox", "sandbox", r.Name, "err", err)
 	}
 	if out.Owner != r.Owner {
@@ -316,9 +272,10 @@ func (g *registry) adopt(ctx context.Context, r *record) *record {
 	return out
 }
 
-// adopt builds a record for a manager record.
+// adopt builds a record for a manager record: a sandbox of another API
+// (native, E2B), or one an earlier version made through agentscope.
 func (s *Server) adopt(owner string, rec *store.Record) *record {
-	typ := rec.Extra[extraType]
+	typ := rec.Extra[legacyType]
 	if typ == "" {
 		typ = rec.Type
 	}
@@ -328,7 +285,8 @@ func (s *Server) adopt(owner string, rec *store.Record) *record {
 	r := &record{
 		Name: s.cfg.Prefix + string(rec.ID), ID: rec.ID, Owner: owner, Type: typ,
 		Session: rec.SessionKey, Token: rec.AccessToken, MountDir: rec.WorkspaceDir,
-		Storage: s.adoptStorage(owner, rec.ID, rec.Extra[extraStorage]), CreatedAt: rec.CreatedAt, LastActive: rec.LastActive, UpdatedAt: time.Now(),
+		Storage: s.adoptStorage(owner, rec.ID, rec.Extra[legacyStorage]), CreatedAt: rec.CreatedAt, LastActive: rec.LastActive, UpdatedAt: time.Now(),
+		Ours: rec.Extra[legacyMarker] != "",
 	}
 	r.State = stateWarm
 	if r.Session != "" {

@@ -2,7 +2,6 @@ package agentscope
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -26,11 +25,6 @@ type Server struct {
 	log *slog.Logger
 	reg *registry
 
-	// sessionLocks serialises create/release/restore per session, so a
-	// restore happens once however many calls race into it.
-	sessionMu    sync.Mutex
-	sessionLocks map[string]*refMutex
-
 	procMu sync.Mutex
 	mcps   map[sandbox.ID]*mcpGroup // MCP servers added to each sandbox
 
@@ -51,9 +45,8 @@ func New(cfg Config, m *manager.Manager) *Server {
 	}
 	s := &Server{
 		cfg: cfg, m: m, dp: cfg.DataPlane, log: log, reg: newRegistry(cfg.Docs, log),
-		sessionLocks: map[string]*refMutex{},
-		mcps:         map[sandbox.ID]*mcpGroup{},
-		ctx:          ctx, cancel: cancel,
+		mcps: map[sandbox.ID]*mcpGroup{},
+		ctx:  ctx, cancel: cancel,
 	}
 	if err := s.migrateStorage(); err != nil {
 		// Copies of unknown owners may still sit where an owner's area
@@ -116,50 +109,16 @@ func IsMultipartUpload(r *http.Request) bool {
 	return rest == "workspace/files:batch"
 }
 
-// refMutex is a mutex with a count of holders and waiters, so unused
-// session locks can be dropped.
-type refMutex struct {
-	sync.Mutex
-	refs int
-}
-
-// sessionHold bounds how long a session lock shared between replicas is
-// held (a restore creates sandboxes and copies workspaces), and how long a
-// call waits for it.
-const sessionHold, sessionWait = 5 * time.Minute, 5 * time.Minute
-
-// sessionLock locks the session key of owner, here and on every replica
-// sharing the store, and returns the unlock.
-func (s *Server) sessionLock(ctx context.Context, owner, key string) (func(), error) {
-	unlock := s.localSessionLock(owner, key)
-	shared, err := s.reg.lock(ctx, "session\x00"+owner+"\x00"+key, sessionHold, sessionWait)
-	if err != nil {
-		unlock()
-		return nil, fmt.Errorf("lock session %s: %w", key, err)
+// withSession runs fn holding owner's session key (manager.WithSession:
+// the one session hold of every front end, here and on every replica), so
+// a restore happens once however many calls race into it, and creates and
+// releases of the session do not interleave with it. Without a key there
+// is nothing to hold: fn runs with a nil session.
+func (s *Server) withSession(ctx context.Context, owner, key string, fn func(ctx context.Context, sess *manager.Session) error) error {
+	if key == "" {
+		return fn(ctx, nil)
 	}
-	return func() { shared(); unlock() }, nil
-}
-
-// localSessionLock locks the session key of owner in this process.
-func (s *Server) localSessionLock(owner, key string) func() {
-	k := owner + "\x00" + key
-	s.sessionMu.Lock()
-	l := s.sessionLocks[k]
-	if l == nil {
-		l = &refMutex{}
-		s.sessionLocks[k] = l
-	}
-	l.refs++
-	s.sessionMu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
-		s.sessionMu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(s.sessionLocks, k)
-		}
-		s.sessionMu.Unlock()
-	}
+	return s.m.WithSession(ctx, owner, key, fn)
 }
 
 // baseURL is the daemon's address as the caller reached it.
@@ -205,7 +164,7 @@ func (s *Server) pruneLoop() {
 			return
 		case <-t.C:
 		}
-		for _, kind := range []string{docKind, lockKind} {
+		for _, kind := range []string{docKind, legacyLockKind} {
 			ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 			n, err := p.PruneDocs(ctx, kind)
 			cancel()

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -72,48 +73,43 @@ func (s *Server) needsRestore(ctx context.Context, owner, key string) bool {
 // The session's lock spans replicas: a session is restored once, by the
 // replica whose call came first.
 func (s *Server) restoreSession(ctx context.Context, owner, key string) error {
-	unlock, err := s.sessionLock(ctx, owner, key)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	recs, err := s.reg.session(ctx, owner, key)
-	if err != nil {
-		return err
-	}
-	for _, old := range recs {
-		if old.State != stateRecycled {
-			continue
-		}
-		nr, err := s.createSandbox(ctx, owner, createOpts{
-			typ: old.Type, session: key, mountDir: old.MountDir, storage: old.Storage,
-			fromPool: old.MountDir == "" && old.Storage == "",
-		})
+	return s.withSession(ctx, owner, key, func(ctx context.Context, sess *manager.Session) error {
+		recs, err := s.reg.session(ctx, owner, key)
 		if err != nil {
-			s.log.Warn("agentscope: restore recycled sandbox", "sandbox", old.Name, "session", key, "err", err)
-			continue
+			return err
 		}
-		s.reg.update(ctx, old.Name, func(x *record) {
-			x.State, x.RedirectTo, x.Session = stateReplaced, nr.Name, ""
-		})
-		s.log.Info("agentscope sandbox restored", "old", old.Name, "new", nr.Name, "session", key)
-	}
-	return nil
+		for _, old := range recs {
+			if old.State != stateRecycled {
+				continue
+			}
+			nr, err := s.createSandbox(ctx, owner, createOpts{
+				typ: old.Type, sess: sess, mountDir: old.MountDir, storage: old.Storage,
+				fromPool: old.MountDir == "" && old.Storage == "",
+			})
+			if err != nil {
+				s.log.Warn("agentscope: restore recycled sandbox", "sandbox", old.Name, "session", key, "err", err)
+				continue
+			}
+			s.reg.update(ctx, old.Name, func(x *record) {
+				x.State, x.RedirectTo, x.Session = stateReplaced, nr.Name, ""
+			})
+			s.log.Info("agentscope sandbox restored", "old", old.Name, "new", nr.Name, "session", key)
+		}
+		return nil
+	})
 }
 
 // onRecycle runs (from the manager's heartbeat loop) before an idle
 // session sandbox is destroyed: it saves the workspace and marks the
 // record recycled, keeping its session binding for the restore.
 func (s *Server) onRecycle(ctx context.Context, rec *store.Record) {
-	if rec.Extra[extraMarker] == "" {
-		return // not an agentscope sandbox: the native session rules apply
-	}
 	name := s.cfg.Prefix + string(rec.ID)
 	r := s.reg.get(ctx, name)
-	if r == nil {
-		if r = s.reg.adopt(ctx, s.adopt(rec.Owner, rec)); r == nil {
-			return
-		}
+	if r == nil && rec.Extra[legacyMarker] != "" {
+		r = s.reg.adopt(ctx, s.adopt(rec.Owner, rec)) // made by an earlier version
+	}
+	if r == nil || !r.Ours {
+		return // not an agentscope sandbox: the native session rules apply
 	}
 	s.stopProcesses(r.ID)
 	if r.Storage != "" {
@@ -191,11 +187,12 @@ func (s *Server) stillBound(ctx context.Context, recs []*record) []*record {
 	return out
 }
 
-// adoptSession makes sure the manager's agentscope sandboxes of a session
-// have records (after a daemon restart the registry starts empty).
+// adoptSession makes sure the agentscope sandboxes of a session that an
+// earlier version made have records (it kept none in the store); those
+// made since have one from their create.
 func (s *Server) adoptSession(ctx context.Context, owner, key string) {
 	for _, rec := range s.m.SessionSandboxes(owner, key) {
-		if rec.Extra[extraMarker] != "" {
+		if rec.Extra[legacyMarker] != "" {
 			s.lookup(ctx, owner, string(rec.ID))
 		}
 	}

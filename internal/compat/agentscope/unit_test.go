@@ -138,20 +138,6 @@ func TestRegistry(t *testing.T) {
 	if g.find(ctx, "u", "p-", "p-b") == nil {
 		t.Fatal("live record pruned")
 	}
-	// The shared lock: a second taker waits until the first unlocks.
-	unlock, err := g.lock(ctx, "k", time.Minute, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := g.lock(ctx, "k", time.Minute, 100*time.Millisecond); err == nil {
-		t.Fatal("a held lock was taken twice")
-	}
-	unlock()
-	unlock2, err := g.lock(ctx, "k", time.Minute, time.Second)
-	if err != nil {
-		t.Fatalf("lock after unlock: %v", err)
-	}
-	unlock2()
 }
 
 func TestTreeJSON(t *testing.T) {

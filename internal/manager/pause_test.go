@@ -161,23 +161,25 @@ func TestAutoPause(t *testing.T) {
 // TestPausedSessionNotRecycled: the idle-session heartbeat leaves a
 // paused session sandbox alone.
 func TestPausedSessionNotRecycled(t *testing.T) {
-	e := newEnv(t, Config{HeartbeatTimeout: 200 * time.Millisecond})
+	e := newEnv(t, Config{HeartbeatTimeout: time.Second})
 	ctx := context.Background()
 	recs, err := e.m.ConnectSession(ctx, "u", "s", nil, CreateRequest{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// Paused before anything else: a create on a loaded host can take
+	// longer than the heartbeat timeout, which would recycle it first.
+	if _, err := e.m.Pause(ctx, "u", recs[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	idle, err := e.m.ConnectSession(ctx, "u", "idle", nil, CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.m.Pause(ctx, "u", recs[0].ID); err != nil {
-		t.Fatal(err)
-	}
 	// Once the unpaused idle session is recycled, the paused one was idle
-	// for as long and must still be there.
+	// for longer and must still be there.
 	waitFor(t, 10*time.Second, "idle session recycled", func() bool { return recState(t, e.m, "u", idle[0].ID) == "" })
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(2 * time.Second) // past another sweep
 	if st := recState(t, e.m, "u", recs[0].ID); st != sandbox.StatePaused {
 		t.Fatalf("paused session sandbox state = %q", st)
 	}

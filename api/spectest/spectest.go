@@ -5,8 +5,9 @@
 //
 // What it checks, per exchange on a documented /v1 operation:
 //
-//   - the request (path, query and header parameters; a JSON body that can
-//     be re-read, up to MaxRequestBody): a request the document refuses must
+//   - the request (path, query and header parameters, and no query
+//     parameter the operation does not declare; a JSON body that can be
+//     re-read, up to MaxRequestBody): a request the document refuses must
 //     be refused by the server (4xx/5xx); a 1xx-3xx answer to one is a
 //     violation — the server accepts what the document says it does not;
 //   - the status: documented on the operation, or one of the statuses the
@@ -350,7 +351,32 @@ func (v *Validator) checkRequest(req *http.Request, route *routers.Route, params
 	}
 	in := &openapi3filter.RequestValidationInput{Request: clone, PathParams: params, Route: route, Options: opts}
 	err := openapi3filter.ValidateRequest(context.Background(), in)
-	return errors.Join(extra, err)
+	return errors.Join(extra, undeclaredQuery(req, route), err)
+}
+
+// undeclaredQuery reports query parameters the operation does not declare
+// (kin-openapi ignores them): a server that acts on one has a parameter
+// the document does not tell about.
+func undeclaredQuery(req *http.Request, route *routers.Route) error {
+	declared := map[string]bool{}
+	for _, ps := range []openapi3.Parameters{route.PathItem.Parameters, route.Operation.Parameters} {
+		for _, p := range ps {
+			if p.Value != nil && p.Value.In == openapi3.ParameterInQuery {
+				declared[p.Value.Name] = true
+			}
+		}
+	}
+	var unknown []string
+	for name := range req.URL.Query() {
+		if !declared[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	return fmt.Errorf("query parameters the operation does not declare: %s", strings.Join(unknown, ", "))
 }
 
 // checkResponse validates ex's response; it may replace the response's

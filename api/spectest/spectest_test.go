@@ -177,6 +177,8 @@ func TestValidatorFindsMismatches(t *testing.T) {
 			answer{status: 200, ctype: "application/json", body: sandboxJSON}, "accepted a request"},
 		{"accepted a bad query", "GET", "/v1/sandboxes?limit=0", "", "", "",
 			answer{status: 200, ctype: "application/json", body: `{"sandboxes":[]}`}, "limit"},
+		{"accepted an undeclared query parameter", "GET", "/v1/sandboxes/abc/files/stat?path=x&as=root", "", "", "",
+			answer{status: 200, ctype: "application/json", body: `{"name":"x","path":"/home/user/x","type":"file","size":5}`}, "as"},
 		{"accepted a zero timeout", "POST", "/v1/sandboxes/abc/timeout", "application/json", "", `{"timeout":0}`,
 			answer{status: 200, ctype: "application/json", body: sandboxJSON}, "timeout"},
 		{"accepted a body of the wrong type", "PUT", "/v1/sandboxes/abc/files?path=x", "text/plain", "", "hello",

@@ -14,10 +14,11 @@
 //     document's x-common-errors says any route may answer;
 //   - the response headers the operation documents (Retry-After, ...);
 //   - the Content-Type: one of the operation's media types for that status;
-//   - the body: a JSON body against its schema (read whole, up to
-//     MaxResponseBody, and handed on unchanged); an NDJSON stream line by
-//     line against its schema as the caller reads it; other media types
-//     (files, tarballs, images, websockets after a 101) by type only.
+//   - the body, as the caller reads it (nothing is read ahead of the caller
+//     nor held back): a JSON body against its schema once the caller read
+//     it whole (up to MaxResponseBody); an NDJSON stream line by line;
+//     other media types (files, tarballs, images, websockets after a 101)
+//     by type only. What the caller does not read is not checked.
 //
 // A /v1 request no operation matches is a violation when the server serves
 // it (1xx-2xx). Routes under /v1 that speak other protocols (MCP, the
@@ -57,7 +58,7 @@ const (
 	MaxRequestBody = 1 << 20
 	// MaxResponseBody is the largest JSON response validated; larger ones
 	// are passed on unchecked.
-	MaxResponseBody = 64 << 20
+	MaxResponseBody = 8 << 20
 	// maxLine is the longest NDJSON line validated.
 	maxLine = 16 << 20
 )
@@ -454,43 +455,73 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 	}
 }
 
-// checkJSON reads a JSON response whole (up to MaxResponseBody), validates
-// it against schema and gives the response a body with the same bytes (and
-// the same read error, if any).
+// checkJSON validates a JSON response against schema as the caller reads
+// it: the body is handed on unchanged, a copy (up to MaxResponseBody) is
+// kept, and the copy is validated when the caller reaches its end — or
+// closes it having read a whole JSON value (a json.Decoder stops before
+// the last newline). A body the caller does not read is not checked;
+// nothing is read ahead of the caller, so streams keep their timing.
 func (v *Validator) checkJSON(ex *exchange, schema *openapi3.Schema) {
-	resp := ex.resp
-	orig := resp.Body
-	data, err := io.ReadAll(io.LimitReader(orig, MaxResponseBody+1))
-	switch {
-	case err != nil:
-		resp.Body = &replayBody{r: io.MultiReader(bytes.NewReader(data), errReader{err}), c: orig}
-		return
-	case len(data) > MaxResponseBody:
-		resp.Body = &replayBody{r: io.MultiReader(bytes.NewReader(data), orig), c: orig}
+	ex.resp.Body = &jsonChecker{rc: ex.resp.Body, v: v, ex: ex, schema: schema}
+}
+
+type jsonChecker struct {
+	rc     io.ReadCloser
+	v      *Validator
+	ex     *exchange
+	schema *openapi3.Schema
+
+	mu   sync.Mutex
+	buf  []byte
+	over bool // longer than MaxResponseBody: not checked
+	done bool
+}
+
+func (c *jsonChecker) Read(p []byte) (int, error) {
+	n, err := c.rc.Read(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.over && !c.done {
+		if len(c.buf)+n > MaxResponseBody {
+			c.over, c.buf = true, nil
+		} else {
+			c.buf = append(c.buf, p[:n]...)
+		}
+	}
+	if err == io.EOF {
+		c.finish(true)
+	}
+	return n, err
+}
+
+func (c *jsonChecker) Close() error {
+	c.mu.Lock()
+	c.finish(false)
+	c.mu.Unlock()
+	return c.rc.Close()
+}
+
+// finish validates the copy once: at the end of the body, or at a close
+// when the copy is a whole JSON value.
+func (c *jsonChecker) finish(atEOF bool) {
+	if c.done || c.over {
+		c.done = true
 		return
 	}
-	resp.Body = &replayBody{r: bytes.NewReader(data), c: orig}
+	data := c.buf
+	if !atEOF && !json.Valid(data) {
+		return // closed early: nothing whole to check
+	}
+	c.done, c.buf = true, nil
 	var value any
 	if err := json.Unmarshal(data, &value); err != nil {
-		ex.violationBody(data, "the body is not JSON: %v", err)
+		c.ex.violationBody(data, "the body is not JSON: %v", err)
 		return
 	}
-	if err := v.doc.ValidateSchemaJSON(schema, value, v.schemaOpts...); err != nil {
-		ex.violationBody(data, "the body does not match its schema: %s", brief(err))
+	if err := c.v.doc.ValidateSchemaJSON(c.schema, value, c.v.schemaOpts...); err != nil {
+		c.ex.violationBody(data, "the body does not match its schema: %s", brief(err))
 	}
 }
-
-type replayBody struct {
-	r io.Reader
-	c io.Closer
-}
-
-func (b *replayBody) Read(p []byte) (int, error) { return b.r.Read(p) }
-func (b *replayBody) Close() error               { return b.c.Close() }
-
-type errReader struct{ err error }
-
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 // ndjsonChecker hands on an NDJSON stream unchanged and validates each
 // complete line against schema as the caller reads it.

@@ -2,6 +2,7 @@ package spectest
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -269,5 +270,47 @@ components:
 		if _, err := New(d); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestValidatorChecksDecodedBodies: a body read by a json.Decoder (which
+// stops before the last newline) and closed is checked; one closed
+// unread is not.
+func TestValidatorChecksDecodedBodies(t *testing.T) {
+	v, err := New(api.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := strings.Replace(sandboxJSON, `"running"`, `"sleeping"`, 1) + "\n"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(200)
+		io.WriteString(w, bad[:10])
+		w.(http.Flusher).Flush() // chunked: no Content-Length
+		io.WriteString(w, bad[10:])
+	}))
+	defer srv.Close()
+	for _, decode := range []bool{true, false} {
+		var (
+			mu  sync.Mutex
+			got []Violation
+		)
+		hc := &http.Client{Transport: v.Transport(nil, func(x Violation) { mu.Lock(); got = append(got, x); mu.Unlock() })}
+		resp, err := hc.Get(srv.URL + "/v1/sandboxes/abc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if decode {
+			var m map[string]any
+			if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resp.Body.Close()
+		mu.Lock()
+		if n := len(got); decode && n != 1 || !decode && n != 0 {
+			t.Errorf("decode %v: %d violations: %v", decode, n, got)
+		}
+		mu.Unlock()
 	}
 }

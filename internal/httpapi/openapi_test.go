@@ -1,15 +1,18 @@
 package httpapi
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.yaml.in/yaml/v2"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/api/spectest"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/store"
@@ -108,4 +111,20 @@ func TestEveryOperationIsServed(t *testing.T) {
 			}
 		}
 	}
+}
+
+var specValidator = sync.OnceValues(func() (*spectest.Validator, error) { return spectest.New(api.OpenAPI) })
+
+// specClient is an http.Client over base (nil: the default transport)
+// whose exchanges with the native API are checked against
+// api/openapi.yaml (api/spectest); a violation fails t.
+func specClient(t *testing.T, base http.RoundTripper) *http.Client {
+	t.Helper()
+	v, err := specValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Transport: v.Transport(base, func(x spectest.Violation) {
+		t.Errorf("not as api/openapi.yaml says: %s", x)
+	})}
 }

@@ -125,7 +125,11 @@ func TestSpecTour(t *testing.T) {
 	do("GET", sbp+"/logs?limit=50", "k", nil, 200)
 	do("POST", sbp+"/timeout", "k", map[string]any{"timeout": 120}, 200)
 	do("POST", sbp+"/refresh", "k", map[string]any{"duration": 60}, 200)
+	do("GET", sbp+"/logs?limit=0", "k", nil, 400)
 	do("POST", sbp+"/preview-tokens", "k", map[string]any{"port": 8080, "ttl": 60}, 201)
+	do("POST", sbp+"/preview-tokens", "k", map[string]any{"port": 0}, 400)
+	do("POST", sbp+"/refresh", "k", map[string]any{"duration": -1}, 400)
+	do("POST", sbp+"/stop", "k", nil, 400, "Content-Type", "text/plain") // every POST is JSON
 	do("POST", sbp+"/pty-tickets", "k", nil, 201)
 	do("PUT", sbp+"/network", "k", map[string]any{"mode": "egress", "allow_out": []string{"10.0.0.0/8"}}, 400) // no networking here
 	do("POST", sbp+"/snapshot", "k", map[string]any{"name": "tour:1"}, 503)

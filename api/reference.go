@@ -13,13 +13,21 @@ import (
 // writes it; a test fails when the file is stale.
 func Reference() (string, error) {
 	var doc struct {
-		Paths yaml.MapSlice `yaml:"paths"`
+		Paths        yaml.MapSlice `yaml:"paths"`
+		CommonErrors []int         `yaml:"x-common-errors"`
 	}
 	if err := yaml.Unmarshal(OpenAPI, &doc); err != nil {
 		return "", fmt.Errorf("parse openapi.yaml: %w", err)
 	}
 	var b strings.Builder
 	b.WriteString(referenceHead)
+	if len(doc.CommonErrors) > 0 {
+		codes := make([]string, len(doc.CommonErrors))
+		for i, c := range doc.CommonErrors {
+			codes[i] = fmt.Sprint(c)
+		}
+		fmt.Fprintf(&b, "Besides the responses listed for each route, any route may answer %s (with the error\nshape above).\n\n", strings.Join(codes, ", "))
+	}
 	b.WriteString("| route | method | what | responses | auth |\n|---|---|---|---|---|\n")
 	for _, p := range doc.Paths {
 		ops, ok := p.Value.(yaml.MapSlice)
@@ -62,7 +70,8 @@ func Reference() (string, error) {
 const referenceHead = `# API reference
 
 The native API, generated from [api/openapi.yaml](../api/openapi.yaml) (the server also
-serves it at ` + "`" + `GET /v1/openapi.yaml` + "`" + `; a test keeps every served route in it). Base URL
+serves it at ` + "`" + `GET /v1/openapi.yaml` + "`" + `; tests keep it and the served routes in step, and check every
+exchange of the end-to-end tests against it). Base URL
 ` + "`" + `http://127.0.0.1:8000` + "`" + ` by default.
 
 - **Auth:** ` + "`" + `Authorization: Bearer <api key>` + "`" + ` on every ` + "`" + `/v1` + "`" + ` route when keys are configured.

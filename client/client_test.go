@@ -53,7 +53,9 @@ func TestErrorsAreTyped(t *testing.T) {
 		{413, client.CodeTooLarge, "", client.IsTooLarge, client.ErrTooLarge},
 		{507, client.CodeInsufficientSpace, "", client.IsInsufficientSpace, client.ErrInsufficientSpace},
 	}
-	fs, c, ctx := setup(t)
+	// Statuses GET /v1/sandboxes/{id} never answers: not checked against
+	// api/openapi.yaml.
+	fs, c, ctx := setup(t, client.WithHTTPClient(&http.Client{}))
 	for _, tc := range cases {
 		t.Run(tc.code, func(t *testing.T) {
 			fs.FailNext(tc.status, tc.code, "it went wrong", tc.field)

@@ -14,10 +14,13 @@ type Node struct {
 	Version  string   `json:"version,omitempty"`
 	// Sandboxes it runs (pooled ones included), Pooled of those waiting in
 	// its warm pools, MemoryBytes their memory limits summed.
-	Sandboxes   int       `json:"sandboxes"`
-	Pooled      int       `json:"pooled"`
-	MemoryBytes int64     `json:"memory_bytes"`
-	StartedAt   time.Time `json:"started_at"`
+	Sandboxes   int   `json:"sandboxes"`
+	Pooled      int   `json:"pooled"`
+	MemoryBytes int64 `json:"memory_bytes"`
+	// MaxSandboxes is NODE_MAX_SANDBOXES, the handed-out sandboxes it
+	// takes at most (0: no limit); placement skips it while it is full.
+	MaxSandboxes int       `json:"max_sandboxes,omitempty"`
+	StartedAt    time.Time `json:"started_at"`
 	// SeenAt is its last heartbeat.
 	SeenAt time.Time `json:"seen_at"`
 }

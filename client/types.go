@@ -53,6 +53,7 @@ type Stats struct {
 	PIDsLimitHits  int64   `json:"pids_limit_hits"` // forks refused by the pids limit
 	DiskUsedBytes  int64   `json:"disk_used_bytes"`
 	DiskTotalBytes int64   `json:"disk_total_bytes"`
+	NetworkDenials int64   `json:"network_denials"` // packets the egress policy rejected
 }
 
 // LogEntry is one lifecycle event or agent log line of a sandbox.

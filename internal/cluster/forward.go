@@ -236,7 +236,7 @@ func (f *Forwarder) Wrap(next http.Handler) http.Handler {
 		if len(r.Header.Values(HeaderForwarded)) > 0 {
 			from, ok := f.Peer(r)
 			if !ok {
-				writeErr(w, http.StatusForbidden, "forbidden", "invalid "+HeaderForwarded+" header: it is for agentbox replicas sharing CLUSTER_SECRET only")
+				writeErr(w, http.StatusForbidden, "permission_denied", "invalid "+HeaderForwarded+" header: it is for agentbox replicas sharing CLUSTER_SECRET only")
 				return
 			}
 			// A replica sent it here: serve it, never forward again.
@@ -720,6 +720,8 @@ func (f *Forwarder) identity(ident string) sandbox.ID {
 	return id
 }
 
+// writeErr answers in the native API's error shape; code is one of its
+// stable codes (api/openapi.yaml, Error).
 func writeErr(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

@@ -55,13 +55,13 @@ type bootstrapBody struct {
 type BootstrapEvent struct {
 	// Status: "log" (a line of mmdebstrap's output), "downloading",
 	// "unpacking", "cached", "done" (Template set) or "error" (Error set).
-	Status   string         `json:"status"`
-	Message  string         `json:"message,omitempty"`
-	Layer    string         `json:"layer,omitempty"`
-	Current  int64          `json:"current,omitempty"`
-	Total    int64          `json:"total,omitempty"`
-	Template *template.Info `json:"template,omitempty"`
-	Error    string         `json:"error,omitempty"`
+	Status   string       `json:"status"`
+	Message  string       `json:"message,omitempty"`
+	Layer    string       `json:"layer,omitempty"`
+	Current  int64        `json:"current,omitempty"`
+	Total    int64        `json:"total,omitempty"`
+	Template *templateOut `json:"template,omitempty"`
+	Error    string       `json:"error,omitempty"`
 }
 
 // bootstrapTemplate bootstraps body.Image and imports it as body.Name,
@@ -107,7 +107,7 @@ func (s *Server) bootstrapTemplate(w http.ResponseWriter, r *http.Request, cfg B
 			ev.send(BootstrapEvent{Status: p.Status, Layer: p.Layer, Current: p.Current, Total: p.Total})
 		})
 		if err == nil {
-			ev.send(BootstrapEvent{Status: "done", Template: &info})
+			ev.send(BootstrapEvent{Status: "done", Template: ptr(s.templateJSON(r, info))})
 			return nil
 		}
 	}

@@ -68,7 +68,7 @@ func postBootstrap(t *testing.T, hs *httptest.Server, key, body string) (*http.R
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	resp, err := hs.Client().Do(req)
+	resp, err := specClient(t, hs.Client().Transport).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,8 +40,9 @@ func (s *Server) browserRoutes(v1 func(string, func(http.ResponseWriter, *http.R
 	// Playwright's connectOverCDP("http://.../cdp") asks for
 	// .../cdp/json/version/, Puppeteer's browserURL for .../json/version.
 	v1("GET /v1/sandboxes/{id}/cdp/json/version", s.cdpVersion)
-	// The same with Playwright's trailing slash (one route in the OpenAPI
-	// document, so registered beside v1's list).
+	// The same with Playwright's trailing slash (its own path in the
+	// OpenAPI document; one route in the metrics).
+	s.patterns = append(s.patterns, "GET /v1/sandboxes/{id}/cdp/json/version/{$}")
 	s.mux.Handle("GET /v1/sandboxes/{id}/cdp/json/version/{$}", s.instrument("GET /v1/sandboxes/{id}/cdp/json/version", s.authenticated(s.cdpVersion)))
 	v1("POST /v1/sandboxes/{id}/computer", s.computer)
 }

@@ -67,7 +67,7 @@ func postBuild(t *testing.T, hs *httptest.Server, key string, body io.Reader, ct
 	req, _ := http.NewRequest(http.MethodPost, hs.URL+"/v1/templates/builds", body)
 	req.Header.Set("Content-Type", ctype)
 	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := hs.Client().Do(req)
+	resp, err := specClient(t, hs.Client().Transport).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

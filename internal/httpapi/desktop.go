@@ -274,9 +274,9 @@ func (s *Server) desktopSocket(w http.ResponseWriter, r *http.Request) error {
 	defer vnc.Close()
 	// websocket.Accept refuses an Origin other than this Host: only the
 	// desktop page (or a client that sends no Origin) opens the socket.
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})
-	if err != nil {
-		return nil // Accept answered the refusal
+	ws, err := acceptWebSocket(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})
+	if ws == nil {
+		return err
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(1 << 20)

@@ -54,9 +54,9 @@ func (s *Server) pty(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer dr.End()
 	// Check the sandbox before upgrading, so errors are plain JSON responses.
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{PTYProtocol}})
-	if err != nil {
-		return nil // Accept already answered with an error
+	conn, err := acceptWebSocket(w, r, &websocket.AcceptOptions{Subprotocols: []string{PTYProtocol}})
+	if conn == nil {
+		return err
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(1 << 20)

@@ -99,8 +99,8 @@ type Server struct {
 	bodyRules []bodyRule
 	// sandboxPorts is a front-end's data plane (dataplane.go).
 	sandboxPorts SandboxPortHandler
-	// patterns are the /v1 route patterns, for checking them against the
-	// OpenAPI document.
+	// patterns are the /v1 route patterns (every one), for checking them
+	// against the OpenAPI document (openapi_test.go).
 	patterns []string
 }
 
@@ -192,6 +192,9 @@ func (s *Server) routes() {
 	v1("POST /v1/sandboxes/{id}/pause", s.pauseSandbox)
 	v1("POST /v1/sandboxes/{id}/resume", s.resumeSandbox)
 	v1("POST /v1/sandboxes/{id}/preview-tokens", s.createPreviewToken)
+	// Previews: every method (the patterns are recorded for the route
+	// check against the OpenAPI document, which describes them under GET).
+	s.patterns = append(s.patterns, "/v1/sandboxes/{id}/ports/{port}/{path...}", "/v1/sandboxes/{id}/ports/{port}")
 	s.mux.Handle("/v1/sandboxes/{id}/ports/{port}/{path...}", s.instrument("/v1/sandboxes/{id}/ports/{port}/", http.HandlerFunc(s.previewByPath)))
 	s.mux.Handle("/v1/sandboxes/{id}/ports/{port}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u := *r.URL

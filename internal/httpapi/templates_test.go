@@ -150,7 +150,7 @@ func call(t *testing.T, method, url, key, ctype, accept string, body io.Reader) 
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := specClient(t, nil).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if err := setUpSpecCheck(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	if binDir != "" && os.Getenv("AGENTBOX_BIN") == "" {
 		os.RemoveAll(binDir)
@@ -86,6 +90,7 @@ type daemon struct {
 	cmd     *exec.Cmd
 	logs    *testutil.SyncBuffer
 	done    chan struct{}
+	spec    *specLog // what its API did against api/openapi.yaml (spec_harness_test.go)
 }
 
 func freePort(t *testing.T) int {
@@ -122,6 +127,7 @@ func startDaemonArgs(t *testing.T, dataDir string, args []string, settings ...st
 	d.start()
 	t.Cleanup(func() {
 		d.stop()
+		d.specReport(t)
 		if t.Failed() {
 			t.Logf("daemon log (last lines):\n%s", lastLines(d.logs.String(), 150))
 		}
@@ -146,6 +152,7 @@ func (d *daemon) start() {
 	daemonBin, agentBin := binaries(t)
 	port := freePort(t)
 	d.url = fmt.Sprintf("http://127.0.0.1:%d", port)
+	d.specWatch()
 	d.logs = &testutil.SyncBuffer{}
 	d.cmd = exec.Command(daemonBin, append([]string{"serve"}, d.args...)...)
 	d.cmd.Env = append(append(cleanEnv(), "AGENT_PATH="+agentBin, fmt.Sprintf("PORT=%d", port)), d.env...)
@@ -220,7 +227,7 @@ func (d *daemon) kill() {
 // sdk returns a Go SDK client for the daemon.
 func (d *daemon) sdk(t *testing.T, apiKey string) *client.Client {
 	t.Helper()
-	var opts []client.Option
+	opts := []client.Option{client.WithHTTPClient(specHTTPClient())}
 	if apiKey != "" {
 		opts = append(opts, client.WithAPIKey(apiKey))
 	}

@@ -122,6 +122,9 @@ func (c *codeService) create(w http.ResponseWriter, r *http.Request) {
 	if user == "" {
 		user = basicAuthUser(r.Header)
 	}
+	if body.Cwd == "" && e2bDialect(r.Header) {
+		body.Cwd = "~" // E2B's contexts start in the user's home
+	}
 	info, err := c.reg.Create(r.Context(), codeinterp.CreateRequest{Language: body.Language, Cwd: body.Cwd, User: user})
 	if err != nil {
 		writeCodeError(w, err)

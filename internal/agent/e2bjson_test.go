@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -161,5 +162,68 @@ func TestE2BJSONErrorsAndUnary(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 404 || !bytes.Contains(body, []byte(`"code":"not_found"`)) {
 		t.Errorf("stat missing: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestE2BDialect: with X-Agentbox-Dialect: e2b (the E2B front end sets
+// it), a process without a cwd starts in its user's home, the directory
+// relative file paths resolve against, and removing a missing path
+// succeeds, as in envd; without it, processes start in --workdir and a
+// missing path is not_found.
+func TestE2BDialect(t *testing.T) {
+	a, _ := startAgent(t, agenttest.Options{})
+	hc := rawHTTP(t, a)
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pwd := func(dialect string) string {
+		hr, _ := http.NewRequest(http.MethodPost, "http://agent/process.Process/Start",
+			bytes.NewReader(connectFrame(`{"process":{"cmd":"pwd"},"stdin":false}`)))
+		hr.Header.Set("Content-Type", "application/connect+json")
+		if dialect != "" {
+			hr.Header.Set("X-Agentbox-Dialect", dialect)
+		}
+		resp, err := hc.Do(hr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out string
+		for _, f := range readFrames(t, resp.Body) {
+			ev, _ := f.body["event"].(map[string]any)
+			if d, ok := ev["data"].(map[string]any); ok {
+				b, _ := base64.StdEncoding.DecodeString(d["stdout"].(string))
+				out += string(b)
+			}
+		}
+		return strings.TrimSpace(out)
+	}
+	if got := pwd("e2b"); got != home {
+		t.Errorf("E2B process without cwd runs in %q, want the home %q", got, home)
+	}
+	if got := pwd(""); got != a.Workdir {
+		t.Errorf("process without cwd runs in %q, want --workdir %q", got, a.Workdir)
+	}
+
+	remove := func(dialect string) int {
+		hr, _ := http.NewRequest(http.MethodPost, "http://agent/filesystem.Filesystem/Remove",
+			strings.NewReader(`{"path":"`+a.Workdir+`/never-existed"}`))
+		hr.Header.Set("Content-Type", "application/json")
+		if dialect != "" {
+			hr.Header.Set("X-Agentbox-Dialect", dialect)
+		}
+		resp, err := hc.Do(hr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := remove("e2b"); got != 200 {
+		t.Errorf("E2B remove of a missing path: %d, want 200", got)
+	}
+	if got := remove(""); got != 404 {
+		t.Errorf("remove of a missing path: %d, want 404", got)
 	}
 }

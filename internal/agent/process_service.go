@@ -99,7 +99,12 @@ func (s *Server) startProcess(h http.Header, req *pb.StartRequest) (*process, *s
 	if cfg.GetCmd() == "" {
 		return nil, nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is empty"))
 	}
-	dir, err := s.processDir(u, cfg.Cwd)
+	cwd := cfg.Cwd
+	if (cwd == nil || *cwd == "") && e2bDialect(h) {
+		home := "~"
+		cwd = &home
+	}
+	dir, err := s.processDir(u, cwd)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -123,6 +123,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 			if token != "" {
 				pr.Out.Header.Set("X-Access-Token", token)
 			}
+			dataplane.MarkE2B(pr.Out.Header)
 		},
 		Transport: rt,
 		ModifyResponse: func(resp *http.Response) error {

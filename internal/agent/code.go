@@ -123,7 +123,10 @@ func (c *codeService) create(w http.ResponseWriter, r *http.Request) {
 		user = basicAuthUser(r.Header)
 	}
 	if body.Cwd == "" && e2bDialect(r.Header) {
-		body.Cwd = "~" // E2B's contexts start in the user's home
+		// E2B's contexts start in E2B's working directory.
+		if u, err := c.s.requestUser(r.Header, user); err == nil {
+			body.Cwd = u.Workdir
+		}
 	}
 	info, err := c.reg.Create(r.Context(), codeinterp.CreateRequest{Language: body.Language, Cwd: body.Cwd, User: user})
 	if err != nil {

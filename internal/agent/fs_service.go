@@ -28,7 +28,7 @@ var _ filesystemconnect.FilesystemHandler = (*fsService)(nil)
 // scope resolves the request's user and its confinement (nil without
 // RootHeader).
 func (f *fsService) scope(h http.Header) (*User, *confinement, error) {
-	u, err := f.s.resolveUser(basicAuthUser(h))
+	u, err := f.s.requestUser(h, basicAuthUser(h))
 	if err != nil {
 		return nil, nil, err
 	}

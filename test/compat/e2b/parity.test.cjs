@@ -176,6 +176,8 @@ test('a sandbox killed during a command: TimeoutError, as E2B documents', async 
     assert.ok(e instanceof TimeoutError, `${e?.name}: ${e?.message}`)
     return true
   })
+  // A killed sandbox is not running (its /health answers 502, as on E2B).
+  assert.equal(await victim.isRunning(), false)
   // Calls to the killed sandbox are the same class.
   await assert.rejects(victim.commands.run('true'), (e) => e instanceof TimeoutError || e.name === 'SandboxNotFoundError')
 })

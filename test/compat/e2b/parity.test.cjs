@@ -104,10 +104,9 @@ test('command-scoped environment variables in a login shell', async () => {
   assert.match(p.stdout, /\/home\/user\/\.local\/bin/)
 })
 
-// Issue 30 item 8, not done yet: Debian's /etc/profile (the base
-// template's) sets PATH in every login shell, so a PATH the caller gives
-// is lost (exit 127).
-test('a PATH given with the command wins over the login profile', { skip: 'issue 30 item 8: /etc/profile resets PATH' }, async () => {
+// Debian's /etc/profile sets PATH in every login shell; the base template
+// keeps the one the shell starts with, as E2B's (Ubuntu's) does.
+test('a PATH given with the command wins over the login profile', async () => {
   await sbx.commands.run('mkdir -p /tmp/bin && printf "#!/bin/sh\\necho from-tool\\n" > /tmp/bin/mytool && chmod +x /tmp/bin/mytool')
   const t = await sbx.commands.run('mytool', { envs: { PATH: '/tmp/bin:/usr/local/bin:/usr/bin:/bin' } })
   assert.equal(t.stdout, 'from-tool\n')

@@ -122,6 +122,12 @@ func (c *codeService) create(w http.ResponseWriter, r *http.Request) {
 	if user == "" {
 		user = basicAuthUser(r.Header)
 	}
+	if body.Cwd == "" && e2bDialect(r.Header) {
+		// E2B's contexts start in E2B's working directory.
+		if u, err := c.s.requestUser(r.Header, user); err == nil {
+			body.Cwd = u.Workdir
+		}
+	}
 	info, err := c.reg.Create(r.Context(), codeinterp.CreateRequest{Language: body.Language, Cwd: body.Cwd, User: user})
 	if err != nil {
 		writeCodeError(w, err)

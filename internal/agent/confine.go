@@ -75,7 +75,20 @@ const (
 	// ErrorOutsideRoot is ErrorHeader's value when a path leads outside
 	// the request's roots.
 	ErrorOutsideRoot = "outside-root"
+	// DialectHeader names the conventions of the front end a request
+	// comes from. DialectE2B (set by the E2B front end): a process
+	// started without a cwd runs in its user's home, the directory
+	// relative file paths resolve against, as in E2B, instead of the
+	// agent's --workdir (agentbox's /workspace). It changes defaults,
+	// never what a request may do.
+	DialectHeader = "X-Agentbox-Dialect"
+	DialectE2B    = "e2b"
 )
+
+// e2bDialect reports whether h asks for E2B's conventions.
+func e2bDialect(h http.Header) bool {
+	return strings.EqualFold(strings.TrimSpace(h.Get(DialectHeader)), DialectE2B)
+}
 
 const (
 	// maxRoots bounds the roots of one request (each is opened per call).

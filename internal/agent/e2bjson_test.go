@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -161,5 +162,79 @@ func TestE2BJSONErrorsAndUnary(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 404 || !bytes.Contains(body, []byte(`"code":"not_found"`)) {
 		t.Errorf("stat missing: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestE2BDialect: with X-Agentbox-Dialect: e2b (the E2B front end sets
+// it), a process without a cwd starts in E2B's working directory, where
+// relative file paths resolve too: the template's workdir (--workdir), or
+// the user's home when that is agentbox's /workspace; and removing a
+// missing path succeeds, as in envd. Without it, a missing path is
+// not_found.
+func TestE2BDialect(t *testing.T) {
+	a, _ := startAgent(t, agenttest.Options{})
+	hc := rawHTTP(t, a)
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(hc *http.Client, path, body string, dialect bool) *http.Response {
+		t.Helper()
+		hr, _ := http.NewRequest(http.MethodPost, "http://agent"+path, strings.NewReader(body))
+		hr.Header.Set("Content-Type", "application/json")
+		if strings.HasPrefix(path, "/process.") {
+			hr, _ = http.NewRequest(http.MethodPost, "http://agent"+path, bytes.NewReader(connectFrame(body)))
+			hr.Header.Set("Content-Type", "application/connect+json")
+		}
+		if dialect {
+			hr.Header.Set("X-Agentbox-Dialect", "e2b")
+		}
+		resp, err := hc.Do(hr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	pwd := func(hc *http.Client, dialect bool) string {
+		t.Helper()
+		resp := call(hc, "/process.Process/Start", `{"process":{"cmd":"pwd"},"stdin":false}`, dialect)
+		var out string
+		for _, f := range readFrames(t, resp.Body) {
+			ev, _ := f.body["event"].(map[string]any)
+			if d, ok := ev["data"].(map[string]any); ok {
+				b, _ := base64.StdEncoding.DecodeString(d["stdout"].(string))
+				out += string(b)
+			}
+		}
+		return strings.TrimSpace(out)
+	}
+
+	// A template's own workdir is E2B's working directory.
+	if got := pwd(hc, true); got != a.Workdir {
+		t.Errorf("E2B process without cwd runs in %q, want the workdir %q", got, a.Workdir)
+	}
+	if got := pwd(hc, false); got != a.Workdir {
+		t.Errorf("process without cwd runs in %q, want --workdir %q", got, a.Workdir)
+	}
+	if err := os.WriteFile(a.Workdir+"/rel.txt", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(call(hc, "/filesystem.Filesystem/Stat", `{"path":"rel.txt"}`, true).Body)
+	if !strings.Contains(string(body), `"path":"`+a.Workdir+`/rel.txt"`) {
+		t.Errorf("E2B stat of a relative path: %s, want it in %s", body, a.Workdir)
+	}
+	// agentbox's /workspace is replaced by the user's home.
+	ws, _ := startAgent(t, agenttest.Options{Workdir: "/workspace"})
+	if got := pwd(rawHTTP(t, ws), true); got != home {
+		t.Errorf("E2B process without cwd in a /workspace sandbox runs in %q, want the home %q", got, home)
+	}
+
+	missing := `{"path":"` + a.Workdir + `/never-existed"}`
+	if got := call(hc, "/filesystem.Filesystem/Remove", missing, true).StatusCode; got != 200 {
+		t.Errorf("E2B remove of a missing path: %d, want 200", got)
+	}
+	if got := call(hc, "/filesystem.Filesystem/Remove", missing, false).StatusCode; got != 404 {
+		t.Errorf("remove of a missing path: %d, want 404", got)
 	}
 }

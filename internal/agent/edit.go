@@ -150,7 +150,7 @@ func (s *Server) handleEdit(w http.ResponseWriter, r *http.Request) {
 			err = s.writeEditAt(u, res, modified)
 			res = nil // the upload released it
 		} else {
-			_, err = s.uploadOne(u, nil, p, strings.NewReader(modified))
+			_, err = s.uploadOne(u, nil, p, nil, strings.NewReader(modified))
 		}
 		if err != nil {
 			writeErr(w, err)
@@ -169,7 +169,7 @@ func (s *Server) writeEditAt(u *User, res *resolved, content string) error {
 		res.close()
 		return err
 	}
-	_, err = t.write(u, strings.NewReader(content))
+	_, err = t.write(u, strings.NewReader(content), nil)
 	return err
 }
 

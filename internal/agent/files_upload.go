@@ -24,6 +24,8 @@ type uploadedFile struct {
 	Name string `json:"name"`
 	Type string `json:"type"`
 	Path string `json:"path"`
+	// Metadata is what the upload attached (see metadata.go).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
@@ -57,14 +59,19 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	md, err := metadataFromHeader(r.Header)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
 	pathParam := q.Get("path")
 	var out []uploadedFile
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if mt == "multipart/form-data" {
-		out, err = s.uploadMultipart(u, conf, pathParam, multipart.NewReader(body, params["boundary"]))
+		out, err = s.uploadMultipart(u, conf, pathParam, md, multipart.NewReader(body, params["boundary"]))
 	} else {
 		var f uploadedFile
-		f, err = s.uploadOne(u, conf, pathParam, body)
+		f, err = s.uploadOne(u, conf, pathParam, md, body)
 		out = []uploadedFile{f}
 	}
 	if err != nil {
@@ -74,10 +81,10 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) uploadMultipart(u *User, conf *confinement, pathParam string, mr *multipart.Reader) ([]uploadedFile, error) {
+func (s *Server) uploadMultipart(u *User, conf *confinement, pathParam string, md map[string]string, mr *multipart.Reader) ([]uploadedFile, error) {
 	var out []uploadedFile
 	err := eachUploadPart(pathParam, mr, func(dest string, r io.Reader) error {
-		f, err := s.uploadOne(u, conf, dest, r)
+		f, err := s.uploadOne(u, conf, dest, md, r)
 		if err != nil {
 			return err
 		}
@@ -135,8 +142,9 @@ func rawFileName(p *multipart.Part) string {
 
 // uploadOne stores r at dest (resolved for u, under conf's roots when
 // the request is confined) atomically. An existing regular file keeps its
-// permission bits; new files get 0644.
-func (s *Server) uploadOne(u *User, conf *confinement, dest string, r io.Reader) (uploadedFile, error) {
+// permission bits; new files get 0644. md, if any, becomes the file's
+// metadata.
+func (s *Server) uploadOne(u *User, conf *confinement, dest string, md map[string]string, r io.Reader) (uploadedFile, error) {
 	if dest == "" {
 		return uploadedFile{}, connect.NewError(connect.CodeInvalidArgument, errors.New("destination path is missing (use ?path=)"))
 	}
@@ -163,7 +171,7 @@ func (s *Server) uploadOne(u *User, conf *confinement, dest string, r io.Reader)
 	if err != nil {
 		return uploadedFile{}, err
 	}
-	return t.write(u, r)
+	return t.write(u, r, md)
 }
 
 // uploadTarget is an upload's temporary file, renamed into place once
@@ -248,7 +256,7 @@ func createUploadAt(res *resolved) (*uploadTarget, error) {
 
 // write copies r into the temporary file and renames it into place (as
 // u); on failure the temporary file is removed.
-func (t *uploadTarget) write(u *User, r io.Reader) (uploadedFile, error) {
+func (t *uploadTarget) write(u *User, r io.Reader, md map[string]string) (uploadedFile, error) {
 	if t.release != nil {
 		defer t.release()
 	}
@@ -258,6 +266,15 @@ func (t *uploadTarget) write(u *User, r io.Reader) (uploadedFile, error) {
 	copyBufPool.Put(bufp)
 	if err == nil {
 		err = t.tmp.Chmod(t.mode)
+	}
+	if err == nil && len(md) > 0 {
+		// On the temporary file's descriptor, as u: what is renamed
+		// into place has its metadata from the start.
+		if err = setMetadata(int(t.tmp.Fd()), t.path, md); err != nil {
+			_ = t.tmp.Close()
+			discard()
+			return uploadedFile{}, err
+		}
 	}
 	if cerr := t.tmp.Close(); err == nil {
 		err = cerr
@@ -270,7 +287,7 @@ func (t *uploadTarget) write(u *User, r io.Reader) (uploadedFile, error) {
 		discard()
 		return uploadedFile{}, fsError(fmt.Sprintf("rename upload into %q", t.path), err)
 	}
-	return uploadedFile{Name: filepath.Base(t.path), Type: "file", Path: t.path}, nil
+	return uploadedFile{Name: filepath.Base(t.path), Type: "file", Path: t.path, Metadata: md}, nil
 }
 
 // onlyWriter hides os.File's ReadFrom so io.CopyBuffer uses our large

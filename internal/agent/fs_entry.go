@@ -28,6 +28,7 @@ func (s *Server) entryInfo(path string) (*fspb.EntryInfo, error) {
 // entryFromInfo builds an EntryInfo from an Lstat result.
 func (s *Server) entryFromInfo(path string, fi fs.FileInfo) *fspb.EntryInfo {
 	e := s.baseEntry(path, fi)
+	e.Metadata = readMetadata(path)
 	if fi.Mode()&fs.ModeSymlink != 0 {
 		e.IsSymlink = true
 		if target, err := os.Readlink(path); err == nil {

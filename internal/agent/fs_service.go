@@ -28,7 +28,7 @@ var _ filesystemconnect.FilesystemHandler = (*fsService)(nil)
 // scope resolves the request's user and its confinement (nil without
 // RootHeader).
 func (f *fsService) scope(h http.Header) (*User, *confinement, error) {
-	u, err := f.s.resolveUser(basicAuthUser(h))
+	u, err := f.s.requestUser(h, basicAuthUser(h))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -142,7 +142,9 @@ func (f *fsService) Move(ctx context.Context, req *connect.Request[fspb.MoveRequ
 	return connect.NewResponse(&fspb.MoveResponse{Entry: e}), nil
 }
 
-// Remove deletes a file, link or directory tree; not_found when missing.
+// Remove deletes a file, link or directory tree; not_found when missing,
+// except in E2B's dialect, where removing what is not there succeeds (as
+// envd's RemoveAll does).
 func (f *fsService) Remove(ctx context.Context, req *connect.Request[fspb.RemoveRequest]) (*connect.Response[fspb.RemoveResponse], error) {
 	u, conf, err := f.scope(req.Header())
 	if err != nil {
@@ -158,8 +160,9 @@ func (f *fsService) Remove(ctx context.Context, req *connect.Request[fspb.Remove
 	if err != nil {
 		return nil, err
 	}
+	e2b := e2bDialect(req.Header())
 	err = u.do(func() error {
-		if _, err := os.Lstat(p); err != nil {
+		if _, err := os.Lstat(p); err != nil && !(e2b && errors.Is(err, fs.ErrNotExist)) {
 			return fsError(fmt.Sprintf("remove %q", p), err)
 		}
 		if err := os.RemoveAll(p); err != nil {

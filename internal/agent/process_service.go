@@ -91,7 +91,7 @@ func streamEvents(ctx context.Context, p *process, sub *subscriber, keepalive ti
 // returned subscriber was attached before the process could write
 // anything, so no output is missed.
 func (s *Server) startProcess(h http.Header, req *pb.StartRequest) (*process, *subscriber, error) {
-	u, err := s.resolveUser(basicAuthUser(h))
+	u, err := s.requestUser(h, basicAuthUser(h))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -99,7 +99,11 @@ func (s *Server) startProcess(h http.Header, req *pb.StartRequest) (*process, *s
 	if cfg.GetCmd() == "" {
 		return nil, nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is empty"))
 	}
-	dir, err := s.processDir(u, cfg.Cwd)
+	cwd := cfg.Cwd
+	if (cwd == nil || *cwd == "") && u.Workdir != "" {
+		cwd = &u.Workdir // E2B's working directory (requestUser)
+	}
+	dir, err := s.processDir(u, cwd)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -21,6 +21,10 @@ type User struct {
 	Home   string
 	Shell  string
 
+	// Workdir, when set, is where relative paths resolve instead of Home
+	// (E2B's working directory: see Server.requestUser).
+	Workdir string
+
 	// self marks the agent's own identity: nothing needs switching.
 	self bool
 }
@@ -89,7 +93,44 @@ func (s *Server) userFromRequest(h http.Header, query string) (*User, error) {
 	if name == "" {
 		name = basicAuthUser(h)
 	}
-	return s.resolveUser(name)
+	return s.requestUser(h, name)
+}
+
+// requestUser resolves name for a request with headers h. In E2B's
+// dialect the user's relative paths, and processes started without a cwd,
+// use E2B's working directory (see e2bWorkdir).
+func (s *Server) requestUser(h http.Header, name string) (*User, error) {
+	u, err := s.resolveUser(name)
+	if err != nil || !e2bDialect(h) {
+		return u, err
+	}
+	cu := *u
+	cu.Workdir = s.e2bWorkdir(u)
+	return &cu, nil
+}
+
+// agentboxWorkspace is agentbox's own working directory (the native API's
+// and agentscope's), the --workdir of sandboxes whose template sets none
+// of its own.
+const agentboxWorkspace = "/workspace"
+
+// e2bWorkdir is E2B's working directory for u: the template's (the
+// agent's --workdir, as E2B's setWorkdir sets it) unless that is
+// agentbox's /workspace, which E2B's conventions replace with the user's
+// home; the home too when the directory is missing.
+func (s *Server) e2bWorkdir(u *User) string {
+	if w := s.cfg.Workdir; w != "" && w != agentboxWorkspace {
+		var ok bool
+		_ = u.do(func() error {
+			fi, err := os.Stat(w)
+			ok = err == nil && fi.IsDir()
+			return nil
+		})
+		if ok {
+			return w
+		}
+	}
+	return u.Home
 }
 
 // basicAuthUser extracts the user name of a Basic authorization header; the
@@ -108,7 +149,8 @@ func basicAuthUser(h http.Header) string {
 }
 
 // resolvePath makes p absolute the E2B way: "~" and "~/x" expand to the
-// user's home, other relative paths are relative to the home too.
+// user's home, other relative paths are relative to u.Workdir if set, else
+// to the home too.
 func (u *User) resolvePath(p string) (string, error) {
 	if p == "" {
 		return "", connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path is empty"))
@@ -120,6 +162,8 @@ func (u *User) resolvePath(p string) (string, error) {
 		return filepath.Join(u.Home, p[2:]), nil
 	case filepath.IsAbs(p):
 		return filepath.Clean(p), nil
+	case u.Workdir != "":
+		return filepath.Join(u.Workdir, p), nil
 	default:
 		return filepath.Join(u.Home, p), nil
 	}

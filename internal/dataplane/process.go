@@ -66,3 +66,8 @@ func (r *Request) Health(ctx context.Context) error { return r.client.Health(ctx
 func (r *Request) EnvdTarget() (base *url.URL, transport http.RoundTripper, token string) {
 	return r.client.ProxyTarget()
 }
+
+// MarkE2B marks a request passed to EnvdTarget as E2B's: the agent then
+// keeps E2B's conventions (one working directory, the user's home, for
+// commands and files) instead of agentbox's /workspace default.
+func MarkE2B(h http.Header) { agentclient.MarkE2B(h) }

@@ -15,15 +15,23 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// The agent's confinement headers (agent.RootHeader, agent.ErrorHeader,
-// agent.ErrorOutsideRoot, agent.ErrorExecutableNotFound): this package
-// does not import the agent's.
+// The agent's confinement and dialect headers (agent.RootHeader,
+// agent.ErrorHeader, agent.ErrorOutsideRoot, agent.ErrorExecutableNotFound,
+// agent.DialectHeader, agent.DialectE2B): this package does not import the
+// agent's.
 const (
 	rootHeader              = "X-Agentbox-Root"
+	dialectHeader           = "X-Agentbox-Dialect"
+	dialectE2B              = "e2b"
 	errorHeader             = "X-Agentbox-Error"
 	errorOutsideRoot        = "outside-root"
 	errorExecutableNotFound = "executable-not-found"
 )
+
+// MarkE2B marks a request of E2B's protocol, passed to the agent as it
+// came from an E2B client, as one that keeps E2B's conventions (a process
+// without a cwd runs in its user's home), whatever the client sent.
+func MarkE2B(h http.Header) { h.Set(dialectHeader, dialectE2B) }
 
 // ErrExecutableNotFound is wrapped by the error of a process start (Run,
 // Start, a code context's interpreter) whose executable does not exist in

@@ -36,16 +36,29 @@ func (s *Server) ServePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 		return false
 	}
 	if err := s.servePort(w, r, id, port); err != nil {
+		var gone errGone
+		if errors.As(err, &gone) {
+			// As E2B's edge answers for a sandbox that is not there:
+			// the SDKs read 502 as "not running" (see streamend.go).
+			writeJSON(w, http.StatusBadGateway, errorBody{Code: http.StatusBadGateway, Message: gone.Error()})
+			return true
+		}
 		writeError(w, r, err)
 	}
 	return true
 }
+
+// errGone is a data-plane request's sandbox that does not exist.
+type errGone struct{ error }
 
 func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID, port int) error {
 	if !allowedRoute(port, r.Method, r.URL.Path) {
 		return sandbox.Errorf(sandbox.ClassNotFound, "no route %s %s on port %d", r.Method, r.URL.Path, port)
 	}
 	rec, err := s.m.Lookup(id)
+	if sandbox.ClassOf(err) == sandbox.ClassNotFound {
+		return errGone{err}
+	}
 	if err != nil {
 		return err
 	}
@@ -123,6 +136,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 			if token != "" {
 				pr.Out.Header.Set("X-Access-Token", token)
 			}
+			dataplane.MarkE2B(pr.Out.Header)
 		},
 		Transport: rt,
 		ModifyResponse: func(resp *http.Response) error {
@@ -132,6 +146,10 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 				// clients such as Node's fetch slow down badly on tens of
 				// thousands of small gzip chunks).
 				resp.Body = &fillReader{ReadCloser: resp.Body}
+			}
+			if connectStream(resp) {
+				resp.Body = &endStream{ReadCloser: resp.Body,
+					msg: fmt.Sprintf("sandbox %s stopped answering: it was killed or reached its end of life", id)}
 			}
 			return nil
 		},

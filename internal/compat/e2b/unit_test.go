@@ -125,7 +125,8 @@ func create(t *testing.T, hs *httptest.Server, key, body string) sandboxOut {
 }
 
 // TestAuthErrorsAndTenancy: keys map onto tenants, another tenant's
-// sandbox is 404 on every route (control and data plane), and errors have
+// sandbox is 404 on every control-plane route and refused on the data
+// plane, an unknown one 502 there as on E2B's edge, and errors have
 // E2B's {code, message} shape with the right status.
 func TestAuthErrorsAndTenancy(t *testing.T) {
 	hs := newTestServer(t)
@@ -177,7 +178,9 @@ func TestAuthErrorsAndTenancy(t *testing.T) {
 		t.Errorf("code contexts with the traffic token: %d %s", r.status, r.body)
 	}
 	wantError(t, "an agent route that is not E2B's", call(t, hs, "POST", "/init", `{}`, append(dp, "X-Access-Token", sb.EnvdAccessToken)...), 404)
-	wantError(t, "unknown sandbox on the data plane", call(t, hs, "GET", "/health", "", "E2b-Sandbox-Id", "nosuchsandbox0000000", "X-Access-Token", "x"), 404)
+	// E2B's edge answers 502 for a sandbox that is not there; the SDKs
+	// read it as "not running".
+	wantError(t, "unknown sandbox on the data plane", call(t, hs, "GET", "/health", "", "E2b-Sandbox-Id", "nosuchsandbox0000000", "X-Access-Token", "x"), 502)
 
 	// The owner's lifecycle calls.
 	if r := call(t, hs, "POST", "/sandboxes/"+id+"/timeout", `{"timeout":30}`, "X-API-Key", keyAlice); r.status != 204 {

@@ -8,6 +8,7 @@
 #   make soak    the soak test (SOAK_DURATION=30m)
 #   make templates  build the built-in templates (templates/) on a running daemon
 #   make k8s-tools  build the Kubernetes control plane the kube tests run on (docs/kubernetes.md)
+#   make sdk-python build the Python SDK's wheel into dist/ (docs/python.md)
 
 GO       ?= go
 BIN      := bin
@@ -24,7 +25,7 @@ TEST_TIMEOUT ?= 40m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools
+.PHONY: all build run test deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools sdk-python
 
 all: build
 
@@ -135,5 +136,13 @@ load: build
 soak: build
 	AGENTBOX_SOAK=1 SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -v -timeout 3h -run '^TestSoak$$' ./test/e2e/
 
+# The Python SDK as a wheel, built offline with the distribution's pip,
+# setuptools and wheel from a copy of sdk/python (nothing is written into
+# the checkout), into DIST (git ignores dist/). Install it into a venv:
+# docs/python.md.
+DIST ?= dist
+sdk-python:
+	./scripts/sdk-python.sh $(DIST)
+
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DIST)

@@ -9,6 +9,7 @@
 #   make templates  build the built-in templates (templates/) on a running daemon
 #   make k8s-tools  build the Kubernetes control plane the kube tests run on (docs/kubernetes.md)
 #   make sdk-python build the Python SDK's wheel into dist/ (docs/python.md)
+#   make install    binaries, the systemd unit and its env file (docs/install.md)
 
 GO       ?= go
 BIN      := bin
@@ -25,7 +26,7 @@ TEST_TIMEOUT ?= 40m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools sdk-python
+.PHONY: all build run test deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools sdk-python install install-files uninstall
 
 all: build
 
@@ -143,6 +144,36 @@ soak: build
 DIST ?= dist
 sdk-python:
 	./scripts/sdk-python.sh $(DIST)
+
+# Install on this host (docs/install.md): the binaries into BINDIR, the
+# systemd unit into UNITDIR, the settings file (only when there is none:
+# an upgrade keeps yours) into SYSCONFDIR/agentbox, the data dir. DESTDIR
+# stages it elsewhere (packaging, tests). Binaries are replaced, never
+# written in place, so running sandboxes keep theirs; then
+# `systemctl daemon-reload && systemctl restart agentbox`.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+UNITDIR    ?= /etc/systemd/system
+STATEDIR   ?= /var/lib/agentbox
+INSTALL_BINS := agentbox agentbox-kube agentbox-agent agentbox-init agentbox-shim
+install: build install-files
+	@echo "installed; now: systemctl daemon-reload && systemctl enable --now agentbox (settings: $(SYSCONFDIR)/agentbox/agentbox.env)"
+
+# install without building (bin/ already built, e.g. by another user).
+install-files:
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR)
+	install -m 0755 $(addprefix $(BIN)/,$(INSTALL_BINS)) $(DESTDIR)$(BINDIR)/
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' deploy/systemd/agentbox.service > $(DESTDIR)$(UNITDIR)/agentbox.service.tmp
+	chmod 0644 $(DESTDIR)$(UNITDIR)/agentbox.service.tmp
+	mv $(DESTDIR)$(UNITDIR)/agentbox.service.tmp $(DESTDIR)$(UNITDIR)/agentbox.service
+	install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/agentbox
+	test -e $(DESTDIR)$(SYSCONFDIR)/agentbox/agentbox.env || install -m 0600 deploy/systemd/agentbox.env $(DESTDIR)$(SYSCONFDIR)/agentbox/agentbox.env
+	install -d -m 0711 $(DESTDIR)$(STATEDIR)
+
+# Removes what install put in place but the settings and the data dir.
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(INSTALL_BINS)) $(DESTDIR)$(UNITDIR)/agentbox.service
 
 clean:
 	rm -rf $(BIN) $(DIST)

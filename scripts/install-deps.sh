@@ -20,6 +20,8 @@ for p in build-essential pkg-config libseccomp-dev e2fsprogs iproute2 nftables \
 done
 # The scale-out tests start a real redis-server (docs/scale-out.md).
 have_pkg redis-server || need+=(redis-server)
+# systemd-analyze checks the systemd unit (test/packaging TestSystemdUnit).
+have_pkg systemd || need+=(systemd)
 # The daemon serves noVNC's client (Debian's novnc, /usr/share/novnc) for
 # the desktop page of desktop sandboxes (docs/desktop.md, DESKTOP_NOVNC_DIR).
 have_pkg novnc || need+=(novnc)

@@ -25,7 +25,7 @@ func install(t *testing.T, root string) (prefix, unit, envFile, state string) {
 
 // TestSystemdUnit: `make install` lays out the binaries, the unit, the
 // settings file and the data dir; systemd-analyze verify accepts the unit
-// as installed (no warning either); the unit stops the daemon alone and
+// as installed (no warning either); the unit signals the daemon alone and
 // leaves its sandboxes to be reattached; a second install keeps the
 // operator's settings; uninstall removes what install added but settings
 // and data.
@@ -62,7 +62,7 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	want := map[string]string{
 		"ExecStart":          filepath.Join(prefix, "bin", "agentbox") + " serve --config " + envFile,
-		"KillMode":           "process",
+		"KillMode":           "mixed",
 		"Restart":            "on-failure",
 		"StateDirectory":     "agentbox",
 		"StateDirectoryMode": "0711",

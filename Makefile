@@ -11,6 +11,7 @@
 #   make sdk-python build the Python SDK's wheel into dist/ (docs/python.md)
 #   make install    binaries, the systemd unit and its env file (docs/install.md)
 #   make image      the daemon's container image, agentbox:VERSION (docs/install.md)
+#   make release    dist/agentbox-VERSION-linux-ARCH.tar.gz, the wheel, SHA256SUMS
 
 GO       ?= go
 BIN      := bin
@@ -27,7 +28,7 @@ TEST_TIMEOUT ?= 40m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools sdk-python install install-files uninstall image
+.PHONY: all build run test deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools sdk-python install install-files uninstall image release
 
 all: build
 
@@ -183,118 +184,6 @@ IMAGE       ?= agentbox:$(VERSION)
 IMAGE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox
 image: build
 	VERSION=$(VERSION) ./scripts/image.sh $(IMAGE) $(IMAGE_CACHE)
-
-clean: $$unformatted"; exit 1; fi
-
-test: deps build vet
-	./scripts/test.sh
-
-bench: build
-	./scripts/bench.sh
-
-# The built-in templates, built by the daemon (AGENTBOX_URL) from
-# debian:bookworm bootstrapped from the host's apt sources; those sources
-# (and optional apt options) reach RUN steps as build secrets, never a layer
-# (templates/README.md). `make test` builds them too, in a template store of
-# its own cache (test/e2e TestBuiltinTemplates).
-APT_SOURCES ?= $(wildcard /etc/apt/sources.list.d/debian.sources)
-APT_CONF    ?=
-comma := ,
-# The browser template's build context, staged outside the checkout with
-# its npm packages (scripts/stage-browser.sh).
-BROWSER_CONTEXT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox/browser-context
-# A host without a deb822 debian.sources gives none by default: a
-# bootstrapped image already lists the host's Debian sources.
-TEMPLATE_SECRETS = $(if $(APT_SOURCES),--secret id=apt-sources$(comma)src=$(APT_SOURCES)) $(if $(APT_CONF),--secret id=apt-conf$(comma)src=$(APT_CONF))
-
-templates: build
-	$(BIN)/agentbox template bootstrap debian:bookworm
-	$(BIN)/agentbox template build -t base $(TEMPLATE_SECRETS) templates/base
-	$(BIN)/agentbox template build -t code-interpreter $(TEMPLATE_SECRETS) templates/code-interpreter
-	./scripts/stage-browser.sh $(BROWSER_CONTEXT)
-	$(BIN)/agentbox template build -t browser $(TEMPLATE_SECRETS) $(BROWSER_CONTEXT)
-	$(BIN)/agentbox template build -t desktop $(TEMPLATE_SECRETS) templates/desktop
-
-# etcd, kube-apiserver, kube-scheduler and the agent-sandbox controller, from
-# the pinned tools modules in tools/k8s, built once into
-# $$AGENTBOX_TEST_CACHE/k8s-tools/<versions> (about 10 minutes the first time
-# on 2 cores, seconds after); scripts/test.sh runs it too. internal/kubetest
-# starts them for the Kubernetes tests.
-k8s-tools:
-	./scripts/k8s-tools.sh
-
-# Reliability suites (docs/reliability.md).
-FUZZTIME ?= 30s
-fuzz:
-	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
-
-# The long load (32 clients, 2 minutes) and the soak (30 minutes, daemon
-# restarts): e2e tests with their knobs, against freshly built binaries.
-LOAD_CLIENTS  ?= 32
-LOAD_DURATION ?= 2m
-SOAK_DURATION ?= 30m
-load: build
-	LOAD_CLIENTS=$(LOAD_CLIENTS) LOAD_DURATION=$(LOAD_DURATION) $(GO) test -count=1 -v -timeout 30m -run '^TestLoad$$' ./test/e2e/
-
-soak: build
-	AGENTBOX_SOAK=1 SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -v -timeout 3h -run '^TestSoak$$' ./test/e2e/
-
-# The Python SDK as a wheel, built offline with the distribution's pip,
-# setuptools and wheel from a copy of sdk/python (nothing is written into
-# the checkout), into DIST (git ignores dist/). Install it into a venv:
-# docs/python.md.
-DIST ?= dist
-sdk-python:
-	./scripts/sdk-python.sh $(DIST)
-
-# Install on this host (docs/install.md): the binaries into BINDIR, the
-# systemd unit into UNITDIR, the settings file (only when there is none:
-# an upgrade keeps yours) into SYSCONFDIR/agentbox, the data dir. DESTDIR
-# stages it elsewhere (packaging, tests). Binaries are replaced, never
-# written in place, so running sandboxes keep theirs; then
-# `systemctl daemon-reload && systemctl restart agentbox`.
-PREFIX     ?= /usr/local
-BINDIR     ?= $(PREFIX)/bin
-SYSCONFDIR ?= /etc
-UNITDIR    ?= /etc/systemd/system
-STATEDIR   ?= /var/lib/agentbox
-INSTALL_BINS := agentbox agentbox-kube agentbox-agent agentbox-init agentbox-shim
-install: build install-files
-	@echo "installed; now: systemctl daemon-reload && systemctl enable --now agentbox (settings: $(SYSCONFDIR)/agentbox/agentbox.env)"
-
-# install without building (bin/ already built, e.g. by another user).
-install-files:
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR)
-	install -m 0755 $(addprefix $(BIN)/,$(INSTALL_BINS)) $(DESTDIR)$(BINDIR)/
-	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' deploy/systemd/agentbox.service > $(DESTDIR)$(UNITDIR)/agentbox.service.tmp
-	chmod 0644 $(DESTDIR)$(UNITDIR)/agentbox.service.tmp
-	mv $(DESTDIR)$(UNITDIR)/agentbox.service.tmp $(DESTDIR)$(UNITDIR)/agentbox.service
-	install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/agentbox
-	test -e $(DESTDIR)$(SYSCONFDIR)/agentbox/agentbox.env || install -m 0600 deploy/systemd/agentbox.env $(DESTDIR)$(SYSCONFDIR)/agentbox/agentbox.env
-	install -d -m 0711 $(DESTDIR)$(STATEDIR)
-
-# Removes what install put in place but the settings and the data dir.
-uninstall:
-	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(INSTALL_BINS)) $(DESTDIR)$(UNITDIR)/agentbox.service
-
-# The daemon's container image for one host (deploy/docker): FROM a Debian
-# root filesystem bootstrapped from this host's apt sources (no registry),
-# cached in IMAGE_CACHE. Run it as deploy/compose shows.
-IMAGE       ?= agentbox:$(VERSION)
-IMAGE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox
-image: build
-	VERSION=$(VERSION) ./scripts/image.sh $(IMAGE) $(IMAGE_CACHE)
-
-# The packaging tests alone (test/packaging: the systemd unit, the image
-# run with the compose file's privileges, the compose files, the Helm chart
-# on the test control plane); `make test` runs them with the rest. The
-# image's base bootstrap and the image itself are cached by content: the
-# first run takes minutes, then about a minute.
-package-test: build
-	./scripts/start-docker.sh
-	export AGENTBOX_TEST_CACHE=$${AGENTBOX_TEST_CACHE:-$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox-test}; \
-	export AGENTBOX_K8S_TOOLS=$$(./scripts/k8s-tools.sh) AGENTBOX_HELM=$$(./scripts/helm-tool.sh) && \
-	$(GO) test -count=1 -timeout 30m ./test/packaging
 
 # Versioned tarball, Python wheel and checksums in DIST (scripts/release.sh).
 release: build

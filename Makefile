@@ -28,7 +28,7 @@ TEST_TIMEOUT ?= 40m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools sdk-python install install-files uninstall image release
+.PHONY: all build run test deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools sdk-python install install-files uninstall image release package-test
 
 all: build
 
@@ -184,6 +184,17 @@ IMAGE       ?= agentbox:$(VERSION)
 IMAGE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox
 image: build
 	VERSION=$(VERSION) ./scripts/image.sh $(IMAGE) $(IMAGE_CACHE)
+
+# The packaging tests alone (test/packaging: the systemd unit, the image
+# run with the compose file's privileges, the compose files, the Helm chart
+# on the test control plane); `make test` runs them with the rest. The
+# image's base bootstrap and the image itself are cached by content: the
+# first run takes minutes, then about a minute.
+package-test: build
+	./scripts/start-docker.sh
+	export AGENTBOX_TEST_CACHE=$${AGENTBOX_TEST_CACHE:-$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox-test}; \
+	export AGENTBOX_K8S_TOOLS=$$(./scripts/k8s-tools.sh) AGENTBOX_HELM=$$(./scripts/helm-tool.sh) && \
+	$(GO) test -count=1 -timeout 30m ./test/packaging
 
 # Versioned tarball, Python wheel and checksums in DIST (scripts/release.sh).
 release: build

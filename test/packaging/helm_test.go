@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/agentbox/agentbox/internal/backend/kube"
 	"github.com/agentbox/agentbox/internal/kubetest"
@@ -241,6 +243,7 @@ func TestHelmChart(t *testing.T) {
 	if err := c.CreateNamespace(ctx, chartNamespace); err != nil {
 		t.Fatal(err)
 	}
+	ctrllog.SetLogger(logr.Discard()) // the client's log would go nowhere, with a warning
 	admin, err := client.New(c.RESTConfig, client.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -94,7 +94,8 @@ func testImage(t *testing.T, bin string) string {
 
 // TestImage: the image of `make image`, run with exactly the privileges
 // of deploy/compose/agentbox.yaml (and its environment: an API key, so it
-// serves on the container's address), serves; a sandbox is created in it
+// serves on the container's address), serves with sandbox networking
+// ready; a sandbox is created in it
 // and runs a command; a container restart (SIGTERM) destroys its sandboxes
 // (AUTO_CLEANUP, docs/install.md) and serves again; a kill (SIGKILL, the
 // sandboxes dying with the container's pid namespace) is followed by a
@@ -135,6 +136,11 @@ func TestImage(t *testing.T) {
 		return run(t, root, []string{"AGENTBOX_URL=" + url, "AGENTBOX_API_KEY=k1"}, filepath.Join(bin, "agentbox"), args...)
 	}
 	ready()
+	// NETWORK=auto falls back to loopback-only sandboxes with a warning
+	// when the container cannot make the bridge (no NET_ADMIN).
+	if logs := containerLogs(t, name); !strings.Contains(logs, `msg="sandbox network ready"`) {
+		t.Errorf("sandbox networking is not ready in the container:\n%s", logs)
+	}
 
 	if v := run(t, root, nil, "docker", "exec", name, "agentbox", "version"); !strings.Contains(v, "native") {
 		t.Errorf("agentbox version in the image: %q, want the native backend named", v)

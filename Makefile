@@ -186,8 +186,8 @@ image: build
 	VERSION=$(VERSION) ./scripts/image.sh $(IMAGE) $(IMAGE_CACHE)
 
 # The packaging tests alone (test/packaging: the systemd unit, the image
-# run with the compose file's privileges, the compose files, the Helm chart
-# on the test control plane); `make test` runs them with the rest. The
+# run with the compose files' privileges, one daemon and two replicas over
+# Redis, the release tarball, the Helm chart on the test control plane); `make test` runs them with the rest. The
 # image's base bootstrap and the image itself are cached by content: the
 # first run takes minutes, then about a minute.
 package-test: build

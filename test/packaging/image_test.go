@@ -197,6 +197,9 @@ func waitReady(t *testing.T, name, url string) {
 				return
 			}
 		}
+		if out, _ := exec.Command("docker", "inspect", "-f", "{{.State.Running}}", name).Output(); strings.TrimSpace(string(out)) == "false" {
+			t.Fatalf("%s exited:\n%s", name, containerLogs(t, name))
+		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	t.Fatalf("%s did not get ready:\n%s", name, containerLogs(t, name))

@@ -13,6 +13,8 @@
 # time on every file, gzip without a name or time stamp.
 #
 #   scripts/release.sh VERSION [OUT]      prints the tarball's path
+#
+# GZIP_LEVEL (default 9) trades size for time: the test uses 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=${1:?usage: scripts/release.sh VERSION [OUT]}
@@ -37,7 +39,7 @@ chmod 0644 "$stage/$name/agentbox.service"
 epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 tarball="$out/$name.tar.gz"
 tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" \
-    --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime -cf - "$name" | gzip -9 -n > "$tarball.tmp"
+    --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime -cf - "$name" | gzip "-${GZIP_LEVEL:-9}" -n > "$tarball.tmp"
 mv "$tarball.tmp" "$tarball"
 whl=$(./scripts/sdk-python.sh "$out")
 (cd "$out" && sha256sum "$(basename "$tarball")" "$(basename "$whl")" > SHA256SUMS)

@@ -27,7 +27,8 @@ func TestRelease(t *testing.T) {
 	const version = "9.9.9-test"
 	arch := strings.TrimSpace(run(t, root, nil, "go", "env", "GOARCH"))
 	dir := "agentbox-" + version + "-linux-" + arch
-	tarball := strings.TrimSpace(run(t, root, nil, "./scripts/release.sh", version, out))
+	// The fastest compression: what is checked is the content.
+	tarball := strings.TrimSpace(run(t, root, []string{"GZIP_LEVEL=1"}, "./scripts/release.sh", version, out))
 	if want := filepath.Join(out, dir+".tar.gz"); tarball != want {
 		t.Fatalf("release.sh printed %q, want %q", tarball, want)
 	}

@@ -8,6 +8,10 @@
 #   make soak    the soak test (SOAK_DURATION=30m)
 #   make templates  build the built-in templates (templates/) on a running daemon
 #   make k8s-tools  build the Kubernetes control plane the kube tests run on (docs/kubernetes.md)
+#   make sdk-python build the Python SDK's wheel into dist/ (docs/python.md)
+#   make install    binaries, the systemd unit and its env file (docs/install.md)
+#   make image      the daemon's container image, agentbox:VERSION (docs/install.md)
+#   make release    dist/agentbox-VERSION-linux-ARCH.tar.gz, the wheel, SHA256SUMS
 
 GO       ?= go
 BIN      := bin
@@ -24,7 +28,7 @@ TEST_TIMEOUT ?= 40m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools
+.PHONY: all build run test deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools sdk-python install install-files uninstall image release package-test
 
 all: build
 
@@ -135,5 +139,66 @@ load: build
 soak: build
 	AGENTBOX_SOAK=1 SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -v -timeout 3h -run '^TestSoak$$' ./test/e2e/
 
+# The Python SDK as a wheel, built offline with the distribution's pip,
+# setuptools and wheel from a copy of sdk/python (nothing is written into
+# the checkout), into DIST (git ignores dist/). Install it into a venv:
+# docs/python.md.
+DIST ?= dist
+sdk-python:
+	./scripts/sdk-python.sh $(DIST)
+
+# Install on this host (docs/install.md): the binaries into BINDIR, the
+# systemd unit into UNITDIR, the settings file (only when there is none:
+# an upgrade keeps yours) into SYSCONFDIR/agentbox, the data dir. DESTDIR
+# stages it elsewhere (packaging, tests). Binaries are replaced, never
+# written in place, so running sandboxes keep theirs; then
+# `systemctl daemon-reload && systemctl restart agentbox`.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+UNITDIR    ?= /etc/systemd/system
+STATEDIR   ?= /var/lib/agentbox
+INSTALL_BINS := agentbox agentbox-kube agentbox-agent agentbox-init agentbox-shim
+install: build install-files
+	@echo "installed; now: systemctl daemon-reload && systemctl enable --now agentbox (settings: $(SYSCONFDIR)/agentbox/agentbox.env)"
+
+# install without building (bin/ already built, e.g. by another user).
+install-files:
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR)
+	install -m 0755 $(addprefix $(BIN)/,$(INSTALL_BINS)) $(DESTDIR)$(BINDIR)/
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' deploy/systemd/agentbox.service > $(DESTDIR)$(UNITDIR)/agentbox.service.tmp
+	chmod 0644 $(DESTDIR)$(UNITDIR)/agentbox.service.tmp
+	mv $(DESTDIR)$(UNITDIR)/agentbox.service.tmp $(DESTDIR)$(UNITDIR)/agentbox.service
+	install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/agentbox
+	test -e $(DESTDIR)$(SYSCONFDIR)/agentbox/agentbox.env || install -m 0600 deploy/systemd/agentbox.env $(DESTDIR)$(SYSCONFDIR)/agentbox/agentbox.env
+	install -d -m 0711 $(DESTDIR)$(STATEDIR)
+
+# Removes what install put in place but the settings and the data dir.
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(INSTALL_BINS)) $(DESTDIR)$(UNITDIR)/agentbox.service
+
+# The daemon's container image for one host (deploy/docker): FROM a Debian
+# root filesystem bootstrapped from this host's apt sources (no registry),
+# cached in IMAGE_CACHE. Run it as deploy/compose shows.
+IMAGE       ?= agentbox:$(VERSION)
+IMAGE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox
+image: build
+	VERSION=$(VERSION) ./scripts/image.sh $(IMAGE) $(IMAGE_CACHE)
+
+# The packaging tests alone (test/packaging: the systemd unit, the image
+# run with the compose files' privileges, one daemon and two replicas over
+# Redis, the release tarball, the Helm chart on the test control plane); `make test` runs them with the rest. The
+# image's base bootstrap and the image itself are cached by content: the
+# first run takes minutes, then about a minute.
+package-test: build
+	./scripts/start-docker.sh
+	export AGENTBOX_TEST_CACHE=$${AGENTBOX_TEST_CACHE:-$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox-test}; \
+	export AGENTBOX_K8S_TOOLS=$$(./scripts/k8s-tools.sh) AGENTBOX_HELM=$$(./scripts/helm-tool.sh) && \
+	$(GO) test -count=1 -timeout 30m ./test/packaging
+
+# Versioned tarball, Python wheel and checksums in DIST (scripts/release.sh).
+release: build
+	./scripts/release.sh $(VERSION) $(DIST)
+
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DIST)

@@ -8,17 +8,20 @@ need=()
 # debian:SUITE templates from the host's own apt sources. Chromium is the
 # browser the web console's end-to-end test drives (playwright-core).
 # python3-httpx, -pytest, -pytest-asyncio, -websockets: the Python SDK's suites
-# (sdk/python), run with Debian's /usr/bin/python3; -setuptools and -pip install
-# it offline; mypy checks its annotations.
+# (sdk/python), run with Debian's /usr/bin/python3; -setuptools, -wheel and -pip
+# build its wheel offline (make sdk-python) and -venv makes the virtual
+# environment it is installed into (docs/python.md); mypy checks its annotations.
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in build-essential pkg-config libseccomp-dev e2fsprogs iproute2 nftables \
          git python3 python3-matplotlib python3-requests ca-certificates curl \
-         python3-httpx python3-pytest python3-pytest-asyncio python3-websockets python3-setuptools python3-pip mypy \
+         python3-httpx python3-pytest python3-pytest-asyncio python3-websockets python3-setuptools python3-pip python3-wheel python3-venv mypy \
          docker.io iptables mmdebstrap chromium; do
   have_pkg "$p" || need+=("$p")
 done
 # The scale-out tests start a real redis-server (docs/scale-out.md).
 have_pkg redis-server || need+=(redis-server)
+# systemd-analyze checks the systemd unit (test/packaging TestSystemdUnit).
+have_pkg systemd || need+=(systemd)
 # The daemon serves noVNC's client (Debian's novnc, /usr/share/novnc) for
 # the desktop page of desktop sandboxes (docs/desktop.md, DESKTOP_NOVNC_DIR).
 have_pkg novnc || need+=(novnc)

@@ -40,6 +40,10 @@ fi
 # then seconds). Once built, those tests must not skip.
 AGENTBOX_K8S_TOOLS=$(./scripts/k8s-tools.sh)
 export AGENTBOX_K8S_TOOLS AGENTBOX_REQUIRE_K8S=1
+# Helm, pinned in tools/helm, built from the Go module proxy into the cache
+# (a few minutes the first time): the chart's test (test/packaging).
+AGENTBOX_HELM=$(./scripts/helm-tool.sh)
+export AGENTBOX_HELM AGENTBOX_REQUIRE_HELM=1
 # -p 1: packages that start sandboxes share the host's cgroups, loop devices
 # and network; running them one at a time keeps results and cleanup checks
 # independent of each other.

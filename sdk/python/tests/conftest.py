@@ -12,9 +12,21 @@ from typing import AsyncIterator, Iterator
 import pytest
 import pytest_asyncio
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# test/e2e's TestPythonSDK runs the suites against the wheel installed in a
+# virtual environment (AGENTBOX_SDK_INSTALLED=1, the route docs/python.md
+# gives); run by hand they import the sources beside them.
+if not os.environ.get("AGENTBOX_SDK_INSTALLED"):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from agentbox import AsyncSandbox, Sandbox  # noqa: E402
+
+if os.environ.get("AGENTBOX_SDK_INSTALLED"):
+    import agentbox  # noqa: E402
+
+    _src = os.path.realpath(os.path.join(os.path.dirname(__file__), ".."))
+    assert not os.path.realpath(agentbox.__file__).startswith(_src + os.sep), (
+        "AGENTBOX_SDK_INSTALLED is set but agentbox comes from the sources: " + agentbox.__file__
+    )
 
 LIVE = bool(os.environ.get("AGENTBOX_URL"))
 

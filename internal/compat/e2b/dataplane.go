@@ -36,9 +36,30 @@ func (s *Server) ServePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 		return false
 	}
 	if err := s.servePort(w, r, id, port); err != nil {
+		if errors.Is(err, errSandboxGone) {
+			writeGone(w, id)
+			return true
+		}
 		writeError(w, r, err)
 	}
 	return true
+}
+
+// errSandboxGone: the sandbox a data-plane request names is not there
+// (never was, ended at its timeout, killed).
+var errSandboxGone = errors.New("sandbox gone")
+
+// writeGone answers for a sandbox that is not there as E2B's sandbox proxy
+// does: 502 with the sandbox ID. The SDKs read 502 as "the sandbox ended":
+// isRunning() is false, other calls raise TimeoutError ("likely due to
+// sandbox timeout"). A 404 would read as a missing file or process
+// (files.exists() false, NotFoundError).
+func writeGone(w http.ResponseWriter, id sandbox.ID) {
+	writeJSON(w, http.StatusBadGateway, struct {
+		Code      int    `json:"code"`
+		Message   string `json:"message"`
+		SandboxID string `json:"sandboxId"`
+	}{http.StatusBadGateway, "The sandbox was not found", string(id)})
 }
 
 func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID, port int) error {
@@ -46,6 +67,9 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 		return sandbox.Errorf(sandbox.ClassNotFound, "no route %s %s on port %d", r.Method, r.URL.Path, port)
 	}
 	rec, err := s.m.Lookup(id)
+	if sandbox.IsNotFound(err) {
+		return errSandboxGone
+	}
 	if err != nil {
 		return err
 	}
@@ -57,6 +81,8 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 	case sandbox.StateRunning:
 	case sandbox.StatePaused:
 		return sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is paused: connect to it (Sandbox.connect) to resume it", id)
+	case sandbox.StateError, sandbox.StateLost:
+		return errSandboxGone
 	default:
 		return sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is %s", id, rec.State)
 	}

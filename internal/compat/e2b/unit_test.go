@@ -177,7 +177,9 @@ func TestAuthErrorsAndTenancy(t *testing.T) {
 		t.Errorf("code contexts with the traffic token: %d %s", r.status, r.body)
 	}
 	wantError(t, "an agent route that is not E2B's", call(t, hs, "POST", "/init", `{}`, append(dp, "X-Access-Token", sb.EnvdAccessToken)...), 404)
-	wantError(t, "unknown sandbox on the data plane", call(t, hs, "GET", "/health", "", "E2b-Sandbox-Id", "nosuchsandbox0000000", "X-Access-Token", "x"), 404)
+	// A sandbox that is not there is E2B's proxy's 502 (the SDKs: "not
+	// running"), not a 404 the SDKs would read as a missing file.
+	wantError(t, "unknown sandbox on the data plane", call(t, hs, "GET", "/health", "", "E2b-Sandbox-Id", "nosuchsandbox0000000", "X-Access-Token", "x"), 502)
 
 	// The owner's lifecycle calls.
 	if r := call(t, hs, "POST", "/sandboxes/"+id+"/timeout", `{"timeout":30}`, "X-API-Key", keyAlice); r.status != 204 {
@@ -215,6 +217,7 @@ func TestAuthErrorsAndTenancy(t *testing.T) {
 		t.Fatalf("delete: %d %s", r.status, r.body)
 	}
 	wantError(t, "get after delete", call(t, hs, "GET", "/sandboxes/"+id, "", "X-API-Key", keyAlice), 404)
+	wantError(t, "data plane after delete", call(t, hs, "GET", "/health", "", append(dp, "X-Access-Token", sb.EnvdAccessToken)...), 502)
 }
 
 // TestListFiltersAndPages: metadata (double-encoded, as the SDKs send it)

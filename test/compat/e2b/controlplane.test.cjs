@@ -1,0 +1,37 @@
+// E2B's control plane beyond create/kill (issue 30): timeouts, listing,
+// metrics ranges and signed file URLs, with the unmodified SDK.
+const { test } = require('node:test')
+const assert = require('node:assert/strict')
+const { Sandbox, SandboxNotFoundError, TimeoutError } = require('e2b')
+const { BASE, waitFor } = require('./helpers.cjs')
+
+test('a shortened timeout keeps the sandbox until the new deadline, then it is not running', async () => {
+  const sbx = await Sandbox.create(BASE, { timeoutMs: 120_000 })
+  try {
+    const t0 = Date.now()
+    await sbx.setTimeout(8_000)
+    // Still there, and usable, right after the shortening.
+    assert.equal((await sbx.commands.run('echo still')).stdout, 'still\n')
+    const info = await sbx.getInfo()
+    const left = info.endAt.getTime() - t0
+    assert.ok(left > 5_000 && left < 12_000, `endAt ${info.endAt.toISOString()} is ${left} ms away, want about 8 s`)
+    assert.ok(await sbx.isRunning())
+    // Shortening again, then lengthening: the last call wins.
+    await sbx.setTimeout(3_000)
+    await new Promise((r) => setTimeout(r, 1_000))
+    await sbx.setTimeout(9_000)
+    await new Promise((r) => setTimeout(r, 3_000))
+    assert.equal((await sbx.commands.run('echo again')).stdout, 'again\n')
+    // After the deadline it is not running (E2B: isRunning() is false, not
+    // an error), and using it raises the errors the SDK documents for an
+    // ended sandbox, not a missing file's.
+    await waitFor(async () => !(await sbx.isRunning({ requestTimeoutMs: 5_000 })), 20_000, 'the sandbox to end at its deadline')
+    assert.ok(Date.now() - t0 >= 9_000, `ended after ${Date.now() - t0} ms, before its deadline`)
+    await assert.rejects(sbx.commands.run('true'), (e) => e instanceof SandboxNotFoundError && /not running/.test(e.message), 'a command in an ended sandbox')
+    await assert.rejects(sbx.files.read('/etc/hostname'), (e) => e instanceof TimeoutError, 'a read in an ended sandbox')
+    await assert.rejects(sbx.files.exists('/etc/hostname'), (e) => e instanceof TimeoutError, 'exists in an ended sandbox')
+    await assert.rejects(Sandbox.connect(sbx.sandboxId), (e) => e instanceof SandboxNotFoundError)
+  } finally {
+    await sbx.kill().catch(() => {})
+  }
+})

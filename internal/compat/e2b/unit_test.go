@@ -263,7 +263,17 @@ func TestListFiltersAndPages(t *testing.T) {
 	if len(page2) != 1 || r.header.Get("X-Next-Token") != "" || page2[0].SandboxID == page1[0].SandboxID || page2[0].SandboxID == page1[1].SandboxID {
 		t.Fatalf("second page: %s, next %q", r.body, r.header.Get("X-Next-Token"))
 	}
-	for _, q := range []string{"limit=0", "limit=101", "limit=x", "state=gone", "nextToken=%25%25", "metadata=%25zz"} {
+	// Oldest first, across pages: the reverse of the default order.
+	newest, _ := list("")
+	asc1, r := list("order=asc&limit=2")
+	asc2, _ := list("order=asc&limit=2&nextToken=" + url.QueryEscape(r.header.Get("X-Next-Token")))
+	if asc := append(asc1, asc2...); len(newest) != 3 || len(asc) != 3 || asc[0].SandboxID != newest[2].SandboxID || asc[2].SandboxID != newest[0].SandboxID {
+		t.Errorf("order=asc pages %v, newest first %v", asc, newest)
+	}
+	if got, _ := list("startedAfter=" + url.QueryEscape(newest[0].StartedAt.Format(time.RFC3339Nano))); len(got) != 1 || got[0].SandboxID != newest[0].SandboxID {
+		t.Errorf("startedAfter the newest: %v", got)
+	}
+	for _, q := range []string{"limit=0", "limit=101", "limit=x", "state=gone", "nextToken=%25%25", "metadata=%25zz", "order=up", "startedAfter=yesterday"} {
 		_, r := list(q)
 		wantError(t, q, r, 400)
 	}

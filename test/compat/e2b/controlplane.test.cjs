@@ -35,3 +35,40 @@ test('a shortened timeout keeps the sandbox until the new deadline, then it is n
     await sbx.kill().catch(() => {})
   }
 })
+
+test('list: order, pages in that order, startedAfter and the template filter', async () => {
+  const tag = `l${Date.now()}`
+  const a = await Sandbox.create(BASE, { metadata: { tag } })
+  let b
+  try {
+    // Apart in time, so startedAfter can tell them apart.
+    await new Promise((r) => setTimeout(r, 50))
+    b = await Sandbox.create('code-interpreter-v1', { metadata: { tag } })
+    const ids = (items) => items.map((s) => s.sandboxId)
+    const list = (opts) => Sandbox.list({ ...opts, query: { metadata: { tag }, ...opts.query } }).nextItems()
+
+    assert.deepEqual(ids(await list({})), [b.sandboxId, a.sandboxId], 'newest first by default')
+    assert.deepEqual(ids(await list({ order: 'desc' })), [b.sandboxId, a.sandboxId], 'desc')
+    assert.deepEqual(ids(await list({ order: 'asc' })), [a.sandboxId, b.sandboxId], 'asc')
+
+    // Ascending pages of one: the order holds across pages.
+    const pager = Sandbox.list({ query: { metadata: { tag } }, order: 'asc', limit: 1 })
+    assert.deepEqual(ids(await pager.nextItems()), [a.sandboxId])
+    assert.ok(pager.hasNext)
+    assert.deepEqual(ids(await pager.nextItems()), [b.sandboxId])
+    assert.ok(!pager.hasNext)
+
+    const infoB = await b.getInfo()
+    assert.deepEqual(ids(await list({ query: { startedAfter: infoB.startedAt } })), [b.sandboxId], 'startedAfter B')
+    assert.deepEqual(ids(await list({ query: { startedAfter: new Date(Date.now() + 60_000) } })), [], 'startedAfter the future')
+
+    assert.deepEqual(ids(await list({ query: { template: 'code-interpreter-v1' } })), [b.sandboxId], 'template code-interpreter-v1')
+    assert.deepEqual(ids(await list({ query: { template: 'base' } })), [a.sandboxId], 'template base')
+    assert.deepEqual(ids(await list({ query: { template: 'no-such-template' } })), [], 'an unknown template')
+    // Filters combine with state.
+    assert.deepEqual(ids(await list({ query: { template: 'base', state: ['paused'] } })), [])
+  } finally {
+    await a.kill()
+    if (b) await b.kill()
+  }
+})

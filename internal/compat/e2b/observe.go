@@ -65,12 +65,30 @@ func (c *cpuSamples) usedPct(id sandbox.ID, start time.Time, now time.Time, cpuS
 }
 
 // metrics serves GET /sandboxes/{id}/metrics from the sandbox's cgroup
-// now: one sample (agentbox keeps no history of metrics).
+// now: one sample (agentbox keeps no history of metrics), or none when
+// now is outside the start/end range the caller asked for.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request, user string) error {
 	id := sandboxID(r)
+	start, err := unixParam(r, "start")
+	if err != nil {
+		return err
+	}
+	end, err := unixParam(r, "end")
+	if err != nil {
+		return err
+	}
+	if start != nil && end != nil && *start > *end {
+		return sandbox.Errorf(sandbox.ClassInvalid, "start must not be after end")
+	}
 	rec, err := s.m.Get(r.Context(), user, id)
 	if err != nil {
 		return err
+	}
+	// The range is in whole seconds, as the SDKs round it: now is in it
+	// when its second is. A sample is taken only for a range holding now.
+	if now := time.Now().Unix(); (start != nil && now < *start-1) || (end != nil && now > *end) {
+		writeJSON(w, http.StatusOK, []metricOut{})
+		return nil
 	}
 	st, err := s.m.Stats(r.Context(), user, id)
 	if err != nil {
@@ -86,6 +104,20 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, user string) er
 	}
 	writeJSON(w, http.StatusOK, []metricOut{m})
 	return nil
+}
+
+// unixParam reads the query parameter name as unix seconds (nil when
+// absent).
+func unixParam(r *http.Request, name string) (*int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return nil, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return nil, sandbox.Errorf(sandbox.ClassInvalid, "%s must be unix seconds", name)
+	}
+	return &n, nil
 }
 
 type logOut struct {

@@ -72,3 +72,23 @@ test('list: order, pages in that order, startedAfter and the template filter', a
     if (b) await b.kill()
   }
 })
+
+test('getMetrics returns only points inside start/end', async () => {
+  const sbx = await Sandbox.create(BASE)
+  try {
+    const now = Date.now()
+    const inside = await sbx.getMetrics({ start: new Date(now - 60_000), end: new Date(now + 60_000) })
+    assert.ok(inside.length >= 1, 'a range around now has a point')
+    for (const m of inside) {
+      const t = m.timestamp.getTime()
+      assert.ok(t >= now - 61_000 && t <= now + 61_000, `point at ${m.timestamp.toISOString()} outside the range`)
+      assert.ok(m.memUsed > 0)
+    }
+    // Before the sandbox existed, and in the future: nothing.
+    assert.deepEqual(await sbx.getMetrics({ start: new Date(now - 3_600_000), end: new Date(now - 1_800_000) }), [])
+    assert.deepEqual(await sbx.getMetrics({ start: new Date(now + 600_000) }), [])
+    assert.ok((await sbx.getMetrics({ end: new Date(now + 60_000) })).length >= 1, 'only an end after now')
+  } finally {
+    await sbx.kill()
+  }
+})

@@ -73,7 +73,19 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 	if err != nil {
 		return err
 	}
-	if !s.authorizedFor(r, rec.Owner, rec.AccessToken) && !(port == JupyterPort && trafficTokenOK(r, rec.AccessToken)) {
+	switch {
+	case s.authorizedFor(r, rec.Owner, rec.AccessToken), port == JupyterPort && trafficTokenOK(r, rec.AccessToken):
+	case port == EnvdPort && r.URL.Path == "/files" && r.URL.Query().Get("signature") != "":
+		// A signed file URL (files.uploadUrl, downloadUrl): the signature
+		// stands for the access token, for this path, operation and user.
+		if err := checkSignature(r, rec.AccessToken); err != nil {
+			return err
+		}
+		q := r.URL.Query()
+		q.Del("signature")
+		q.Del("signature_expiration")
+		r.URL.RawQuery = q.Encode()
+	default:
 		return sandbox.Errorf(sandbox.ClassUnauth, "missing or invalid X-Access-Token for sandbox %s", id)
 	}
 	httpapi.SetUser(r, rec.Owner)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -528,4 +529,39 @@ func TestUploadLimit(t *testing.T) {
 	if r := call(t, hs, "GET", "/files?path="+url.QueryEscape(dir+"/big"), "", "E2b-Sandbox-Id", sb.SandboxID, "X-Access-Token", sb.EnvdAccessToken); r.status == 200 && len(r.body) == 200<<10 {
 		t.Errorf("the refused upload was written whole")
 	}
+}
+
+// TestSignedFileURLs: a signature made as the SDKs make it (known vector)
+// opens /files of its sandbox alone, by the sandbox header or without it;
+// a wrong or expired one is 401.
+func TestSignedFileURLs(t *testing.T) {
+	// The SDK's getSignature("a.txt", "read", "", "tok") (node: "v1_" +
+	// base64 sha256, padding cut).
+	if got := fileSignature("a.txt", "read", "", "tok", ""); got != "v1_gDv73H8R9a10OdCSX0/JNMqMYLPpmCQAYJY+U68oQjM" {
+		t.Errorf("fileSignature = %s", got)
+	}
+	hs := newTestServer(t)
+	sb := create(t, hs, keyAlice, `{}`)
+	other := create(t, hs, keyAlice, `{}`)
+	signed := func(token, exp string) string {
+		q := url.Values{"path": {"/etc/hostname"}, "signature": {fileSignature("/etc/hostname", "read", "", token, exp)}}
+		if exp != "" {
+			q.Set("signature_expiration", exp)
+		}
+		return "/files?" + q.Encode()
+	}
+	future := strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10)
+	past := strconv.FormatInt(time.Now().Add(-time.Minute).Unix(), 10)
+	for _, h := range [][]string{nil, {"E2b-Sandbox-Id", sb.SandboxID}} {
+		for _, p := range []string{signed(sb.EnvdAccessToken, ""), signed(sb.EnvdAccessToken, future)} {
+			if r := call(t, hs, "GET", p, "", h...); r.status != 200 {
+				t.Errorf("%v GET %s: %d %s", h, p, r.status, r.body)
+			}
+		}
+		wantError(t, "expired", call(t, hs, "GET", signed(sb.EnvdAccessToken, past), "", h...), 401)
+		wantError(t, "another token", call(t, hs, "GET", signed("x"+sb.EnvdAccessToken, ""), "", h...), 401)
+	}
+	// The other sandbox's signature does not open this one by its header.
+	wantError(t, "another sandbox's signature", call(t, hs, "GET", signed(other.EnvdAccessToken, ""), "", "E2b-Sandbox-Id", sb.SandboxID), 401)
+	wantError(t, "no signature", call(t, hs, "GET", "/files?path=/etc/hostname", ""), 401)
 }

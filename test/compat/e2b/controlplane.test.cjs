@@ -92,3 +92,54 @@ test('getMetrics returns only points inside start/end', async () => {
     await sbx.kill()
   }
 })
+
+test('signed file URLs: download and upload without credentials; expired, tampered and misused ones are 401', async () => {
+  const sbx = await Sandbox.create(BASE)
+  const other = await Sandbox.create(BASE)
+  try {
+    const path = '/tmp/signed.txt'
+    await sbx.files.write(path, 'signed hello')
+
+    // Plain fetches, no headers: the URL alone authorizes.
+    const get = async (url) => { const r = await fetch(url); return { status: r.status, body: await r.text() } }
+    let r = await get(await sbx.downloadUrl(path))
+    assert.equal(r.status, 200, r.body)
+    assert.equal(r.body, 'signed hello')
+    r = await get(await sbx.downloadUrl(path, { user: 'user' }))
+    assert.equal(r.status, 200, r.body)
+    assert.equal(r.body, 'signed hello')
+    r = await get(await sbx.downloadUrl(path, { useSignatureExpiration: 120 }))
+    assert.equal(r.status, 200, r.body)
+    assert.equal(r.body, 'signed hello')
+
+    // Expired, tampered (another path, another user, a changed signature,
+    // a later expiration), or signed with another sandbox's token: 401.
+    const expired = await sbx.downloadUrl(path, { useSignatureExpiration: -5 })
+    assert.equal((await get(expired)).status, 401, 'expired')
+    const good = new URL(await sbx.downloadUrl(path, { useSignatureExpiration: 120 }))
+    const tamper = (fn) => { const u = new URL(good); fn(u.searchParams); return u.toString() }
+    assert.equal((await get(tamper((q) => q.set('path', '/etc/passwd')))).status, 401, 'another path')
+    assert.equal((await get(tamper((q) => q.set('username', 'root')))).status, 401, 'another user')
+    assert.equal((await get(tamper((q) => q.set('signature_expiration', String(Number(q.get('signature_expiration')) + 3600))))).status, 401, 'a later expiration')
+    assert.equal((await get(tamper((q) => q.set('signature', q.get('signature').slice(0, -2) + 'AA')))).status, 401, 'another signature')
+    assert.equal((await get(tamper((q) => q.delete('signature')))).status, 401, 'no signature')
+    assert.equal((await get(await other.downloadUrl(path))).status, 404, "the other sandbox's URL reads its own (missing) file")
+
+    // Upload: a multipart POST to the upload URL, read back with the SDK.
+    const up = await sbx.uploadUrl('/tmp/uploaded.txt')
+    const form = new FormData()
+    form.append('file', new Blob(['uploaded through a signed URL']), 'uploaded.txt')
+    const res = await fetch(up, { method: 'POST', body: form })
+    assert.equal(res.status, 200, await res.text())
+    assert.equal(await sbx.files.read('/tmp/uploaded.txt'), 'uploaded through a signed URL')
+    // A read URL does not write, a write URL does not read.
+    const form2 = new FormData()
+    form2.append('file', new Blob(['nope']), 'signed.txt')
+    assert.equal((await fetch(await sbx.downloadUrl(path), { method: 'POST', body: form2 })).status, 401, 'a read URL used to write')
+    assert.equal((await get(up)).status, 401, 'a write URL used to read')
+    assert.equal(await sbx.files.read(path), 'signed hello')
+  } finally {
+    await sbx.kill()
+    await other.kill()
+  }
+})

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -160,7 +161,18 @@ func (s *Server) logsV1(w http.ResponseWriter, r *http.Request, user string) err
 	}
 	logs := make([]line, 0, len(entries))
 	for _, e := range entries {
-		logs = append(logs, line{Timestamp: e.Time.UTC(), Line: e.Message})
+		// E2B's line is a JSON object (level, logger, message and the
+		// fields), which E2B's CLI parses (`e2b sandbox logs`).
+		obj := map[string]any{}
+		for k, v := range e.Fields {
+			obj[k] = toString(v)
+		}
+		obj["level"], obj["logger"], obj["message"] = e.Level, "agentbox", e.Message
+		b, err := json.Marshal(obj)
+		if err != nil {
+			return fmt.Errorf("log line: %w", err)
+		}
+		logs = append(logs, line{Timestamp: e.Time.UTC(), Line: string(b)})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"logs": logs, "logEntries": []any{}})
 	return nil
@@ -177,7 +189,11 @@ func (s *Server) logEntries(r *http.Request, user string) ([]manager.LogEntry, e
 		limit = n
 	}
 	var cursor time.Time
-	if v := q.Get("cursor"); v == "" {
+	v := q.Get("cursor")
+	if v == "" {
+		v = q.Get("start") // the v1 route's name for it
+	}
+	if v == "" {
 	} else if ms, err := strconv.ParseInt(v, 10, 64); err != nil || ms < 0 {
 		return nil, sandbox.Errorf(sandbox.ClassInvalid, "cursor must be a unix time in milliseconds")
 	} else {

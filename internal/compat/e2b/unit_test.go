@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -212,6 +213,34 @@ func TestAuthErrorsAndTenancy(t *testing.T) {
 	if r.status != 200 || len(logs.Logs) == 0 {
 		t.Errorf("logs: %d %s", r.status, r.body)
 	}
+	// v1 logs: each line a JSON object with level and message (E2B's CLI
+	// parses it); start is the v1 name of the cursor.
+	var v1 struct {
+		Logs []struct {
+			Line string `json:"line"`
+		} `json:"logs"`
+	}
+	r = call(t, hs, "GET", "/sandboxes/"+id+"/logs?start=0", "", "X-API-Key", keyAlice)
+	r.json(t, &v1)
+	for _, l := range v1.Logs {
+		var obj map[string]any
+		if json.Unmarshal([]byte(l.Line), &obj) != nil || obj["level"] == nil || obj["message"] == nil {
+			t.Errorf("v1 log line %q is not a JSON object with level and message", l.Line)
+		}
+	}
+	if r.status != 200 || len(v1.Logs) == 0 {
+		t.Errorf("v1 logs: %d %s", r.status, r.body)
+	}
+	// Metrics: a range without now is empty, start after end is refused.
+	// (The fake backend has no stats: a range holding now is the SDK
+	// suite's, test/compat/e2b/controlplane.test.cjs.)
+	now := time.Now().Unix()
+	pts := []metricOut{{}}
+	call(t, hs, "GET", fmt.Sprintf("/sandboxes/%s/metrics?start=%d&end=%d", id, now-7200, now-3600), "", "X-API-Key", keyAlice).json(t, &pts)
+	if len(pts) != 0 {
+		t.Errorf("metrics an hour ago: %v", pts)
+	}
+	wantError(t, "metrics start after end", call(t, hs, "GET", fmt.Sprintf("/sandboxes/%s/metrics?start=%d&end=%d", id, now, now-10), "", "X-API-Key", keyAlice), 400)
 	wantError(t, "logs with a bad direction", call(t, hs, "GET", "/v2/sandboxes/"+id+"/logs?direction=up", "", "X-API-Key", keyAlice), 400)
 
 	if r := call(t, hs, "DELETE", "/sandboxes/"+id, "", "X-API-Key", keyAlice); r.status != 204 {

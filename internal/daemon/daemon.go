@@ -206,6 +206,7 @@ func Run(ctx context.Context, opts Options) error {
 	e2 := e2b.New(e2b.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: templates,
 		TemplateAdmins: cfg.TemplateAdmins, Builder: bld, BuildDir: filepath.Join(tmplDir, "tmp"), Logger: log}, m)
 	e2.Register(api.Mux())
+	api.AllowBody("multipart/form-data", e2b.IsSignedUpload)
 	api.SetSandboxPorts(e2.ServePort)
 	stopTools := startTools(cfg, api, as, log)
 

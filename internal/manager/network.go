@@ -93,3 +93,28 @@ func (m *Manager) DialPort(ctx context.Context, id sandbox.ID, port int) (net.Co
 	m.Touch(id)
 	return pd.DialPort(ctx, id, port)
 }
+
+// FindByToken returns the first of this daemon's running sandboxes for
+// which match accepts its ID and access token: for a credential that names
+// no sandbox but is derived from one's token (E2B's signed file URLs).
+// match runs outside the manager's lock, over a copy of the pairs.
+func (m *Manager) FindByToken(match func(id sandbox.ID, token string) bool) (sandbox.ID, bool) {
+	type pair struct {
+		id    sandbox.ID
+		token string
+	}
+	m.mu.Lock()
+	pairs := make([]pair, 0, len(m.entries))
+	for id, e := range m.entries {
+		if !e.creating && !e.destroying && e.rec.Pool == "" && e.rec.State == sandbox.StateRunning && e.rec.AccessToken != "" {
+			pairs = append(pairs, pair{id, e.rec.AccessToken})
+		}
+	}
+	m.mu.Unlock()
+	for _, p := range pairs {
+		if match(p.id, p.token) {
+			return p.id, true
+		}
+	}
+	return "", false
+}

@@ -35,6 +35,15 @@ type ListOptions struct {
 	States   []sandbox.State   // any of them; empty = all
 	Limit    int               // default 100, max 1000
 	Cursor   string            // NextCursor of the previous page
+	// Oldest lists oldest first (the default is newest first); a cursor
+	// continues in the order it was made with.
+	Oldest bool
+	// StartedAfter keeps sandboxes created at or after it (zero: all).
+	StartedAfter time.Time
+	// Match, when set, keeps only the records it accepts: a front end's
+	// own filter (E2B's template names), applied before pagination. It
+	// runs with the manager's lock held: it only reads the record.
+	Match func(*store.Record) bool
 }
 
 // ListPage is one page of List.
@@ -77,10 +86,14 @@ func (m *Manager) List(ctx context.Context, owner string, opts ListOptions) (*Li
 			recs = append(recs, rec)
 		}
 	}
-	sort.Slice(recs, func(i, j int) bool { return newer(recs[i], recs[j]) })
+	before := newer
+	if opts.Oldest {
+		before = func(a, b *store.Record) bool { return newer(b, a) }
+	}
+	sort.Slice(recs, func(i, j int) bool { return before(recs[i], recs[j]) })
 	if after != nil {
 		i := sort.Search(len(recs), func(i int) bool {
-			return newer(&store.Record{CreatedAt: after.t, ID: after.id}, recs[i])
+			return before(&store.Record{CreatedAt: after.t, ID: after.id}, recs[i])
 		})
 		recs = recs[i:]
 	}
@@ -102,6 +115,12 @@ func newer(a, b *store.Record) bool {
 }
 
 func matches(r *store.Record, opts ListOptions) bool {
+	if !opts.StartedAfter.IsZero() && r.CreatedAt.Before(opts.StartedAfter) {
+		return false
+	}
+	if opts.Match != nil && !opts.Match(r) {
+		return false
+	}
 	for k, v := range opts.Metadata {
 		if r.Metadata[k] != v {
 			return false

@@ -59,6 +59,36 @@ func e2bInstalled(dir string) bool {
 	return true
 }
 
+// The pinned E2B CLI (test/compat/e2b/cli.test.cjs).
+const e2bCLIPackage, e2bCLIVersion = "@e2b/cli", "2.19.0"
+
+// e2bCLI returns the path of the pinned E2B CLI, installed from npm into
+// the test cache once.
+func e2bCLI(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	dir := filepath.Join(testCache(t), "e2b-cli-"+e2bCLIVersion)
+	bin := filepath.Join(dir, "node_modules", ".bin", "e2b")
+	installed := func() bool {
+		data, err := os.ReadFile(filepath.Join(dir, "node_modules", "@e2b", "cli", "package.json"))
+		return err == nil && strings.Contains(string(data), `"version": "`+e2bCLIVersion+`"`)
+	}
+	if installed() {
+		return bin
+	}
+	if _, err := exec.LookPath("npm"); err != nil {
+		t.Skip("needs npm to install the pinned E2B CLI")
+	}
+	lockCache(t, ctx, dir+".lock")
+	cmd := exec.CommandContext(ctx, "npm", "install", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel=error", e2bCLIPackage+"@"+e2bCLIVersion)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm install %s@%s: %v\n%s", e2bCLIPackage, e2bCLIVersion, err, out)
+	}
+	if !installed() {
+		t.Fatalf("npm installed %s@%s in %s but not the pinned version", e2bCLIPackage, e2bCLIVersion, dir)
+	}
+	return bin
+}
+
 // TestE2BSDK runs test/compat/e2b (node's test runner) with the unmodified
 // e2b and @e2b/code-interpreter SDKs against a real daemon, configured by
 // nothing but the environment variables `agentbox e2b env` prints. The
@@ -68,6 +98,7 @@ func TestE2BSDK(t *testing.T) {
 	testutil.RequireRoot(t)
 	ctx := waitCtx(t, 20*time.Minute)
 	sdk := e2bSDK(t, ctx)
+	cli := e2bCLI(t, ctx)
 	tmplDir := filepath.Join(testCache(t), "templates")
 	lockCache(t, ctx, tmplDir+".lock")
 	const key, otherKey = "e2b_0a1b2c3d4e5f60718293a4b5c6d7e8f9", "e2b_ffeeddccbbaa99887766554433221100"
@@ -81,13 +112,13 @@ func TestE2BSDK(t *testing.T) {
 		t.Fatalf("agentbox e2b env: %v", err)
 	}
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "NODE_PATH=" + filepath.Join(sdk, "node_modules"),
-		"E2B_OTHER_API_KEY=" + otherKey}
+		"E2B_OTHER_API_KEY=" + otherKey, "E2B_CLI=" + cli}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		kv := strings.TrimPrefix(line, "export ")
 		k, v, _ := strings.Cut(kv, "=")
 		env = append(env, k+"="+strings.Trim(v, "'"))
 	}
-	t.Logf("environment: %s", strings.Join(env[4:], " "))
+	t.Logf("environment: %s", strings.Join(env[5:], " "))
 
 	root, err := testutil.ModuleRoot()
 	if err != nil {

@@ -36,11 +36,8 @@ func (s *Server) ServePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 		return false
 	}
 	if err := s.servePort(w, r, id, port); err != nil {
-		var gone errGone
-		if errors.As(err, &gone) {
-			// As E2B's edge answers for a sandbox that is not there:
-			// the SDKs read 502 as "not running" (see streamend.go).
-			writeJSON(w, http.StatusBadGateway, errorBody{Code: http.StatusBadGateway, Message: gone.Error()})
+		if errors.Is(err, errSandboxGone) {
+			writeGone(w, id)
 			return true
 		}
 		writeError(w, r, err)
@@ -48,21 +45,47 @@ func (s *Server) ServePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 	return true
 }
 
-// errGone is a data-plane request's sandbox that does not exist.
-type errGone struct{ error }
+// errSandboxGone: the sandbox a data-plane request names is not there
+// (never was, ended at its timeout, killed).
+var errSandboxGone = errors.New("sandbox gone")
+
+// writeGone answers for a sandbox that is not there as E2B's sandbox proxy
+// does: 502 with the sandbox ID. The SDKs read 502 as "the sandbox ended":
+// isRunning() is false, other calls raise TimeoutError ("likely due to
+// sandbox timeout"). A 404 would read as a missing file or process
+// (files.exists() false, NotFoundError).
+func writeGone(w http.ResponseWriter, id sandbox.ID) {
+	writeJSON(w, http.StatusBadGateway, struct {
+		Code      int    `json:"code"`
+		Message   string `json:"message"`
+		SandboxID string `json:"sandboxId"`
+	}{http.StatusBadGateway, "The sandbox was not found", string(id)})
+}
 
 func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID, port int) error {
 	if !allowedRoute(port, r.Method, r.URL.Path) {
 		return sandbox.Errorf(sandbox.ClassNotFound, "no route %s %s on port %d", r.Method, r.URL.Path, port)
 	}
 	rec, err := s.m.Lookup(id)
-	if sandbox.ClassOf(err) == sandbox.ClassNotFound {
-		return errGone{err}
+	if sandbox.IsNotFound(err) {
+		return errSandboxGone
 	}
 	if err != nil {
 		return err
 	}
-	if !s.authorizedFor(r, rec.Owner, rec.AccessToken) && !(port == JupyterPort && trafficTokenOK(r, rec.AccessToken)) {
+	switch {
+	case s.authorizedFor(r, rec.Owner, rec.AccessToken), port == JupyterPort && trafficTokenOK(r, rec.AccessToken):
+	case port == EnvdPort && r.URL.Path == "/files" && r.URL.Query().Get("signature") != "":
+		// A signed file URL (files.uploadUrl, downloadUrl): the signature
+		// stands for the access token, for this path, operation and user.
+		if err := checkSignature(r, rec.AccessToken); err != nil {
+			return err
+		}
+		q := r.URL.Query()
+		q.Del("signature")
+		q.Del("signature_expiration")
+		r.URL.RawQuery = q.Encode()
+	default:
 		return sandbox.Errorf(sandbox.ClassUnauth, "missing or invalid X-Access-Token for sandbox %s", id)
 	}
 	httpapi.SetUser(r, rec.Owner)
@@ -70,6 +93,8 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 	case sandbox.StateRunning:
 	case sandbox.StatePaused:
 		return sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is paused: connect to it (Sandbox.connect) to resume it", id)
+	case sandbox.StateError, sandbox.StateLost:
+		return errSandboxGone
 	default:
 		return sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is %s", id, rec.State)
 	}

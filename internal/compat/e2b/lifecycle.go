@@ -111,6 +111,17 @@ func (s *Server) detail(rec *store.Record) sandboxOut {
 	return out
 }
 
+// templateMatches reports whether rec was created from the template E2B
+// calls name: the ID it was created with (code-interpreter-v1), or the
+// agentbox template that name maps to, with or without its tag.
+func templateMatches(rec *store.Record, name string) bool {
+	if templateOf(rec) == name {
+		return true
+	}
+	untag := func(s string) string { return strings.TrimSuffix(s, ":latest") }
+	return untag(rec.Template) == untag(mapTemplate(name))
+}
+
 func templateOf(rec *store.Record) string {
 	if t := rec.Extra[extraTemplate]; t != "" {
 		return t
@@ -296,9 +307,28 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request, user string) err
 
 // listOptions parses E2B's list filters: metadata is one query parameter
 // holding "k=v&k2=v2" with keys and values URL-encoded (the SDKs encode
-// them twice), state a comma-separated list.
+// them twice), state a comma-separated list, startedAfter a timestamp,
+// template a template ID or alias, order asc or desc (by start time, over
+// the whole list before it is paged).
 func listOptions(q url.Values) (manager.ListOptions, error) {
 	var opts manager.ListOptions
+	switch o := q.Get("order"); o {
+	case "", "desc":
+	case "asc":
+		opts.Oldest = true
+	default:
+		return opts, sandbox.Errorf(sandbox.ClassInvalid, "order %q: want asc or desc", o)
+	}
+	if v := q.Get("startedAfter"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return opts, sandbox.Errorf(sandbox.ClassInvalid, "startedAfter %q: want an RFC 3339 timestamp", v)
+		}
+		opts.StartedAfter = t
+	}
+	if name := q.Get("template"); name != "" {
+		opts.Match = func(rec *store.Record) bool { return templateMatches(rec, name) }
+	}
 	if raw := q.Get("metadata"); raw != "" {
 		pairs, err := url.ParseQuery(raw)
 		if err != nil {

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -65,12 +66,30 @@ func (c *cpuSamples) usedPct(id sandbox.ID, start time.Time, now time.Time, cpuS
 }
 
 // metrics serves GET /sandboxes/{id}/metrics from the sandbox's cgroup
-// now: one sample (agentbox keeps no history of metrics).
+// now: one sample (agentbox keeps no history of metrics), or none when
+// now is outside the start/end range the caller asked for.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request, user string) error {
 	id := sandboxID(r)
+	start, err := unixParam(r, "start")
+	if err != nil {
+		return err
+	}
+	end, err := unixParam(r, "end")
+	if err != nil {
+		return err
+	}
+	if start != nil && end != nil && *start > *end {
+		return sandbox.Errorf(sandbox.ClassInvalid, "start must not be after end")
+	}
 	rec, err := s.m.Get(r.Context(), user, id)
 	if err != nil {
 		return err
+	}
+	// The range is in whole seconds, as the SDKs round it: now is in it
+	// when its second is. A sample is taken only for a range holding now.
+	if now := time.Now().Unix(); (start != nil && now < *start-1) || (end != nil && now > *end) {
+		writeJSON(w, http.StatusOK, []metricOut{})
+		return nil
 	}
 	st, err := s.m.Stats(r.Context(), user, id)
 	if err != nil {
@@ -86,6 +105,20 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, user string) er
 	}
 	writeJSON(w, http.StatusOK, []metricOut{m})
 	return nil
+}
+
+// unixParam reads the query parameter name as unix seconds (nil when
+// absent).
+func unixParam(r *http.Request, name string) (*int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return nil, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return nil, sandbox.Errorf(sandbox.ClassInvalid, "%s must be unix seconds", name)
+	}
+	return &n, nil
 }
 
 type logOut struct {
@@ -128,7 +161,18 @@ func (s *Server) logsV1(w http.ResponseWriter, r *http.Request, user string) err
 	}
 	logs := make([]line, 0, len(entries))
 	for _, e := range entries {
-		logs = append(logs, line{Timestamp: e.Time.UTC(), Line: e.Message})
+		// E2B's line is a JSON object (level, logger, message and the
+		// fields), which E2B's CLI parses (`e2b sandbox logs`).
+		obj := map[string]any{}
+		for k, v := range e.Fields {
+			obj[k] = toString(v)
+		}
+		obj["level"], obj["logger"], obj["message"] = e.Level, "agentbox", e.Message
+		b, err := json.Marshal(obj)
+		if err != nil {
+			return fmt.Errorf("log line: %w", err)
+		}
+		logs = append(logs, line{Timestamp: e.Time.UTC(), Line: string(b)})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"logs": logs, "logEntries": []any{}})
 	return nil
@@ -145,7 +189,11 @@ func (s *Server) logEntries(r *http.Request, user string) ([]manager.LogEntry, e
 		limit = n
 	}
 	var cursor time.Time
-	if v := q.Get("cursor"); v == "" {
+	v := q.Get("cursor")
+	if v == "" {
+		v = q.Get("start") // the v1 route's name for it
+	}
+	if v == "" {
 	} else if ms, err := strconv.ParseInt(v, 10, 64); err != nil || ms < 0 {
 		return nil, sandbox.Errorf(sandbox.ClassInvalid, "cursor must be a unix time in milliseconds")
 	} else {

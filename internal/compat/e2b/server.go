@@ -107,6 +107,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	h("GET /v2/sandboxes/{id}/logs", s.logsV2)
 	s.registerTemplates(h)
 	s.registerUploads(mux)
+	s.registerSigned(mux)
 }
 
 // authenticated resolves X-API-Key to a user and writes a handler's error

@@ -3,10 +3,12 @@ package e2b
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -125,8 +127,7 @@ func create(t *testing.T, hs *httptest.Server, key, body string) sandboxOut {
 }
 
 // TestAuthErrorsAndTenancy: keys map onto tenants, another tenant's
-// sandbox is 404 on every control-plane route and refused on the data
-// plane, an unknown one 502 there as on E2B's edge, and errors have
+// sandbox is 404 on every route (control and data plane), and errors have
 // E2B's {code, message} shape with the right status.
 func TestAuthErrorsAndTenancy(t *testing.T) {
 	hs := newTestServer(t)
@@ -178,8 +179,8 @@ func TestAuthErrorsAndTenancy(t *testing.T) {
 		t.Errorf("code contexts with the traffic token: %d %s", r.status, r.body)
 	}
 	wantError(t, "an agent route that is not E2B's", call(t, hs, "POST", "/init", `{}`, append(dp, "X-Access-Token", sb.EnvdAccessToken)...), 404)
-	// E2B's edge answers 502 for a sandbox that is not there; the SDKs
-	// read it as "not running".
+	// A sandbox that is not there is E2B's proxy's 502 (the SDKs: "not
+	// running"), not a 404 the SDKs would read as a missing file.
 	wantError(t, "unknown sandbox on the data plane", call(t, hs, "GET", "/health", "", "E2b-Sandbox-Id", "nosuchsandbox0000000", "X-Access-Token", "x"), 502)
 
 	// The owner's lifecycle calls.
@@ -212,12 +213,41 @@ func TestAuthErrorsAndTenancy(t *testing.T) {
 	if r.status != 200 || len(logs.Logs) == 0 {
 		t.Errorf("logs: %d %s", r.status, r.body)
 	}
+	// v1 logs: each line a JSON object with level and message (E2B's CLI
+	// parses it); start is the v1 name of the cursor.
+	var v1 struct {
+		Logs []struct {
+			Line string `json:"line"`
+		} `json:"logs"`
+	}
+	r = call(t, hs, "GET", "/sandboxes/"+id+"/logs?start=0", "", "X-API-Key", keyAlice)
+	r.json(t, &v1)
+	for _, l := range v1.Logs {
+		var obj map[string]any
+		if json.Unmarshal([]byte(l.Line), &obj) != nil || obj["level"] == nil || obj["message"] == nil {
+			t.Errorf("v1 log line %q is not a JSON object with level and message", l.Line)
+		}
+	}
+	if r.status != 200 || len(v1.Logs) == 0 {
+		t.Errorf("v1 logs: %d %s", r.status, r.body)
+	}
+	// Metrics: a range without now is empty, start after end is refused.
+	// (The fake backend has no stats: a range holding now is the SDK
+	// suite's, test/compat/e2b/controlplane.test.cjs.)
+	now := time.Now().Unix()
+	pts := []metricOut{{}}
+	call(t, hs, "GET", fmt.Sprintf("/sandboxes/%s/metrics?start=%d&end=%d", id, now-7200, now-3600), "", "X-API-Key", keyAlice).json(t, &pts)
+	if len(pts) != 0 {
+		t.Errorf("metrics an hour ago: %v", pts)
+	}
+	wantError(t, "metrics start after end", call(t, hs, "GET", fmt.Sprintf("/sandboxes/%s/metrics?start=%d&end=%d", id, now, now-10), "", "X-API-Key", keyAlice), 400)
 	wantError(t, "logs with a bad direction", call(t, hs, "GET", "/v2/sandboxes/"+id+"/logs?direction=up", "", "X-API-Key", keyAlice), 400)
 
 	if r := call(t, hs, "DELETE", "/sandboxes/"+id, "", "X-API-Key", keyAlice); r.status != 204 {
 		t.Fatalf("delete: %d %s", r.status, r.body)
 	}
 	wantError(t, "get after delete", call(t, hs, "GET", "/sandboxes/"+id, "", "X-API-Key", keyAlice), 404)
+	wantError(t, "data plane after delete", call(t, hs, "GET", "/health", "", append(dp, "X-Access-Token", sb.EnvdAccessToken)...), 502)
 }
 
 // TestListFiltersAndPages: metadata (double-encoded, as the SDKs send it)
@@ -263,7 +293,17 @@ func TestListFiltersAndPages(t *testing.T) {
 	if len(page2) != 1 || r.header.Get("X-Next-Token") != "" || page2[0].SandboxID == page1[0].SandboxID || page2[0].SandboxID == page1[1].SandboxID {
 		t.Fatalf("second page: %s, next %q", r.body, r.header.Get("X-Next-Token"))
 	}
-	for _, q := range []string{"limit=0", "limit=101", "limit=x", "state=gone", "nextToken=%25%25", "metadata=%25zz"} {
+	// Oldest first, across pages: the reverse of the default order.
+	newest, _ := list("")
+	asc1, r := list("order=asc&limit=2")
+	asc2, _ := list("order=asc&limit=2&nextToken=" + url.QueryEscape(r.header.Get("X-Next-Token")))
+	if asc := append(asc1, asc2...); len(newest) != 3 || len(asc) != 3 || asc[0].SandboxID != newest[2].SandboxID || asc[2].SandboxID != newest[0].SandboxID {
+		t.Errorf("order=asc pages %v, newest first %v", asc, newest)
+	}
+	if got, _ := list("startedAfter=" + url.QueryEscape(newest[0].StartedAt.Format(time.RFC3339Nano))); len(got) != 1 || got[0].SandboxID != newest[0].SandboxID {
+		t.Errorf("startedAfter the newest: %v", got)
+	}
+	for _, q := range []string{"limit=0", "limit=101", "limit=x", "state=gone", "nextToken=%25%25", "metadata=%25zz", "order=up", "startedAfter=yesterday"} {
 		_, r := list(q)
 		wantError(t, q, r, 400)
 	}
@@ -518,4 +558,39 @@ func TestUploadLimit(t *testing.T) {
 	if r := call(t, hs, "GET", "/files?path="+url.QueryEscape(dir+"/big"), "", "E2b-Sandbox-Id", sb.SandboxID, "X-Access-Token", sb.EnvdAccessToken); r.status == 200 && len(r.body) == 200<<10 {
 		t.Errorf("the refused upload was written whole")
 	}
+}
+
+// TestSignedFileURLs: a signature made as the SDKs make it (known vector)
+// opens /files of its sandbox alone, by the sandbox header or without it;
+// a wrong or expired one is 401.
+func TestSignedFileURLs(t *testing.T) {
+	// The SDK's getSignature("a.txt", "read", "", "tok") (node: "v1_" +
+	// base64 sha256, padding cut).
+	if got := fileSignature("a.txt", "read", "", "tok", ""); got != "v1_gDv73H8R9a10OdCSX0/JNMqMYLPpmCQAYJY+U68oQjM" {
+		t.Errorf("fileSignature = %s", got)
+	}
+	hs := newTestServer(t)
+	sb := create(t, hs, keyAlice, `{}`)
+	other := create(t, hs, keyAlice, `{}`)
+	signed := func(token, exp string) string {
+		q := url.Values{"path": {"/etc/hostname"}, "signature": {fileSignature("/etc/hostname", "read", "", token, exp)}}
+		if exp != "" {
+			q.Set("signature_expiration", exp)
+		}
+		return "/files?" + q.Encode()
+	}
+	future := strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10)
+	past := strconv.FormatInt(time.Now().Add(-time.Minute).Unix(), 10)
+	for _, h := range [][]string{nil, {"E2b-Sandbox-Id", sb.SandboxID}} {
+		for _, p := range []string{signed(sb.EnvdAccessToken, ""), signed(sb.EnvdAccessToken, future)} {
+			if r := call(t, hs, "GET", p, "", h...); r.status != 200 {
+				t.Errorf("%v GET %s: %d %s", h, p, r.status, r.body)
+			}
+		}
+		wantError(t, "expired", call(t, hs, "GET", signed(sb.EnvdAccessToken, past), "", h...), 401)
+		wantError(t, "another token", call(t, hs, "GET", signed("x"+sb.EnvdAccessToken, ""), "", h...), 401)
+	}
+	// The other sandbox's signature does not open this one by its header.
+	wantError(t, "another sandbox's signature", call(t, hs, "GET", signed(other.EnvdAccessToken, ""), "", "E2b-Sandbox-Id", sb.SandboxID), 401)
+	wantError(t, "no signature", call(t, hs, "GET", "/files?path=/etc/hostname", ""), 401)
 }

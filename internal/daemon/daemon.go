@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -46,6 +47,9 @@ type Options struct {
 	Listener net.Listener
 	// Ready, when set, is closed once the server accepts requests.
 	Ready chan<- string
+	// Banner, when set, gets the start's facts for a person (PrintBanner):
+	// serve passes stdout.
+	Banner io.Writer
 }
 
 // Run serves until ctx ends, then shuts down gracefully: in-flight requests
@@ -79,6 +83,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	b := opts.Backend
 	var netMgr *netpolicy.Manager
+	netOff := "" // why sandboxes have loopback only
 	// Where the native backend's sandboxes have their host ids: the build
 	// keeps cache mounts in the range none of them is given.
 	var buildIDs sandboxrunner.HostIDs
@@ -90,7 +95,7 @@ func Run(ctx context.Context, opts Options) error {
 		if err != nil {
 			return err
 		}
-		netMgr, err = startNetwork(ctx, cfg, dataDir, log)
+		netMgr, netOff, err = startNetwork(ctx, cfg, dataDir, log)
 		if err != nil {
 			return err
 		}
@@ -237,8 +242,12 @@ func Run(ctx context.Context, opts Options) error {
 	ln = newLimitListener(ln, maxConns, maxConnsPerIP, cfg.ClusterMaxConns, isPeer, log)
 	fw := forwarder(cfg, node, st, registry, m, log)
 	setPeers(as, m, st, fw)
+	handler := withPeerConns(fw.Peer, withBodyTimeout(fw.Wrap(api.Handler()), cfg.BodyTimeout))
+	if len(cfg.APIKeys) == 0 {
+		handler = keylessNotice(handler, log) // authnotice.go
+	}
 	srv := &http.Server{
-		Handler:           withPeerConns(fw.Peer, withBodyTimeout(fw.Wrap(api.Handler()), cfg.BodyTimeout)),
+		Handler:           handler,
 		ConnContext:       connContext,
 		ReadHeaderTimeout: cfg.HeaderTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
@@ -279,6 +288,14 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}()
 	defer func() { stopRegistry(); <-regDone; <-peersDone }()
+	if opts.Backend != nil {
+		netOff = "the " + b.Name() + " backend"
+	}
+	info := collectStartInfo(ctx, cfg, ln.Addr().String(), dataDir, b.Name(), templates, netMgr, netOff)
+	LogStart(log, info)
+	if opts.Banner != nil {
+		PrintBanner(opts.Banner, info)
+	}
 	if opts.Ready != nil {
 		opts.Ready <- ln.Addr().String()
 	}
@@ -337,10 +354,11 @@ func loadOrCreateSecret(path string) ([]byte, error) {
 }
 
 // startNetwork brings up sandbox networking as NETWORK says: nil (and no
-// error) when it is off, or when it is auto and the kernel cannot do it.
-func startNetwork(ctx context.Context, cfg *config.Config, dataDir string, log *slog.Logger) (*netpolicy.Manager, error) {
+// error) when it is off, or when it is auto and the kernel cannot do it,
+// with the reason.
+func startNetwork(ctx context.Context, cfg *config.Config, dataDir string, log *slog.Logger) (*netpolicy.Manager, string, error) {
 	if cfg.Network == "off" {
-		return nil, nil
+		return nil, "NETWORK=off", nil
 	}
 	m, err := netpolicy.New(ctx, netpolicy.Config{
 		Bridge: cfg.NetworkBridge, Subnet: cfg.NetworkSubnet, Upstream: cfg.NetworkDNS,
@@ -350,12 +368,12 @@ func startNetwork(ctx context.Context, cfg *config.Config, dataDir string, log *
 	})
 	if err != nil {
 		if cfg.Network == "on" {
-			return nil, fmt.Errorf("setting NETWORK=on: sandbox networking unavailable: %w", err)
+			return nil, "", fmt.Errorf("setting NETWORK=on: sandbox networking unavailable: %w", err)
 		}
 		log.Warn("sandbox networking unavailable; sandboxes get loopback only (NETWORK=auto)", "err", err)
-		return nil, nil
+		return nil, "NETWORK=auto: " + err.Error(), nil
 	}
-	return m, nil
+	return m, "", nil
 }
 
 // FindAgent returns the agent binary: the configured path, else the one

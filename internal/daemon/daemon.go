@@ -28,6 +28,7 @@ import (
 	"github.com/agentbox/agentbox/internal/compat/e2b"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/dataplane"
+	"github.com/agentbox/agentbox/internal/doctor"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/netpolicy"
@@ -90,7 +91,25 @@ func Run(ctx context.Context, opts Options) error {
 	// The Docker backend loads store templates into its engine; the store
 	// opens after the backends.
 	var dockerStore atomic.Pointer[template.Store]
+	// A start that fails takes back what it set up (the backend's state
+	// mount and cgroups, the sandbox network's bridge and table) on this
+	// one path, whatever step failed; a started daemon closes them at its
+	// shutdown below. built is the backend made here (not a test's).
+	var built backend.Backend
+	started := false
+	defer func() {
+		if !started {
+			closeBackend(built, netMgr, log)
+		}
+	}()
 	if b == nil {
+		// What the host lacks, all at once and in agentbox doctor's words,
+		// before any component trips over the first of it.
+		o := doctor.FromConfig(cfg)
+		o.SkipOptional = true
+		if err := doctor.Required(doctor.Run(ctx, o)); err != nil {
+			return err
+		}
 		agent, err := FindAgent(cfg.AgentPath)
 		if err != nil {
 			return err
@@ -110,37 +129,26 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		nb, err := native.New(ncfg)
 		if err != nil {
-			if netMgr != nil {
-				netMgr.Close(false)
-			}
 			return err
 		}
+		built = nb
 		if resting, ok := nb.RestingIDs(); ok {
 			buildIDs = sandboxrunner.HostIDs{Base: cfg.IDBase, Ranges: cfg.IDRanges, Resting: resting}
 		}
 		if err := checkTemplates(cfg, nb); err != nil {
-			nb.Close()
-			if netMgr != nil {
-				netMgr.Close(false)
-			}
 			return err
 		}
 		if b, err = withDocker(ctx, cfg, dataDir, agent, nb, &dockerStore, log); err != nil {
-			nb.Close()
-			if netMgr != nil {
-				netMgr.Close(false)
-			}
 			return err
 		}
+		built = b
 		if b, err = withKube(ctx, cfg, b, log); err != nil {
-			closeBackend(b, netMgr, log)
 			return err
 		}
+		built = b
 	}
 	st, nodes, closeStore, err := openStore(ctx, cfg, dataDir, log)
 	if err != nil {
-		// Nothing runs yet: undo what the backend set up (its state mount).
-		closeBackend(b, netMgr, log)
 		return err
 	}
 	defer closeStore()
@@ -321,6 +329,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := m.Shutdown(cleanup, cfg.AutoCleanup); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
+	started = true // this shutdown closes the backend and the network
 	if c, ok := b.(backend.Closer); ok {
 		if err := c.Close(); err != nil {
 			log.Error("close backend", "err", err)

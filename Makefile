@@ -72,11 +72,11 @@ daemon: console
 	CGO_ENABLED=1 $(GO) build -tags nokube -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox ./cmd/agentbox
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox-kube ./cmd/agentbox
 
-# State goes to /var/lib/agentbox unless AGENTBOX_DATA_DIR says otherwise:
-# sandboxes run as unprivileged host ids that must pass through the data
-# dir's parents, which a checkout under /root (mode 0700) does not allow.
+# State goes to serve's default data dir (/var/lib/agentbox as root, the
+# same for every command: internal/config DefaultDataDir) unless
+# AGENTBOX_DATA_DIR says otherwise.
 run: build
-	AGENTBOX_DATA_DIR="$${AGENTBOX_DATA_DIR:-/var/lib/agentbox}" $(BIN)/agentbox serve
+	$(BIN)/agentbox serve
 
 deps:
 	./scripts/install-deps.sh

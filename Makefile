@@ -72,10 +72,14 @@ daemon: console
 	CGO_ENABLED=1 $(GO) build -tags nokube -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox ./cmd/agentbox
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox-kube ./cmd/agentbox
 
-# State goes to serve's default data dir (/var/lib/agentbox as root, the
-# same for every command: internal/config DefaultDataDir) unless
-# AGENTBOX_DATA_DIR says otherwise.
-run: build
+# First what building and serving needs (scripts/install-deps.sh run: as
+# root it apt-installs the absent packages, otherwise it names them and
+# stops), then the build. State goes to serve's default data dir
+# (/var/lib/agentbox as root, the same for every command: internal/config
+# DefaultDataDir) unless AGENTBOX_DATA_DIR says otherwise.
+run:
+	./scripts/install-deps.sh run
+	$(MAKE) build
 	$(BIN)/agentbox serve
 
 deps:

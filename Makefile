@@ -28,7 +28,7 @@ TEST_TIMEOUT ?= 40m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools sdk-python install install-files uninstall image release package-test
+.PHONY: all build run test test-fresh deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools sdk-python install install-files uninstall image release package-test
 
 all: build
 
@@ -92,6 +92,14 @@ vet:
 
 test: deps build vet
 	./scripts/test.sh
+
+# make run on a fresh Debian, whole: the dependency step and then the build
+# (agent, init, shim, the daemon with cgo and libseccomp) in a bootstrapped
+# debian:bookworm from the test cache with no network, apt reading a local
+# source of the packages (test/e2e TestMakeRunDepsFreshDebian; make test
+# runs its dependency step only).
+test-fresh:
+	AGENTBOX_FRESH_BUILD=1 $(GO) test -count=1 -v -timeout 30m -run '^TestMakeRunDepsFreshDebian$$' ./test/e2e/
 
 bench: build
 	./scripts/bench.sh

@@ -301,7 +301,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	info := collectStartInfo(ctx, cfg, ln.Addr().String(), dataDir, b.Name(), templates, netMgr, netOff)
 	LogStart(log, info)
-	if opts.Banner != nil {
+	if opts.Banner != nil && workerIndex() <= 0 { // once for WORKERS
 		PrintBanner(opts.Banner, info)
 	}
 	if opts.Ready != nil {

@@ -99,7 +99,7 @@ test: deps build vet
 # source of the packages (test/e2e TestMakeRunDepsFreshDebian; make test
 # runs its dependency step only).
 test-fresh:
-	AGENTBOX_FRESH_BUILD=1 $(GO) test -count=1 -v -timeout 30m -run '^TestMakeRunDepsFreshDebian$$' ./test/e2e/
+	AGENTBOX_FRESH_BUILD=1 $(GO) test -count=1 -v -timeout 60m -run '^TestMakeRunDepsFreshDebian$$' ./test/e2e/
 
 bench: build
 	./scripts/bench.sh

@@ -63,10 +63,13 @@ func inRoot(t *testing.T, root string, binds map[string]string, net bool, user s
 	if !net {
 		args = append(args, "--net")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	// A cold build of the daemon on a loaded two-core machine takes about
+	// twenty minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "unshare", append(args, "sh", "-c", setup.String())...)
 	cmd.Env = append(os.Environ(), "R="+root, "S="+script)
+	cmd.WaitDelay = 10 * time.Second // a child left holding the output
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -199,7 +202,7 @@ func TestMakeRunDepsFreshDebian(t *testing.T) {
 	modcache := strings.TrimSpace(goEnv(t, "GOMODCACHE"))
 	start = time.Now()
 	out, err = inRoot(t, root, map[string]string{goroot: "/usr/local/go", modcache: "/gomod"}, false, "",
-		[]string{"PATH=/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "GOMODCACHE=/gomod", "GOPROXY=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "GOCACHE=/root/.cache/go-build"},
+		[]string{"PATH=/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "GOMODCACHE=/gomod", "GOPROXY=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "GOTELEMETRY=off", "GOCACHE=/root/.cache/go-build"},
 		"cd /src && make agent init shim && CGO_ENABLED=1 go build -tags nokube -o bin/agentbox ./cmd/agentbox && bin/agentbox version")
 	if err != nil || !strings.Contains(out, "native") {
 		t.Fatalf("build in the fresh root: %v\n%s", err, lastLines(out, 40))

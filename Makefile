@@ -28,7 +28,7 @@ TEST_TIMEOUT ?= 40m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools sdk-python install install-files uninstall image release package-test
+.PHONY: all build run test test-fresh deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools sdk-python install install-files uninstall image release package-test
 
 all: build
 
@@ -72,11 +72,15 @@ daemon: console
 	CGO_ENABLED=1 $(GO) build -tags nokube -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox ./cmd/agentbox
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox-kube ./cmd/agentbox
 
-# State goes to /var/lib/agentbox unless AGENTBOX_DATA_DIR says otherwise:
-# sandboxes run as unprivileged host ids that must pass through the data
-# dir's parents, which a checkout under /root (mode 0700) does not allow.
-run: build
-	AGENTBOX_DATA_DIR="$${AGENTBOX_DATA_DIR:-/var/lib/agentbox}" $(BIN)/agentbox serve
+# First what building and serving needs (scripts/install-deps.sh run: as
+# root it apt-installs the absent packages, otherwise it names them and
+# stops), then the build. State goes to serve's default data dir
+# (/var/lib/agentbox as root, the same for every command: internal/config
+# DefaultDataDir) unless AGENTBOX_DATA_DIR says otherwise.
+run:
+	./scripts/install-deps.sh run
+	$(MAKE) build
+	$(BIN)/agentbox serve
 
 deps:
 	./scripts/install-deps.sh
@@ -88,6 +92,14 @@ vet:
 
 test: deps build vet
 	./scripts/test.sh
+
+# make run on a fresh Debian, whole: the dependency step and then the build
+# (agent, init, shim, the daemon with cgo and libseccomp) in a bootstrapped
+# debian:bookworm from the test cache with no network, apt reading a local
+# source of the packages (test/e2e TestMakeRunDepsFreshDebian; make test
+# runs its dependency step only).
+test-fresh:
+	AGENTBOX_FRESH_BUILD=1 $(GO) test -count=1 -v -timeout 60m -run '^TestMakeRunDepsFreshDebian$$' ./test/e2e/
 
 bench: build
 	./scripts/bench.sh

@@ -99,13 +99,7 @@ func runOneShot(ctx context.Context, o runOptions, args []string) error {
 		dataDir = os.Getenv("AGENTBOX_DATA_DIR")
 	}
 	if dataDir == "" {
-		dataDir = "/var/lib/agentbox"
-		if os.Geteuid() != 0 {
-			// Rootless: somewhere this user may write.
-			if cache, err := os.UserCacheDir(); err == nil {
-				dataDir = filepath.Join(cache, "agentbox")
-			}
-		}
+		dataDir = config.DefaultDataDir() // serve's too
 	}
 	// The one setting of the daemon's a run reads: whether it may tune the
 	// host's cgroup2 mount (see CGROUP_FAVOR_DYNMODS).

@@ -117,7 +117,7 @@ func runWithSettings(configFile string, sets []string, overrides map[string]stri
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return run(ctx, daemon.Options{Config: cfg, Logger: newLogger(cfg)})
+	return run(ctx, daemon.Options{Config: cfg, Logger: newLogger(cfg), Banner: os.Stdout})
 }
 
 // startOptions says how runWithSettings starts a long-running command.

@@ -244,7 +244,7 @@ var settings = []setting{
 		}
 		return nil
 	}},
-	{"AGENTBOX_DATA_DIR", "./agentbox-data", "directory for sandbox state and the database", func(c *Config, v string) error {
+	{"AGENTBOX_DATA_DIR", DefaultDataDir(), "directory for sandbox state and the database, of every command (serve, run, doctor); default /var/lib/agentbox as root, ~/.cache/agentbox rootless", func(c *Config, v string) error {
 		if v == "" {
 			return fmt.Errorf("must not be empty")
 		}

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 	"github.com/agentbox/agentbox/internal/compat/e2b"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/dataplane"
+	"github.com/agentbox/agentbox/internal/doctor"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/netpolicy"
@@ -46,6 +48,9 @@ type Options struct {
 	Listener net.Listener
 	// Ready, when set, is closed once the server accepts requests.
 	Ready chan<- string
+	// Banner, when set, gets the start's facts for a person (PrintBanner):
+	// serve passes stdout.
+	Banner io.Writer
 }
 
 // Run serves until ctx ends, then shuts down gracefully: in-flight requests
@@ -79,18 +84,37 @@ func Run(ctx context.Context, opts Options) error {
 
 	b := opts.Backend
 	var netMgr *netpolicy.Manager
+	netOff := "" // why sandboxes have loopback only
 	// Where the native backend's sandboxes have their host ids: the build
 	// keeps cache mounts in the range none of them is given.
 	var buildIDs sandboxrunner.HostIDs
 	// The Docker backend loads store templates into its engine; the store
 	// opens after the backends.
 	var dockerStore atomic.Pointer[template.Store]
+	// A start that fails takes back what it set up (the backend's state
+	// mount and cgroups, the sandbox network's bridge and table) on this
+	// one path, whatever step failed; a started daemon closes them at its
+	// shutdown below. built is the backend made here (not a test's).
+	var built backend.Backend
+	started := false
+	defer func() {
+		if !started {
+			closeBackend(built, netMgr, log)
+		}
+	}()
 	if b == nil {
+		// What the host lacks, all at once and in agentbox doctor's words,
+		// before any component trips over the first of it.
+		o := doctor.FromConfig(cfg)
+		o.SkipOptional = true
+		if err := doctor.Required(doctor.Run(ctx, o)); err != nil {
+			return err
+		}
 		agent, err := FindAgent(cfg.AgentPath)
 		if err != nil {
 			return err
 		}
-		netMgr, err = startNetwork(ctx, cfg, dataDir, log)
+		netMgr, netOff, err = startNetwork(ctx, cfg, dataDir, log)
 		if err != nil {
 			return err
 		}
@@ -105,37 +129,26 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		nb, err := native.New(ncfg)
 		if err != nil {
-			if netMgr != nil {
-				netMgr.Close(false)
-			}
 			return err
 		}
+		built = nb
 		if resting, ok := nb.RestingIDs(); ok {
 			buildIDs = sandboxrunner.HostIDs{Base: cfg.IDBase, Ranges: cfg.IDRanges, Resting: resting}
 		}
 		if err := checkTemplates(cfg, nb); err != nil {
-			nb.Close()
-			if netMgr != nil {
-				netMgr.Close(false)
-			}
 			return err
 		}
 		if b, err = withDocker(ctx, cfg, dataDir, agent, nb, &dockerStore, log); err != nil {
-			nb.Close()
-			if netMgr != nil {
-				netMgr.Close(false)
-			}
 			return err
 		}
+		built = b
 		if b, err = withKube(ctx, cfg, b, log); err != nil {
-			closeBackend(b, netMgr, log)
 			return err
 		}
+		built = b
 	}
 	st, nodes, closeStore, err := openStore(ctx, cfg, dataDir, log)
 	if err != nil {
-		// Nothing runs yet: undo what the backend set up (its state mount).
-		closeBackend(b, netMgr, log)
 		return err
 	}
 	defer closeStore()
@@ -237,8 +250,12 @@ func Run(ctx context.Context, opts Options) error {
 	ln = newLimitListener(ln, maxConns, maxConnsPerIP, cfg.ClusterMaxConns, isPeer, log)
 	fw := forwarder(cfg, node, st, registry, m, log)
 	setPeers(as, m, st, fw)
+	handler := withPeerConns(fw.Peer, withBodyTimeout(fw.Wrap(api.Handler()), cfg.BodyTimeout))
+	if len(cfg.APIKeys) == 0 {
+		handler = keylessNotice(handler, log) // authnotice.go
+	}
 	srv := &http.Server{
-		Handler:           withPeerConns(fw.Peer, withBodyTimeout(fw.Wrap(api.Handler()), cfg.BodyTimeout)),
+		Handler:           handler,
 		ConnContext:       connContext,
 		ReadHeaderTimeout: cfg.HeaderTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
@@ -279,6 +296,14 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}()
 	defer func() { stopRegistry(); <-regDone; <-peersDone }()
+	if opts.Backend != nil {
+		netOff = "the " + b.Name() + " backend"
+	}
+	info := collectStartInfo(ctx, cfg, ln.Addr().String(), dataDir, b.Name(), templates, netMgr, netOff)
+	LogStart(log, info)
+	if opts.Banner != nil && workerIndex() <= 0 { // once for WORKERS
+		PrintBanner(opts.Banner, info)
+	}
 	if opts.Ready != nil {
 		opts.Ready <- ln.Addr().String()
 	}
@@ -304,6 +329,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := m.Shutdown(cleanup, cfg.AutoCleanup); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
+	started = true // this shutdown closes the backend and the network
 	if c, ok := b.(backend.Closer); ok {
 		if err := c.Close(); err != nil {
 			log.Error("close backend", "err", err)
@@ -337,10 +363,11 @@ func loadOrCreateSecret(path string) ([]byte, error) {
 }
 
 // startNetwork brings up sandbox networking as NETWORK says: nil (and no
-// error) when it is off, or when it is auto and the kernel cannot do it.
-func startNetwork(ctx context.Context, cfg *config.Config, dataDir string, log *slog.Logger) (*netpolicy.Manager, error) {
+// error) when it is off, or when it is auto and the kernel cannot do it,
+// with the reason.
+func startNetwork(ctx context.Context, cfg *config.Config, dataDir string, log *slog.Logger) (*netpolicy.Manager, string, error) {
 	if cfg.Network == "off" {
-		return nil, nil
+		return nil, "NETWORK=off", nil
 	}
 	m, err := netpolicy.New(ctx, netpolicy.Config{
 		Bridge: cfg.NetworkBridge, Subnet: cfg.NetworkSubnet, Upstream: cfg.NetworkDNS,
@@ -350,12 +377,12 @@ func startNetwork(ctx context.Context, cfg *config.Config, dataDir string, log *
 	})
 	if err != nil {
 		if cfg.Network == "on" {
-			return nil, fmt.Errorf("setting NETWORK=on: sandbox networking unavailable: %w", err)
+			return nil, "", fmt.Errorf("setting NETWORK=on: sandbox networking unavailable: %w", err)
 		}
 		log.Warn("sandbox networking unavailable; sandboxes get loopback only (NETWORK=auto)", "err", err)
-		return nil, nil
+		return nil, "NETWORK=auto: " + err.Error(), nil
 	}
-	return m, nil
+	return m, "", nil
 }
 
 // FindAgent returns the agent binary: the configured path, else the one

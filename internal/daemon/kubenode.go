@@ -72,7 +72,7 @@ func RunNode(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	netMgr, err := startNetwork(ctx, cfg, dataDir, log)
+	netMgr, _, err := startNetwork(ctx, cfg, dataDir, log)
 	if err != nil {
 		return err
 	}

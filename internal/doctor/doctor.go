@@ -151,7 +151,7 @@ func Required(results []Result) error {
 func (o Options) dataDir() string {
 	d := o.DataDir
 	if d == "" {
-		d = "./agentbox-data"
+		d = config.DefaultDataDir()
 	}
 	if abs, err := filepath.Abs(d); err == nil {
 		return abs

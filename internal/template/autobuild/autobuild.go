@@ -232,7 +232,9 @@ func (r *Runner) fail(name string, at time.Time, err error) {
 // stop marks an interrupted build: not built, the next start builds again
 // (finished steps are in the builder's cache).
 func (r *Runner) stop(name string, err error) {
-	r.set(name, func(s *Status) { s.State, s.Since, s.Progress, s.Error = StateNotBuilt, time.Time{}, "", "interrupted: "+err.Error() })
+	r.set(name, func(s *Status) {
+		s.State, s.Since, s.Progress, s.Error = StateNotBuilt, time.Time{}, "", "interrupted: "+err.Error()
+	})
 }
 
 func (r *Runner) set(name string, f func(*Status)) {

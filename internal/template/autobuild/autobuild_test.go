@@ -118,7 +118,9 @@ func TestFailed(t *testing.T) {
 	st := &stored{names: map[string]bool{}}
 	var ciBuilt atomic.Bool
 	r := New(Config{Dir: t.TempDir(), Exists: st.exists, Enabled: map[string]bool{"base": true, "code-interpreter": true}, Targets: []Target{
-		{Name: "base", Build: func(context.Context, func(string)) error { return errors.New("apt-get: could not resolve deb.debian.org") }},
+		{Name: "base", Build: func(context.Context, func(string)) error {
+			return errors.New("apt-get: could not resolve deb.debian.org")
+		}},
 		{Name: "code-interpreter", Deps: []string{"base"}, Build: func(context.Context, func(string)) error { ciBuilt.Store(true); return nil }},
 	}})
 	r.Start(context.Background())

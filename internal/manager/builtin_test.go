@@ -45,4 +45,6 @@ func TestTemplateNotReadyAndNames(t *testing.T) {
 
 type resolverFunc func(ctx context.Context, ref string) (sandbox.Template, error)
 
-func (f resolverFunc) Resolve(ctx context.Context, ref string) (sandbox.Template, error) { return f(ctx, ref) }
+func (f resolverFunc) Resolve(ctx context.Context, ref string) (sandbox.Template, error) {
+	return f(ctx, ref)
+}

@@ -111,6 +111,15 @@ func TestAutoBuildTemplates(t *testing.T) {
 		}
 		if refused == 0 {
 			t.Logf("first answer while building: %s: %s", r.Name, r.Message)
+			// template ls says so too, with how long and the step.
+			ls := exec.CommandContext(ctx, bin, "template", "ls")
+			ls.Env = append(cleanEnv(), "AGENTBOX_URL="+d.url, "AGENTBOX_API_KEY="+key)
+			out, err := ls.CombinedOutput()
+			if !strings.Contains(string(d.logs.String()), ready) &&
+				(err != nil || !strings.Contains(string(out), "Built-in templates not ready yet:") || !strings.Contains(string(out), "code-interpreter: building for")) {
+				t.Errorf("template ls while building (%v):\n%s", err, out)
+			}
+			t.Logf("template ls while building:\n%s", out)
 		}
 		refused++
 		time.Sleep(time.Second)

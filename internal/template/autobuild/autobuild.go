@@ -101,6 +101,7 @@ type Runner struct {
 	log  *slog.Logger
 	mu   sync.Mutex
 	st   map[string]*Status
+	own  map[string]time.Duration // each target's own build estimate
 	done chan struct{}
 }
 
@@ -118,7 +119,7 @@ func New(cfg Config) *Runner {
 	if cfg.Poll <= 0 {
 		cfg.Poll = time.Second
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, st: map[string]*Status{}, done: make(chan struct{})}
+	r := &Runner{cfg: cfg, log: cfg.Logger, st: map[string]*Status{}, own: map[string]time.Duration{}, done: make(chan struct{})}
 	timings := r.timings()
 	for _, t := range cfg.Targets {
 		est := t.Estimate
@@ -126,6 +127,7 @@ func New(cfg Config) *Runner {
 			est = d
 		}
 		r.st[t.Name] = &Status{Name: t.Name, State: StateNotBuilt, Command: t.Command, Estimate: est}
+		r.own[t.Name] = est
 	}
 	return r
 }
@@ -134,6 +136,7 @@ func New(cfg Config) *Runner {
 // others in the background until ctx ends. Wait waits for that to end.
 func (r *Runner) Start(ctx context.Context) {
 	var todo []Target
+	var ahead time.Duration // the estimates of the builds queued before
 	for _, t := range r.cfg.Targets {
 		if r.cfg.Exists(ctx, t.Name) {
 			r.set(t.Name, func(s *Status) { s.State = StateReady })
@@ -141,8 +144,16 @@ func (r *Runner) Start(ctx context.Context) {
 		}
 		if r.cfg.Enabled[t.Name] {
 			// Building from now on, as far as a create is concerned: it
-			// will be, once the targets before it are done.
-			r.set(t.Name, func(s *Status) { s.State, s.Since, s.Progress = StateBuilding, time.Now(), "queued" })
+			// will be, once the targets before it are done, so its
+			// estimate includes theirs.
+			r.set(t.Name, func(s *Status) {
+				s.State, s.Since, s.Estimate = StateBuilding, time.Now(), ahead+s.Estimate
+				s.Progress = "queued"
+				if len(todo) > 0 {
+					s.Progress = "queued after " + todo[len(todo)-1].Name
+				}
+				ahead = s.Estimate
+			})
 			todo = append(todo, t)
 		}
 	}
@@ -188,8 +199,10 @@ func (r *Runner) run(ctx context.Context, todo []Target) {
 
 func (r *Runner) build(ctx context.Context, t Target) {
 	start := time.Now()
-	est := r.Status(t.Name).Estimate
-	r.set(t.Name, func(s *Status) { s.State, s.Since, s.Progress, s.Error = StateBuilding, start, "starting", "" })
+	est := r.own[t.Name]
+	r.set(t.Name, func(s *Status) {
+		s.State, s.Since, s.Progress, s.Error, s.Estimate = StateBuilding, start, "starting", "", est
+	})
 	r.log.Info("building a built-in template in the background (TEMPLATE_AUTO_BUILD)", "template", t.Name, "estimate", est.Round(time.Second).String())
 	last := time.Time{}
 	err := t.Build(ctx, func(p string) {

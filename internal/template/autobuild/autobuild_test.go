@@ -70,7 +70,7 @@ func TestBuildingThenReady(t *testing.T) {
 	}
 	targets := []Target{
 		{Name: "base", Command: "make templates", Estimate: time.Hour, Build: build("base", true)},
-		{Name: "code-interpreter", Deps: []string{"base"}, Build: build("code-interpreter", false)},
+		{Name: "code-interpreter", Deps: []string{"base"}, Estimate: time.Minute, Build: build("code-interpreter", false)},
 		{Name: "browser", Build: build("browser", false)},
 	}
 	r := New(Config{Dir: dir, Targets: targets, Enabled: map[string]bool{"base": true, "code-interpreter": true}, Exists: st.exists})
@@ -83,7 +83,8 @@ func TestBuildingThenReady(t *testing.T) {
 	if s.Since.IsZero() || s.Estimate != time.Hour || s.Command != "make templates" {
 		t.Errorf("building status %+v", s)
 	}
-	if ci, _ := r.Lookup("code-interpreter"); ci.State != StateBuilding || ci.Progress != "queued" {
+	// Queued behind base: its estimate includes base's.
+	if ci, _ := r.Lookup("code-interpreter"); ci.State != StateBuilding || ci.Progress != "queued after base" || ci.Estimate != time.Hour+time.Minute {
 		t.Errorf("code-interpreter before base is done: %+v", ci)
 	}
 	if b, _ := r.Lookup("browser"); b.State != StateNotBuilt {

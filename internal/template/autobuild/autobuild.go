@@ -204,6 +204,24 @@ func (r *Runner) build(ctx context.Context, t Target) {
 		s.State, s.Since, s.Progress, s.Error, s.Estimate = StateBuilding, start, "starting", "", est
 	})
 	r.log.Info("building a built-in template in the background (TEMPLATE_AUTO_BUILD)", "template", t.Name, "estimate", est.Round(time.Second).String())
+	// A long step (apt-get install) says nothing for minutes: the log
+	// says where the build stands every half minute all the same.
+	tick := time.NewTicker(30 * time.Second)
+	tickDone := make(chan struct{})
+	stopTicker := sync.OnceFunc(func() { tick.Stop(); close(tickDone) })
+	defer stopTicker()
+	go func() {
+		for {
+			select {
+			case <-tickDone:
+				return
+			case now := <-tick.C:
+				s := r.Status(t.Name)
+				r.log.Info("built-in template building", "template", t.Name, "progress", s.Progress,
+					"elapsed", now.Sub(start).Round(time.Second).String(), "estimate", est.Round(time.Second).String())
+			}
+		}
+	}()
 	last := time.Time{}
 	err := t.Build(ctx, func(p string) {
 		r.set(t.Name, func(s *Status) { s.Progress = p })
@@ -214,6 +232,7 @@ func (r *Runner) build(ctx context.Context, t Target) {
 			r.log.Info("built-in template building", "template", t.Name, "progress", p, "elapsed", now.Sub(start).Round(time.Second).String())
 		}
 	})
+	stopTicker()
 	took := time.Since(start)
 	switch {
 	case err == nil:

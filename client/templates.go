@@ -61,13 +61,46 @@ func templatePath(name, suffix string) string {
 
 // Templates lists the server's templates.
 func (c *Client) Templates(ctx context.Context) ([]Template, error) {
-	var out struct {
-		Templates []Template `json:"templates"`
+	l, err := c.ListTemplates(ctx)
+	if err != nil {
+		return nil, err
 	}
+	return l.Templates, nil
+}
+
+// TemplateList is GET /v1/templates: the stored templates, and the
+// built-in ones' states (the server builds them at start).
+type TemplateList struct {
+	Templates []Template        `json:"templates"`
+	Builtin   []BuiltinTemplate `json:"builtin,omitempty"`
+}
+
+// BuiltinTemplate is a built-in template's state (docs/templates.md).
+type BuiltinTemplate struct {
+	Name string `json:"name"`
+	// State is "ready", "building", "failed" or "not_built".
+	State string `json:"state"`
+	// Progress is the build's last word ("step 3/7: RUN ...").
+	Progress string `json:"progress,omitempty"`
+	// Since is when the build started (building) or ended (failed).
+	Since time.Time `json:"since,omitzero"`
+	// ElapsedMS is how long it has been building, EstimateMS how long a
+	// build is expected to take.
+	ElapsedMS  int64 `json:"elapsed_ms,omitempty"`
+	EstimateMS int64 `json:"estimate_ms,omitempty"`
+	// Error says why the build failed.
+	Error string `json:"error,omitempty"`
+	// Command builds it by hand.
+	Command string `json:"command,omitempty"`
+}
+
+// ListTemplates returns the stored templates and the built-in ones' states.
+func (c *Client) ListTemplates(ctx context.Context) (*TemplateList, error) {
+	var out TemplateList
 	if err := c.doJSON(ctx, "list templates", http.MethodGet, "/v1/templates", nil, nil, &out); err != nil {
 		return nil, err
 	}
-	return out.Templates, nil
+	return &out, nil
 }
 
 // Template returns the template name (NAME or NAME:TAG), or ErrNotFound.

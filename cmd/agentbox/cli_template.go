@@ -38,17 +38,21 @@ func newTemplateLsCmd() *cobra.Command {
 		Short:             "List the server's templates",
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE: clientRunE(cobra.NoArgs, func(ctx context.Context, x *cli, args []string) error {
-			list, err := x.c.Templates(ctx)
+			all, err := x.c.ListTemplates(ctx)
 			if err != nil {
 				return err
 			}
+			list := all.Templates
 			if list == nil {
 				list = []client.Template{}
 			}
 			if x.json {
 				return x.printJSON(list)
 			}
-			return printTemplateTable(x.out, list, time.Now())
+			if err := printTemplateTable(x.out, list, time.Now()); err != nil {
+				return err
+			}
+			return printBuiltinStates(x.out, all.Builtin)
 		}),
 	}
 }
@@ -69,6 +73,37 @@ func printTemplateTable(w io.Writer, list []client.Template, now time.Time) erro
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", t.Name, t.Tag, t.Kind, size, len(t.Layers), t.InUse, created)
 	}
 	return tw.Flush()
+}
+
+// printBuiltinStates says, below the table, which built-in templates are
+// not ready yet: building (how long, of about how long, the step), failed
+// (why) or not built, each with the command that builds it.
+func printBuiltinStates(w io.Writer, list []client.BuiltinTemplate) error {
+	var lines []string
+	for _, b := range list {
+		switch b.State {
+		case "ready":
+			continue
+		case "building":
+			l := fmt.Sprintf("  %s: building for %s", b.Name, shortDuration(time.Duration(b.ElapsedMS)*time.Millisecond))
+			if b.EstimateMS > 0 {
+				l += " of about " + shortDuration(time.Duration(b.EstimateMS)*time.Millisecond)
+			}
+			if b.Progress != "" {
+				l += " (" + b.Progress + ")"
+			}
+			lines = append(lines, l)
+		case "failed":
+			lines = append(lines, fmt.Sprintf("  %s: failed: %s\n    build it with: %s", b.Name, b.Error, b.Command))
+		default:
+			lines = append(lines, fmt.Sprintf("  %s: not built; build it with: %s", b.Name, b.Command))
+		}
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	_, err := fmt.Fprintf(w, "\nBuilt-in templates not ready yet:\n%s\n", strings.Join(lines, "\n"))
+	return err
 }
 
 func newTemplatePullCmd() *cobra.Command {

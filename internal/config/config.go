@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -155,6 +156,9 @@ type Config struct {
 	// TemplateAutoPull pulls an image reference a create names when it is
 	// not a template yet.
 	TemplateAutoPull bool
+	// TemplateAutoBuild names the built-in templates the daemon builds in
+	// the background at start when they are not stored (none: off).
+	TemplateAutoBuild []string
 	// StorageQuota caps the bytes each user's private templates hold
 	// (0 = no cap); MaxPrivateTemplates their number; SnapshotMaxBytes one
 	// snapshot's layer. Template admins are exempt.
@@ -639,6 +643,21 @@ var settings = []setting{
 	}},
 	{"TEMPLATE_MAX_IMPORT", "8G", "largest tarball a template import may upload", size(func(c *Config, n int64) { c.TemplateMaxImport = n })},
 	{"TEMPLATE_MAX_PULLS", "2", "template pulls, imports and exports running at once (automatic pulls included); more wait for a turn", intIn(1, 64, func(c *Config, n int) { c.TemplateMaxPulls = n })},
+	{"TEMPLATE_AUTO_BUILD", "base,code-interpreter,browser,desktop", "built-in templates the daemon builds in the background at start when they are not stored yet (from debian:bookworm bootstrapped through the host's apt, as make templates does), comma-separated in build order, from base, code-interpreter, browser (needs npm on the host) and desktop; off = none. A create of one still building is answered 503 template_building with Retry-After (docs/templates.md). Only the native backend builds; off with a test's fake backend", func(c *Config, v string) error {
+		c.TemplateAutoBuild = nil
+		if v == "off" || v == "" || v == "false" {
+			return nil
+		}
+		for _, n := range splitList(v) {
+			if !slices.Contains(BuiltinTemplates, n) {
+				return fmt.Errorf("unknown built-in template %q (want some of %s, or off)", n, strings.Join(BuiltinTemplates, ", "))
+			}
+			if !slices.Contains(c.TemplateAutoBuild, n) {
+				c.TemplateAutoBuild = append(c.TemplateAutoBuild, n)
+			}
+		}
+		return nil
+	}},
 	{"TEMPLATE_AUTO_PULL", "false", "pull an image reference a create names when it is not a template yet (the create waits)", boolSetting(func(c *Config, b bool) { c.TemplateAutoPull = b })},
 	{"STORAGE_QUOTA_PER_USER", "10G", "bytes one user's private templates (snapshots) may hold in the template store; a snapshot past it is refused or stopped with 429 and stores nothing; TEMPLATE_ADMIN_USERS are exempt; 0 = unlimited", sizeOrZero(func(c *Config, n int64) { c.StorageQuota = n })},
 	{"MAX_TEMPLATES_PER_USER", "50", "private templates (snapshots) one user may keep; a snapshot into a new name past it gets 429; TEMPLATE_ADMIN_USERS are exempt; 0 = unlimited", intIn(0, 1<<20, func(c *Config, n int) { c.MaxPrivateTemplates = n })},
@@ -864,6 +883,10 @@ func (c *Config) validate() error {
 	}
 	return nil
 }
+
+// BuiltinTemplates are the templates of templates/, in build order, that
+// TEMPLATE_AUTO_BUILD may name.
+var BuiltinTemplates = []string{"base", "code-interpreter", "browser", "desktop"}
 
 // TypeTemplate returns the template of sandbox type t: its SANDBOX_TEMPLATES
 // entry, else agentscope's image name for it,

@@ -170,7 +170,10 @@ func Run(ctx context.Context, opts Options) error {
 	defer templates.Close()
 	dockerStore.Store(templates)
 	templateGate := httpapi.NewTemplateGate(cfg.TemplateMaxPulls)
-	resolver := typeResolver{types: typeTemplates(cfg), next: kubeResolver{enabled: cfg.Kube.Enabled && opts.Backend == nil, next: dockerResolver{enabled: cfg.DockerEnabled && opts.Backend == nil,
+	// The built-in templates' states answer creates of those not built
+	// yet (autobuild.go); the runner is bound once the builder exists.
+	resolver := &builtinResolver{types: typeTemplates(cfg)}
+	resolver.next = typeResolver{types: resolver.types, next: kubeResolver{enabled: cfg.Kube.Enabled && opts.Backend == nil, next: dockerResolver{enabled: cfg.DockerEnabled && opts.Backend == nil,
 		next: newAutoPull(templates, cfg.TemplateAutoPull, templateGate, log)}}}
 
 	reg := prometheus.NewRegistry()
@@ -186,7 +189,7 @@ func Run(ctx context.Context, opts Options) error {
 		Logger: log, Metrics: manager.NewMetrics(reg),
 		MaxRequestsPerUser: cfg.MaxRequestsPerUser, RequestMemory: cfg.RequestMemory,
 		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: netMgr != nil,
-		ValidateNetwork: netpolicy.Validate, Resolver: resolver, Committer: templates, NodeID: node, NodeMaxSandboxes: cfg.NodeMaxSandboxes,
+		ValidateNetwork: netpolicy.Validate, Resolver: resolver, TemplateNote: resolver.note, Committer: templates, NodeID: node, NodeMaxSandboxes: cfg.NodeMaxSandboxes,
 		StorageQuota: cfg.StorageQuota, MaxPrivateTemplates: cfg.MaxPrivateTemplates, SnapshotMaxBytes: cfg.SnapshotMaxBytes,
 		DiskReserve: cfg.DiskReserve,
 	}, b, st)
@@ -210,6 +213,13 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	api.RegisterBuilds(httpapi.BuildConfig{Builder: bld, Store: templates})
+	autoBuild := cfg.TemplateAutoBuild
+	if opts.Backend != nil {
+		autoBuild = nil // a test's fake backend cannot run build steps
+	}
+	builtins := newAutoBuild(autoBuild, tmplDir, templates, bld, log)
+	resolver.states = builtins
+	api.SetBuiltinTemplates(builtins.Statuses)
 	as := agentscope.New(agentscope.Config{DataPlane: dp, APIKeys: cfg.APIKeys, Prefix: cfg.ContainerPrefix, DefaultTypes: cfg.DefaultTypes,
 		StorageFolder: cfg.StorageFolder, SandboxTimeout: cfg.MaxTimeout, MaxOutput: cfg.MaxExecOutputBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log, DesktopLink: api.DesktopLink, Docs: docsOf(st)}, m)
@@ -285,6 +295,9 @@ func Run(ctx context.Context, opts Options) error {
 		srv.Close()
 		return err
 	}
+	buildCtx, stopBuilds := context.WithCancel(ctx)
+	builtins.Start(buildCtx)
+	defer func() { stopBuilds(); builtins.Wait() }()
 	regCtx, stopRegistry := context.WithCancel(context.WithoutCancel(ctx))
 	regDone := make(chan struct{})
 	go func() { defer close(regDone); registry.Run(regCtx) }()
@@ -321,6 +334,10 @@ func Run(ctx context.Context, opts Options) error {
 	grace, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stopTools() // ends MCP sessions (their sandboxes are destroyed) and their streams
+	// A build in progress stops (its finished steps stay in the build
+	// cache for the next start) before the manager it runs sandboxes on.
+	stopBuilds()
+	builtins.Wait()
 	if err := srv.Shutdown(grace); err != nil {
 		srv.Close()
 	}

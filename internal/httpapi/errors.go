@@ -68,6 +68,11 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, dataplane.ErrExecutableNotFound):
 		body.Reason = ReasonExecutableNotFound
 	}
+	var notReady *sandbox.TemplateNotReady
+	if errors.As(err, &notReady) {
+		// template_building (503, Retry-After) or template_not_built (404).
+		body.Reason = notReady.Reason
+	}
 	status := statusOf(class)
 	SetRetryAfter(w, err)
 	if status == http.StatusInternalServerError {

@@ -25,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/template/autobuild"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -99,6 +100,8 @@ type Server struct {
 	bodyRules []bodyRule
 	// sandboxPorts is a front-end's data plane (dataplane.go).
 	sandboxPorts SandboxPortHandler
+	// builtinTemplates reports the built-in templates' states (templates.go).
+	builtinTemplates func() []autobuild.Status
 	// patterns are the /v1 route patterns (every one), for checking them
 	// against the OpenAPI document (openapi_test.go).
 	patterns []string

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/template"
+	"github.com/agentbox/agentbox/internal/template/autobuild"
 )
 
 // Templates are server-wide: every caller may list them and create
@@ -176,8 +177,32 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) error {
 			out = append(out, s.templateJSON(r, info))
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"templates": out})
+	resp := map[string]any{"templates": out}
+	if s.builtinTemplates != nil {
+		resp["builtin"] = builtinJSON(s.builtinTemplates(), time.Now())
+	}
+	writeJSON(w, http.StatusOK, resp)
 	return nil
+}
+
+// SetBuiltinTemplates gives the template list the built-in templates'
+// states (ready, building with progress, failed with why, not built).
+func (s *Server) SetBuiltinTemplates(f func() []autobuild.Status) { s.builtinTemplates = f }
+
+// builtinOut is a built-in template's state on the wire (GET
+// /v1/templates "builtin").
+type builtinOut struct {
+	autobuild.Status
+	ElapsedMS  int64 `json:"elapsed_ms,omitempty"`
+	EstimateMS int64 `json:"estimate_ms,omitempty"`
+}
+
+func builtinJSON(list []autobuild.Status, now time.Time) []builtinOut {
+	out := make([]builtinOut, 0, len(list))
+	for _, st := range list {
+		out = append(out, builtinOut{Status: st, ElapsedMS: st.Elapsed(now).Milliseconds(), EstimateMS: st.Estimate.Milliseconds()})
+	}
+	return out
 }
 
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) error {

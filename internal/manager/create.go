@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -89,7 +90,12 @@ func (m *Manager) resolveTemplate(ctx context.Context, owner string, req CreateR
 		// Another user's snapshot: as unknown as a name never stored.
 		err = sandbox.Errorf(sandbox.ClassNotFound, "unknown template %q", name)
 	}
+	var notReady *sandbox.TemplateNotReady
 	switch {
+	case errors.As(err, &notReady):
+		// A built-in template still building or not built: its own
+		// answer (state, how long, the command that builds it).
+		return sandbox.Template{}, "", err
 	case sandbox.ClassOf(err) == sandbox.ClassNotFound && req.Template == "":
 		return sandbox.Template{}, "", &sandbox.Error{Class: sandbox.ClassInvalid, Msg: fmt.Sprintf("unknown sandbox type %q", name), Err: fieldErr("type")}
 	case sandbox.ClassOf(err) == sandbox.ClassNotFound:
@@ -107,7 +113,9 @@ func (m *Manager) resolveTemplate(ctx context.Context, owner string, req CreateR
 	return t, typ, nil
 }
 
-// templateNames lists the template names a caller may ask for.
+// templateNames lists the template names a caller may ask for; those that
+// cannot be created yet (a built-in template still building) are listed
+// apart, each with why.
 func (m *Manager) templateNames() string {
 	names := []string{"host"}
 	for k := range m.cfg.Templates {
@@ -116,7 +124,22 @@ func (m *Manager) templateNames() string {
 		}
 	}
 	sort.Strings(names[1:])
-	return strings.Join(names, ", ")
+	if m.cfg.TemplateNote == nil {
+		return strings.Join(names, ", ")
+	}
+	var ready, later []string
+	for _, n := range names {
+		if note := m.cfg.TemplateNote(n); note != "" {
+			later = append(later, fmt.Sprintf("%s (%s)", n, note))
+		} else {
+			ready = append(ready, n)
+		}
+	}
+	out := strings.Join(ready, ", ")
+	if len(later) > 0 {
+		out += "; not ready yet: " + strings.Join(later, ", ")
+	}
+	return out
 }
 
 // FieldError names the request field an invalid_argument error is about.

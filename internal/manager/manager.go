@@ -30,6 +30,10 @@ type Config struct {
 	Templates map[string]string
 	// Resolver resolves template names; nil serves "host" and Templates.
 	Resolver TemplateResolver
+	// TemplateNote says why a template or type name cannot be created yet
+	// ("building 1m of about 4m", "not built"; "" when it can), for the
+	// list of valid names an unknown template's error gives. Nil: none.
+	TemplateNote func(name string) string
 	// TemplateAdmins may snapshot into shared template names and use every
 	// user's private templates; other users' snapshots go to their own
 	// private namespace (template.PrivateName).

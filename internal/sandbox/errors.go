@@ -75,3 +75,22 @@ func IsNotFound(err error) bool { return err != nil && ClassOf(err) == ClassNotF
 
 // ErrNotFound returns a not-found error for sandbox id.
 func ErrNotFound(id ID) error { return Errorf(ClassNotFound, "sandbox %s not found", id) }
+
+// Reasons of a create refused because its template is a built-in one that
+// is not ready (docs/templates.md): the API's error "reason".
+const (
+	ReasonTemplateBuilding = "template_building"  // 503 with Retry-After
+	ReasonTemplateNotBuilt = "template_not_built" // 404: failed, or not built
+)
+
+// TemplateNotReady is the cause of such a refusal; Err (optional) is a
+// retry hint the API turns into Retry-After.
+type TemplateNotReady struct {
+	Template string
+	Reason   string // ReasonTemplateBuilding or ReasonTemplateNotBuilt
+	Err      error
+}
+
+func (e *TemplateNotReady) Error() string { return "template " + e.Template + ": " + e.Reason }
+
+func (e *TemplateNotReady) Unwrap() error { return e.Err }

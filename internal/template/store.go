@@ -37,6 +37,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -317,7 +318,9 @@ func repeatedAbove(layers []layerRecord, i int) bool {
 	return false
 }
 
-// List returns every template, sorted by name and tag.
+// List returns every template, sorted by name and tag. The builder's
+// intermediate results (build-cache/) are its cache, not templates: no
+// list shows them (Get still finds one by name).
 func (s *Store) List(ctx context.Context) ([]Info, error) {
 	s.mu.Lock()
 	out := []Info{hostInfo()}
@@ -325,7 +328,9 @@ func (s *Store) List(ctx context.Context) ([]Info, error) {
 		out = append(out, dirInfo(name))
 	}
 	for _, rec := range s.records {
-		out = append(out, rec.info())
+		if info := rec.info(); !strings.HasPrefix(info.Name, buildCacheRoot) {
+			out = append(out, info)
+		}
 	}
 	s.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {

@@ -486,3 +486,30 @@ func TestGCConcurrentWithPulls(t *testing.T) {
 		}
 	}
 }
+
+// The builder's step cache (build-cache/<key>) is stored as templates but
+// is no template: List leaves it out (issue 29: `template ls` and the
+// console showed every cache entry), Get still finds it.
+func TestListHidesBuildCache(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openStore(t, Options{})
+	for _, name := range []string{"build-cache/0123456789abcdef0123456789abcdef", "mine"} {
+		if _, err := s.Commit(ctx, name, sandbox.Template{Kind: sandbox.TemplateImage}, nil, sandbox.ImageConfig{}, "build"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, info := range list {
+		names = append(names, info.Name)
+	}
+	if fmt.Sprint(names) != "[host mine]" {
+		t.Errorf("List: %v, want [host mine]", names)
+	}
+	if _, err := s.Get(ctx, "build-cache/0123456789abcdef0123456789abcdef"); err != nil {
+		t.Errorf("Get of a cache entry: %v", err)
+	}
+}

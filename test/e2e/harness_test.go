@@ -190,12 +190,14 @@ func cleanEnv() []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "HOST", "PORT", "BEARER_TOKEN", "API_KEYS", "POOL_SIZE", "DEFAULT_SANDBOX_TYPE", "AUTO_CLEANUP", "AGENTBOX_URL", "AGENTBOX_API_KEY":
+		case "HOST", "PORT", "BEARER_TOKEN", "API_KEYS", "POOL_SIZE", "DEFAULT_SANDBOX_TYPE", "AUTO_CLEANUP", "AGENTBOX_URL", "AGENTBOX_API_KEY", "TEMPLATE_AUTO_BUILD":
 			continue
 		}
 		out = append(out, kv)
 	}
-	return out
+	// Daemons of the tests build no built-in template at start (two cores
+	// would spend minutes on each): TestAutoBuildTemplates turns it on.
+	return append(out, "TEMPLATE_AUTO_BUILD=off")
 }
 
 // stop sends SIGTERM and waits for a graceful exit.

@@ -58,6 +58,8 @@ export interface Stats {
 
 export interface Entry { name: string; path: string; type: string; size?: number; mode?: string; modified_at?: string }
 export interface LogEntry { timestamp: string; level: string; message: string; fields?: Record<string, unknown> }
+/** A built-in template's state: the daemon builds them at start (docs/templates.md). */
+export interface BuiltinTemplate { name: string; state: 'ready' | 'building' | 'failed' | 'not_built'; progress?: string; elapsed_ms?: number; estimate_ms?: number; error?: string; command?: string }
 export interface Template { name: string; tag: string; kind: string; digest?: string; source?: string; layers: { diff_id?: string; size?: number }[]; size: number; created: string; in_use: number }
 export interface Info { version: string; backend: string; capabilities: Record<string, unknown>; templates: Record<string, string>; pools: Record<string, number>; user: string }
 export interface PoolStats { template: string; size: number; ready: number; filling: number; hits: number; misses: number; fills: number; fill_errors: number; avg_fill_ms: number; last_fill_ms: number }
@@ -125,7 +127,7 @@ export class Api {
   remove(id: string, path: string) { return this.request('DELETE', `/v1/sandboxes/${enc(id)}/files?path=${encodeURIComponent(path)}`); }
   ptyTicket(id: string) { return this.json<{ ticket: string; protocols: string[] }>('POST', `/v1/sandboxes/${enc(id)}/pty-tickets`); }
   previewToken(id: string, port: number) { return this.json<{ url?: string; path: string; expires_at: string }>('POST', `/v1/sandboxes/${enc(id)}/preview-tokens`, { port }); }
-  templates() { return this.json<{ templates: Template[] }>('GET', '/v1/templates'); }
+  templates() { return this.json<{ templates: Template[]; builtin?: BuiltinTemplate[] }>('GET', '/v1/templates'); }
   pools() { return this.json<{ pools: PoolStats[] }>('GET', '/v1/pools'); }
   overview() { return this.json<Record<string, any>>('GET', '/v1/admin/overview'); }
 }

@@ -3,6 +3,7 @@ import { bytes } from '../format';
 import { readNDJSON } from '../ndjson';
 import { tar } from '../tar';
 import type { Session } from '../session';
+import type { BuiltinTemplate } from '../api';
 
 export function templatesView(main: HTMLElement, s: Session): () => void {
   const err = h('div', {});
@@ -10,10 +11,17 @@ export function templatesView(main: HTMLElement, s: Session): () => void {
   main.append(h('h1', {}, 'Templates'), err, h('div', { class: 'scroll' }, h('table', { class: 'list', id: 'templates' },
     h('caption', { class: 'sr-only' }, 'Templates'),
     h('thead', {}, h('tr', {}, ...['Name', 'Kind', 'Layers', 'Size', 'In use', 'Created', 'Source'].map((c) => h('th', { scope: 'col' }, c)))), body)));
+  // The built-in templates not ready yet (building, failed, not built).
+  const builtins = h('ul', { id: 'builtin-templates', 'aria-label': 'Built-in templates not ready' });
+  main.append(builtins);
   const load = async () => {
     clear(err);
     try {
-      const { templates } = await s.api.templates();
+      const { templates, builtin } = await s.api.templates();
+      clear(builtins);
+      for (const b of builtin ?? []) {
+        if (b.state !== 'ready') builtins.appendChild(h('li', {}, builtinState(b)));
+      }
       clear(body);
       for (const t of templates) {
         body.appendChild(h('tr', {},
@@ -69,6 +77,17 @@ export function templatesView(main: HTMLElement, s: Session): () => void {
       }
     });
     return form;
+  }
+}
+
+/** builtinState says where a built-in template stands, as template ls does. */
+export function builtinState(b: BuiltinTemplate): string {
+  const secs = (ms?: number) => `${Math.round((ms ?? 0) / 1000)}s`;
+  switch (b.state) {
+    case 'building': return `${b.name}: building for ${secs(b.elapsed_ms)}${b.estimate_ms ? ` of about ${secs(b.estimate_ms)}` : ''}${b.progress ? ` (${b.progress})` : ''}`;
+    case 'failed': return `${b.name}: failed: ${b.error ?? ''}; build it with: ${b.command ?? 'make templates'}`;
+    case 'not_built': return `${b.name}: not built; build it with: ${b.command ?? 'make templates'}`;
+    default: return `${b.name}: ready`;
   }
 }
 

@@ -4,7 +4,7 @@
 # (set by the Makefile) and build it themselves when it is unset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${TEST_TIMEOUT:=40m}"
+: "${TEST_TIMEOUT:=60m}"
 # A real Docker engine, for the Docker backend's tests and the test that
 # sandbox networking coexists with Docker's firewall rules.
 ./scripts/start-docker.sh

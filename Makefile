@@ -89,6 +89,7 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags nokube ./cmd/agentbox ./internal/daemon
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt-clean: $$unformatted"; exit 1; fi
+	./scripts/lint.sh
 
 test: deps build vet
 	./scripts/test.sh

@@ -22,7 +22,7 @@ const DefaultUserAgent = "agentbox-go-client/1"
 // Environment variables read by FromEnv.
 const (
 	EnvURL    = "AGENTBOX_URL"
-	EnvAPIKey = "AGENTBOX_API_KEY"
+	EnvAPIKey = "AGENTBOX_API_KEY" //nolint:gosec // G101: the variable's name, not a key
 )
 
 // Client talks to one agentbox server. Create it with New or FromEnv; it is

@@ -105,7 +105,7 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest) (*E
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/x-ndjson")
-	resp, err := c.send(op, hreq)
+	resp, err := c.send(op, hreq) //nolint:bodyclose // the body is the stream handed to the caller, who closes it
 	if err != nil {
 		return nil, err
 	}

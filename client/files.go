@@ -80,7 +80,7 @@ func (c *Client) Download(ctx context.Context, id, path string) (io.ReadCloser, 
 		return nil, 0, fmt.Errorf("%s: %w", op, err)
 	}
 	req.Header.Set("Accept", "application/octet-stream")
-	resp, err := c.send(op, req)
+	resp, err := c.send(op, req) //nolint:bodyclose // the body is the stream handed to the caller, who closes it
 	if err != nil {
 		return nil, 0, err
 	}

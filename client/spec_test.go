@@ -77,31 +77,6 @@ func opSchema(path, method, status string) func(*openapi3.T) *openapi3.Schema {
 	}
 }
 
-// property is a property's schema of another schema.
-func property(of func(*openapi3.T) *openapi3.Schema, names ...string) func(*openapi3.T) *openapi3.Schema {
-	return func(doc *openapi3.T) *openapi3.Schema {
-		s := of(doc)
-		for _, n := range names {
-			if s == nil {
-				return nil
-			}
-			if n == "[]" {
-				if s.Items == nil {
-					return nil
-				}
-				s = s.Items.Value
-				continue
-			}
-			p := s.Properties[n]
-			if p == nil {
-				return nil
-			}
-			s = p.Value
-		}
-		return s
-	}
-}
-
 var specTypes = []specType{
 	// Responses.
 	{name: "Sandbox", v: Sandbox{}, schema: component("Sandbox")},

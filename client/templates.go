@@ -257,7 +257,7 @@ func (c *Client) ExportTemplate(ctx context.Context, name, format string) (io.Re
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	req.Header.Set("Accept", "application/x-tar")
-	resp, err := c.send(op, req)
+	resp, err := c.send(op, req) //nolint:bodyclose // the body is the stream handed to the caller, who closes it
 	if err != nil {
 		return nil, err
 	}

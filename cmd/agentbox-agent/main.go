@@ -238,7 +238,7 @@ func install(dst string) error {
 func scrubEnv() {
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "AGENTBOX_") {
-			os.Unsetenv(k)
+			_ = os.Unsetenv(k) // fails only for an invalid name, which Environ cannot hold
 		}
 	}
 }

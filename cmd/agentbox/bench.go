@@ -140,7 +140,7 @@ func runBench(ctx context.Context, out io.Writer, n int, docker string, tput tim
 	ac := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address}, "")
 	samples, err = bench.Measure(n*5, 10, func() error { return bench.ExecRoundTrip(ctx, ac, []string{"true"}) })
 	ac.Close()
-	b.Destroy(ctx, id)
+	_ = b.Destroy(ctx, id)
 	if err := add("native: exec `true` in a running sandbox", "target ≤ 2 ms p50", samples, err); err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func runBench(ctx context.Context, out io.Writer, n int, docker string, tput tim
 			return err
 		}
 		samples, err = bench.Measure(n, 3, func() error { return dc.Exec(ctx, []string{"true"}) })
-		dc.Remove(ctx)
+		_ = dc.Remove(ctx)
 		if err := add("docker exec: true", "reference", samples, err); err != nil {
 			return err
 		}
@@ -200,7 +200,7 @@ func idleMemory(ctx context.Context, b *native.Backend, count int) (memResult, e
 	var ids []sandbox.ID
 	defer func() {
 		for _, id := range ids {
-			b.Destroy(ctx, id)
+			_ = b.Destroy(ctx, id)
 		}
 	}()
 	for i := 0; i < count; i++ {
@@ -246,7 +246,7 @@ func benchAPI(ctx context.Context, tmp, agentPath string, n int, tput time.Durat
 	go func() {
 		done <- daemon.Run(runCtx, daemon.Options{Config: cfg, Logger: log, Listener: ln, Ready: ready})
 	}()
-	defer func() { stop(); <-done }()
+	defer func() { stop(); <-done }() //nolint:errcheck // waits for the sampler to stop; its error was reported where it arose
 	select {
 	case <-ready:
 	case err := <-done:
@@ -293,7 +293,7 @@ func benchAPI(ctx context.Context, tmp, agentPath string, n int, tput time.Durat
 		return res, err
 	}
 	samples, err = bench.APIExecRoundTrip(ctx, c, sb.ID, []string{"true"}, n*5)
-	c.Delete(ctx, sb.ID)
+	_ = c.Delete(ctx, sb.ID)
 	if err := add("API: exec `true`, buffered JSON", "target ≤ 3 ms p50", samples, err); err != nil {
 		return res, err
 	}
@@ -336,7 +336,7 @@ func benchNetwork(ctx context.Context, tmp, agentPath string, n int, log *slog.L
 	if err := m.Start(ctx); err != nil {
 		return err
 	}
-	defer m.Shutdown(context.WithoutCancel(ctx), true)
+	defer func() { _ = m.Shutdown(context.WithoutCancel(ctx), true) }()
 	rec, err := m.Create(ctx, httpapi.DefaultUser, manager.CreateRequest{Timeout: 10 * time.Minute})
 	if err != nil {
 		return err

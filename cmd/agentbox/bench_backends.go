@@ -66,7 +66,7 @@ func runBackendsBench(ctx context.Context, out io.Writer, n int) error {
 	go func() {
 		done <- daemon.Run(runCtx, daemon.Options{Config: cfg, Logger: quiet, Listener: ln, Ready: ready})
 	}()
-	defer func() { stop(); <-done }()
+	defer func() { stop(); <-done }() //nolint:errcheck // waits for the sampler to stop; its error was reported where it arose
 	select {
 	case <-ready:
 	case err := <-done:
@@ -122,7 +122,7 @@ func runBackendsBench(ctx context.Context, out io.Writer, n int) error {
 			return err
 		}
 		samples, err = bench.APIExecRoundTrip(ctx, c, sb.ID, []string{"true"}, n*5)
-		c.Delete(ctx, sb.ID)
+		_ = c.Delete(ctx, sb.ID)
 		if err := add(b.name+": API exec `true`, buffered JSON", samples, err); err != nil {
 			return err
 		}

@@ -119,7 +119,7 @@ func runBenchIdle(ctx context.Context, out io.Writer, count, n int) error {
 	go func() {
 		done <- daemon.Run(runCtx, daemon.Options{Config: cfg, Logger: quiet, Listener: ln, Ready: ready})
 	}()
-	defer func() { stop(); <-done }()
+	defer func() { stop(); <-done }() //nolint:errcheck // waits for the sampler to stop
 	select {
 	case <-ready:
 	case err := <-done:
@@ -157,7 +157,7 @@ func runBenchIdle(ctx context.Context, out io.Writer, count, n int) error {
 		if err != nil {
 			return 0, 0, err
 		}
-		defer c.Delete(ctx, sb.ID)
+		defer func() { _ = c.Delete(ctx, sb.ID) }()
 		ex, err := bench.APIExecRoundTrip(ctx, c, sb.ID, []string{"true"}, n*5)
 		return createP50, ms(bench.Summarize("", ex).P50), err
 	}

@@ -108,7 +108,7 @@ func runBenchRows(ctx context.Context, out io.Writer, tmp, agentPath string, opt
 			return err
 		}
 		samples, err = bench.Measure(max(opts.n, 10), 2, func() error { return dc.Exec(ctx, []string{"true"}) })
-		dc.Remove(ctx)
+		_ = dc.Remove(ctx)
 		if err := add(bench.ScenarioExecRTT, bench.TargetDocker, samples, 0, err); err != nil {
 			return err
 		}
@@ -157,7 +157,7 @@ func benchDaemon(ctx context.Context, dir, agentPath string, settings map[string
 		done <- daemon.Run(runCtx, daemon.Options{Config: cfg, Logger: log, Listener: ln, Ready: ready})
 	}()
 	var once sync.Once
-	stopAll := func() { once.Do(func() { stop(); <-done }) }
+	stopAll := func() { once.Do(func() { stop(); <-done }) } //nolint:errcheck // waits for the sampler to stop
 	select {
 	case <-ready:
 	case err := <-done:
@@ -214,10 +214,10 @@ func benchAPIRows(ctx context.Context, tmp, agentPath string, opts rowOptions, l
 	}
 	samples, err = bench.APIExecRoundTrip(ctx, c, sb.ID, []string{"true"}, opts.n*5)
 	if err := add(bench.ScenarioExecRTT, bench.TargetAgentbox, samples, 0, err); err != nil {
-		c.Delete(ctx, sb.ID)
+		_ = c.Delete(ctx, sb.ID) // best effort: the measured error is the one to report
 		return err
 	}
-	c.Delete(ctx, sb.ID)
+	_ = c.Delete(ctx, sb.ID) // best effort, as above
 
 	rate, samples, err := bench.ParallelThroughput(ctx, opts.clients, opts.tput, func(ctx context.Context) error { return bench.Cycle(ctx, c) })
 	if err := add(bench.ScenarioCycleThroughput, bench.TargetAgentbox, samples, rate, err); err != nil {

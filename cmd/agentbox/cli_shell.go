@@ -63,7 +63,7 @@ func runShell(ctx context.Context, x *cli, id string, opts client.PTYOptions) er
 		}
 		// Deferred: the terminal is restored on every way out, errors
 		// included (signals end ctx, which ends Wait).
-		defer term.Restore(int(inFile.Fd()), old)
+		defer func() { _ = term.Restore(int(inFile.Fd()), old) }()
 
 		winch := make(chan os.Signal, 1)
 		signal.Notify(winch, syscall.SIGWINCH)

@@ -277,7 +277,7 @@ func (p buildPrinter) event(ev client.BuildEvent) {
 	case "running":
 		fmt.Fprintf(out, " ---> Running in %s\n", ev.Sandbox)
 	case "output":
-		io.WriteString(out, ev.Output)
+		_, _ = io.WriteString(out, ev.Output)
 	case "result":
 		fmt.Fprintf(out, " ---> %s (%s)\n", ev.ID, (time.Duration(ev.DurationMS) * time.Millisecond).String())
 	case "warning":

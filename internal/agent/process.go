@@ -107,7 +107,7 @@ func (p *process) supervise(exit <-chan unix.WaitStatus, forget func()) {
 				return
 			}
 			p.timedOut.Store(true)
-			p.signal(unix.SIGKILL)
+			_ = p.signal(unix.SIGKILL) // it may have exited meanwhile
 		})
 	}
 

@@ -53,8 +53,8 @@ func setThreadCreds(u *User) error {
 			return fmt.Errorf("setgroups for %s: %w", u.Name, e)
 		}
 	}
-	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(u.GID), 0, 0)
-	unix.RawSyscall(unix.SYS_SETFSUID, uintptr(u.UID), 0, 0)
+	_, _, _ = unix.RawSyscall(unix.SYS_SETFSGID, uintptr(u.GID), 0, 0)
+	_, _, _ = unix.RawSyscall(unix.SYS_SETFSUID, uintptr(u.UID), 0, 0)
 	// setfsuid reports no errors; asking again returns the value in force.
 	if got, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, uintptr(u.UID), 0, 0); uint32(got) != u.UID {
 		return fmt.Errorf("setfsuid %d failed (still %d)", u.UID, got)

@@ -26,16 +26,16 @@ import (
 
 func TestLsMode(t *testing.T) {
 	for mode, want := range map[fs.FileMode]string{
-		0o644:                                 "-rw-r--r--",
-		fs.ModeDir | 0o755:                    "drwxr-xr-x",
-		fs.ModeSymlink | 0o777:                "lrwxrwxrwx",
-		fs.ModeDir | fs.ModeSticky | 0o777:    "drwxrwxrwt",
-		fs.ModeSetuid | 0o755:                 "-rwsr-xr-x",
-		fs.ModeSetgid | 0o640:                 "-rw-r-S---",
-		fs.ModeNamedPipe | 0o600:              "prw-------",
-		fs.ModeSocket | 0o755:                 "srwxr-xr-x",
-		fs.ModeDevice | fs.ModeCharDevice | 0: "c---------",
-		fs.ModeDevice | 0o660:                 "brw-rw----",
+		0o644:                              "-rw-r--r--",
+		fs.ModeDir | 0o755:                 "drwxr-xr-x",
+		fs.ModeSymlink | 0o777:             "lrwxrwxrwx",
+		fs.ModeDir | fs.ModeSticky | 0o777: "drwxrwxrwt",
+		fs.ModeSetuid | 0o755:              "-rwsr-xr-x",
+		fs.ModeSetgid | 0o640:              "-rw-r-S---",
+		fs.ModeNamedPipe | 0o600:           "prw-------",
+		fs.ModeSocket | 0o755:              "srwxr-xr-x",
+		fs.ModeDevice | fs.ModeCharDevice:  "c---------",
+		fs.ModeDevice | 0o660:              "brw-rw----",
 	} {
 		if got := lsMode(mode); got != want {
 			t.Errorf("lsMode(%v) = %q, want %q", mode, got, want)

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -169,12 +170,10 @@ func Cycle(ctx context.Context, c *client.Client) error {
 	}
 	res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"true"}})
 	if err != nil {
-		c.Delete(ctx, sb.ID)
-		return err
+		return errors.Join(err, c.Delete(ctx, sb.ID))
 	}
 	if res.ExitCode != 0 {
-		c.Delete(ctx, sb.ID)
-		return fmt.Errorf("true exited %d", res.ExitCode)
+		return errors.Join(fmt.Errorf("true exited %d", res.ExitCode), c.Delete(ctx, sb.ID))
 	}
 	return c.Delete(ctx, sb.ID)
 }

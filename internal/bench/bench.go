@@ -92,7 +92,7 @@ func ColdCreateExecDestroy(ctx context.Context, b backend.Backend, cmd []string)
 	if err != nil {
 		return err
 	}
-	defer b.Destroy(ctx, id)
+	defer func() { _ = b.Destroy(ctx, id) }()
 	c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address}, "")
 	defer c.Close()
 	res, err := c.Run(ctx, agentclient.StartOptions{Cmd: cmd[0], Args: cmd[1:]}, nil, io.Discard, io.Discard)

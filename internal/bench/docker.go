@@ -31,7 +31,7 @@ func EnsureDockerImage(ctx context.Context) error {
 	script := `set -e; cd / && tar -c --one-file-system usr bin sbin lib lib64 etc/ld.so.cache etc/alternatives 2>/dev/null | docker import - ` + DockerImage
 	out, err := exec.CommandContext(ctx, "/bin/sh", "-c", script).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("import docker image: %v: %s", err, out)
+		return fmt.Errorf("import docker image: %w: %s", err, out)
 	}
 	return nil
 }
@@ -43,7 +43,7 @@ func DockerRun(ctx context.Context, cmd []string) error {
 		"--cpus", "1", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges", DockerImage}, cmd...)
 	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("docker run: %v: %s", err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("docker run: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -250,6 +250,12 @@ func TestSecurityPeerConnections(t *testing.T) {
 		}
 		clients = append(clients, c)
 	}
+	// Held open through the checks below, which count them.
+	t.Cleanup(func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	})
 	// No bypass: over the per-address cap, a connection at the replica's
 	// address must authenticate; plain, forged, or the replica's own over
 	// its cap (it holds perPeer), it is refused and closed.

@@ -75,9 +75,8 @@ func TestExecOutputCapAndTimeout(t *testing.T) {
 		t.Fatalf("empty cmd: %v", err)
 	}
 	res, err = e.exec(t, ctx, "u", rec.ID, dataplane.ExecRequest{Cmd: []string{"/bin/sh", "-c", "cat"}})
-	out := string(res.Stdout)
-	if out != "" {
-		t.Fatalf("stdin should be empty by default: %q", out)
+	if out := string(res.Stdout); err != nil || out != "" {
+		t.Fatalf("stdin should be empty by default: %q %v", out, err)
 	}
 	res, err = e.exec(t, ctx, "u", rec.ID, dataplane.ExecRequest{Cmd: []string{"/bin/sh", "-c", "tr a-z A-Z"}, Stdin: []byte("shout")})
 	if err != nil || strings.TrimSpace(string(res.Stdout)) != "SHOUT" {

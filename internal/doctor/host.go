@@ -110,7 +110,7 @@ func listNFTables(context.Context) error {
 
 // pingDocker pings the engine as the Docker backend connects to it.
 func pingDocker(ctx context.Context, host string) error {
-	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	opts := []client.Opt{client.FromEnv}
 	if host != "" {
 		opts = append(opts, client.WithHost(host))
 	}

@@ -128,7 +128,7 @@ func (s *Server) cdpVersion(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) browserEndpoint(ctx context.Context, id sandbox.ID) (string, map[string]any, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s.%d.sandbox/json/version", id, cdpPort), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s.%d.sandbox/json/version", id, cdpPort), nil) //nolint:gosec // G704: the host is the sandbox's own name, dialled by the preview transport inside its network
 	if err != nil {
 		return "", nil, fmt.Errorf("devtools request: %w", err)
 	}

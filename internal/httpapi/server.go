@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -200,9 +201,11 @@ func (s *Server) routes() {
 	s.patterns = append(s.patterns, "/v1/sandboxes/{id}/ports/{port}/{path...}", "/v1/sandboxes/{id}/ports/{port}")
 	s.mux.Handle("/v1/sandboxes/{id}/ports/{port}/{path...}", s.instrument("/v1/sandboxes/{id}/ports/{port}/", http.HandlerFunc(s.previewByPath)))
 	s.mux.Handle("/v1/sandboxes/{id}/ports/{port}", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u := *r.URL
-		u.Path += "/"
-		http.Redirect(w, r, u.String(), http.StatusMovedPermanently)
+		// Only the path and query: an absolute-form request line
+		// ("GET http://elsewhere/v1/…") would otherwise send the client
+		// to its host.
+		u := url.URL{Path: r.URL.Path + "/", RawQuery: r.URL.RawQuery}
+		http.Redirect(w, r, u.RequestURI(), http.StatusMovedPermanently)
 	}))
 	v1("POST /v1/sessions/{session_id}/connect", s.connectSession)
 	v1("POST /v1/sessions/{session_id}/release", s.releaseSession)
@@ -294,7 +297,7 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 		start := time.Now()
 		defer func() {
 			if p := recover(); p != nil {
-				if p == http.ErrAbortHandler {
+				if err, ok := p.(error); ok && errors.Is(err, http.ErrAbortHandler) {
 					panic(p)
 				}
 				log.Error("panic serving request", "panic", p, "path", r.URL.Path)
@@ -464,8 +467,6 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, opti
 	}
 	return nil
 }
-
-func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
 
 // statusRecorder remembers the status code and whether anything was written.
 type statusRecorder struct {

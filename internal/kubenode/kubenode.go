@@ -174,7 +174,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go func() { n.done <- vk.Run(runCtx) }()
 	if err := vk.WaitReady(ctx, 0); err != nil {
 		cancel()
-		<-n.done
+		<-n.done //nolint:errcheck // waits for the node loop to end; the readiness error is the one reported
 		return nil, fmt.Errorf("kubenode: node %s did not become ready: %w", cfg.NodeName, err)
 	}
 	// virtual-kubelet reports the node ready asynchronously: wait until

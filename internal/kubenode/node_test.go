@@ -217,11 +217,10 @@ func TestAgentboxNode(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod, err := cs.CoreV1().Pods(ns).Create(ctx, sandboxPod("sbx", "sbx-token"), metav1.CreateOptions{})
-	if err != nil {
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, sandboxPod("sbx", "sbx-token"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod = waitPod(t, ctx, cs, ns, "sbx", "Running with an IP", func(p *corev1.Pod) bool {
+	pod := waitPod(t, ctx, cs, ns, "sbx", "Running with an IP", func(p *corev1.Pod) bool {
 		return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && podReady(p)
 	})
 	if pod.Spec.NodeName != e.name {

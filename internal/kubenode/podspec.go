@@ -382,10 +382,3 @@ func podNetwork(pod *corev1.Pod) (sandbox.Network, error) {
 	}
 	return n, fmt.Errorf("annotation %s: mode must be none or egress, not %q", AnnotationNetwork, n.Mode)
 }
-
-func hostnameOrID(spec sandbox.Spec) string {
-	if spec.Hostname != "" {
-		return spec.Hostname
-	}
-	return string(spec.ID)
-}

@@ -139,7 +139,7 @@ func (c *Cluster) reportLogs(t testing.TB) {
 	var kept string
 	if keep != "" {
 		kept = filepath.Join(keep, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
-		if err := os.MkdirAll(kept, 0o755); err != nil {
+		if err := os.MkdirAll(kept, 0o755); err != nil { //nolint:gosec // G703: a directory the tester names (AGENTBOX_KUBETEST_LOGS)
 			t.Logf("kubetest: keep logs: %v", err)
 			kept = ""
 		}
@@ -148,7 +148,7 @@ func (c *Cluster) reportLogs(t testing.TB) {
 		t.Logf("--- %s log (last %d lines, routine lines left out) ---\n%s", p.name, failureTailLines, p.tail(failureTailLines))
 		if kept != "" {
 			if b, err := os.ReadFile(p.log); err == nil {
-				err = os.WriteFile(filepath.Join(kept, p.name+".log"), b, 0o644)
+				err = os.WriteFile(filepath.Join(kept, p.name+".log"), b, 0o644) //nolint:gosec // G703: as above
 				if err != nil {
 					t.Logf("kubetest: keep %s log: %v", p.name, err)
 				}

@@ -446,12 +446,7 @@ type keyedLock struct {
 	refs int
 }
 
-func (k *keyedMutex) lock(key string) func() {
-	unlock, _ := k.lockCtx(context.Background(), key)
-	return unlock
-}
-
-// lockCtx is lock with a wait that ends with ctx (its error then).
+// lockCtx locks key with a wait that ends with ctx (its error then).
 func (k *keyedMutex) lockCtx(ctx context.Context, key string) (func(), error) {
 	k.mu.Lock()
 	if k.locks == nil {

@@ -31,7 +31,7 @@ func testService(t *testing.T) (*HTTP, *httptest.Server) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		user, err := verify(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
 		if err != nil {
-			http.Error(w, "unauthenticated", 401)
+			http.Error(w, "unauthenticated", http.StatusUnauthorized)
 			return
 		}
 		h.ServeMCP(w, r, user)

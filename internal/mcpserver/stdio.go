@@ -44,7 +44,7 @@ func RunStdio(ctx context.Context, c *client.Client, opts StdioOptions) error {
 	case err = <-done:
 	case <-ctx.Done():
 		_ = ss.Close()
-		<-done
+		<-done //nolint:errcheck // waits for it; the context's end is what is reported
 	}
 	// Wait for the session's sandboxes to be destroyed (the session's
 	// end handler runs Close; CloseAll covers a session not yet seen).

@@ -106,7 +106,8 @@ func takeClaim(rec claimRecord) (*claim, error) {
 			return nil, err
 		}
 		// Written in place: a rename would put a new, unlocked file there.
-		if err := f.Truncate(0); err == nil {
+		err = f.Truncate(0)
+		if err == nil {
 			_, err = f.WriteAt(append(data, '\n'), 0)
 		}
 		if err != nil {
@@ -183,7 +184,7 @@ func readClaim(path string) (claimInfo, error) {
 	// while it holds the lock.
 	switch err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); {
 	case err == nil:
-		defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		defer func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN) }() // closing the file unlocks too
 	case errors.Is(err, unix.EWOULDBLOCK):
 		c.live = true
 	default:

@@ -86,7 +86,6 @@ type testNet struct {
 	subnet   netip.Prefix
 	bridge   string
 	routes   int // routeSandboxes calls so far
-	httpHits sync.Map
 }
 
 // Private addresses living on the test host's loopback.

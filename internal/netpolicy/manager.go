@@ -309,10 +309,10 @@ func (m *Manager) Setup(ctx context.Context, id sandbox.ID, n sandbox.Network) (
 	}
 
 	if exists {
-		m.removeKernelState(id, rec.Addr)
+		_ = m.removeKernelState(id, rec.Addr) // best effort: what is left is replaced below
 	}
 	if err := m.createKernelState(ctx, id, rec.Addr, p); err != nil {
-		m.removeKernelState(id, rec.Addr)
+		_ = m.removeKernelState(id, rec.Addr) // the setup error is the one to report
 		m.forget(id)
 		return "", nil, fmt.Errorf("network setup for %s: %w", id, err)
 	}

@@ -100,7 +100,6 @@ func matchCtEstablished() []expr.Any {
 func nativeU32(v uint32) []byte { return binaryutil.NativeEndian.PutUint32(v) }
 
 func accept() expr.Any { return &expr.Verdict{Kind: expr.VerdictAccept} }
-func drop() expr.Any   { return &expr.Verdict{Kind: expr.VerdictDrop} }
 func gotoChain(name string) expr.Any {
 	return &expr.Verdict{Kind: expr.VerdictGoto, Chain: name}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -35,7 +36,7 @@ var _ Store = (*Bolt)(nil)
 // Skipping fsync takes ~10 ms off every create on an ordinary disk.
 func OpenBolt(path string) (*Bolt, error) {
 	db, err := openChecked(path)
-	if err != nil && !errors.Is(err, bolt.ErrTimeout) && fileExists(path) {
+	if err != nil && !errors.Is(err, berrors.ErrTimeout) && fileExists(path) {
 		// Unreadable, or inconsistent pages: keep the file for a person to
 		// look at, salvage the records that still read, start afresh.
 		salvaged := salvage(path)
@@ -59,7 +60,7 @@ func OpenBolt(path string) (*Bolt, error) {
 		// Leases (lease.go) live no longer than the process that opened
 		// the file, the only one that can: a holder that died with the
 		// previous daemon must not keep its names for their time to live.
-		if err := tx.DeleteBucket(bucketLeases); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+		if err := tx.DeleteBucket(bucketLeases); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
 			return err
 		}
 		_, err := tx.CreateBucketIfNotExists(bucketSandboxes)
@@ -141,7 +142,7 @@ func readRecords(path string) (map[string][]byte, error) {
 			})
 		})
 	})
-	if err != nil && !errors.Is(err, bolt.ErrTimeout) {
+	if err != nil && !errors.Is(err, berrors.ErrTimeout) {
 		err = fmt.Errorf("store file is damaged: %w", err)
 	}
 	return out, err

@@ -110,7 +110,7 @@ func AcquireLease(ctx context.Context, ls Leases, name string, ttl time.Duration
 	}
 	l := &Lease{leases: ls, name: name, token: token, ttl: ttl,
 		lost: make(chan struct{}), stop: make(chan struct{}), renewed: make(chan struct{})}
-	go l.keepAlive()
+	go l.keepAlive() //nolint:gosec // G118: the renewal outlives the acquiring request by design; it stops on Release or when the lease is lost
 	return l, nil
 }
 

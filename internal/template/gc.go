@@ -136,7 +136,7 @@ func (s *Store) moveUnreferenced() (string, error) {
 // diskUsage sums the sizes of the regular files under dir.
 func diskUsage(dir string) int64 {
 	var n int64
-	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
 			if fi, err := d.Info(); err == nil {
 				n += fi.Size()

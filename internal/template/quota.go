@@ -204,7 +204,7 @@ func (m *meterReader) finish(dir string, blobBytes int64) (int64, error) {
 // apparent size: holes cost nothing, a directory a block).
 func allocatedBytes(dir string) int64 {
 	var n int64
-	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}

@@ -26,7 +26,7 @@ func AgentBinary(t testing.TB) string {
 	t.Helper()
 	agentOnce.Do(func() {
 		if p := os.Getenv("AGENTBOX_AGENT_PATH"); p != "" {
-			if _, err := os.Stat(p); err == nil {
+			if _, err := os.Stat(p); err == nil { //nolint:gosec // G703: a test binary path the Makefile sets
 				agentPath = p
 				return
 			}
@@ -48,7 +48,7 @@ func AgentBinary(t testing.TB) string {
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := cmd.CombinedOutput(); err != nil {
-			agentErr = fmt.Errorf("build agent: %v: %s", err, b)
+			agentErr = fmt.Errorf("build agent: %w: %s", err, b)
 			return
 		}
 		// The sandboxes' init binary goes next to it, where the native
@@ -57,7 +57,7 @@ func AgentBinary(t testing.TB) string {
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := cmd.CombinedOutput(); err != nil {
-			agentErr = fmt.Errorf("build init: %v: %s", err, b)
+			agentErr = fmt.Errorf("build init: %w: %s", err, b)
 			return
 		}
 		// So does the exec shim the backends mount beside the agent.
@@ -79,7 +79,7 @@ func BuildShim(root, out string) error {
 	cmd := exec.Command("cc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", out, "cmd/agentbox-shim/shim.c")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build agentbox-shim: %v: %s", err, b)
+		return fmt.Errorf("build agentbox-shim: %w: %s", err, b)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -145,7 +146,7 @@ func (s *Session) readText(ctx context.Context, sb, abs string) ([]byte, error) 
 		return nil, fail("%s is %d bytes, over the %d MiB file_read can load. Look at parts of it with shell_exec (head, tail, sed -n '100,200p', grep).", abs, e.Size, maxReadFile>>20)
 	}
 	data, err := s.download(ctx, s.fs(), sb, abs, maxReadFile)
-	if _, ok := err.(*tooBig); ok {
+	if tb := (*tooBig)(nil); errors.As(err, &tb) {
 		return nil, fail("%s is over the %d MiB file_read can load. Look at parts of it with shell_exec (head, tail, grep).", abs, maxReadFile>>20)
 	}
 	return data, err
@@ -320,7 +321,7 @@ func runFileWrite(ctx context.Context, s *Session, sb string, raw json.RawMessag
 		switch {
 		case client.IsNotFound(err):
 		case err != nil:
-			if _, ok := err.(*tooBig); ok {
+			if tb := (*tooBig)(nil); errors.As(err, &tb) {
 				return nil, fail("%s is too large to append to with file_write; use shell_exec (cat >> file)", abs)
 			}
 			return nil, err

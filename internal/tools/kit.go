@@ -91,9 +91,8 @@ type Kit struct {
 	tools  []*Tool
 	byName map[string]*Tool
 
-	mu      sync.Mutex
-	states  map[stateKey]*sandboxState
-	closing bool
+	mu     sync.Mutex
+	states map[stateKey]*sandboxState
 }
 
 // New returns the kit.

@@ -105,6 +105,9 @@ func TestPreviewURLs(t *testing.T) {
 	const key = "preview-key"
 	id := createRaw(t, d, key, map[string]any{})
 	status, data := d.call(t, "GET", "/v1/sandboxes/"+id, key, nil)
+	if status != http.StatusOK {
+		t.Fatalf("get sandbox: %d %s", status, data)
+	}
 	token := mustJSON(t, data)["access_token"].(string)
 
 	// A web server inside a loopback-only sandbox that echoes what it got,

@@ -17,7 +17,7 @@ import (
 
 // runServe runs `agentbox serve` with settings until it exits, for at most
 // a minute, and returns its exit error and output.
-func runServe(t *testing.T, env []string, settings ...string) (error, string) {
+func runServe(t *testing.T, env []string, settings ...string) (string, error) {
 	t.Helper()
 	daemonBin, agentBin := binaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -28,7 +28,7 @@ func runServe(t *testing.T, env []string, settings ...string) (error, string) {
 	if ctx.Err() != nil {
 		t.Fatalf("serve did not exit within a minute:\n%s", out)
 	}
-	return err, string(out)
+	return string(out), err
 }
 
 // TestFailedStartLeavesNothing: a serve whose port is taken fails after
@@ -44,7 +44,7 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 	defer taken.Close()
 	port := taken.Addr().(*net.TCPAddr).Port
 	dataDir := testutil.ShortTempDir(t)
-	err, out := runServe(t, cleanEnv(), "AGENTBOX_DATA_DIR="+dataDir, fmt.Sprintf("PORT=%d", port), "NETWORK=on")
+	out, err := runServe(t, cleanEnv(), "AGENTBOX_DATA_DIR="+dataDir, fmt.Sprintf("PORT=%d", port), "NETWORK=on")
 	if err == nil || !strings.Contains(out, "listen: listen tcp 127.0.0.1:"+fmt.Sprint(port)+": bind: address already in use") {
 		t.Fatalf("serve on a taken port: %v\n%s", err, out)
 	}
@@ -78,7 +78,7 @@ func TestServeRefusesMissingRequirement(t *testing.T) {
 	}
 	env = append(env, "PATH="+bin)
 	dataDir := testutil.ShortTempDir(t)
-	err, out := runServe(t, env, "AGENTBOX_DATA_DIR="+dataDir, fmt.Sprintf("PORT=%d", freePort(t)))
+	out, err := runServe(t, env, "AGENTBOX_DATA_DIR="+dataDir, fmt.Sprintf("PORT=%d", freePort(t)))
 	if err == nil {
 		t.Fatalf("serve started without mkfs.ext4:\n%s", out)
 	}

@@ -40,5 +40,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "seccompgen:", err)
 		os.Exit(1)
 	}
-	os.Stdout.Write(append(out, '\n'))
+	if _, err := os.Stdout.Write(append(out, '\n')); err != nil {
+		fmt.Fprintln(os.Stderr, "seccompgen:", err)
+		os.Exit(1)
+	}
 }

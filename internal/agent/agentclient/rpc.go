@@ -111,7 +111,7 @@ func (c *Client) serverStream(ctx context.Context, procedure, user string, req p
 	body := make([]byte, 5+len(msg))
 	binary.BigEndian.PutUint32(body[1:5], uint32(len(msg)))
 	copy(body[5:], msg)
-	hr, err := c.post(ctx, procedure, "application/connect+proto", user, body)
+	hr, err := c.post(ctx, procedure, "application/connect+proto", user, body) //nolint:bodyclose // the frameStream owns the body and closes it
 	if err != nil {
 		return nil, err
 	}

@@ -87,7 +87,7 @@ func startKernel(ctx context.Context, r *Registry, l *language, user, dir string
 	}
 	if pipes.StdoutMark == nil || pipes.StderrMark == nil {
 		pipes.Close()
-		proc.Signal(syscall.SIGKILL)
+		_ = proc.Signal(syscall.SIGKILL) // it may be gone already
 		return nil, &Error{Kind: KindStart, Msg: "start the " + l.name + " interpreter", Err: errors.New("host kept no write ends of the output pipes")}
 	}
 	k := &kernel{lang: l, proc: proc, pipes: pipes, nonce: nonce, events: make(chan driverMsg, 64),

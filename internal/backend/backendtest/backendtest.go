@@ -250,12 +250,12 @@ func testConcurrent(t *testing.T, h Harness) {
 				errs <- fmt.Errorf("create %d: %w", i, err)
 				return
 			}
-			defer b.Destroy(context.Background(), id)
+			defer func() { _ = b.Destroy(context.Background(), id) }()
 			c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address, Pid: info.Agent.Pid}, h.AccessToken)
 			defer c.Close()
 			r, err := ExecErr(ctx, c, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", "echo $((6*7)) > n; cat n; hostname"}})
 			if err != nil || !strings.HasPrefix(r.Stdout, "42\n") || (!h.Unisolated && !strings.Contains(r.Stdout, string(id))) {
-				errs <- fmt.Errorf("sandbox %d: %+v %v", i, r, err)
+				errs <- fmt.Errorf("sandbox %d: %+v %w", i, r, err)
 			}
 		}(i)
 	}
@@ -286,8 +286,8 @@ func testRecover(t *testing.T, h Harness) {
 	h.Abandon(b1)
 	b2 := h.New(t, dir)
 	t.Cleanup(func() {
-		b2.Destroy(context.Background(), running.ID)
-		b2.Destroy(context.Background(), stopped.ID)
+		_ = b2.Destroy(context.Background(), running.ID)
+		_ = b2.Destroy(context.Background(), stopped.ID)
 	})
 	infos, err := b2.Recover(ctx)
 	if err != nil {

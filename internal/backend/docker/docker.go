@@ -197,7 +197,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if len(filepath.Join(sbRoot, string(sandbox.NewID()), "run", socketName)) > maxSocketPath {
 		return nil, fmt.Errorf("docker: state directory %q is too long for unix socket paths; use a shorter data dir", root)
 	}
-	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	opts := []client.Opt{client.FromEnv}
 	if cfg.Host != "" {
 		opts = append(opts, client.WithHost(cfg.Host))
 	}

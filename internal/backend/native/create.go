@@ -783,7 +783,7 @@ func waitReady(ctx context.Context, r *os.File, timeout time.Duration) error {
 		return err
 	case <-ctx.Done():
 		_ = r.SetReadDeadline(time.Now())
-		<-done
+		<-done //nolint:errcheck // waits for the reader to stop; the context's end is what is reported
 		return ctx.Err()
 	}
 }

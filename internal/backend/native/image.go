@@ -141,7 +141,7 @@ func (b *Backend) probeIdmappedOverlay() error {
 	if err := mountLayers(paths[3], []string{paths[0]}, paths[1], paths[2], holder.path()); err != nil {
 		return err
 	}
-	defer unix.Unmount(paths[3], unix.MNT_DETACH)
+	defer func() { _ = unix.Unmount(paths[3], unix.MNT_DETACH) }()
 	var st unix.Stat_t
 	if err := unix.Stat(filepath.Join(paths[3], "f"), &st); err != nil {
 		return err

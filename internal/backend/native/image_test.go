@@ -59,7 +59,7 @@ func imageLayers(t *testing.T) []string {
 			t.Fatal(err)
 		}
 	}
-	if err := unix.Mknod(filepath.Join(upper, "etc", "deleted-me"), unix.S_IFCHR|0o000, 0); err != nil {
+	if err := unix.Mknod(filepath.Join(upper, "etc", "deleted-me"), unix.S_IFCHR, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := unix.Setxattr(filepath.Join(upper, "opt", "data"), "trusted.overlay.opaque", []byte("y"), 0); err != nil {

@@ -24,8 +24,8 @@ func init() {
 		if pipe := os.Getenv("_AGENTBOX_INITPIPE"); pipe != "" {
 			// fastinit set the sandbox up but could not switch to
 			// agentbox-init, and hid the pipe from nsenter's constructor.
-			os.Setenv("_LIBCONTAINER_INITPIPE", pipe)
-			os.Unsetenv("_AGENTBOX_INITPIPE")
+			_ = os.Setenv("_LIBCONTAINER_INITPIPE", pipe)
+			_ = os.Unsetenv("_AGENTBOX_INITPIPE")
 		}
 		libcontainer.Init() // never returns
 	}

@@ -50,7 +50,7 @@ func SealSelf() {
 		return
 	}
 	env := append(os.Environ(), sealedEnv+"=1", origExeEnv+"="+exe)
-	err = syscall.Exec("/proc/self/fd/"+strconv.Itoa(int(sealed.Fd())), os.Args, env)
+	err = syscall.Exec("/proc/self/fd/"+strconv.Itoa(int(sealed.Fd())), os.Args, env) //nolint:gosec // G702: re-executes this very binary from its sealed copy with its own arguments
 	sealed.Close()
 	fmt.Fprintf(os.Stderr, "agentbox: re-exec from sealed copy failed, sandboxes start slower: %v\n", err)
 }

@@ -124,7 +124,7 @@ func (b *Backend) warmReset(ctx context.Context, bx *box, req backend.RecycleReq
 	nsDone := make(chan error, 1)
 	go func() { nsDone <- cleanNamespaces(bx.pid, hostnameOf(bx.rec.Spec), bx.paths.dir) }()
 	if err := b.warmChecksAndDisk(bx, ws); err != nil {
-		<-nsDone
+		<-nsDone //nolint:errcheck // waits for it; the check's error is the one reported
 		return err
 	}
 	if err := <-nsDone; err != nil {

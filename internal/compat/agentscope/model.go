@@ -45,11 +45,6 @@ type record struct {
 	RedirectTo    string    `json:"redirect_to,omitempty"`
 }
 
-func (r *record) clone() *record {
-	c := *r
-	return &c
-}
-
 // live reports whether the record stands for a sandbox that should exist.
 func (r *record) live() bool { return r.State == stateRunning || r.State == stateWarm }
 

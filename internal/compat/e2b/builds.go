@@ -248,7 +248,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) error {
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
 	// The tar ends at its end-of-archive marker: read the rest, so the
 	// body's EOF disarms the server's body timeout (see decodeBody).
-	defer io.Copy(io.Discard, body)
+	defer func() { _, _ = io.Copy(io.Discard, body) }()
 	br := bufio.NewReader(body)
 	var rd io.Reader = br
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {

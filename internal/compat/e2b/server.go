@@ -186,7 +186,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	// Read to the end: the server's body timeout stays armed on the
 	// connection until the body's EOF is seen, and would cut a later
 	// request of the same keep-alive connection.
-	defer io.Copy(io.Discard, body)
+	defer func() { _, _ = io.Copy(io.Discard, body) }()
 	dec := json.NewDecoder(body)
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {

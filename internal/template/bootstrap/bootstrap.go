@@ -276,7 +276,7 @@ func mmdebstrapArgs(opts Options, p plan, work string) ([]string, error) {
 // Paths inside the chroot of the files that live only during the run.
 const (
 	chrootAuth   = "/etc/apt/auth.conf.d/90agentbox-host.conf"
-	chrootSecret = "/etc/apt/apt.conf.d/00agentbox-host"
+	chrootSecret = "/etc/apt/apt.conf.d/00agentbox-host" //nolint:gosec // G101: a path, not a credential
 )
 
 // writeHookFiles writes what the hooks copy in and returns the hook

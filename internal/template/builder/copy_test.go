@@ -98,7 +98,7 @@ func TestCopySymlinksStayInTheContext(t *testing.T) {
 	})
 	h.mustBuild("FROM debian:bookworm\nCOPY dir /d/\nCOPY link-in /y\n", nil)
 	tm, _ := h.store.Resolve(t.Context(), "out:latest")
-	var first map[string]tarEntry = map[string]tarEntry{}
+	first := map[string]tarEntry{}
 	for _, e := range h.store.layers[tm.Layers[1]] {
 		first[strings.TrimSuffix(e.Name, "/")] = e
 	}

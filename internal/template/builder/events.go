@@ -57,7 +57,7 @@ func (r *reporter) event(e Event) {
 	case EventRunning:
 		fmt.Fprintf(r.out, " ---> Running in %s\n", e.Sandbox)
 	case EventOutput:
-		io.WriteString(r.out, e.Output)
+		_, _ = io.WriteString(r.out, e.Output)
 	case EventResult:
 		fmt.Fprintf(r.out, " ---> %s (%s)\n", e.ID, (time.Duration(e.DurationMS) * time.Millisecond).String())
 	case EventWarning:

@@ -45,14 +45,13 @@ func (lw *layerWriter) close() error { return lw.tw.Close() }
 
 // fileMeta is what a tar entry says besides its name and content.
 type fileMeta struct {
-	mode    fs.FileMode // type and permission bits
-	uid     int
-	gid     int
-	mtime   time.Time
-	link    string // symlink target
-	size    int64
-	hardTo  string // rooted path of an earlier entry (ADD archives)
-	unowned bool
+	mode   fs.FileMode // type and permission bits
+	uid    int
+	gid    int
+	mtime  time.Time
+	link   string // symlink target
+	size   int64
+	hardTo string // rooted path of an earlier entry (ADD archives)
 }
 
 // add writes one entry at the rooted path p, its parents first.

@@ -27,7 +27,7 @@ import (
 // Available reports whether a Docker engine answers (DOCKER_HOST or the
 // default socket).
 func Available(ctx context.Context) (*client.Client, error) {
-	api, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	api, err := client.New(client.FromEnv)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/backend/native"
+	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/units"
 )
 
@@ -33,9 +34,6 @@ var (
 	// minNode builds the web console (vite).
 	minNode = majorMinor{20, 19}
 )
-
-// BuiltinTemplates are the templates `make templates` builds (templates/).
-var BuiltinTemplates = []string{"base", "code-interpreter", "browser", "desktop"}
 
 // checker runs the checks of one Run.
 type checker struct {
@@ -624,7 +622,7 @@ func (c *checker) templates() Result {
 		names[t.Name] = true
 	}
 	var have, missing []string
-	for _, name := range BuiltinTemplates {
+	for _, name := range config.BuiltinTemplates {
 		if names[name] {
 			have = append(have, name)
 		} else {

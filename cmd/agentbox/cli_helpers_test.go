@@ -29,11 +29,17 @@ func runCLI(t *testing.T, url, stdin string, args ...string) cliResult {
 	root := &cobra.Command{Use: "agentbox", SilenceUsage: true, SilenceErrors: true}
 	addClientFlags(root)
 	addClientCommands(root)
-	var stdout, stderr strings.Builder
 	root.SetIn(strings.NewReader(stdin))
+	return execute(root, append([]string{"--url", url}, args...))
+}
+
+// execute runs root with args as main does, bounded to 20 s, and returns
+// its output and the exit code and message main would give.
+func execute(root *cobra.Command, args []string) cliResult {
+	var stdout, stderr strings.Builder
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)
-	root.SetArgs(append([]string{"--url", url}, args...))
+	root.SetArgs(args)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err := root.ExecuteContext(ctx)
@@ -82,22 +88,7 @@ func runAll(t *testing.T, args ...string) cliResult {
 	addClientFlags(root)
 	addClientCommands(root)
 	root.AddCommand(newRunCmd(), newMCPCmd(), newDoctorCmd(), newVersionCmd())
-	var stdout, stderr strings.Builder
-	root.SetOut(&stdout)
-	root.SetErr(&stderr)
-	root.SetArgs(args)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err := root.ExecuteContext(ctx)
-	res := cliResult{stdout: stdout.String(), stderr: stderr.String()}
-	var exit *exitError
-	switch {
-	case errors.As(err, &exit):
-		res.code, res.msg = exit.code, exit.msg
-	case err != nil:
-		res.code, res.msg = 1, err.Error()
-	}
-	return res
+	return execute(root, args)
 }
 
 // refusedURL returns the URL of a loopback port nothing listens on.

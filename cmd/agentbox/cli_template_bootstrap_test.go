@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -25,22 +22,7 @@ func runBootstrapCLI(t *testing.T, url string, args ...string) cliResult {
 	group := &cobra.Command{Use: "template"}
 	group.AddCommand(newTemplateBootstrapCmd())
 	root.AddCommand(group)
-	var stdout, stderr strings.Builder
-	root.SetOut(&stdout)
-	root.SetErr(&stderr)
-	root.SetArgs(append([]string{"--url", url, "template", "bootstrap"}, args...))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err := root.ExecuteContext(ctx)
-	res := cliResult{stdout: stdout.String(), stderr: stderr.String()}
-	var exit *exitError
-	switch {
-	case errors.As(err, &exit):
-		res.code, res.msg = exit.code, exit.msg
-	case err != nil:
-		res.code, res.msg = 1, err.Error()
-	}
-	return res
+	return execute(root, append([]string{"--url", url, "template", "bootstrap"}, args...))
 }
 
 // bootstrapAPI answers POST /v1/templates/bootstraps with events, recording

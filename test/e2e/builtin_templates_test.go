@@ -33,7 +33,7 @@ func testCache(t *testing.T) string {
 // lockCache takes an exclusive lock on path for the rest of the test:
 // one daemon at a time may own a template directory, so a second run
 // sharing the cache (another checkout, a parallel CI job) waits its turn.
-func lockCache(t *testing.T, ctx context.Context, path string) {
+func lockCache(t testing.TB, ctx context.Context, path string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)

@@ -258,6 +258,15 @@ func (r *follower) Read(b []byte) (int, error) {
 		if n > 0 || !errors.Is(err, io.EOF) {
 			return n, err
 		}
+		// The pod's state is read before the rotation is looked at: a pod
+		// that ended has written all of its output, so what the checks
+		// below find is the whole of it. (Read after, the writer could
+		// rotate, write the rest and end in between, and the follower would
+		// stop before the new file.)
+		r.st.mu.Lock()
+		phase, deleted := r.st.pod.Status.Phase, r.st.deleted
+		r.st.mu.Unlock()
+		ended := deleted || phase == corev1.PodSucceeded || phase == corev1.PodFailed
 		if r.path != "" && r.rotated() {
 			// Nothing more is written to a rotated file: once read to its
 			// end (again, after the rename), the new one follows.
@@ -270,11 +279,9 @@ func (r *follower) Read(b []byte) (int, error) {
 				continue
 			}
 		}
-		r.st.mu.Lock()
-		phase, deleted := r.st.pod.Status.Phase, r.st.deleted
-		r.st.mu.Unlock()
-		if deleted || phase == corev1.PodSucceeded || phase == corev1.PodFailed {
-			return 0, io.EOF
+		if ended {
+			// What was written between the read above and the pod's end.
+			return r.f.Read(b)
 		}
 		select {
 		case <-r.ctx.Done():

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,8 +34,17 @@ func testCache(t *testing.T) string {
 // lockCache takes an exclusive lock on path for the rest of the test:
 // one daemon at a time may own a template directory, so a second run
 // sharing the cache (another checkout, a parallel CI job) waits its turn.
+// Within this process the lock is counted: a test that took it may start
+// daemons (which take it too, startDaemonArgs) without waiting for itself.
 func lockCache(t testing.TB, ctx context.Context, path string) {
 	t.Helper()
+	cacheLocks.Lock()
+	defer cacheLocks.Unlock()
+	if l := cacheLocks.held[path]; l != nil {
+		l.n++
+		t.Cleanup(func() { releaseCache(path) })
+		return
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +68,61 @@ func lockCache(t testing.TB, ctx context.Context, path string) {
 		case <-time.After(time.Second):
 		}
 	}
-	t.Cleanup(func() { f.Close() })
+	if cacheLocks.held == nil {
+		cacheLocks.held = map[string]*heldLock{}
+	}
+	cacheLocks.held[path] = &heldLock{f: f, n: 1}
+	t.Cleanup(func() { releaseCache(path) })
+}
+
+// cacheLocks are the cache locks this process holds, by path.
+var cacheLocks struct {
+	sync.Mutex
+	held map[string]*heldLock
+}
+
+type heldLock struct {
+	f *os.File
+	n int
+}
+
+func releaseCache(path string) {
+	cacheLocks.Lock()
+	defer cacheLocks.Unlock()
+	l := cacheLocks.held[path]
+	if l == nil {
+		return
+	}
+	if l.n--; l.n == 0 {
+		l.f.Close() // drops the flock
+		delete(cacheLocks.held, path)
+	}
+}
+
+// lockCachedTemplates takes the lock of a TEMPLATE_DIR among settings
+// that lies in the test cache, so that no daemon a test starts opens the
+// shared store while another run's daemon has it.
+func lockCachedTemplates(t testing.TB, settings []string) {
+	t.Helper()
+	cache := os.Getenv("AGENTBOX_TEST_CACHE")
+	if cache == "" {
+		home, err := os.UserCacheDir()
+		if err != nil {
+			return
+		}
+		cache = filepath.Join(home, "agentbox-test")
+	}
+	for _, kv := range settings {
+		dir, ok := strings.CutPrefix(kv, "TEMPLATE_DIR=")
+		if !ok {
+			continue
+		}
+		if rel, err := filepath.Rel(cache, dir); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+			lockCache(t, ctx, filepath.Clean(dir)+".lock")
+			cancel()
+		}
+	}
 }
 
 // templateCLI runs `agentbox ARGS` from the module root against d as

@@ -315,6 +315,7 @@ func startBenchDaemon(b *testing.B, settings ...string) string {
 		b.Skip("set AGENTBOX_BIN (make build) to benchmark through a daemon")
 	}
 	testutil.RequireRoot(b)
+	lockCachedTemplates(b, settings)
 	agentBin := testutil.AgentBinary(b)
 	dir := testutil.ShortTempDir(b)
 	l, err := net.Listen("tcp", "127.0.0.1:0")

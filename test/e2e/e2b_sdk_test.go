@@ -193,12 +193,7 @@ func BenchmarkE2BSDK(b *testing.B) {
 	if !e2bInstalled(dir) {
 		b.Skipf("the pinned E2B SDKs are not in %s (run TestE2BSDK or scripts/test.sh)", dir)
 	}
-	// The cached store admits one daemon at a time: wait for a test run
-	// (another checkout, a parallel job) that holds it.
 	tmplDir := filepath.Join(filepath.Dir(dir), "templates")
-	lockCtx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	lockCache(b, lockCtx, tmplDir+".lock")
 	url := startBenchDaemon(b, "TEMPLATE_DIR="+tmplDir)
 	root, err := testutil.ModuleRoot()
 	if err != nil {

@@ -122,6 +122,7 @@ func startDaemonIn(t *testing.T, dataDir string, settings ...string) *daemon {
 func startDaemonArgs(t *testing.T, dataDir string, args []string, settings ...string) *daemon {
 	t.Helper()
 	testutil.RequireRoot(t)
+	lockCachedTemplates(t, settings)
 	d := &daemon{t: t, dataDir: dataDir, args: args}
 	d.env = append([]string{"HOST=127.0.0.1", "AGENTBOX_DATA_DIR=" + d.dataDir, "LOG_LEVEL=debug"}, settings...)
 	d.start()

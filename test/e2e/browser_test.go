@@ -278,7 +278,7 @@ func checkBrowser(t *testing.T, d *daemon) {
 	if status != http.StatusOK {
 		t.Fatalf("first screenshot: %d %s", status, png1)
 	}
-	t.Logf("create from browser (returns once DevTools answers): %s; create to first screenshot: %s",
+	t.Logf("create from browser (returns once DevTools and both VNC servers answer): %s; create to first screenshot: %s",
 		created.Round(time.Millisecond), first.Round(time.Millisecond))
 	time.Sleep(2 * time.Second)
 	if status, data = d.call(t, "GET", "/v1/sandboxes/"+id+"/stats", alice, nil); status == http.StatusOK {

@@ -24,9 +24,9 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// Desktop sandboxes (templates/desktop, docs/desktop.md): a person watches
-// or uses the sandbox's screen in a browser, through a signed, expiring
-// link the sandbox's owner asks for.
+// Desktop and browser sandboxes (templates/desktop, templates/browser,
+// docs/desktop.md): a person watches or uses the sandbox's screen in a
+// browser, through a signed, expiring link the sandbox's owner asks for.
 //
 //	POST /v1/sandboxes/{id}/desktop/links  a link (API key, the owner)
 //	GET  /v1/sandboxes/{id}/desktop        the noVNC page (the link's signature)
@@ -38,7 +38,8 @@ import (
 // port, or the view-only one with rfbview's filter in front, which drops
 // every input message a viewer sends.
 
-// The desktop template's VNC servers (templates/desktop/agentbox-xdesktop).
+// The VNC servers of the browser and desktop templates' screens
+// (templates/browser/agentbox-desktop, templates/desktop/agentbox-xdesktop).
 const (
 	vncInteractivePort = 5910
 	vncViewPort        = 5911
@@ -223,7 +224,7 @@ func (s *Server) dialVNC(ctx context.Context, id sandbox.ID, mode string) (io.Re
 		if c := sandbox.ClassOf(err); c == sandbox.ClassNotFound || c == sandbox.ClassConflict {
 			return nil, err
 		}
-		return nil, sandbox.Wrap(sandbox.ClassConflict, fmt.Errorf("%w: %w", ErrNoDesktop, err), fmt.Sprintf("sandbox %s has no desktop (no VNC server on its port %d): create it from the desktop template (docs/desktop.md)", id, port))
+		return nil, sandbox.Wrap(sandbox.ClassConflict, fmt.Errorf("%w: %w", ErrNoDesktop, err), fmt.Sprintf("sandbox %s has no desktop (no VNC server on its port %d): create it from the browser or desktop template (docs/desktop.md)", id, port))
 	}
 	return conn, nil
 }

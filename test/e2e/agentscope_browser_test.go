@@ -1,16 +1,21 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	pngpkg "image/png"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,7 +91,8 @@ func templateContext(t *testing.T, ctx context.Context, name string) string {
 // Python suite test/compat/agentscope/browser_suite.py): the browser_*
 // tools served by Playwright's MCP server in the sandbox, computer for
 // gui on the desktop template (the default SANDBOX_TEMPLATES), the
-// desktop URL the client builds (a noVNC page for gui, 409 for browser).
+// desktop URL the client builds (a noVNC page for both), opened in
+// Chromium for a browser sandbox, where it shows the agent's page.
 func TestAgentscopeBrowser(t *testing.T) {
 	requireRootAndMmdebstrap(t)
 	requirePythonRequests(t)
@@ -94,8 +100,165 @@ func TestAgentscopeBrowser(t *testing.T) {
 	tmplDir := buildDesktopTemplate(t, ctx)
 	d := startDaemon(t, "TEMPLATE_DIR="+tmplDir, "BEARER_TOKEN="+asToken, "API_KEYS="+asOtherToken+":bob",
 		"CONTAINER_PREFIX_KEY="+asPrefix)
+	t.Run("desktop_url_in_chromium", func(t *testing.T) { checkBrowserDesktopURL(t, d) })
 	runPythonSuite(t, d, "browser_suite.py", "AGENTBOX_OTHER_TOKEN="+asOtherToken, "AGENTBOX_PREFIX="+asPrefix)
 	checkMCPBrowserTools(t, d)
+}
+
+// The colours of checkBrowserDesktopURL's two pages: unlike anything
+// Chromium, its window manager or an empty screen draws.
+const (
+	desktopURLGreen = "17bb5b"
+	desktopURLPink  = "c9258e"
+)
+
+// checkBrowserDesktopURL is a person opening the desktop URL of
+// agentscope's BrowserSandbox (GUIMixin.desktop_url) while an agent drives
+// it: a browser sandbox from create_from_pool navigates, with
+// browser_navigate, to a page of one colour served on the sandbox's
+// loopback; the URL, opened in the host's Chromium, redirects to the noVNC
+// page, which connects and shows that colour over most of the screen; the
+// agent then navigates to a page of another colour, and the open page
+// shows that one (it is the live screen, not a picture taken once).
+func checkBrowserDesktopURL(t *testing.T, d *daemon) {
+	mods := playwrightDir(t)
+	if _, err := os.Stat(chromiumPath()); err != nil {
+		failOrSkip(t, "needs Chromium on the host (apt-get install chromium): %v", err)
+	}
+	call := func(method string, body map[string]any) any {
+		t.Helper()
+		status, m := asCall(t, d, method, asToken, body)
+		if status != http.StatusOK {
+			t.Fatalf("%s: %d %v", method, status, m)
+		}
+		return m["data"]
+	}
+	start := time.Now()
+	id, _ := call("create_from_pool", map[string]any{"sandbox_type": "browser", "meta": map[string]any{"session_ctx_id": "desktop-url"}}).(string)
+	if id == "" {
+		t.Fatal("create_from_pool gave no sandbox")
+	}
+	defer call("release", map[string]any{"identity": id})
+	tool := func(name string, args map[string]any) string {
+		t.Helper()
+		res, _ := call("call_tool", map[string]any{"identity": id, "tool_name": name, "arguments": args}).(map[string]any)
+		content, _ := res["content"].([]any)
+		var text []string
+		for _, c := range content {
+			if c, _ := c.(map[string]any); c["type"] == "text" {
+				text = append(text, fmt.Sprint(c["text"]))
+			}
+		}
+		if res["isError"] != false {
+			t.Fatalf("%s: %v", name, res)
+		}
+		return strings.Join(text, "\n")
+	}
+	const port = 8767
+	page := func(name, colour string) string {
+		return fmt.Sprintf(`<!doctype html><title>%s page</title><body style="margin:0;background:#%s"><h1>agentbox desktop_url: %s</h1>`, name, colour, name)
+	}
+	tool("run_shell_command", map[string]any{"command": fmt.Sprintf(`mkdir -p /tmp/colours && cd /tmp/colours && printf '%%s' '%s' > green.html && printf '%%s' '%s' > pink.html && (setsid nohup python3 -m http.server %d --bind 127.0.0.1 >/tmp/colours.log 2>&1 </dev/null &) && for i in $(seq 50); do curl -sf -o /dev/null http://127.0.0.1:%d/green.html && echo up && break; sleep 0.2; done`,
+		page("green", desktopURLGreen), page("pink", desktopURLPink), port, port)})
+	navigate := func(name string) {
+		t.Helper()
+		if text := tool("browser_navigate", map[string]any{"url": fmt.Sprintf("http://127.0.0.1:%d/%s.html", port, name)}); !strings.Contains(text, name+" page") {
+			t.Fatalf("browser_navigate to the %s page: %s", name, text)
+		}
+	}
+	navigate("green")
+	t.Logf("created and navigated: %s", time.Since(start).Round(time.Millisecond))
+
+	// GUIMixin.desktop_url: {base_url}/desktop/{id}/vnc/vnc_relay.html?password={runtime_token}.
+	info, _ := call("get_info", map[string]any{"identity": id}).(map[string]any)
+	token, _ := info["runtime_token"].(string)
+	desktopURL := d.url + "/desktop/" + id + "/vnc/vnc_relay.html?" + url.Values{"password": {token}}.Encode()
+
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	shot := filepath.Join(t.TempDir(), "desktop.png")
+	cmd := exec.CommandContext(ctx, "node", filepath.Join(root, "test", "e2e", "testdata", "desktop_colours.cjs"),
+		desktopURL, shot, desktopURLGreen, desktopURLPink)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+mods, "CHROMIUM="+chromiumPath())
+	// Past the deadline, SIGTERM: Playwright then closes its Chromium.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Closing its stdin ends the script early (it closes its Chromium).
+	defer func() {
+		stdin.Close()
+		if err := cmd.Wait(); err != nil && !t.Failed() {
+			t.Errorf("desktop page: %v\n%s", err, lastLines(stderr.String(), 30))
+		}
+	}()
+	lines := make(chan map[string]any, 8)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				lines <- m
+			}
+		}
+	}()
+	next := func(what string) map[string]any {
+		t.Helper()
+		select {
+		case m, ok := <-lines:
+			if !ok {
+				t.Fatalf("the desktop page ended before %s:\n%s", what, lastLines(stderr.String(), 30))
+			}
+			return m
+		case <-ctx.Done():
+			t.Fatalf("the desktop page: no %s: %v", what, ctx.Err())
+		}
+		return nil
+	}
+
+	head := next("the page")
+	if head["status"] != 200.0 {
+		t.Fatalf("desktop_url of a browser sandbox in Chromium: %v", head)
+	}
+	// The redirect to the sandbox's signed, interactive noVNC link.
+	if u := fmt.Sprint(head["url"]); !strings.HasPrefix(u, d.url+"/v1/sandboxes/"+strings.TrimPrefix(id, asPrefix)+"/desktop?") || !strings.Contains(u, "mode=interactive") {
+		t.Errorf("desktop_url led to %s, want the sandbox's interactive desktop link", u)
+	}
+	if head["state"] != "connected" || head["label"] != "interactive" {
+		t.Fatalf("the desktop page in Chromium: %v", head)
+	}
+	seen := next("the green page")
+	if seen["seen"] != desktopURLGreen {
+		t.Fatalf("the desktop page never showed the browser's green page: %v", seen)
+	}
+	t.Logf("the desktop page shows the green page (%.0f%% of the screen): %s", 100*seen["share"].(float64), time.Since(start).Round(time.Millisecond))
+	navigate("pink")
+	if _, err := io.WriteString(stdin, "next\n"); err != nil {
+		t.Fatal(err)
+	}
+	if seen = next("the pink page"); seen["seen"] != desktopURLPink {
+		t.Fatalf("the desktop page never showed the page the agent went to next: %v", seen)
+	}
+	t.Logf("then the pink page (%.0f%%): %s", 100*seen["share"].(float64), time.Since(start).Round(time.Millisecond))
+	if done := next("the end"); done["done"] != true || len(done["problems"].([]any)) > 0 {
+		t.Errorf("the desktop page: %v", done)
+	}
 }
 
 // checkMCPBrowserTools drives the MCP kit's browser_open and screenshot

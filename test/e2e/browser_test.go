@@ -278,7 +278,7 @@ func checkBrowser(t *testing.T, d *daemon) {
 	if status != http.StatusOK {
 		t.Fatalf("first screenshot: %d %s", status, png1)
 	}
-	t.Logf("create from browser (returns once DevTools answers): %s; create to first screenshot: %s",
+	t.Logf("create from browser (returns once DevTools and both VNC servers answer): %s; create to first screenshot: %s",
 		created.Round(time.Millisecond), first.Round(time.Millisecond))
 	time.Sleep(2 * time.Second)
 	if status, data = d.call(t, "GET", "/v1/sandboxes/"+id+"/stats", alice, nil); status == http.StatusOK {
@@ -437,6 +437,7 @@ func checkBrowser(t *testing.T, d *daemon) {
 		}
 	}
 	checkBrowserSDK(t, d, alice, id)
+	checkBrowserVNC(t, d, alice, bob, id)
 
 	// The CLI saves the same screenshot.
 	shot := filepath.Join(t.TempDir(), "screen.png")
@@ -456,7 +457,7 @@ func checkBrowser(t *testing.T, d *daemon) {
 	// Chromium's own sandbox cannot start inside an agentbox sandbox (no
 	// user namespaces, no setuid): why the template passes --no-sandbox
 	// (docs/browser.md). If this ever starts, drop the flag.
-	if out, code := sbRunAs(t, d, alice, id, `timeout 20 chromium --headless --disable-gpu --user-data-dir=/tmp/sbcheck --dump-dom about:blank 2>&1 | tail -3; exit ${PIPESTATUS[0]}`); code == 0 {
+	if out, code := sbRunAs(t, d, alice, id, `timeout 20 chromium --headless --disable-gpu --user-data-dir=/tmp/sbcheck --dump-dom about:blank >/tmp/sbcheck.log 2>&1; code=$?; tail -3 /tmp/sbcheck.log; exit $code`); code == 0 {
 		t.Errorf("Chromium with its own sandbox started in an agentbox sandbox: %s", out)
 	} else {
 		t.Logf("Chromium with its own sandbox (refused, as documented): %s", out)
@@ -602,6 +603,41 @@ func checkBrowserSDK(t *testing.T, d *daemon, key, id string) {
 	}
 	if _, err := d.sdk(t, "k-bob").Screenshot(ctx, id); !client.IsNotFound(err) {
 		t.Errorf("another tenant's Screenshot: %v, want not found", err)
+	}
+}
+
+// checkBrowserVNC checks the VNC servers of browser sandbox id, behind
+// the desktop page a person opens (agentscope's desktop_url): they listen
+// on the sandbox's loopback only, and a view link's WebSocket reaches the
+// view-only one (its owner only gets links).
+func checkBrowserVNC(t *testing.T, d *daemon, alice, bob, id string) {
+	t.Helper()
+	listeners := `python3 -c '
+for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for line in open(f).readlines()[1:]:
+        p = line.split(); addr, port = p[1].split(":")
+        if p[3] == "0A" and int(port, 16) in (5910, 5911): print(f.split("/")[-1], addr, int(port, 16))
+' | sort`
+	if out, code := sbRunAs(t, d, alice, id, listeners); code != 0 || out != "tcp 0100007F 5910\ntcp 0100007F 5911" {
+		t.Errorf("VNC listeners of a browser sandbox: %d %q, want 127.0.0.1:5910 and 127.0.0.1:5911 only", code, out)
+	}
+	if status, data := d.call(t, "POST", "/v1/sandboxes/"+id+"/desktop/links", bob, map[string]any{"mode": "view"}); status != http.StatusNotFound {
+		t.Errorf("a desktop link to another tenant's browser sandbox: %d %s, want 404", status, data)
+	}
+	status, data := d.call(t, "POST", "/v1/sandboxes/"+id+"/desktop/links", alice, map[string]any{"mode": "view", "ttl": 60})
+	if status != http.StatusCreated {
+		t.Fatalf("a desktop link to a browser sandbox: %d %s", status, data)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	wsURL := "ws" + strings.TrimPrefix(d.url, "http") + strings.Replace(mustJSON(t, data)["path"].(string), "/desktop?", "/desktop/ws?", 1)
+	ws, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{Subprotocols: []string{"binary"}})
+	if err != nil {
+		t.Fatalf("the desktop WebSocket of a browser sandbox: %v", err)
+	}
+	defer ws.CloseNow()
+	if _, greeting, err := ws.Read(ctx); err != nil || !strings.HasPrefix(string(greeting), "RFB 003.") {
+		t.Errorf("the browser sandbox's VNC server's greeting: %q %v", greeting, err)
 	}
 }
 

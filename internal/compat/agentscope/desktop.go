@@ -16,9 +16,12 @@ import (
 // {runtime_token}, opened by a person in a web browser. agentbox's noVNC
 // page is the native API's signed, expiring link
 // (/v1/sandboxes/{id}/desktop): this route checks the sandbox's token (or
-// an API key of its owner) and redirects there. Until the daemon has a
-// desktop (Config.DesktopLink nil), it answers 409 with a clear message
-// rather than a dead link.
+// an API key of its owner) and redirects there. The browser template
+// (Chromium on its screen, as in agentscope's browser image) and the
+// desktop template run the VNC servers behind that page; a sandbox whose
+// template runs none (another image mapped by SANDBOX_TEMPLATES), or a
+// daemon without desktops (Config.DesktopLink nil), answers 409 with a
+// clear message rather than a dead link.
 
 // DesktopLinkFunc mints a signed link to the noVNC page of owner's sandbox
 // id, on the daemon at base (scheme://host as the caller reached it).
@@ -50,7 +53,7 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 	if errors.Is(err, httpapi.ErrNoDesktop) {
 		// Said in agentscope's terms: the sandbox's name and type, not the
 		// native API's id and template.
-		writeDetail(w, http.StatusConflict, fmt.Sprintf("sandbox %s has no desktop: its template (sandbox type '%s') runs no VNC server; GuiSandbox's desktop needs the desktop template (sandbox type 'gui', docs/desktop.md)", rec.Name, rec.Type))
+		writeDetail(w, http.StatusConflict, fmt.Sprintf("sandbox %s has no desktop: its template (sandbox type '%s') runs no VNC server; desktop_url needs the browser or desktop template (SANDBOX_TEMPLATES, the defaults of the types 'browser' and 'gui': docs/desktop.md)", rec.Name, rec.Type))
 		return
 	}
 	if err != nil {

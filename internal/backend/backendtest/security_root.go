@@ -221,6 +221,16 @@ func testRootOnRequest(t *testing.T, s Security, box sandbox.Info, c *agentclien
 				t.Errorf("root's %s %#x lacks chown or dac_override (root could not install packages)", set, v)
 			}
 		}
+		// What the root set is for, in a network namespace of the
+		// sandbox's own (network none): a port below 1024, which the
+		// sandbox user may not bind.
+		bind := `python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 80)); print("bound")' 2>&1 | tail -1`
+		if r := asRoot(t, bind); r.Stdout != "bound\n" {
+			t.Errorf("root could not bind port 80: %q", r.Stdout)
+		}
+		if r := Exec(t, c, bind); !strings.Contains(r.Stdout, "Permission denied") {
+			t.Errorf("the sandbox user bound port 80: %q", r.Stdout)
+		}
 		// Everything that names no user stays the sandbox user, with no
 		// capability at all, also right after root ran.
 		d := Exec(t, c, "id -u; grep -E '^(CapPrm|CapEff|CapBnd):' /proc/self/status")

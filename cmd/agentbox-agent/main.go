@@ -3,12 +3,16 @@
 // filesystem services, /files, /envs, /health) and the code interpreter's
 // stateful execution routes (/execute, /contexts) on a unix socket or TCP.
 //
-//	agentbox-agent --listen unix:///run/agentbox/agent.sock --workdir /workspace [--ready-fd N] [--seccomp-fd N] [--rlimits nofile=S:H,core=S:H] [--listen-also tcp://0.0.0.0:PORT]
+//	agentbox-agent --listen unix:///run/agentbox/agent.sock --workdir /workspace [--user UID:GID] [--ready-fd N] [--seccomp-fd N] [--rlimits nofile=S:H,core=S:H] [--listen-also tcp://0.0.0.0:PORT]
 //	agentbox-agent install PATH   (copies itself to PATH: the kube backend's init container)
 //
 // With --seccomp-fd the agent first installs the seccomp BPF program it
 // reads from that descriptor (the backend compiles the sandbox profile once,
 // so every sandbox skips that work), and refuses to start if it cannot.
+//
+// With --user the agent, running as root (of its sandbox's user namespace),
+// acts as UID:GID for every request that names no user, and as root or
+// another user only when a request asks for one.
 //
 // AGENTBOX_SERVICE, when set, is the JSON of the sandbox.Service the agent
 // starts once it listens and supervises (GET /service reports its state).
@@ -72,7 +76,19 @@ func run() error {
 	seccompFD := flag.Int("seccomp-fd", -1, "file descriptor holding a seccomp BPF program to install before anything else")
 	rlimits := flag.String("rlimits", "", "resource limits of the agent and everything it starts: name=soft:hard,... (nofile, core)")
 	shimPath := flag.String("shim", "", "agentbox-shim, the exec shim to start commands under (default: this binary, re-executed)")
+	user := flag.String("user", "", "UID:GID that requests naming no user act as (default: the agent's own); other than the agent's own only for an agent running as root")
 	flag.Parse()
+	var defaultUser *agent.Identity
+	if *user != "" {
+		id, err := agent.ParseIdentity(*user)
+		if err != nil {
+			return fmt.Errorf("--user: %w", err)
+		}
+		if os.Getuid() != 0 && (id.UID != uint32(os.Getuid()) || id.GID != uint32(os.Getgid())) {
+			return fmt.Errorf("--user %s: only an agent running as root acts as another user (this one runs as uid %d)", *user, os.Getuid())
+		}
+		defaultUser = &id
+	}
 
 	// First of all: every process of the sandbox (the exec shims the
 	// server starts ahead of need included) inherits these.
@@ -155,6 +171,7 @@ func run() error {
 		Logger:       log,
 		Service:      service,
 		Reset:        reset,
+		DefaultUser:  defaultUser,
 		DeferShims:   true,
 	})
 	ln, err := agent.Listen(*listen)
@@ -176,7 +193,7 @@ func run() error {
 			return err
 		}
 	}
-	log.Info("agent listening", "addr", *listen, "pid", os.Getpid(), "uid", os.Getuid())
+	log.Info("agent listening", "addr", *listen, "pid", os.Getpid(), "uid", os.Getuid(), "user", *user)
 
 	serveErr := make(chan error, 2)
 	if lnAlso != nil {

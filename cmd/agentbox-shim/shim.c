@@ -239,6 +239,19 @@ static int receive(struct request *r)
 	return 1;
 }
 
+/* drop_bounding_set empties the calling process's capability bounding set;
+ * a capability it cannot drop is an error unless it is not in the set. */
+static int drop_bounding_set(void)
+{
+	for (int c = 0;; c++) {
+		int in = prctl(PR_CAPBSET_READ, c, 0, 0, 0);
+		if (in < 0)
+			return errno == EINVAL ? 0 : -1; /* EINVAL: past the last one */
+		if (in == 1 && prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0)
+			return -1;
+	}
+}
+
 /* start forks the command. In the child, in the order Go's ForkExec uses
  * (the Go shim's and the agent's own starts): session or process group,
  * credentials, working directory, standard descriptors, controlling
@@ -267,6 +280,11 @@ static pid_t start(const struct request *r, int *err)
 			goto fail;
 		}
 		if (r->flags & FLAG_CRED) {
+			/* A user other than root gets no capability bounding set
+			 * (the agent's forkThread): it holds no capability and
+			 * can never gain one. */
+			if (r->uid != 0 && drop_bounding_set() < 0)
+				goto fail;
 			if (!(r->flags & FLAG_NO_SETGROUPS) && setgroups(r->ngroups, r->groups) < 0)
 				goto fail;
 			if (setgid(r->gid) < 0 || setuid(r->uid) < 0)

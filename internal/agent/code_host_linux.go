@@ -3,10 +3,8 @@ package agent
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -25,32 +23,6 @@ var _ codeinterp.Host = (*codeHost)(nil)
 
 func newCodeHost(s *Server) *codeHost {
 	return &codeHost{s: s}
-}
-
-var (
-	forksOnce sync.Once
-	forks     chan func()
-)
-
-// forkThread returns the channel of the process's one fork thread, which
-// forks every interpreter and lives as long as the agent from the first
-// interpreter on (an idle sandbox has no thread for it; shared by the
-// generations a warm reset makes, like the reaper). Interpreters get
-// PR_SET_PDEATHSIG=SIGKILL so they never outlive an agent that is not
-// PID 1 (tests, or a crash); the kernel sends that signal when the forking
-// *thread* exits, and the Go runtime may end ordinary threads at any time,
-// so the thread must be pinned.
-func forkThread() chan func() {
-	forksOnce.Do(func() {
-		forks = make(chan func())
-		go func() {
-			runtime.LockOSThread()
-			for fn := range forks {
-				fn()
-			}
-		}()
-	})
-	return forks
 }
 
 // Resolve implements codeinterp.Host.
@@ -178,14 +150,20 @@ func (h *codeHost) Spawn(spec codeinterp.SpawnSpec) (codeinterp.Proc, *codeinter
 		pid  int
 		exit <-chan unix.WaitStatus
 	)
-	done := make(chan struct{})
-	forkThread() <- func() {
-		defer close(done)
+	// On a fork thread (see forkThread), which lives as long as the agent
+	// from the first interpreter on: interpreters get
+	// PR_SET_PDEATHSIG=SIGKILL so they never outlive an agent that is not
+	// PID 1 (tests, or a crash), and the kernel sends that signal when the
+	// forking *thread* exits, which the Go runtime may do to ordinary
+	// threads at any time.
+	terr := forkThreadFor(credUID(attr)).run(func() {
 		pid, exit, err = h.s.reaper.Spawn(func() (int, error) {
 			return syscall.ForkExec(spec.Path, spec.Argv, attr)
 		})
+	})
+	if terr != nil {
+		err = terr
 	}
-	<-done
 	if err != nil {
 		return fail(startError(spec.Path, err))
 	}

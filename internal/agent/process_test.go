@@ -446,6 +446,12 @@ func TestNonRootAgentCannotSwitchUser(t *testing.T) {
 	if sandbox.ClassOf(err) != sandbox.ClassForbidden {
 		t.Errorf("as root from a non-root agent: %v", err)
 	}
+	// It says why: this agent runs in the host's user namespace, as a
+	// sandbox of a backend without user namespaces would, where root
+	// would be the host's.
+	if err == nil || !strings.Contains(err.Error(), `cannot act as user "root": this sandbox has no user namespace of its own, so its root would be the host's root`) {
+		t.Errorf("the refusal does not say why: %v", err)
+	}
 	if _, err := c.Stat(ctx, "/tmp", "root"); sandbox.ClassOf(err) != sandbox.ClassForbidden {
 		t.Errorf("stat as root from a non-root agent: %v", err)
 	}

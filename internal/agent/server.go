@@ -55,6 +55,12 @@ type Config struct {
 	Service *sandbox.Service
 	// Reset, when set, enables the host's warm reset routes (reset_linux.go).
 	Reset *ResetConfig
+	// DefaultUser, when set, is who processes and file operations run as
+	// when a request names no user; nil means the agent's own identity.
+	// An agent running as root of its sandbox's user namespace acts as
+	// uid 1000 this way, and as root only when a request asks for it.
+	// It must be the agent's own identity unless the agent runs as uid 0.
+	DefaultUser *Identity
 	// DeferShims leaves the first exec shim to StartShims (or the first
 	// process start): an agent that reports ready before it starts one
 	// does not compete with it for the CPU on the way to ready.
@@ -72,7 +78,8 @@ type Server struct {
 	devNullOnce  sync.Once
 	log          *slog.Logger
 	accounts     *accounts
-	self         *User
+	self         *User // the agent's own identity
+	def          *User // who requests naming no user act as (Config.DefaultUser, else self)
 	reaper       *Reaper
 	shims        *shimPool // nil without Config.Shim
 	procs        *procTable
@@ -186,7 +193,8 @@ func newServer(cfg Config) *Server {
 		defaultEnv:   envMap(cfg.Env),
 		mux:          http.NewServeMux(),
 	}
-	s.self = currentUser(s.accounts)
+	s.self = currentUser(s.accounts, cfg.DefaultUser)
+	s.def = defaultUser(s.accounts, s.self, cfg.DefaultUser)
 	if cfg.Shim != "" {
 		s.shims = newShimPool(s, cfg.Shim, cfg.ShimExternal)
 		if !cfg.DeferShims {

@@ -57,11 +57,14 @@ import (
 //	agent -> shim: 'D' when it takes the shim back; EOF ends it
 //
 // The shim runs as the agent's user and starts the command with the
-// request's credentials, exactly as the agent did. A sandbox process
-// running as that same user can still SIGKILL the shim, and then its
-// orphans go to the agent as before; the agent then kills the command's
-// process group. That takes a deliberate attack on the supervisor, not
-// just detaching.
+// request's credentials, exactly as the agent did (a command of a user
+// other than root without the capability bounding set: see
+// forkThread). A sandbox process running as the shim's user (the agent's:
+// root of the sandbox's user namespace where the agent is, so only
+// commands run as root) can still SIGKILL the shim, and then its orphans
+// go to the agent as before; the agent then kills the command's process
+// group. That takes a deliberate attack on the supervisor, not just
+// detaching.
 const ShimArg = "--exec-shim"
 
 const (
@@ -150,7 +153,9 @@ func shimRun(r *shimReaper, req shimRequest, files []uintptr) (bool, error) {
 		sys.Credential = &syscall.Credential{Uid: req.UID, Gid: req.GID, Groups: req.Groups, NoSetGroups: req.NoSetg}
 	}
 	attr := &syscall.ProcAttr{Dir: req.Dir, Env: req.Env, Files: files, Sys: sys}
-	pid, err := syscall.ForkExec(req.Path, req.Argv, attr)
+	// A command of a user other than root starts from a thread without
+	// the shim's (the agent's) capability bounding set: see forkThread.
+	pid, err := forkExec(req.Path, req.Argv, attr)
 	for _, fd := range files {
 		_ = unix.Close(int(fd))
 	}

@@ -146,7 +146,7 @@ func (s *Server) spawn(req spawnRequest) (int, <-chan unix.WaitStatus, *childIO,
 		return pid, exit, parent, nil
 	}
 	pid, exit, err := s.reaper.Spawn(func() (int, error) {
-		return syscall.ForkExec(path, argv, attr)
+		return forkExec(path, argv, attr)
 	})
 	if err != nil {
 		parent.closeAll()

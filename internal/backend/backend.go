@@ -71,7 +71,16 @@ type Capabilities struct {
 	DiskLimit bool `json:"disk_limit"`
 	// ResourceLimits: memory, CPU and process limits are enforced.
 	ResourceLimits bool `json:"resource_limits"`
-	RootInUserNS   bool `json:"root_in_userns"`
+	// RootInUserNS: root sandboxes (Spec.Root) can be created, as root of
+	// a user namespace (an unprivileged host id).
+	RootInUserNS bool `json:"root_in_userns"`
+	// RootOnRequest: in every sandbox, not only root ones, a process or
+	// file operation may act as root (user "root"), as root of the
+	// sandbox's own user namespace with a small capability set; everything
+	// that names no user stays the unprivileged sandbox user. Backends
+	// without a user namespace per sandbox refuse such requests, saying
+	// why.
+	RootOnRequest bool `json:"root_on_request"`
 	// Rootless: the daemon runs without root (see the backend's docs).
 	Rootless     bool     `json:"rootless,omitempty"`
 	Templates    []string `json:"templates"` // template kinds: "host", "dir"

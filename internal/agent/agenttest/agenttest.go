@@ -29,6 +29,7 @@ type Options struct {
 	Env        []string            // extra environment (KEY=VALUE)
 	Workdir    string              // --workdir; default: a fresh directory
 	Credential *syscall.Credential // run the agent as another user
+	User       string              // --user UID:GID: who requests naming no user act as
 	LogLevel   string              // --log-level; default debug
 	// PIDNamespace runs the agent as PID 1 of a new PID namespace (via
 	// unshare(1); needs root), like in a real sandbox.
@@ -114,6 +115,9 @@ func Start(tb testing.TB, opts Options) *Agent {
 	args := []string{bin, "--listen", "unix://" + a.Socket, "--workdir", a.Workdir, "--ready-fd", "3", "--log-level", level}
 	if opts.ListenAlso != "" {
 		args = append(args, "--listen-also", opts.ListenAlso)
+	}
+	if opts.User != "" {
+		args = append(args, "--user", opts.User)
 	}
 	if !opts.GoShim {
 		args = append(args, "--shim", testutil.ShimBinary(tb))

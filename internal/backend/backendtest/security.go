@@ -327,6 +327,10 @@ except OSError as e:
 		}
 	})
 
+	t.Run("RootOnRequest", func(t *testing.T) {
+		testRootOnRequest(t, s, box, c, neighbourOK)
+	})
+
 	t.Run("AgentSurvivesSignals", func(t *testing.T) {
 		for _, root := range []bool{false, true} {
 			name := map[bool]string{false: "user", true: "root"}[root]

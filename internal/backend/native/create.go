@@ -633,8 +633,8 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 	}
 	defer readyR.Close()
 	bpf := b.seccompUser
-	if spec.Root {
-		bpf = b.seccompRoot
+	if oci.Process.User.UID == 0 {
+		bpf = b.seccompRoot // the profile evaluated for the root set (ociSpec)
 	}
 	seccompR, err := pipeWithData(bpf)
 	if err != nil {

@@ -477,7 +477,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		driver = "cgroupfs-v2"
 	}
 	if b.rootless {
-		return backend.Capabilities{RootInUserNS: true, Templates: []string{"host"}, CgroupDriver: driver, Rootless: true}
+		return backend.Capabilities{RootInUserNS: true, RootOnRequest: true, Templates: []string{"host"}, CgroupDriver: driver, Rootless: true}
 	}
 	return backend.Capabilities{
 		Pause:          true,
@@ -486,6 +486,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		DiskLimit:      true,
 		ResourceLimits: true,
 		RootInUserNS:   true,
+		RootOnRequest:  true,
 		Templates:      []string{sandbox.TemplateHost, sandbox.TemplateDir, sandbox.TemplateImage},
 		CgroupDriver:   driver,
 	}

@@ -28,9 +28,22 @@ const (
 	cpuPeriodMicros    = 100000
 )
 
-// Capabilities a root sandbox keeps, inside its user namespace only: enough
-// for package managers (chown, setuid to drop to other users), never
-// CAP_SYS_ADMIN, CAP_NET_RAW or CAP_MKNOD.
+// Capabilities the agent of a sandbox with a user namespace of its own
+// runs with, and with it every process that acts as root there (a root
+// sandbox's, or a request for user "root" in any sandbox): all of them
+// apply inside that user namespace only, to ids it maps. Enough for
+// package managers and system files (chown, writing and replacing
+// others' files, set-id bits, setuid/setgid to drop to other users,
+// setcap), for killing any process of the sandbox and for the agent's
+// own switching (CAP_SETPCAP: it empties the bounding set of processes
+// that run as other users); never CAP_SYS_ADMIN, CAP_SYS_PTRACE,
+// CAP_SYS_MODULE, CAP_SYS_RESOURCE, CAP_SYS_NICE, CAP_SYS_TIME,
+// CAP_SYS_CHROOT, CAP_NET_ADMIN, CAP_NET_RAW, CAP_MKNOD, CAP_DAC_READ_SEARCH,
+// CAP_LINUX_IMMUTABLE or CAP_IPC_OWNER (docs/security.md says why each).
+// CAP_AUDIT_WRITE does nothing outside the host's user namespace (the
+// kernel takes audit messages from its initial one only); it is there
+// because Docker's and Kubernetes' root sets have it and the three
+// backends (docker, kube, kubenode) share this set.
 var rootCapabilities = []string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
 	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
@@ -115,17 +128,28 @@ func (m idMap) host(id int) int {
 // the agent's default working directory.
 func (b *Backend) ociSpec(spec sandbox.Spec, tmpl sandbox.Template, iu *imageUser, p boxPaths, ids idMap, netnsPath string) (*specs.Spec, error) {
 	res := spec.Resources
+	// uid and gid are who the sandbox's processes run as unless a request
+	// asks for another user; the agent runs as agentUID.
 	uid, gid := sandboxUID, sandboxGID
-	caps := []string{}
 	home := sandboxHome
 	user := sandboxUser
 	if spec.Root {
-		uid, gid, caps, home, user = 0, 0, rootCapabilities, "/root", "root"
+		uid, gid, home, user = 0, 0, "/root", "root"
 	}
 	workdir := workspaceInSandbox
 	if iu != nil {
 		uid, gid, home, user = iu.uid, iu.gid, iu.home, iu.name
 		workdir = imageWorkdir(tmpl.Config)
+	}
+	// With a user namespace of its own the agent is that namespace's root,
+	// with the small root set (an unprivileged host id holding nothing
+	// over the host), so that a request may act as root in any sandbox;
+	// everything else runs as uid, with no capability (the agent's
+	// --user). Sandboxes recorded without one (older records) keep the
+	// agent unprivileged: there root would be the host's.
+	agentUID, agentGID, caps := uid, gid, []string{}
+	if ids.userns || spec.Root {
+		agentUID, agentGID, caps = 0, 0, rootCapabilities
 	}
 
 	env := map[string]string{
@@ -181,6 +205,9 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl sandbox.Template, iu *imageUse
 		"--seccomp-fd", strconv.Itoa(agentSeccompFd),
 		"--workdir", workdir,
 		"--rlimits", rlimitsFlag(rlimits)}
+	if uid != agentUID || gid != agentGID {
+		args = append(args, "--user", strconv.Itoa(uid)+":"+strconv.Itoa(gid))
+	}
 	if spec.AgentListen != "" {
 		// Checked by validateAgentListen: TCP in the sandbox's own network
 		// namespace, behind its token.
@@ -194,7 +221,7 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl sandbox.Template, iu *imageUse
 		Version: specs.Version,
 		Root:    &specs.Root{Path: p.rootfs, Readonly: !spec.WritableRoot},
 		Process: &specs.Process{
-			User:            specs.User{UID: uint32(uid), GID: uint32(gid)},
+			User:            specs.User{UID: uint32(agentUID), GID: uint32(agentGID)},
 			Args:            args,
 			Env:             envList,
 			Cwd:             "/",
@@ -321,7 +348,9 @@ func (b *Backend) mounts(spec sandbox.Spec, tmpl sandbox.Template, p boxPaths, i
 		return append(ms, extraMounts(spec, ro, rw)...)
 	}
 	ms = append(ms, specs.Mount{Destination: sandboxHome, Type: "bind", Source: filepath.Join(p.disk, "home"), Options: rw})
-	if spec.Root {
+	if spec.Root || ids.userns {
+		// Root's home, where a request as root may write (mode 0700: not
+		// the sandbox user's).
 		ms = append(ms, specs.Mount{Destination: "/root", Type: "bind", Source: filepath.Join(p.disk, "roothome"), Options: rw})
 	}
 	return append(ms, extraMounts(spec, ro, rw)...)

@@ -46,8 +46,13 @@ func hostPidsMax(t *testing.T, pid int) string {
 }
 
 func runSh(t testing.TB, ctx context.Context, c *agentclient.Client, script string) (string, error) {
+	return runShAs(t, ctx, c, "", script)
+}
+
+// runShAs is runSh as user ("": the sandbox's default user).
+func runShAs(t testing.TB, ctx context.Context, c *agentclient.Client, user, script string) (string, error) {
 	var out bytes.Buffer
-	res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", script}}, nil, &out, &out)
+	res, err := c.Run(ctx, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", script}, User: user}, nil, &out, &out)
 	if err != nil {
 		return "", err
 	}

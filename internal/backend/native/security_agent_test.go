@@ -61,12 +61,13 @@ try sh -c 'echo 19 > /proc/1/autogroup'
 func TestSecurityAgentAttributesSurviveWarmReset(t *testing.T) {
 	testutil.RequireRoot(t)
 	be := newTestBackend(t, testutil.ShortTempDir(t))
-	for _, root := range []bool{false, true} {
-		name := "User"
-		if root {
-			name = "Root"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		root bool   // a root sandbox
+		as   string // the user the sandbox code runs as
+	}{{"User", false, ""}, {"Root", true, ""}, {"RootOnRequest", false, "root"}} {
+		root := tc.root
+		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctxT(t)
 			id := sandbox.NewID()
 			info, err := be.Create(ctx, sandbox.Spec{ID: id, Template: sandbox.HostTemplate(), AccessToken: "token-one", Root: root})
@@ -80,7 +81,7 @@ func TestSecurityAgentAttributesSurviveWarmReset(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tampered, err := runSh(t, ctx, c, agentTamperScript)
+			tampered, err := runShAs(t, ctx, c, tc.as, agentTamperScript)
 			if err != nil {
 				t.Fatal(err)
 			}

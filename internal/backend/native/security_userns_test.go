@@ -44,6 +44,29 @@ func hostUIDs(t *testing.T, pid int) (uid, gid int) {
 	return uid, gid
 }
 
+// sandboxUserHostIDs returns the host uid and gid of the sandbox user
+// (uid and gid 1000 inside) of the sandbox whose init is pid, through the
+// init's id maps: the agent runs as root of the namespace, so its own
+// ids are not the user's.
+func sandboxUserHostIDs(t *testing.T, pid int) (uid, gid int) {
+	t.Helper()
+	mapped := func(file string, id int) int {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			var inside, host, n int
+			if _, err := fmt.Sscan(line, &inside, &host, &n); err == nil && id >= inside && id < inside+n {
+				return host + id - inside
+			}
+		}
+		t.Fatalf("id %d is not in /proc/%d/%s: %q", id, pid, file, data)
+		return -1
+	}
+	return mapped("uid_map", sandboxUID), mapped("gid_map", sandboxGID)
+}
+
 // passwdIDs returns the uids of /etc/passwd and gids of /etc/group.
 func passwdIDs(t *testing.T) map[int]string {
 	t.Helper()
@@ -110,7 +133,13 @@ func TestSecuritySandboxesHaveOwnHostIDs(t *testing.T) {
 	if r.Stdout != "1000\nuser\nwritable\n" {
 		t.Fatalf("inside the sandbox: %q %q", r.Stdout, r.Stderr)
 	}
-	hostUID, hostGID := hostUIDs(t, a.Pid)
+	// The agent is root of the sandbox's namespace: the first id of the
+	// range, a host id of no account (checked above); the sandbox user is
+	// the range's id 1000.
+	hostUID, hostGID := sandboxUserHostIDs(t, a.Pid)
+	if uid, gid := hostUIDs(t, a.Pid); uid != hostUID-sandboxUID || gid != hostGID-sandboxGID {
+		t.Errorf("the agent runs as host %d:%d, want its namespace's root %d:%d", uid, gid, hostUID-sandboxUID, hostGID-sandboxGID)
+	}
 	bx, _ := b.lookup(a.ID)
 	for _, f := range []string{"workspace/w", "home/h"} {
 		if uid, gid := fileOwner(t, bx.diskPath(f)); uid != hostUID || gid != hostGID {
@@ -127,7 +156,7 @@ func TestSecuritySandboxesHaveOwnHostIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if uid, _ := hostUIDs(t, a.Pid); uid != hostUID {
+	if uid, _ := sandboxUserHostIDs(t, a.Pid); uid != hostUID {
 		t.Fatalf("host uid changed across stop/start: %d, was %d", uid, hostUID)
 	}
 
@@ -353,7 +382,7 @@ func TestSecurityWorkspaceDirReowned(t *testing.T) {
 	if r.Stdout != "ok\nrefused\n" {
 		t.Fatalf("sandbox user in its workspace: %q %q", r.Stdout, r.Stderr)
 	}
-	uid, gid := hostUIDs(t, box.Pid)
+	uid, gid := sandboxUserHostIDs(t, box.Pid)
 	for _, f := range []string{"", "legacy", "sub", "sub/g", "new", "link"} {
 		if u, g := fileOwner(t, filepath.Join(ws, f)); u != uid || g != gid {
 			t.Errorf("workspace %q owned by %d:%d, want the sandbox user's %d:%d", f, u, g, uid, gid)

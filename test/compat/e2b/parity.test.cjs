@@ -38,9 +38,10 @@ test('commands and files share one working directory, the home', async () => {
   assert.equal((await sbx.commands.run('pwd', { cwd: '/workspace' })).stdout, '/workspace\n')
 })
 
-// Issue 30 item 2, not done yet: the agent of an ordinary sandbox runs as
-// uid 1000 and refuses other users (403).
-test('root: commands and files as root in an ordinary sandbox', { skip: 'issue 30 item 2: root in an ordinary sandbox is not served yet' }, async () => {
+// Root in any sandbox, as E2B's clients use it: root of the sandbox's own
+// user namespace, with a small capability set; everything that names no
+// user stays uid 1000 without capabilities.
+test('root: commands and files as root in an ordinary sandbox', async () => {
   // root's commands start in its home, where its relative paths resolve.
   assert.equal((await sbx.commands.run('pwd', { user: 'root' })).stdout.trim(), '/root')
   const id = await sbx.commands.run('id -u; id -un', { user: 'root' })
@@ -71,6 +72,46 @@ test('root: commands and files as root in an ordinary sandbox', { skip: 'issue 3
   // The user's processes cannot signal the agent any more.
   const kill = await sbx.commands.run('kill -0 1 2>&1; echo $?')
   assert.match(kill.stdout, /Operation not permitted[\s\S]*1\n$/)
+})
+
+// What E2B's clients use root for: installing packages (no network here,
+// so a package built in the sandbox, with a maintainer script), system
+// files in the template's writable root, accounts. The sandbox user
+// cannot do any of it.
+test('root: installs a package, writes system files, adds a user', async () => {
+  const build = [
+    'set -e; d=$(mktemp -d); mkdir -p $d/DEBIAN $d/usr/local/bin',
+    'printf "Package: agentbox-root-test\\nVersion: 1.0\\nArchitecture: all\\nMaintainer: t <t@example.com>\\nDescription: t\\n" > $d/DEBIAN/control',
+    'printf "#!/bin/sh\\necho installed > /etc/agentbox-root-test.marker\\n" > $d/DEBIAN/postinst; chmod 755 $d/DEBIAN/postinst',
+    'printf "#!/bin/sh\\necho hello from a package\\n" > $d/usr/local/bin/agentbox-hello; chmod 755 $d/usr/local/bin/agentbox-hello',
+    'dpkg-deb --root-owner-group --build $d /tmp/agentbox-root-test.deb >/dev/null',
+  ].join('\n')
+  await sbx.commands.run(build)
+  await assert.rejects(sbx.commands.run('dpkg -i /tmp/agentbox-root-test.deb'), (e) => e instanceof CommandExitError && /superuser|ermission/.test(e.stderr + e.stdout))
+  const inst = await sbx.commands.run('apt-get install -y /tmp/agentbox-root-test.deb', { user: 'root', envs: { DEBIAN_FRONTEND: 'noninteractive' } })
+  assert.equal(inst.exitCode, 0)
+  assert.equal((await sbx.commands.run('agentbox-hello')).stdout, 'hello from a package\n')
+  assert.equal((await sbx.commands.run('cat /etc/agentbox-root-test.marker')).stdout, 'installed\n')
+  assert.match((await sbx.commands.run('dpkg -s agentbox-root-test')).stdout, /Status: install ok installed/)
+  const bin = await sbx.files.getInfo('/usr/local/bin/agentbox-hello')
+  assert.equal(bin.owner, 'root')
+  assert.equal(bin.group, 'root')
+
+  // A system file: written as root, owned by root; the user may not.
+  const conf = await sbx.files.write('/etc/agentbox-root.conf', 'answer=42\n', { user: 'root' })
+  assert.equal(conf.path, '/etc/agentbox-root.conf')
+  assert.equal((await sbx.files.getInfo('/etc/agentbox-root.conf')).owner, 'root')
+  assert.equal((await sbx.commands.run('cat /etc/agentbox-root.conf')).stdout, 'answer=42\n')
+  await assert.rejects(sbx.files.write('/etc/agentbox-user.conf', 'x'), (e) => /permission denied|403/i.test(String(e)))
+  await assert.rejects(sbx.commands.run('echo x >> /etc/agentbox-root.conf'), (e) => e instanceof CommandExitError)
+
+  // An account root adds is a user commands can name.
+  await sbx.commands.run('useradd --create-home --uid 1001 --shell /bin/bash alice', { user: 'root' })
+  assert.equal((await sbx.commands.run('id -u; id -un; pwd', { user: 'alice' })).stdout, '1001\nalice\n/home/alice\n')
+  const a = await sbx.files.write('/home/alice/note.txt', 'hi', { user: 'alice' })
+  assert.equal((await sbx.files.getInfo(a.path)).owner, 'alice')
+  // root drops to another user the usual way, too.
+  assert.equal((await sbx.commands.run('setpriv --reuid user --regid user --init-groups id -un', { user: 'root' })).stdout, 'user\n')
 })
 
 test('file metadata: written, listed, renamed, stat-ed, set from inside', async () => {

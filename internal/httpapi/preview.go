@@ -96,7 +96,7 @@ func (s *Server) withPreviewHosts(next http.Handler) http.Handler {
 			writeError(w, r, sandbox.Errorf(sandbox.ClassNotFound, "no preview at %q: preview host names are <port>-<sandbox id>.%s", r.Host, s.cfg.PreviewDomain))
 			return
 		}
-		if s.sandboxPorts != nil && s.sandboxPorts(w, r, id, port) {
+		if s.serveSandboxPort(w, r, id, port) {
 			return
 		}
 		s.servePreview(w, r, id, port, r.URL.Path, true)

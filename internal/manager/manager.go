@@ -103,6 +103,12 @@ type Config struct {
 	// (pooled ones not counted); 0: no cap. Unlike MaxInstances it is this
 	// replica's own room, whatever the others run.
 	NodeMaxSandboxes int
+	// Nodes lists the live replicas, so the manager can tell a live
+	// replica's sandbox from a lost one (nil: a lone daemon).
+	Nodes NodeLister
+	// PeerDestroy lets ReleaseSession destroy a session's sandboxes other
+	// replicas run (nil: none are reached).
+	PeerDestroy PeerDestroy
 
 	Logger  *slog.Logger
 	Metrics *Metrics
@@ -181,6 +187,7 @@ func New(cfg Config, b backend.Backend, s store.Store) *Manager {
 	}
 	m := &Manager{
 		cfg: cfg, backend: b, store: s, log: cfg.Logger.With("component", "manager"), metrics: cfg.Metrics,
+		nodes: cfg.Nodes, peerDestroy: cfg.PeerDestroy,
 		entries: map[sandbox.ID]*entry{}, pools: map[string]*pool.Pool{},
 		admission: admission.New(cfg.MaxRequestsPerUser, cfg.RequestMemory),
 	}

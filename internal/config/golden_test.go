@@ -283,25 +283,32 @@ func checkGolden(t *testing.T, name, got string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != string(want) {
-		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-		for i := 0; i < len(gl) || i < len(wl); i++ {
-			var g, w string
-			if i < len(gl) {
-				g = gl[i]
-			}
-			if i < len(wl) {
-				w = wl[i]
-			}
-			if g != w {
-				t.Errorf("%s line %d:\n got %s\nwant %s", path, i+1, g, w)
-			}
+	if got == string(want) {
+		return
+	}
+	// The lines of each side the other lacks (and their order, if the
+	// same lines come in another order).
+	count := map[string]int{}
+	for _, l := range strings.Split(string(want), "\n") {
+		count[l]++
+	}
+	for _, l := range strings.Split(got, "\n") {
+		count[l]--
+	}
+	for l, n := range count {
+		switch {
+		case n > 0:
+			t.Errorf("%s: missing %q", path, l)
+		case n < 0:
+			t.Errorf("%s: new %q", path, l)
 		}
 	}
+	t.Errorf("%s differs (run with -update-golden to rewrite it)", path)
 }
 
 // dumpConfig prints every exported field of c by its path (fields of
-// embedded structs by their own names, as Go promotes them), one a line,
+// embedded structs by their own names, as Go promotes them; a value with a
+// String method as it prints), one a line,
 // sorted; paths of this machine are replaced by placeholders.
 func dumpConfig(c *Config) string {
 	var lines []string
@@ -319,7 +326,8 @@ func dumpConfig(c *Config) string {
 				continue
 			}
 			name := prefix + f.Name
-			if fv.Kind() == reflect.Struct && fv.Type().PkgPath() != "net/netip" && fv.Type().PkgPath() != "time" {
+			_, stringer := fv.Interface().(fmt.Stringer)
+			if fv.Kind() == reflect.Struct && !stringer {
 				walk(name+".", fv)
 				continue
 			}

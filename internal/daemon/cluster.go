@@ -41,11 +41,11 @@ func openStore(ctx context.Context, cfg *config.Config, dataDir string, log *slo
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	addr := net.JoinHostPort(cfg.Redis.Server, strconv.Itoa(cfg.Redis.Port))
+	addr := net.JoinHostPort(string(cfg.Redis.Server), strconv.Itoa(cfg.Redis.Port))
 	octx, cancel := context.WithTimeout(ctx, cfg.Redis.Timeout+time.Second)
 	defer cancel()
 	rs, err := store.OpenRedis(octx, store.RedisConfig{Addr: addr, DB: cfg.Redis.DB, Username: cfg.Redis.User,
-		Password: cfg.Redis.Password, KeyPrefix: cfg.Redis.KeyPrefix, PoolKey: cfg.Redis.PoolKey, Timeout: cfg.Redis.Timeout})
+		Password: cfg.Redis.Password, KeyPrefix: string(cfg.Redis.KeyPrefix), PoolKey: string(cfg.Redis.PoolKey), Timeout: cfg.Redis.Timeout})
 	if err != nil {
 		unlock()
 		return nil, nil, nil, fmt.Errorf("REDIS_ENABLED: %w", err)
@@ -75,7 +75,7 @@ func lockDataDir(dataDir string) (func(), error) {
 // two daemons on one host (they need distinct data dirs anyway).
 func nodeID(cfg *config.Config, dataDir string) string {
 	if cfg.NodeID != "" {
-		return cfg.NodeID
+		return string(cfg.NodeID)
 	}
 	host, err := os.Hostname()
 	if err != nil || host == "" {
@@ -111,7 +111,7 @@ func forwarder(cfg *config.Config, node string, st store.Store, registry *cluste
 	}
 	return cluster.NewForwarder(cluster.ForwardConfig{
 		Self: node, Secret: []byte(cfg.ClusterSecret), Store: st, Nodes: registry.List, Local: local,
-		PreviewDomain: cfg.PreviewDomain, Prefix: cfg.ContainerPrefix, Place: cfg.ClusterPlacement,
+		PreviewDomain: string(cfg.PreviewDomain), Prefix: cfg.ContainerPrefix, Place: bool(cfg.ClusterPlacement),
 		Shared:   shared(st),
 		MaxConns: cfg.ClusterMaxConns, MaxPerUser: cfg.ClusterMaxPerUser,
 		User: func(r *http.Request) string { return httpapi.KeyUser(cfg.APIKeys, r) },

@@ -223,7 +223,7 @@ func (s *server) openBackend(ctx context.Context) error {
 	s.push("backend", s.closeBackend)
 	ncfg := native.Config{Root: filepath.Join(s.dataDir, "native"), AgentPath: agent, Defaults: cfg.Resources, Logger: log,
 		PrivateDirs: []string{s.dataDir, cfg.DefaultMountDir, cfg.StorageFolder},
-		DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit,
+		DiskReserve: int64(cfg.DiskReserve), DiskOvercommit: float64(cfg.DiskOvercommit),
 		NofileSoft: cfg.NofileSoft, NofileHard: cfg.NofileHard,
 		IDBase: cfg.IDBase, IDRanges: cfg.IDRanges, PauseReclaim: cfg.PauseReclaim, NoWarmReset: !cfg.PoolWarmReset || cfg.PoolMaxUses <= 1,
 		LeaveCgroupMounts: !cfg.CgroupFavorDynmods}
@@ -345,8 +345,8 @@ func (s *server) buildControlPlane(context.Context) error {
 		MaxRequestsPerUser: cfg.MaxRequestsPerUser, RequestMemory: cfg.RequestMemory,
 		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: s.netMgr != nil,
 		ValidateNetwork: netpolicy.Validate, Resolver: resolver, TemplateNote: resolver.note, Committer: s.templates, NodeID: s.node, NodeMaxSandboxes: cfg.NodeMaxSandboxes,
-		StorageQuota: cfg.StorageQuota, MaxPrivateTemplates: cfg.MaxPrivateTemplates, SnapshotMaxBytes: cfg.SnapshotMaxBytes,
-		DiskReserve: cfg.DiskReserve, Nodes: s.registry.List, PeerDestroy: peerDestroy,
+		StorageQuota: int64(cfg.StorageQuota), MaxPrivateTemplates: cfg.MaxPrivateTemplates, SnapshotMaxBytes: int64(cfg.SnapshotMaxBytes),
+		DiskReserve: int64(cfg.DiskReserve), Nodes: s.registry.List, PeerDestroy: peerDestroy,
 	}, s.backend, s.store)
 	// Closed in this order: the builds (they run sandboxes on the
 	// manager), the manager, then the registry, which keeps this replica
@@ -435,7 +435,7 @@ func (s *server) mountDoors(context.Context) error {
 		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log, DesktopLink: s.desktopLink, Docs: docsOf(s.store), Peers: peers}, m)
 	tools := newToolKit(cfg, as, log)
 	s.api = httpapi.New(httpapi.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Logger: log, Registry: s.metrics,
-		PreviewDomain: cfg.PreviewDomain, PreviewSecret: secret, MetricsToken: cfg.MetricsToken, NoVNCDir: cfg.NoVNCDir,
+		PreviewDomain: string(cfg.PreviewDomain), PreviewSecret: secret, MetricsToken: cfg.MetricsToken, NoVNCDir: string(cfg.NoVNCDir),
 		PreviewMaxPerUser: cfg.PreviewMaxPerUser, PreviewHeaderTimeout: cfg.PreviewHeaderTimeout,
 		Templates: s.templates, TemplateAdmins: cfg.TemplateAdmins, MaxImportBytes: cfg.TemplateMaxImport,
 		ImportDir: filepath.Join(s.tmplDir, "tmp"), AcquireTemplateOp: s.templateGate,
@@ -621,9 +621,9 @@ func startNetwork(ctx context.Context, cfg *config.Config, dataDir string, log *
 		return nil, "NETWORK=off", nil
 	}
 	m, err := netpolicy.New(ctx, netpolicy.Config{
-		Bridge: cfg.NetworkBridge, Subnet: cfg.NetworkSubnet, Upstream: cfg.NetworkDNS,
+		Bridge: string(cfg.NetworkBridge), Subnet: cfg.NetworkSubnet.Prefix(), Upstream: cfg.NetworkDNS,
 		AllowHostPorts: cfg.NetworkHostPorts, AllowPrivate: cfg.NetworkPrivate,
-		BandwidthBits: cfg.NetworkBandwidth, MaxConns: cfg.NetworkMaxConns,
+		BandwidthBits: uint64(cfg.NetworkBandwidth), MaxConns: cfg.NetworkMaxConns,
 		StateDir: filepath.Join(dataDir, "net"), Logger: log,
 	})
 	if err != nil {

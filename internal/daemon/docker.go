@@ -45,7 +45,7 @@ func withDocker(ctx context.Context, cfg *config.Config, dataDir, agent string, 
 		}
 		return st.Export(ctx, image, "docker", w)
 	}
-	db, err := docker.New(ctx, docker.Config{Root: filepath.Join(dataDir, "docker"), AgentPath: agent, Host: cfg.DockerHost,
+	db, err := docker.New(ctx, docker.Config{Root: filepath.Join(dataDir, "docker"), AgentPath: agent, Host: string(cfg.DockerHost),
 		Defaults: cfg.Resources, Pull: cfg.TemplateAutoPull, Load: load, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("Docker backend (DOCKER_BACKEND, CONTAINER_DEPLOYMENT=docker): %w", err)

@@ -177,12 +177,6 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, id sandbox
 	proxy.ServeHTTP(w, r)
 }
 
-// DefaultPreviewHeaderTimeout is PREVIEW_HEADER_TIMEOUT's default: a
-// sandbox's server gets a minute to start its answer (a development server
-// compiling a page on its first request), as behind nginx's default
-// proxy_read_timeout.
-const DefaultPreviewHeaderTimeout = time.Minute
-
 // previewRetryAfter is the back-off suggested to a caller over its
 // preview bound.
 const previewRetryAfter = 2 * time.Second

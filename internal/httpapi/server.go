@@ -56,10 +56,10 @@ type Config struct {
 	// (PREVIEW_MAX_PER_USER; 0: no bound).
 	PreviewMaxPerUser int
 	// PreviewHeaderTimeout bounds the wait for the response headers of a
-	// sandbox's server (PREVIEW_HEADER_TIMEOUT; 0: DefaultPreviewHeaderTimeout).
+	// sandbox's server (PREVIEW_HEADER_TIMEOUT; 0: its default).
 	PreviewHeaderTimeout time.Duration
 	// NoVNCDir holds noVNC's client for the desktop page (default
-	// DefaultNoVNCDir).
+	// DESKTOP_NOVNC_DIR's).
 	NoVNCDir string
 
 	// Templates is the template store (nil: the template routes answer
@@ -75,7 +75,7 @@ type Config struct {
 	// store's tmp dir; default the system's).
 	ImportDir string
 	// AcquireTemplateOp waits for a turn among the server's concurrent
-	// template operations (default: NewTemplateGate(2)).
+	// template operations (default: NewTemplateGate(TEMPLATE_MAX_PULLS's default)).
 	AcquireTemplateOp func(ctx context.Context) (release func(), err error)
 
 	// DataPlane is the service every route that works inside a sandbox
@@ -135,7 +135,7 @@ func New(cfg Config, m *manager.Manager) *Server {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.MaxUploadBytes == 0 {
-		cfg.MaxUploadBytes = 1 << 30
+		cfg.MaxUploadBytes = defaults.MaxUploadBytes
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -147,13 +147,13 @@ func New(cfg Config, m *manager.Manager) *Server {
 		cfg.MaxImportBytes = cfg.MaxUploadBytes
 	}
 	if cfg.AcquireTemplateOp == nil {
-		cfg.AcquireTemplateOp = NewTemplateGate(2)
+		cfg.AcquireTemplateOp = NewTemplateGate(defaults.TemplateMaxPulls)
 	}
 	if cfg.DataPlane == nil {
 		cfg.DataPlane = dataplane.New(dataplane.Config{Logger: cfg.Logger}, m, m.Admission())
 	}
 	if cfg.PreviewHeaderTimeout <= 0 {
-		cfg.PreviewHeaderTimeout = DefaultPreviewHeaderTimeout
+		cfg.PreviewHeaderTimeout = defaults.PreviewHeaderTimeout
 	}
 	s := &Server{cfg: cfg, m: m, dp: cfg.DataPlane, log: cfg.Logger, mux: http.NewServeMux(), started: time.Now(), nodes: cfg.Nodes}
 	s.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{

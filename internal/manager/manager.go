@@ -66,7 +66,7 @@ type Config struct {
 	// HeartbeatTimeout destroys session sandboxes idle for longer; 0 = never.
 	HeartbeatTimeout time.Duration
 	// ServiceStartTimeout bounds the wait for a template's service to be
-	// ready at create (0: 120s).
+	// ready at create (0: SERVICE_START_TIMEOUT's default).
 	ServiceStartTimeout time.Duration
 
 	// MaxInstances caps live sandboxes (pooled ones included); 0 = no cap.
@@ -171,13 +171,13 @@ func New(cfg Config, b backend.Backend, s store.Store) *Manager {
 		cfg.Metrics = NewMetrics(nil)
 	}
 	if cfg.DefaultTimeout == 0 {
-		cfg.DefaultTimeout = 5 * time.Minute
+		cfg.DefaultTimeout = defaults.DefaultTimeout
 	}
 	if cfg.MaxTimeout == 0 {
-		cfg.MaxTimeout = 24 * time.Hour
+		cfg.MaxTimeout = defaults.MaxTimeout
 	}
 	if cfg.DefaultNetworkMode == "" {
-		cfg.DefaultNetworkMode = sandbox.NetworkNone
+		cfg.DefaultNetworkMode = sandbox.NetworkMode(defaults.DefaultNetworkMode)
 	}
 	if cfg.Templates == nil {
 		cfg.Templates = map[string]string{"base": "host"}

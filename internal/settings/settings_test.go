@@ -64,6 +64,8 @@ func load(t *testing.T, src Source) (outer, Loaded, error) {
 }
 
 func TestLoadDefaults(t *testing.T) {
+	// Only Source.Environ counts, never the process's environment.
+	t.Setenv("T_PORT", "1")
 	o, l, err := load(t, Source{})
 	if err != nil {
 		t.Fatal(err)

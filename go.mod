@@ -52,6 +52,8 @@ require (
 
 require github.com/bmatcuk/doublestar/v4 v4.10.4
 
+require github.com/caarlos0/env/v11 v11.4.2
+
 require (
 	cel.dev/expr v0.25.2 // indirect
 	cyphar.com/go-pathrs v0.2.6 // indirect

@@ -71,7 +71,7 @@ type ForwardConfig struct {
 	// forwarder only refuses forged forwarding headers.
 	Shared bool
 	// MaxConns bounds the connections to each other replica, and so the
-	// requests in flight to it (CLUSTER_MAX_CONNS; 0: DefaultMaxConns).
+	// requests in flight to it (CLUSTER_MAX_CONNS; 0: its default).
 	MaxConns int
 	// MaxPerUser bounds the requests of one user in flight to one other
 	// replica (CLUSTER_MAX_PER_USER; 0: no per-user bound).
@@ -81,9 +81,6 @@ type ForwardConfig struct {
 	User func(r *http.Request) string
 	Log  *slog.Logger
 }
-
-// DefaultMaxConns is MaxConns when unset.
-const DefaultMaxConns = 256
 
 // Forwarder sends each request for a sandbox another replica runs to that
 // replica, and spreads creates over the replicas.
@@ -108,7 +105,7 @@ func NewForwarder(cfg ForwardConfig) *Forwarder {
 	}
 	cfg.Log = cfg.Log.With("component", "forward")
 	if cfg.MaxConns <= 0 {
-		cfg.MaxConns = DefaultMaxConns
+		cfg.MaxConns = defaults.ClusterMaxConns
 	}
 	f := &Forwarder{cfg: cfg, ttl: nodesTTL, slots: newSlots(cfg.MaxConns, cfg.MaxPerUser)}
 	f.proxy = &httputil.ReverseProxy{

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 
 	"github.com/agentbox/agentbox/internal/config"
-	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/template"
 	"github.com/agentbox/agentbox/internal/template/builder"
@@ -17,7 +16,7 @@ import (
 // mounts under the data dir (cache files owned, between steps, by ids: a
 // range of host ids the native backend gives no sandbox), the step cache
 // index next to the store whose templates it names (tmplDir).
-func newBuilder(cfg *config.Config, dataDir, tmplDir string, st *template.Store, m *manager.Manager, ids sandboxrunner.HostIDs, log *slog.Logger) (*builder.Builder, error) {
+func newBuilder(cfg *config.Config, dataDir, tmplDir string, st *template.Store, m sandboxrunner.Sandboxes, ids sandboxrunner.HostIDs, log *slog.Logger) (*builder.Builder, error) {
 	dir := filepath.Join(dataDir, "build")
 	// Build steps get the server's largest sandbox: installing packages
 	// needs more than a tenant's default.

@@ -17,15 +17,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/cluster"
-	"github.com/agentbox/agentbox/internal/compat/agentscope"
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/httpapi"
-	"github.com/agentbox/agentbox/internal/manager"
-	"github.com/agentbox/agentbox/internal/netpolicy"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
-	"github.com/agentbox/agentbox/internal/version"
 )
 
 // openStore opens the state store: Redis (shared by replicas) with
@@ -45,33 +41,17 @@ func openStore(ctx context.Context, cfg *config.Config, dataDir string, log *slo
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	addr := net.JoinHostPort(cfg.Redis.Server, strconv.Itoa(cfg.Redis.Port))
+	addr := net.JoinHostPort(string(cfg.Redis.Server), strconv.Itoa(cfg.Redis.Port))
 	octx, cancel := context.WithTimeout(ctx, cfg.Redis.Timeout+time.Second)
 	defer cancel()
 	rs, err := store.OpenRedis(octx, store.RedisConfig{Addr: addr, DB: cfg.Redis.DB, Username: cfg.Redis.User,
-		Password: cfg.Redis.Password, KeyPrefix: cfg.Redis.KeyPrefix, PoolKey: cfg.Redis.PoolKey, Timeout: cfg.Redis.Timeout})
+		Password: cfg.Redis.Password, KeyPrefix: string(cfg.Redis.KeyPrefix), PoolKey: string(cfg.Redis.PoolKey), Timeout: cfg.Redis.Timeout})
 	if err != nil {
 		unlock()
 		return nil, nil, nil, fmt.Errorf("REDIS_ENABLED: %w", err)
 	}
 	log.Info("state store: Redis", "addr", addr, "db", cfg.Redis.DB, "key_prefix", cfg.Redis.KeyPrefix)
 	return rs, rs, func() { rs.Close(); unlock() }, nil
-}
-
-// closeBackend releases a backend and its networking that never served
-// (a start that failed after creating them); sandboxes of an earlier run
-// stay as they are.
-func closeBackend(b backend.Backend, netMgr *netpolicy.Manager, log *slog.Logger) {
-	if c, ok := b.(backend.Closer); ok {
-		if err := c.Close(); err != nil {
-			log.Error("close backend", "err", err)
-		}
-	}
-	if netMgr != nil {
-		if err := netMgr.Close(false); err != nil {
-			log.Error("close sandbox networking", "err", err)
-		}
-	}
 }
 
 // lockDataDir takes an exclusive lock on DATA_DIR/agentbox.lock for the
@@ -95,7 +75,7 @@ func lockDataDir(dataDir string) (func(), error) {
 // two daemons on one host (they need distinct data dirs anyway).
 func nodeID(cfg *config.Config, dataDir string) string {
 	if cfg.NodeID != "" {
-		return cfg.NodeID
+		return string(cfg.NodeID)
 	}
 	host, err := os.Hostname()
 	if err != nil || host == "" {
@@ -105,33 +85,34 @@ func nodeID(cfg *config.Config, dataDir string) string {
 	return host + "-" + hex.EncodeToString(sum[:4])
 }
 
-// newRegistry announces this daemon, with its load, to the other replicas.
-func newRegistry(cfg *config.Config, id, addr, announce, backendName string, nodes cluster.Nodes, m *manager.Manager, log *slog.Logger) *cluster.Registry {
-	address := cfg.NodeAddress
-	if announce != "" {
-		address = announce // a worker's own port (workers.go)
+// nodeAddress is where the other replicas reach this one: NODE_ADDRESS,
+// a worker's own port (workers.go), else the listener's address.
+func nodeAddress(cfg *config.Config, addr, announce string) string {
+	switch {
+	case announce != "":
+		return announce
+	case cfg.NodeAddress != "":
+		return cfg.NodeAddress
 	}
-	if address == "" {
-		address = "http://" + addr
-	}
-	started := time.Now().UTC()
-	return cluster.New(nodes, func() store.Node {
-		l := m.Load()
-		return store.Node{ID: id, Address: address, Backends: []string{backendName}, Version: version.Version,
-			Sandboxes: l.Sandboxes, Pooled: l.Pooled, MemoryBytes: l.MemoryBytes, MaxSandboxes: cfg.NodeMaxSandboxes, StartedAt: started}
-	}, cluster.DefaultTTL, log)
+	return "http://" + addr
+}
+
+// shared reports whether st is shared by replicas (Redis).
+func shared(st store.Store) bool {
+	_, ok := st.(store.Atomic)
+	return ok
 }
 
 // forwarder sends requests for other replicas' sandboxes to them (and
 // places creates); without a shared store it passes everything through.
-func forwarder(cfg *config.Config, node string, st store.Store, registry *cluster.Registry, m *manager.Manager, log *slog.Logger) *cluster.Forwarder {
-	if _, shared := st.(store.Atomic); shared && cfg.ClusterSecret == "" {
+func forwarder(cfg *config.Config, node string, st store.Store, registry *cluster.Registry, local func(sandbox.ID) bool, log *slog.Logger) *cluster.Forwarder {
+	if shared(st) && cfg.ClusterSecret == "" {
 		log.Warn("CLUSTER_SECRET is not set: requests for sandboxes other replicas run answer 503, and creates stay on the replica that gets them")
 	}
 	return cluster.NewForwarder(cluster.ForwardConfig{
-		Self: node, Secret: []byte(cfg.ClusterSecret), Store: st, Nodes: registry.List, Local: m.Hosts,
-		PreviewDomain: cfg.PreviewDomain, Prefix: cfg.ContainerPrefix, Place: cfg.ClusterPlacement,
-		Shared:   func() bool { _, ok := st.(store.Atomic); return ok }(),
+		Self: node, Secret: []byte(cfg.ClusterSecret), Store: st, Nodes: registry.List, Local: local,
+		PreviewDomain: string(cfg.PreviewDomain), Prefix: cfg.ContainerPrefix, Place: bool(cfg.ClusterPlacement),
+		Shared:   shared(st),
 		MaxConns: cfg.ClusterMaxConns, MaxPerUser: cfg.ClusterMaxPerUser,
 		User: func(r *http.Request) string { return httpapi.KeyUser(cfg.APIKeys, r) },
 		Log:  log,
@@ -211,14 +192,4 @@ func (p *peerAddrs) run(ctx context.Context, list func(context.Context) ([]store
 func docsOf(st store.Store) store.Docs {
 	d, _ := st.(store.Docs)
 	return d
-}
-
-// setPeers lets agentscope serve a call by the replica that runs its
-// sandbox, and a native session's release destroy the sandboxes other
-// replicas run, when replicas share the store.
-func setPeers(as *agentscope.Server, m *manager.Manager, st store.Store, fw *cluster.Forwarder) {
-	if _, shared := st.(store.Atomic); shared {
-		as.SetPeers(fw)
-		m.SetPeerDestroy(fw.DestroyBy)
-	}
 }

@@ -16,7 +16,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +24,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/backend/native"
+	"github.com/agentbox/agentbox/internal/cluster"
 	"github.com/agentbox/agentbox/internal/compat/agentscope"
 	"github.com/agentbox/agentbox/internal/compat/e2b"
 	"github.com/agentbox/agentbox/internal/config"
@@ -33,7 +34,10 @@ import (
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/template"
+	"github.com/agentbox/agentbox/internal/template/autobuild"
+	"github.com/agentbox/agentbox/internal/template/builder"
 	"github.com/agentbox/agentbox/internal/template/builder/sandboxrunner"
 	"github.com/agentbox/agentbox/internal/version"
 )
@@ -56,14 +60,115 @@ type Options struct {
 // Run serves until ctx ends, then shuts down gracefully: in-flight requests
 // get a grace period, and with AUTO_CLEANUP every sandbox is destroyed.
 func Run(ctx context.Context, opts Options) error {
-	cfg := opts.Config
-	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
-	if cfg.Workers > 1 && workerIndex() < 0 && opts.Listener == nil && opts.Backend == nil {
-		return superviseWorkers(ctx, cfg, log) // workers.go
+	if opts.Config.Workers > 1 && workerIndex() < 0 && opts.Listener == nil && opts.Backend == nil {
+		return superviseWorkers(ctx, opts.Config, opts.Logger) // workers.go
 	}
+	s := &server{opts: opts, cfg: opts.Config, log: opts.Logger}
+	for _, step := range []func(context.Context) error{
+		s.prepareHost,       // limits, the data dir, what is refused before anything is set up
+		s.openBackend,       // doctor's checks, sandbox networking, the backends
+		s.openStores,        // sandbox records and the template store
+		s.buildControlPlane, // builder, node registry, forwarder, manager
+		s.mountDoors,        // data plane, the shared server and its doors, the tool kit
+		s.start,             // listen, recover, background work, say where
+	} {
+		if err := step(ctx); err != nil {
+			s.close()
+			return err
+		}
+	}
+	return s.serveUntilDone(ctx)
+}
+
+// server is one run of agentbox serve: each step of Run fills in the
+// fields of its part for the steps after it, and pushes what it set up on
+// the close path. The close path is one stack, run last-pushed first when
+// a step fails and at shutdown, so that what is set up later (and uses
+// what came before) is closed first.
+//
+// A part that calls a part made after it gets a method value of server
+// (templateUsers, nodeSelf, hosts, desktopLink, the builder's sandboxes):
+// it reads the field when called, and those calls only come once the
+// steps are done (a heartbeat, a request, a build).
+type server struct {
+	opts    Options
+	cfg     *config.Config
+	log     *slog.Logger
+	closers []closer
+
+	// prepareHost
+	dataDir                 string
+	nofile                  uint64
+	maxConns, maxConnsPerIP int
+	// openBackend
+	backend  backend.Backend // what the manager runs sandboxes on
+	built    backend.Backend // the backend made here (not a test's), closed on a failed start
+	netMgr   *netpolicy.Manager
+	netOff   string // why sandboxes have loopback only
+	buildIDs sandboxrunner.HostIDs
+	// openStores
+	store     store.Store
+	nodes     cluster.Nodes // nil without a shared store
+	tmplDir   string
+	templates *template.Store
+	// buildControlPlane
+	node         string
+	metrics      *prometheus.Registry
+	templateGate func(ctx context.Context) (func(), error)
+	builder      *builder.Builder
+	builtins     *autobuild.Runner
+	registry     *cluster.Registry
+	forwarder    *cluster.Forwarder
+	m            *manager.Manager
+	// mountDoors
+	api *httpapi.Server
+	srv *http.Server
+	// start
+	address, announce string    // this replica's address for the others
+	startedAt         time.Time // for the node registry
+	serveErr          chan error
+	peers             *peerAddrs
+	background        sync.WaitGroup // the node registry's and peer set's loops
+	stopBackground    context.CancelFunc
+	stopBuilds        context.CancelFunc
+
+	// The close path's state: graceful is set when ctx ended (not when a
+	// step or the listener failed); managerStarted once Start returned;
+	// shutDown once the manager shut down gracefully (the backend and
+	// network then close with its AUTO_CLEANUP); shutdownErr is its error.
+	graceful, managerStarted, buildsStarted, shutDown bool
+	shutdownErr                                       error
+}
+
+// closer is one entry of the close path.
+type closer struct {
+	name  string
+	close func() error
+}
+
+// push adds what a step set up to the close path.
+func (s *server) push(name string, close func() error) {
+	s.closers = append(s.closers, closer{name, close})
+}
+
+// close runs the close path, last-pushed first, once; it logs what fails
+// to close and goes on.
+func (s *server) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		if err := s.closers[i].close(); err != nil {
+			s.log.Error("close "+s.closers[i].name, "err", err)
+		}
+	}
+	s.closers = nil
+}
+
+// prepareHost raises the limits the daemon needs, makes the data dir and
+// refuses what is wrong before anything is set up.
+func (s *server) prepareHost(context.Context) error {
+	cfg, log := s.cfg, s.log
 	keepReadyPipePrivate()
 	if len(cfg.APIKeys) == 0 && !cfg.Loopback() {
 		return fmt.Errorf("refusing to listen on %s without an API key: set BEARER_TOKEN or API_KEYS, or HOST=127.0.0.1", cfg.Host)
@@ -71,114 +176,164 @@ func Run(ctx context.Context, opts Options) error {
 	for _, name := range cfg.Ignored {
 		log.Warn("setting has no effect with this deployment", "setting", name)
 	}
-	nofile := raiseFileLimit(log)
-	maxConns, maxConnsPerIP := connectionLimits(cfg.MaxConnections, cfg.MaxConnectionsPerIP, nofile)
-	setMemoryLimit(cfg.RequestMemory, maxConns, log)
+	s.nofile = raiseFileLimit(log)
+	s.maxConns, s.maxConnsPerIP = connectionLimits(cfg.MaxConnections, cfg.MaxConnectionsPerIP, s.nofile)
+	setMemoryLimit(cfg.RequestMemory, s.maxConns, log)
 	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	dataDir, err := filepath.Abs(cfg.DataDir)
-	if err != nil {
-		return err
-	}
+	var err error
+	s.dataDir, err = filepath.Abs(cfg.DataDir)
+	return err
+}
 
-	b := opts.Backend
-	var netMgr *netpolicy.Manager
-	netOff := "" // why sandboxes have loopback only
-	// Where the native backend's sandboxes have their host ids: the build
-	// keeps cache mounts in the range none of them is given.
-	var buildIDs sandboxrunner.HostIDs
-	// The Docker backend loads store templates into its engine; the store
-	// opens after the backends.
-	var dockerStore atomic.Pointer[template.Store]
-	// A start that fails takes back what it set up (the backend's state
-	// mount and cgroups, the sandbox network's bridge and table) on this
-	// one path, whatever step failed; a started daemon closes them at its
-	// shutdown below. built is the backend made here (not a test's).
-	var built backend.Backend
-	started := false
-	defer func() {
-		if !started {
-			closeBackend(built, netMgr, log)
-		}
-	}()
-	if b == nil {
-		// What the host lacks, all at once and in agentbox doctor's words,
-		// before any component trips over the first of it.
-		o := doctor.FromConfig(cfg)
-		o.SkipOptional = true
-		if err := doctor.Required(doctor.Run(ctx, o)); err != nil {
-			return err
-		}
-		agent, err := FindAgent(cfg.AgentPath)
-		if err != nil {
-			return err
-		}
-		netMgr, netOff, err = startNetwork(ctx, cfg, dataDir, log)
-		if err != nil {
-			return err
-		}
-		ncfg := native.Config{Root: filepath.Join(dataDir, "native"), AgentPath: agent, Defaults: cfg.Resources, Logger: log,
-			PrivateDirs: []string{dataDir, cfg.DefaultMountDir, cfg.StorageFolder},
-			DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit,
-			NofileSoft: cfg.NofileSoft, NofileHard: cfg.NofileHard,
-			IDBase: cfg.IDBase, IDRanges: cfg.IDRanges, PauseReclaim: cfg.PauseReclaim, NoWarmReset: !cfg.PoolWarmReset || cfg.PoolMaxUses <= 1,
-			LeaveCgroupMounts: !cfg.CgroupFavorDynmods}
-		if netMgr != nil {
-			ncfg.Network = netMgr
-		}
-		nb, err := native.New(ncfg)
-		if err != nil {
-			return err
-		}
-		built = nb
-		if resting, ok := nb.RestingIDs(); ok {
-			buildIDs = sandboxrunner.HostIDs{Base: cfg.IDBase, Ranges: cfg.IDRanges, Resting: resting}
-		}
-		if err := checkTemplates(cfg, nb); err != nil {
-			return err
-		}
-		if b, err = withDocker(ctx, cfg, dataDir, agent, nb, &dockerStore, log); err != nil {
-			return err
-		}
-		built = b
-		if b, err = withKube(ctx, cfg, b, log); err != nil {
-			return err
-		}
-		built = b
+// openBackend sets up what sandboxes run on: after agentbox doctor's
+// required checks (what the host lacks, all at once and in doctor's words,
+// before any component trips over the first of it), sandbox networking,
+// the native backend and, as configured, Docker and Kubernetes beside it.
+// A test's backend (Options.Backend) replaces all of it.
+func (s *server) openBackend(ctx context.Context) error {
+	cfg, log := s.cfg, s.log
+	// A failed start takes back what was set up here (the backend's state
+	// mount and cgroups, the sandbox network's bridge and table); the
+	// graceful shutdown closes whatever backend served, with AUTO_CLEANUP.
+	if s.opts.Backend != nil {
+		s.backend, s.netOff = s.opts.Backend, "the "+s.opts.Backend.Name()+" backend"
+		s.push("backend", s.closeBackend)
+		return nil
 	}
-	st, nodes, closeStore, err := openStore(ctx, cfg, dataDir, log)
+	o := doctor.FromConfig(cfg)
+	o.SkipOptional = true
+	if err := doctor.Required(doctor.Run(ctx, o)); err != nil {
+		return err
+	}
+	agent, err := FindAgent(cfg.AgentPath)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
-	node := nodeID(cfg, dataDir)
-	// The store counts a template's users from the manager's records; the
-	// manager is made after the store, so the count is bound late.
-	var m *manager.Manager
-	inUse := func(digest string) int {
-		if m == nil {
-			return 0
-		}
-		return m.TemplateUsers(digest)
+	if s.netMgr, s.netOff, err = startNetwork(ctx, cfg, s.dataDir, log); err != nil {
+		return err
 	}
-	tmplDir := templateDir(cfg, dataDir)
-	templates, err := openTemplateStore(ctx, cfg, tmplDir, inUse, log)
+	if s.netMgr != nil {
+		// Surviving sandboxes keep their networking; after a graceful
+		// shutdown with AUTO_CLEANUP there are none, and the bridge and
+		// firewall tables go too.
+		s.push("sandbox networking", func() error { return s.netMgr.Close(s.shutDown && cfg.AutoCleanup) })
+	}
+	s.push("backend", s.closeBackend)
+	ncfg := native.Config{Root: filepath.Join(s.dataDir, "native"), AgentPath: agent, Defaults: cfg.Resources, Logger: log,
+		PrivateDirs: []string{s.dataDir, cfg.DefaultMountDir, cfg.StorageFolder},
+		DiskReserve: int64(cfg.DiskReserve), DiskOvercommit: float64(cfg.DiskOvercommit),
+		NofileSoft: cfg.NofileSoft, NofileHard: cfg.NofileHard,
+		IDBase: cfg.IDBase, IDRanges: cfg.IDRanges, PauseReclaim: cfg.PauseReclaim, NoWarmReset: !cfg.PoolWarmReset || cfg.PoolMaxUses <= 1,
+		LeaveCgroupMounts: !cfg.CgroupFavorDynmods}
+	if s.netMgr != nil {
+		ncfg.Network = s.netMgr
+	}
+	nb, err := native.New(ncfg)
 	if err != nil {
 		return err
 	}
-	defer templates.Close()
-	dockerStore.Store(templates)
-	templateGate := httpapi.NewTemplateGate(cfg.TemplateMaxPulls)
+	s.built = nb
+	if resting, ok := nb.RestingIDs(); ok {
+		// The build keeps cache mounts in the host id range no sandbox
+		// is given.
+		s.buildIDs = sandboxrunner.HostIDs{Base: cfg.IDBase, Ranges: cfg.IDRanges, Resting: resting}
+	}
+	if err := checkTemplates(cfg, nb); err != nil {
+		return err
+	}
+	if s.built, err = withDocker(ctx, cfg, s.dataDir, agent, nb, s.templateStore, log); err != nil {
+		return err
+	}
+	if s.built, err = withKube(ctx, cfg, s.built, log); err != nil {
+		return err
+	}
+	s.backend = s.built
+	return nil
+}
+
+// closeBackend closes the backend made here when the start failed (its
+// sandboxes of an earlier run stay as they are), whatever backend served
+// after a graceful shutdown.
+func (s *server) closeBackend() error {
+	b := s.built
+	if s.shutDown {
+		b = s.backend
+	}
+	if c, ok := b.(backend.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// openStores opens the sandbox records (bbolt, or Redis shared by
+// replicas) and the template store.
+func (s *server) openStores(ctx context.Context) error {
+	st, nodes, closeStore, err := openStore(ctx, s.cfg, s.dataDir, s.log)
+	if err != nil {
+		return err
+	}
+	s.store, s.nodes = st, nodes
+	s.push("state store", func() error { closeStore(); return nil })
+	s.tmplDir = templateDir(s.cfg, s.dataDir)
+	if s.templates, err = openTemplateStore(ctx, s.cfg, s.tmplDir, s.templateUsers, s.log); err != nil {
+		return err
+	}
+	s.push("template store", s.templates.Close)
+	return nil
+}
+
+// templateUsers counts the live sandboxes of a template digest, for the
+// template store (made before the manager that knows them).
+func (s *server) templateUsers(digest string) int {
+	if s.m == nil {
+		return 0
+	}
+	return s.m.TemplateUsers(digest)
+}
+
+// templateStore is the template store once it is open, for the Docker
+// backend (made before it) to load images the engine lacks from.
+func (s *server) templateStore() *template.Store { return s.templates }
+
+// buildControlPlane makes the builder and the built-in templates' builds,
+// the node registry and the forwarder to the other replicas, and the
+// manager over them all.
+func (s *server) buildControlPlane(context.Context) error {
+	cfg, log := s.cfg, s.log
+	if cfg.DefaultNetworkMode == string(sandbox.NetworkEgress) && s.netMgr == nil && s.opts.Backend == nil {
+		return fmt.Errorf("setting DEFAULT_NETWORK_MODE=egress: sandbox networking is unavailable (see NETWORK)")
+	}
+	s.node = nodeID(cfg, s.dataDir)
+	s.metrics = prometheus.NewRegistry()
+	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.templateGate = httpapi.NewTemplateGate(cfg.TemplateMaxPulls)
+	bld, err := newBuilder(cfg, s.dataDir, s.tmplDir, s.templates, buildSandboxes{s}, s.buildIDs, log)
+	if err != nil {
+		return err
+	}
+	s.builder = bld
+	autoBuild := cfg.TemplateAutoBuild
+	if s.opts.Backend != nil {
+		autoBuild = nil // a test's fake backend cannot run build steps
+	}
+	s.builtins = newAutoBuild(autoBuild, s.tmplDir, s.templates, bld, log)
 	// The built-in templates' states answer creates of those not built
-	// yet (autobuild.go); the runner is bound once the builder exists.
-	resolver := &builtinResolver{types: typeTemplates(cfg)}
-	resolver.next = typeResolver{types: resolver.types, next: kubeResolver{enabled: cfg.Kube.Enabled && opts.Backend == nil, next: dockerResolver{enabled: cfg.DockerEnabled && opts.Backend == nil,
-		next: newAutoPull(templates, cfg.TemplateAutoPull, templateGate, log)}}}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m = manager.New(manager.Config{
+	// yet (autobuild.go).
+	types := typeTemplates(cfg)
+	resolver := &builtinResolver{types: types, states: s.builtins,
+		next: typeResolver{types: types, next: kubeResolver{enabled: cfg.Kube.Enabled && s.opts.Backend == nil, next: dockerResolver{enabled: cfg.DockerEnabled && s.opts.Backend == nil,
+			next: newAutoPull(s.templates, cfg.TemplateAutoPull, s.templateGate, log)}}}}
+	s.registry = cluster.New(s.nodes, s.nodeSelf, cluster.DefaultTTL, log)
+	s.forwarder = forwarder(cfg, s.node, s.store, s.registry, s.hosts, log)
+	var peerDestroy manager.PeerDestroy
+	if shared(s.store) {
+		// A native session's release destroys the sandboxes other
+		// replicas run.
+		peerDestroy = s.forwarder.DestroyBy
+	}
+	s.m = manager.New(manager.Config{
 		Templates: cfg.Templates, TemplateAdmins: cfg.TemplateAdmins, PoolTypes: cfg.DefaultTypes, PoolSize: cfg.PoolSize, PoolMaxUses: cfg.PoolMaxUses,
 		DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout, HeartbeatTimeout: cfg.HeartbeatTimeout,
 		PausedTTL:           cfg.PausedTTL,
@@ -186,58 +341,169 @@ func Run(ctx context.Context, opts Options) error {
 		MaxInstances:        cfg.MaxInstances, MaxPerUser: cfg.MaxPerUser,
 		DefaultResources: cfg.Resources, MaxResources: cfg.MaxResources,
 		ReadonlyMounts: cfg.ReadonlyMounts, DefaultMountDir: cfg.DefaultMountDir,
-		Logger: log, Metrics: manager.NewMetrics(reg),
+		Logger: log, Metrics: manager.NewMetrics(s.metrics),
 		MaxRequestsPerUser: cfg.MaxRequestsPerUser, RequestMemory: cfg.RequestMemory,
-		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: netMgr != nil,
-		ValidateNetwork: netpolicy.Validate, Resolver: resolver, TemplateNote: resolver.note, Committer: templates, NodeID: node, NodeMaxSandboxes: cfg.NodeMaxSandboxes,
-		StorageQuota: cfg.StorageQuota, MaxPrivateTemplates: cfg.MaxPrivateTemplates, SnapshotMaxBytes: cfg.SnapshotMaxBytes,
-		DiskReserve: cfg.DiskReserve,
-	}, b, st)
-	if cfg.DefaultNetworkMode == string(sandbox.NetworkEgress) && netMgr == nil && opts.Backend == nil {
-		return fmt.Errorf("setting DEFAULT_NETWORK_MODE=egress: sandbox networking is unavailable (see NETWORK)")
+		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: s.netMgr != nil,
+		ValidateNetwork: netpolicy.Validate, Resolver: resolver, TemplateNote: resolver.note, Committer: s.templates, NodeID: s.node, NodeMaxSandboxes: cfg.NodeMaxSandboxes,
+		StorageQuota: int64(cfg.StorageQuota), MaxPrivateTemplates: cfg.MaxPrivateTemplates, SnapshotMaxBytes: int64(cfg.SnapshotMaxBytes),
+		DiskReserve: int64(cfg.DiskReserve), Nodes: s.registry.List, PeerDestroy: peerDestroy,
+	}, s.backend, s.store)
+	// Closed in this order: the builds (they run sandboxes on the
+	// manager), the manager, then the registry, which keeps this replica
+	// announced while the manager shuts down. The registry's loops start
+	// with the manager (start).
+	s.push("node registry", func() error {
+		if s.stopBackground != nil {
+			s.stopBackground()
+			s.background.Wait()
+		}
+		return nil
+	})
+	s.push("manager", s.shutdownManager)
+	s.push("built-in template builds", func() error {
+		if s.buildsStarted {
+			// A build in progress stops (its finished steps stay in the
+			// build cache for the next start) before the manager it runs
+			// sandboxes on.
+			s.stopBuilds()
+			s.builtins.Wait()
+		}
+		return nil
+	})
+	return nil
+}
+
+// shutdownManager shuts the started manager down: with AUTO_CLEANUP every
+// sandbox is destroyed, after a graceful stop only.
+func (s *server) shutdownManager() error {
+	if !s.managerStarted {
+		return nil
 	}
-	secret, err := loadOrCreateSecret(filepath.Join(dataDir, "preview.key"))
+	cleanup, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := s.m.Shutdown(cleanup, s.graceful && s.cfg.AutoCleanup); err != nil {
+		s.shutdownErr = err
+		return nil // Run returns it
+	}
+	s.shutDown = s.graceful // the backend and network close as AUTO_CLEANUP says
+	return nil
+}
+
+// nodeSelf is this replica's entry in the node registry, with its load.
+func (s *server) nodeSelf() store.Node {
+	l := s.m.Load()
+	return store.Node{ID: s.node, Address: s.address, Backends: []string{s.backend.Name()}, Version: version.Version,
+		Sandboxes: l.Sandboxes, Pooled: l.Pooled, MemoryBytes: l.MemoryBytes, MaxSandboxes: s.cfg.NodeMaxSandboxes, StartedAt: s.startedAt}
+}
+
+// hosts reports whether this replica runs sandbox id, for the forwarder.
+func (s *server) hosts(id sandbox.ID) bool { return s.m.Hosts(id) }
+
+// buildSandboxes runs the builder's steps in sandboxes of the server's
+// manager (made after the builder: the manager resolves templates through
+// the built-in builds' states).
+type buildSandboxes struct{ s *server }
+
+func (b buildSandboxes) RunBuildSandbox(ctx context.Context, spec sandbox.Spec, fn func(ctx context.Context, sb manager.BuildSandbox) error) error {
+	return b.s.m.RunBuildSandbox(ctx, spec, fn)
+}
+
+func (b buildSandboxes) NetworkAvailable() bool { return b.s.m.NetworkAvailable() }
+
+// desktopLink is agentscope's desktop URL: the shared server's signed
+// noVNC link (the server is made after its doors).
+func (s *server) desktopLink(ctx context.Context, owner string, id sandbox.ID, base string) (string, error) {
+	return s.api.DesktopLink(ctx, owner, id, base)
+}
+
+// mountDoors makes the data plane every front end works inside sandboxes
+// through, the protocol front ends, the tool kit, and the shared server
+// they are mounted on, with the HTTP server over it.
+func (s *server) mountDoors(context.Context) error {
+	cfg, log, m := s.cfg, s.log, s.m
+	secret, err := loadOrCreateSecret(filepath.Join(s.dataDir, "preview.key"))
 	if err != nil {
 		return err
 	}
-	// Every front end works inside sandboxes through this one service.
-	dp := dataplane.New(dataplane.Config{MaxExecOutput: cfg.MaxExecOutputBytes, Registry: reg, Logger: log}, m, m.Admission())
-	api := httpapi.New(httpapi.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Logger: log, Registry: reg,
-		PreviewDomain: cfg.PreviewDomain, PreviewSecret: secret, MetricsToken: cfg.MetricsToken, NoVNCDir: cfg.NoVNCDir,
-		PreviewMaxPerUser: cfg.PreviewMaxPerUser, PreviewHeaderTimeout: cfg.PreviewHeaderTimeout,
-		Templates: templates, TemplateAdmins: cfg.TemplateAdmins, MaxImportBytes: cfg.TemplateMaxImport,
-		ImportDir: filepath.Join(tmplDir, "tmp"), AcquireTemplateOp: templateGate}, m)
-	api.RegisterBootstrap(httpapi.BootstrapConfig{Store: templates, CacheDir: filepath.Join(tmplDir, "bootstrap")})
-	bld, err := newBuilder(cfg, dataDir, tmplDir, templates, m, buildIDs, log)
-	if err != nil {
-		return err
+	dp := dataplane.New(dataplane.Config{MaxExecOutput: cfg.MaxExecOutputBytes, Registry: s.metrics, Logger: log}, m, m.Admission())
+	var peers agentscope.Peers
+	if shared(s.store) {
+		peers = s.forwarder // agentscope's calls are served by the replica that runs the sandbox
 	}
-	api.RegisterBuilds(httpapi.BuildConfig{Builder: bld, Store: templates})
-	autoBuild := cfg.TemplateAutoBuild
-	if opts.Backend != nil {
-		autoBuild = nil // a test's fake backend cannot run build steps
-	}
-	builtins := newAutoBuild(autoBuild, tmplDir, templates, bld, log)
-	resolver.states = builtins
-	api.SetBuiltinTemplates(builtins.Statuses)
 	as := agentscope.New(agentscope.Config{DataPlane: dp, APIKeys: cfg.APIKeys, Prefix: cfg.ContainerPrefix, DefaultTypes: cfg.DefaultTypes,
 		StorageFolder: cfg.StorageFolder, SandboxTimeout: cfg.MaxTimeout, MaxOutput: cfg.MaxExecOutputBytes,
-		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log, DesktopLink: api.DesktopLink, Docs: docsOf(st)}, m)
-	as.Register(api.Mux())
-	api.AllowBody("multipart/form-data", agentscope.IsMultipartUpload)
-	defer as.Close()
-	e2 := e2b.New(e2b.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: templates,
-		TemplateAdmins: cfg.TemplateAdmins, Builder: bld, BuildDir: filepath.Join(tmplDir, "tmp"), Logger: log}, m)
-	e2.Register(api.Mux())
-	api.AllowBody("multipart/form-data", e2b.IsSignedUpload)
-	api.SetSandboxPorts(e2.ServePort)
-	stopTools := startTools(cfg, api, as, log)
+		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log, DesktopLink: s.desktopLink, Docs: docsOf(s.store), Peers: peers}, m)
+	tools := newToolKit(cfg, as, log)
+	s.api = httpapi.New(httpapi.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Logger: log, Registry: s.metrics,
+		PreviewDomain: string(cfg.PreviewDomain), PreviewSecret: secret, MetricsToken: cfg.MetricsToken, NoVNCDir: string(cfg.NoVNCDir),
+		PreviewMaxPerUser: cfg.PreviewMaxPerUser, PreviewHeaderTimeout: cfg.PreviewHeaderTimeout,
+		Templates: s.templates, TemplateAdmins: cfg.TemplateAdmins, MaxImportBytes: cfg.TemplateMaxImport,
+		ImportDir: filepath.Join(s.tmplDir, "tmp"), AcquireTemplateOp: s.templateGate,
+		Nodes: s.registry.List, BuiltinTemplates: s.builtins.Statuses,
+		Bootstrap: &httpapi.BootstrapConfig{Store: s.templates, CacheDir: filepath.Join(s.tmplDir, "bootstrap")},
+		Builds:    &httpapi.BuildConfig{Builder: s.builder, Store: s.templates},
+		Tools:     tools.mcp,
+		// The protocol front ends, in the order they claim refusals:
+		// agentscope's methods are any path at the root, so it is last.
+		Doors: []httpapi.Door{
+			e2b.New(e2b.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: s.templates,
+				TemplateAdmins: cfg.TemplateAdmins, Builder: s.builder, BuildDir: filepath.Join(s.tmplDir, "tmp"), Logger: log}, m),
+			as,
+		},
+	}, m)
+	s.push("doors", s.api.Close)
+	s.srv = &http.Server{
+		Handler:           s.handler(),
+		ConnContext:       connContext,
+		ReadHeaderTimeout: cfg.HeaderTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	s.push("HTTP server", s.stopHTTP)
+	tools.serve(s.api.Handler(), log)
+	// First at shutdown: it ends the MCP sessions (destroying their
+	// sandboxes) and their streams, which the HTTP server would wait for.
+	s.push("tool kit", tools.close)
+	return nil
+}
 
-	ln, own, announce := opts.Listener, net.Listener(nil), ""
+// handler is the shared server's, behind the forwarder (a request for a
+// sandbox another replica runs goes there), the body timeout and, without
+// API keys, the keyless notice (authnotice.go).
+func (s *server) handler() http.Handler {
+	h := withPeerConns(s.forwarder.Peer, withBodyTimeout(s.forwarder.Wrap(s.api.Handler()), s.cfg.BodyTimeout))
+	if len(s.cfg.APIKeys) == 0 {
+		h = keylessNotice(h, s.log)
+	}
+	return h
+}
+
+// stopHTTP stops the HTTP server: in-flight requests get a grace period
+// after a graceful stop, none when the start failed.
+func (s *server) stopHTTP() error {
+	if !s.graceful {
+		return s.srv.Close()
+	}
+	grace, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(grace); err != nil {
+		return s.srv.Close()
+	}
+	return nil
+}
+
+// start listens and serves (/healthz answers at once; /readyz waits for
+// the recovery of old sandboxes), starts the manager, the built-in
+// builds and the node registry, and says where it serves.
+func (s *server) start(ctx context.Context) error {
+	cfg, log := s.cfg, s.log
+	ln, own := s.opts.Listener, net.Listener(nil)
+	var err error
 	switch {
 	case ln != nil:
 	case workerIndex() >= 0:
-		if ln, own, announce, err = workerListeners(ctx, cfg); err != nil {
+		if ln, own, s.announce, err = workerListeners(ctx, cfg); err != nil {
 			return err
 		}
 	default:
@@ -245,121 +511,89 @@ func Run(ctx context.Context, opts Options) error {
 			return fmt.Errorf("listen: %w", err)
 		}
 	}
-	registry := newRegistry(cfg, node, ln.Addr().String(), announce, b.Name(), nodes, m, log)
-	api.SetNodes(registry.List)
-	m.SetNodes(registry.List)
+	addr := ln.Addr().String()
+	s.address, s.startedAt = nodeAddress(cfg, addr, s.announce), time.Now().UTC()
 	// Other replicas' connections are counted per replica once they
 	// authenticate, and their addresses may have CLUSTER_MAX_CONNS
 	// connections awaiting that beyond MAX_CONNECTIONS_PER_IP (connlimit.go).
-	var peers *peerAddrs
 	var isPeer func(netip.Addr) bool
-	if nodes != nil && cfg.ClusterSecret != "" {
-		peers = &peerAddrs{}
-		isPeer = peers.has
+	if s.nodes != nil && cfg.ClusterSecret != "" {
+		s.peers = &peerAddrs{}
+		isPeer = s.peers.has
 	}
-	ln = newLimitListener(ln, maxConns, maxConnsPerIP, cfg.ClusterMaxConns, isPeer, log)
-	fw := forwarder(cfg, node, st, registry, m, log)
-	setPeers(as, m, st, fw)
-	handler := withPeerConns(fw.Peer, withBodyTimeout(fw.Wrap(api.Handler()), cfg.BodyTimeout))
-	if len(cfg.APIKeys) == 0 {
-		handler = keylessNotice(handler, log) // authnotice.go
-	}
-	srv := &http.Server{
-		Handler:           handler,
-		ConnContext:       connContext,
-		ReadHeaderTimeout: cfg.HeaderTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	serveErr := make(chan error, 2) // the public listener, and a worker's own
-	go func() { serveErr <- srv.Serve(ln) }()
+	s.serveErr = make(chan error, 2) // the public listener, and a worker's own
+	go func() {
+		s.serveErr <- s.srv.Serve(newLimitListener(ln, s.maxConns, s.maxConnsPerIP, cfg.ClusterMaxConns, isPeer, log))
+	}()
 	if own != nil {
 		// A worker's own port, where the other replicas forward to it.
 		go func() {
-			serveErr <- srv.Serve(newLimitListener(own, maxConns, maxConnsPerIP, cfg.ClusterMaxConns, isPeer, log))
+			s.serveErr <- s.srv.Serve(newLimitListener(own, s.maxConns, s.maxConnsPerIP, cfg.ClusterMaxConns, isPeer, log))
 		}()
 	}
 	if len(cfg.APIKeys) > 0 && cfg.MetricsToken == "" {
 		log.Info("METRICS_TOKEN is not set: /metrics is refused to every caller")
 	}
 	if len(cfg.APIKeys) == 0 {
-		log.Warn("no API key configured: authentication is off and the server only listens on loopback", "addr", ln.Addr().String())
+		log.Warn("no API key configured: authentication is off and the server only listens on loopback", "addr", addr)
 	}
-	log.Info("agentbox serving", "addr", ln.Addr().String(), "version", version.Version, "backend", b.Name(),
-		"data_dir", dataDir, "pool_size", cfg.PoolSize, "auto_cleanup", cfg.AutoCleanup,
-		"max_connections", maxConns, "max_connections_per_ip", maxConnsPerIP, "open_files_limit", nofile)
-
-	// /healthz answers at once; /readyz waits for recovery of old sandboxes.
-	if err := m.Start(ctx); err != nil {
-		srv.Close()
+	log.Info("agentbox serving", "addr", addr, "version", version.Version, "backend", s.backend.Name(),
+		"data_dir", s.dataDir, "pool_size", cfg.PoolSize, "auto_cleanup", cfg.AutoCleanup,
+		"max_connections", s.maxConns, "max_connections_per_ip", s.maxConnsPerIP, "open_files_limit", s.nofile)
+	if err := s.m.Start(ctx); err != nil {
 		return err
 	}
-	buildCtx, stopBuilds := context.WithCancel(ctx)
-	builtins.Start(buildCtx)
-	defer func() { stopBuilds(); builtins.Wait() }()
-	regCtx, stopRegistry := context.WithCancel(context.WithoutCancel(ctx))
-	regDone := make(chan struct{})
-	go func() { defer close(regDone); registry.Run(regCtx) }()
-	peersDone := make(chan struct{})
-	go func() {
-		defer close(peersDone)
-		if peers != nil {
-			peers.run(regCtx, registry.List, node, log)
-		}
-	}()
-	defer func() { stopRegistry(); <-regDone; <-peersDone }()
-	if opts.Backend != nil {
-		netOff = "the " + b.Name() + " backend"
+	s.managerStarted = true
+	var buildCtx context.Context
+	buildCtx, s.stopBuilds = context.WithCancel(ctx)
+	s.builtins.Start(buildCtx)
+	s.buildsStarted = true
+	var bg context.Context
+	bg, s.stopBackground = context.WithCancel(context.WithoutCancel(ctx))
+	s.background.Add(1)
+	go func() { defer s.background.Done(); s.registry.Run(bg) }()
+	if s.peers != nil {
+		s.background.Add(1)
+		go func() { defer s.background.Done(); s.peers.run(bg, s.registry.List, s.node, log) }()
 	}
-	info := collectStartInfo(ctx, cfg, ln.Addr().String(), dataDir, b.Name(), templates, netMgr, netOff)
+	info := collectStartInfo(ctx, cfg, addr, s.dataDir, s.backend.Name(), s.templates, s.netMgr, s.netOff)
 	LogStart(log, info)
-	if opts.Banner != nil && workerIndex() <= 0 { // once for WORKERS
-		PrintBanner(opts.Banner, info)
+	if s.opts.Banner != nil && workerIndex() <= 0 { // once for WORKERS
+		PrintBanner(s.opts.Banner, info)
 	}
-	if opts.Ready != nil {
-		opts.Ready <- ln.Addr().String()
+	if s.opts.Ready != nil {
+		s.opts.Ready <- addr
 	}
 	workerReady()
+	return nil
+}
 
+// serveUntilDone serves until ctx ends (a graceful stop) or a listener
+// fails, then runs the close path.
+func (s *server) serveUntilDone(ctx context.Context) error {
+	var err error
 	select {
-	case err := <-serveErr:
-		if !errors.Is(err, http.ErrServerClosed) {
-			_ = m.Shutdown(context.Background(), false)
-			return fmt.Errorf("serve: %w", err)
+	case err = <-s.serveErr:
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		} else {
+			err = fmt.Errorf("serve: %w", err)
 		}
 	case <-ctx.Done():
 	}
-	log.Info("shutting down", "auto_cleanup", cfg.AutoCleanup)
-	grace, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	stopTools() // ends MCP sessions (their sandboxes are destroyed) and their streams
-	// A build in progress stops (its finished steps stay in the build
-	// cache for the next start) before the manager it runs sandboxes on.
-	stopBuilds()
-	builtins.Wait()
-	if err := srv.Shutdown(grace); err != nil {
-		srv.Close()
+	if err == nil {
+		log := s.log
+		log.Info("shutting down", "auto_cleanup", s.cfg.AutoCleanup)
+		s.graceful = true
 	}
-	cleanup, cancel2 := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel2()
-	if err := m.Shutdown(cleanup, cfg.AutoCleanup); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+	s.close()
+	switch {
+	case err != nil:
+		return err
+	case s.shutdownErr != nil:
+		return fmt.Errorf("shutdown: %w", s.shutdownErr)
 	}
-	started = true // this shutdown closes the backend and the network
-	if c, ok := b.(backend.Closer); ok {
-		if err := c.Close(); err != nil {
-			log.Error("close backend", "err", err)
-		}
-	}
-	if netMgr != nil {
-		// Surviving sandboxes keep their networking; with AUTO_CLEANUP there
-		// are none, and the bridge and firewall tables go too.
-		if err := netMgr.Close(cfg.AutoCleanup); err != nil {
-			log.Error("close sandbox networking", "err", err)
-		}
-	}
-	log.Info("stopped")
+	s.log.Info("stopped")
 	return nil
 }
 
@@ -387,9 +621,9 @@ func startNetwork(ctx context.Context, cfg *config.Config, dataDir string, log *
 		return nil, "NETWORK=off", nil
 	}
 	m, err := netpolicy.New(ctx, netpolicy.Config{
-		Bridge: cfg.NetworkBridge, Subnet: cfg.NetworkSubnet, Upstream: cfg.NetworkDNS,
+		Bridge: string(cfg.NetworkBridge), Subnet: cfg.NetworkSubnet.Prefix(), Upstream: cfg.NetworkDNS,
 		AllowHostPorts: cfg.NetworkHostPorts, AllowPrivate: cfg.NetworkPrivate,
-		BandwidthBits: cfg.NetworkBandwidth, MaxConns: cfg.NetworkMaxConns,
+		BandwidthBits: uint64(cfg.NetworkBandwidth), MaxConns: cfg.NetworkMaxConns,
 		StateDir: filepath.Join(dataDir, "net"), Logger: log,
 	})
 	if err != nil {

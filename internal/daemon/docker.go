@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 
 	"github.com/distribution/reference"
 
@@ -24,9 +23,10 @@ import (
 // for it (DOCKER_BACKEND, CONTAINER_DEPLOYMENT=docker): docker: templates
 // run on it, everything else stays on native.
 //
-// store is the template store once it is open: an image the engine lacks
-// is loaded from the store's template of that name when there is one.
-func withDocker(ctx context.Context, cfg *config.Config, dataDir, agent string, nb backend.Backend, store *atomic.Pointer[template.Store], log *slog.Logger) (backend.Backend, error) {
+// store is the template store once it is open (nil before): an image the
+// engine lacks is loaded from the store's template of that name when there
+// is one.
+func withDocker(ctx context.Context, cfg *config.Config, dataDir, agent string, nb backend.Backend, store func() *template.Store, log *slog.Logger) (backend.Backend, error) {
 	if !cfg.DockerEnabled {
 		if entries, _ := os.ReadDir(filepath.Join(dataDir, "docker", "sb")); len(entries) > 0 {
 			// Their records are dropped by this run; the next one with the
@@ -37,7 +37,7 @@ func withDocker(ctx context.Context, cfg *config.Config, dataDir, agent string, 
 		return nb, nil
 	}
 	load := func(ctx context.Context, image string, w io.Writer) error {
-		st := store.Load()
+		st := store()
 		// Only shared templates: a user's private snapshot (or the
 		// builder's cache) must not become an engine image anyone can run.
 		if st == nil || !template.VisibleTo(image, "") {
@@ -45,7 +45,7 @@ func withDocker(ctx context.Context, cfg *config.Config, dataDir, agent string, 
 		}
 		return st.Export(ctx, image, "docker", w)
 	}
-	db, err := docker.New(ctx, docker.Config{Root: filepath.Join(dataDir, "docker"), AgentPath: agent, Host: cfg.DockerHost,
+	db, err := docker.New(ctx, docker.Config{Root: filepath.Join(dataDir, "docker"), AgentPath: agent, Host: string(cfg.DockerHost),
 		Defaults: cfg.Resources, Pull: cfg.TemplateAutoPull, Load: load, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("Docker backend (DOCKER_BACKEND, CONTAINER_DEPLOYMENT=docker): %w", err)

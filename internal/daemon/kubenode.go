@@ -34,7 +34,7 @@ func RunNode(ctx context.Context, opts Options) error {
 	if kn.Address == "" || kn.TLSCert == "" || kn.TLSKey == "" || kn.ClientCA == "" {
 		return errors.New("agentbox node needs KUBE_NODE_ADDRESS, KUBE_NODE_TLS_CERT, KUBE_NODE_TLS_KEY and KUBE_NODE_CLIENT_CA (docs/kubernetes.md)")
 	}
-	name := kn.Name
+	name := string(kn.Name)
 	if name == "" {
 		host, err := os.Hostname()
 		if err != nil || host == "" {
@@ -80,7 +80,7 @@ func RunNode(ctx context.Context, opts Options) error {
 		return errors.New("agentbox node: sandbox networking is unavailable on this host (see NETWORK)")
 	}
 	nb, err := native.New(native.Config{Root: filepath.Join(dataDir, "native"), AgentPath: agent, Defaults: cfg.Resources, Logger: log,
-		PrivateDirs: []string{dataDir}, DiskReserve: cfg.DiskReserve, DiskOvercommit: cfg.DiskOvercommit,
+		PrivateDirs: []string{dataDir}, DiskReserve: int64(cfg.DiskReserve), DiskOvercommit: float64(cfg.DiskOvercommit),
 		NofileSoft: cfg.NofileSoft, NofileHard: cfg.NofileHard, IDBase: cfg.IDBase, IDRanges: cfg.IDRanges,
 		Network: netMgr, LeaveCgroupMounts: !cfg.CgroupFavorDynmods})
 	if err != nil {
@@ -121,7 +121,7 @@ func RunNode(ctx context.Context, opts Options) error {
 		NodeName: name, REST: restCfg, Backend: nb, Network: netMgr, Templates: resolver,
 		Defaults: cfg.Resources, MaxResources: cfg.MaxResources,
 		VolumeDir: filepath.Join(dataDir, "node", "volumes"), LogDir: filepath.Join(dataDir, "node", "logs"),
-		Address: kn.Address, Port: kn.Port, TLSCertFile: kn.TLSCert, TLSKeyFile: kn.TLSKey, ClientCAFile: kn.ClientCA,
+		Address: string(kn.Address), Port: kn.Port, TLSCertFile: kn.TLSCert, TLSKeyFile: kn.TLSKey, ClientCAFile: kn.ClientCA,
 		Logger: log,
 	})
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 // everything an unchanged rebuild needs.
 func templateDir(cfg *config.Config, dataDir string) string {
 	if cfg.TemplateDir != "" {
-		return cfg.TemplateDir
+		return string(cfg.TemplateDir)
 	}
 	return filepath.Join(dataDir, "templates")
 }
@@ -32,7 +32,7 @@ func templateDir(cfg *config.Config, dataDir string) string {
 func openTemplateStore(ctx context.Context, cfg *config.Config, dir string, inUse func(string) int, log *slog.Logger) (*template.Store, error) {
 	st, err := template.Open(ctx, dir, template.Options{
 		Logger: log, InUse: inUse,
-		Auth:    template.RegistryAuth{Inline: cfg.RegistryAuth},
+		Auth:    template.RegistryAuth{Inline: string(cfg.RegistryAuth)},
 		Mirrors: cfg.RegistryMirrors,
 	})
 	if err != nil {

@@ -21,23 +21,32 @@ import (
 // authentication, tenant checks and limits as a remote one, without a TCP
 // port or the connection limits meant for remote clients.
 
-// startTools registers the tool routes on api and serves the in-memory
-// listener; the returned stop ends the MCP sessions (destroying their
-// sandboxes) and the listener.
-func startTools(cfg *config.Config, api *httpapi.Server, servers mcpserver.SandboxServers, log *slog.Logger) (stop func()) {
-	ln := newMemListener()
-	tr := &http.Transport{
-		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return ln.dial(ctx) },
+// toolKit is the daemon's tool kit: the MCP server (its routes are the
+// shared server's, Config.Tools) and the in-memory listener its client
+// reaches the shared server's handler through.
+type toolKit struct {
+	mcp *mcpserver.HTTP
+	ln  *memListener
+	tr  *http.Transport
+	srv *http.Server
+}
+
+// newToolKit makes the kit; servers are the MCP servers added to
+// sandboxes (agentscope's). serve starts its listener.
+func newToolKit(cfg *config.Config, servers mcpserver.SandboxServers, log *slog.Logger) *toolKit {
+	k := &toolKit{ln: newMemListener()}
+	k.tr = &http.Transport{
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return k.ln.dial(ctx) },
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     time.Minute,
 		ForceAttemptHTTP2:   false,
 	}
-	hc := &http.Client{Transport: tr}
+	hc := &http.Client{Transport: k.tr}
 	var verify func(string) (string, error)
 	if len(cfg.APIKeys) > 0 {
 		verify = func(key string) (string, error) { return httpapi.UserForKey(cfg.APIKeys, key) }
 	}
-	h := mcpserver.NewHTTP(mcpserver.HTTPConfig{
+	k.mcp = mcpserver.NewHTTP(mcpserver.HTTPConfig{
 		NewClient: func(key, host string) (*client.Client, error) {
 			// The caller's Host (which the browser guard already let
 			// through), so previews and other URLs the server builds are
@@ -55,19 +64,27 @@ func startTools(cfg *config.Config, api *httpapi.Server, servers mcpserver.Sandb
 		Servers: servers,
 		Logger:  log,
 	})
-	api.RegisterTools(h)
-	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: time.Minute,
+	return k
+}
+
+// serve serves h, the shared server's handler, on the in-memory listener.
+func (k *toolKit) serve(h http.Handler, log *slog.Logger) {
+	k.srv = &http.Server{Handler: h, ReadHeaderTimeout: time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
-	go func() { _ = srv.Serve(ln) }()
-	return func() {
-		h.Close()
-		tr.CloseIdleConnections()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			srv.Close()
-		}
+	go func() { _ = k.srv.Serve(k.ln) }()
+}
+
+// close ends the MCP sessions (destroying their sandboxes) and the
+// in-memory listener.
+func (k *toolKit) close() error {
+	k.mcp.Close()
+	k.tr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := k.srv.Shutdown(ctx); err != nil {
+		return k.srv.Close()
 	}
+	return nil
 }
 
 // sessionSandboxTimeout is the life of an MCP session's sandbox: the

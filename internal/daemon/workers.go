@@ -69,14 +69,14 @@ func workerSettings(cfg *config.Config, dataDir, node string, i, n int) ([]worke
 		{"AGENTBOX_DATA_DIR", filepath.Join(dataDir, "workers", strconv.Itoa(i))},
 		{"NODE_ID", node + suffix},
 	}
-	if bridge := cfg.NetworkBridge; bridge != "" {
+	if bridge := string(cfg.NetworkBridge); bridge != "" {
 		if len(bridge)+len(suffix) > 15 {
 			bridge = bridge[:15-len(suffix)]
 		}
 		out = append(out, workerSetting{"NETWORK_BRIDGE", bridge + suffix})
 	}
-	if cfg.NetworkSubnet.IsValid() {
-		subnet, err := splitSubnet(cfg.NetworkSubnet, i, n)
+	if cfg.NetworkSubnet.Prefix().IsValid() {
+		subnet, err := splitSubnet(cfg.NetworkSubnet.Prefix(), i, n)
 		if err != nil {
 			return nil, err
 		}
@@ -114,10 +114,10 @@ func checkWorkers(cfg *config.Config) error {
 	if cfg.NodeAddress != "" {
 		return fmt.Errorf("WORKERS=%d: NODE_ADDRESS names one daemon; each worker announces its own listener on HOST", cfg.Workers)
 	}
-	if !cfg.NetworkSubnet.IsValid() {
+	if !cfg.NetworkSubnet.Prefix().IsValid() {
 		return nil
 	}
-	_, err := splitSubnet(cfg.NetworkSubnet, cfg.Workers-1, cfg.Workers)
+	_, err := splitSubnet(cfg.NetworkSubnet.Prefix(), cfg.Workers-1, cfg.Workers)
 	return err
 }
 
@@ -324,7 +324,7 @@ func workerListeners(ctx context.Context, cfg *config.Config) (public, own net.L
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("listen on the workers' shared port: %w", err)
 	}
-	own, err = net.Listen("tcp", net.JoinHostPort(cfg.Host, "0"))
+	own, err = net.Listen("tcp", net.JoinHostPort(string(cfg.Host), "0"))
 	if err != nil {
 		public.Close()
 		return nil, nil, "", fmt.Errorf("listen on the worker's own port: %w", err)

@@ -76,7 +76,7 @@ func New(cfg Config, sandboxes Sandboxes, adm *admission.Tracker) *Service {
 		cfg.DefaultExecTimeout = 60 * time.Second
 	}
 	if cfg.MaxExecOutput == 0 {
-		cfg.MaxExecOutput = 16 << 20
+		cfg.MaxExecOutput = defaults.MaxExecOutputBytes
 	}
 	if adm == nil {
 		adm = admission.New(0, 0)

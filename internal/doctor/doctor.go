@@ -88,12 +88,12 @@ type Options struct {
 // this machine.
 func FromConfig(cfg *config.Config) Options {
 	return Options{
-		DataDir: cfg.DataDir, TemplateDir: cfg.TemplateDir, AgentPath: cfg.AgentPath,
-		DiskReserve: cfg.DiskReserve, DefaultDisk: cfg.Resources.DiskBytes,
+		DataDir: cfg.DataDir, TemplateDir: string(cfg.TemplateDir), AgentPath: cfg.AgentPath,
+		DiskReserve: int64(cfg.DiskReserve), DefaultDisk: cfg.Resources.DiskBytes,
 		IDBase: cfg.IDBase, IDRanges: cfg.IDRanges,
 		FavorDynmods:  cfg.CgroupFavorDynmods,
 		Network:       cfg.Network,
-		DockerEnabled: cfg.DockerEnabled, DockerHost: cfg.DockerHost,
+		DockerEnabled: cfg.DockerEnabled, DockerHost: string(cfg.DockerHost),
 		KubeEnabled: cfg.Kube.Enabled, Kubeconfig: cfg.Kube.Kubeconfig,
 	}
 }

@@ -64,9 +64,9 @@ type buildEvent struct {
 func (s *Server) RegisterBuilds(cfg BuildConfig) {
 	const pattern = "POST /v1/templates/builds"
 	s.patterns = append(s.patterns, pattern)
-	s.AllowBody("multipart/form-data", func(r *http.Request) bool {
+	s.bodyRules = append(s.bodyRules, BodyRule{MediaType: "multipart/form-data", Match: func(r *http.Request) bool {
 		return r.Method == http.MethodPost && r.URL.Path == "/v1/templates/builds"
-	})
+	}})
 	s.mux.Handle(pattern, s.instrument(pattern, s.authenticated(func(w http.ResponseWriter, r *http.Request) error {
 		return s.buildTemplate(w, r, cfg)
 	})))

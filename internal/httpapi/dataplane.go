@@ -12,18 +12,13 @@ import (
 // with error bodies of their own.
 func StatusOf(c sandbox.Class) int { return statusOf(c) }
 
-// SandboxPortHandler serves a request addressed to port of sandbox id by
-// a protocol front-end (E2B's data plane: its agent and code-interpreter
-// ports). It reports false, having written nothing, for ports it does not
-// serve: those go to the preview proxy.
-type SandboxPortHandler func(w http.ResponseWriter, r *http.Request, id sandbox.ID, port int) bool
+// sandboxPortHandler serves a request addressed to port of sandbox id (a
+// PortDoor's ServePort). It reports false, having written nothing, for
+// ports it does not serve: those go to the preview proxy.
+type sandboxPortHandler func(w http.ResponseWriter, r *http.Request, id sandbox.ID, port int) bool
 
-// SetSandboxPorts installs h for requests that name a sandbox port by the
-// E2b-Sandbox-Id / E2b-Sandbox-Port headers or by a <port>-<id> preview
-// host name.
-func (s *Server) SetSandboxPorts(h SandboxPortHandler) { s.sandboxPorts = h }
-
-// Header names E2B's SDKs address a sandbox port with.
+// Header names a request addresses a sandbox port with: E2B's, which its
+// SDKs and agentbox's own agent client (agentbox run) send.
 const (
 	headerSandboxID   = "E2b-Sandbox-Id"
 	headerSandboxPort = "E2b-Sandbox-Port"
@@ -42,7 +37,7 @@ const (
 func (s *Server) withSandboxHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw := r.Header.Get(headerSandboxID)
-		if raw == "" || s.sandboxPorts == nil {
+		if raw == "" || len(s.sandboxPorts) == 0 {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -64,7 +59,7 @@ func (s *Server) withSandboxHeaders(next http.Handler) http.Handler {
 			}
 			port = n
 		}
-		if s.sandboxPorts(w, r, id, port) {
+		if s.serveSandboxPort(w, r, id, port) {
 			return
 		}
 		s.servePreview(w, r, id, port, r.URL.Path, false)

@@ -348,7 +348,7 @@ func (s *Server) novncAsset(w http.ResponseWriter, r *http.Request) {
 	}
 	dir := s.cfg.NoVNCDir
 	if dir == "" {
-		dir = DefaultNoVNCDir
+		dir = string(defaults.NoVNCDir)
 	}
 	f, err := os.Open(filepath.Join(dir, filepath.FromSlash(p)))
 	if err != nil {
@@ -373,6 +373,3 @@ func (s *Server) novncAsset(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	http.ServeContent(w, r, "", st.ModTime(), f)
 }
-
-// DefaultNoVNCDir is where Debian's novnc package puts noVNC.
-const DefaultNoVNCDir = "/usr/share/novnc"

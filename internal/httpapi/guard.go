@@ -12,9 +12,9 @@ import (
 )
 
 // The browser guard: one set of rules in front of every route family on
-// the daemon's port (the native /v1 API, /metrics, the agentscope manager
-// routes and /proxy/...), so a web page the operator happens to visit can
-// never drive the daemon:
+// the daemon's port (the native /v1 API, /metrics, and every door's
+// routes), so a web page the operator happens to visit can never drive the
+// daemon:
 //
 //   - Host: without API keys only loopback host names are served (a page
 //     that rebinds its own DNS name to 127.0.0.1 still sends its name);
@@ -27,18 +27,6 @@ import (
 //
 // Host-form previews (<port>-<id>.<PREVIEW_DOMAIN>) never reach the guard:
 // they are answered by the preview proxy before, with its own credentials.
-
-// AllowBody lets a route take a POST body of another media type than JSON
-// (a multipart upload): match selects the requests, mediaType is the one
-// type accepted for them. The Origin and Host rules still apply.
-func (s *Server) AllowBody(mediaType string, match func(r *http.Request) bool) {
-	s.bodyRules = append(s.bodyRules, bodyRule{mediaType: mediaType, match: match})
-}
-
-type bodyRule struct {
-	mediaType string
-	match     func(r *http.Request) bool
-}
 
 // withBrowserGuard applies the Host, Origin and Content-Type rules.
 func (s *Server) withBrowserGuard(next http.Handler) http.Handler {
@@ -95,8 +83,8 @@ func (s *Server) checkContentType(r *http.Request) error {
 	}
 	want := "application/json"
 	for _, rule := range s.bodyRules {
-		if rule.match(r) {
-			want = rule.mediaType
+		if rule.Match(r) {
+			want = rule.MediaType
 			break
 		}
 	}
@@ -112,38 +100,28 @@ func (s *Server) checkContentType(r *http.Request) error {
 }
 
 // refuse answers a guard refusal in the shape of the route family: the
-// native error object for the native routes, E2B's {code, message} for
-// the E2B ones, FastAPI's {"detail"} for the agentscope ones.
+// native error object for the server's own routes, the shape of the door
+// that owns the request otherwise (Door.Owns).
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
-	if nativePath(r.URL.Path) {
-		writeError(w, r, err)
-		return
-	}
-	logger(r).Debug("request refused", "err", err)
-	msg := err.Error()
-	if se := (*sandbox.Error)(nil); errors.As(err, &se) {
-		msg = se.Msg
-	}
-	status := statusOf(sandbox.ClassOf(err))
-	if e2bPath(r.URL.Path) {
-		// E2B's SDKs read {code, message}.
-		writeJSON(w, status, map[string]any{"code": status, "message": msg})
-		return
-	}
-	writeJSON(w, status, map[string]string{"detail": msg})
-}
-
-// e2bPath reports whether p is an E2B control-plane route
-// (internal/compat/e2b).
-func e2bPath(p string) bool {
-	for _, prefix := range []string{"/sandboxes", "/v2/sandboxes", "/v2/templates/", "/v3/templates", "/templates"} {
-		if p == prefix || strings.HasPrefix(p, prefix+"/") || (strings.HasSuffix(prefix, "/") && strings.HasPrefix(p, prefix)) {
-			return true
+	if !nativePath(r.URL.Path) {
+		for _, d := range s.doors {
+			if !d.Owns(r) {
+				continue
+			}
+			logger(r).Debug("request refused", "err", err)
+			msg := err.Error()
+			if se := (*sandbox.Error)(nil); errors.As(err, &se) {
+				msg = se.Msg
+			}
+			d.WriteRefusal(w, r, statusOf(sandbox.ClassOf(err)), msg)
+			return
 		}
 	}
-	return false
+	writeError(w, r, err)
 }
 
+// nativePath reports whether p is one of the server's own routes, whose
+// refusals have the native error shape whatever the doors say.
 func nativePath(p string) bool {
 	return strings.HasPrefix(p, "/v1/") || p == "/mcp" || p == "/metrics" || p == "/healthz" || p == "/readyz"
 }

@@ -11,7 +11,8 @@ import (
 // NodeLister lists the daemons (replicas) sharing this server's state.
 type NodeLister func(ctx context.Context) ([]store.Node, error)
 
-// SetNodes gives GET /v1/nodes its source (the daemon's node registry).
+// SetNodes gives GET /v1/nodes its source, for a test of a server made
+// without one; the daemon passes its node registry as Config.Nodes.
 func (s *Server) SetNodes(list NodeLister) { s.nodes = list }
 
 func (s *Server) nodesRoutes(v1 func(string, func(http.ResponseWriter, *http.Request) error)) {

@@ -96,7 +96,7 @@ func (s *Server) withPreviewHosts(next http.Handler) http.Handler {
 			writeError(w, r, sandbox.Errorf(sandbox.ClassNotFound, "no preview at %q: preview host names are <port>-<sandbox id>.%s", r.Host, s.cfg.PreviewDomain))
 			return
 		}
-		if s.sandboxPorts != nil && s.sandboxPorts(w, r, id, port) {
+		if s.serveSandboxPort(w, r, id, port) {
 			return
 		}
 		s.servePreview(w, r, id, port, r.URL.Path, true)
@@ -176,12 +176,6 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, id sandbox
 	}
 	proxy.ServeHTTP(w, r)
 }
-
-// DefaultPreviewHeaderTimeout is PREVIEW_HEADER_TIMEOUT's default: a
-// sandbox's server gets a minute to start its answer (a development server
-// compiling a page on its first request), as behind nginx's default
-// proxy_read_timeout.
-const DefaultPreviewHeaderTimeout = time.Minute
 
 // previewRetryAfter is the back-off suggested to a caller over its
 // preview bound.

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/settings"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -31,7 +31,7 @@ func (s *size) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &str); err != nil {
 		return fmt.Errorf("want a number of bytes or a size string like \"512M\"")
 	}
-	v, err := config.ParseSize(str)
+	v, err := settings.ParseSize(str)
 	if err != nil {
 		return err
 	}

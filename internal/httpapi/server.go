@@ -25,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/manager"
+	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/template/autobuild"
 	"github.com/agentbox/agentbox/internal/version"
@@ -55,10 +56,10 @@ type Config struct {
 	// (PREVIEW_MAX_PER_USER; 0: no bound).
 	PreviewMaxPerUser int
 	// PreviewHeaderTimeout bounds the wait for the response headers of a
-	// sandbox's server (PREVIEW_HEADER_TIMEOUT; 0: DefaultPreviewHeaderTimeout).
+	// sandbox's server (PREVIEW_HEADER_TIMEOUT; 0: its default).
 	PreviewHeaderTimeout time.Duration
 	// NoVNCDir holds noVNC's client for the desktop page (default
-	// DefaultNoVNCDir).
+	// DESKTOP_NOVNC_DIR's).
 	NoVNCDir string
 
 	// Templates is the template store (nil: the template routes answer
@@ -74,12 +75,30 @@ type Config struct {
 	// store's tmp dir; default the system's).
 	ImportDir string
 	// AcquireTemplateOp waits for a turn among the server's concurrent
-	// template operations (default: NewTemplateGate(2)).
+	// template operations (default: NewTemplateGate(TEMPLATE_MAX_PULLS's default)).
 	AcquireTemplateOp func(ctx context.Context) (release func(), err error)
 
 	// DataPlane is the service every route that works inside a sandbox
 	// goes through (default: one over the manager).
 	DataPlane *dataplane.Service
+
+	// Nodes lists the replicas for GET /v1/nodes (nil: the route answers
+	// that there is no node registry).
+	Nodes NodeLister
+	// BuiltinTemplates reports the built-in templates' states (ready,
+	// building with progress, failed with why, not built) for GET
+	// /v1/templates (nil: none are reported).
+	BuiltinTemplates func() []autobuild.Status
+	// Bootstrap, Builds and Tools, when set, add the routes of template
+	// bootstraps, Dockerfile builds and the tool kit (MCP and function
+	// calling): see RegisterBootstrap, RegisterBuilds, RegisterTools.
+	Bootstrap *BootstrapConfig
+	Builds    *BuildConfig
+	Tools     *mcpserver.HTTP
+	// Doors are the protocol front ends sharing the server's port,
+	// mounted in this order (see Door): the first that owns a refused
+	// request words its refusal.
+	Doors []Door
 }
 
 // Server is the HTTP API.
@@ -92,17 +111,16 @@ type Server struct {
 	handler http.Handler
 	reqDur  *prometheus.HistogramVec
 	nodes   NodeLister // GET /v1/nodes (nodes.go)
+	doors   []Door     // the protocol front ends (door.go)
 
 	previewTransport *http.Transport
 	previews         previewGate // preview requests in flight per user (preview.go)
 	tickets          ptyTickets  // the console's terminal tickets (console.go)
 	started          time.Time
-	// bodyRules are POST routes whose body is not JSON (see AllowBody).
-	bodyRules []bodyRule
-	// sandboxPorts is a front-end's data plane (dataplane.go).
-	sandboxPorts SandboxPortHandler
-	// builtinTemplates reports the built-in templates' states (templates.go).
-	builtinTemplates func() []autobuild.Status
+	// bodyRules are POST routes whose body is not JSON (BodyRule).
+	bodyRules []BodyRule
+	// sandboxPorts are the doors' data planes (PortDoor, dataplane.go).
+	sandboxPorts []sandboxPortHandler
 	// patterns are the /v1 route patterns (every one), for checking them
 	// against the OpenAPI document (openapi_test.go).
 	patterns []string
@@ -117,7 +135,7 @@ func New(cfg Config, m *manager.Manager) *Server {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.MaxUploadBytes == 0 {
-		cfg.MaxUploadBytes = 1 << 30
+		cfg.MaxUploadBytes = defaults.MaxUploadBytes
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -129,15 +147,15 @@ func New(cfg Config, m *manager.Manager) *Server {
 		cfg.MaxImportBytes = cfg.MaxUploadBytes
 	}
 	if cfg.AcquireTemplateOp == nil {
-		cfg.AcquireTemplateOp = NewTemplateGate(2)
+		cfg.AcquireTemplateOp = NewTemplateGate(defaults.TemplateMaxPulls)
 	}
 	if cfg.DataPlane == nil {
 		cfg.DataPlane = dataplane.New(dataplane.Config{Logger: cfg.Logger}, m, m.Admission())
 	}
 	if cfg.PreviewHeaderTimeout <= 0 {
-		cfg.PreviewHeaderTimeout = DefaultPreviewHeaderTimeout
+		cfg.PreviewHeaderTimeout = defaults.PreviewHeaderTimeout
 	}
-	s := &Server{cfg: cfg, m: m, dp: cfg.DataPlane, log: cfg.Logger, mux: http.NewServeMux(), started: time.Now()}
+	s := &Server{cfg: cfg, m: m, dp: cfg.DataPlane, log: cfg.Logger, mux: http.NewServeMux(), started: time.Now(), nodes: cfg.Nodes}
 	s.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "agentbox_http_request_seconds", Help: "HTTP request latency by route and status class.",
 		Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30},
@@ -149,6 +167,16 @@ func New(cfg Config, m *manager.Manager) *Server {
 	s.previewTransport = s.newPreviewTransport()
 	s.previews = previewGate{max: cfg.PreviewMaxPerUser}
 	s.routes()
+	if cfg.Bootstrap != nil {
+		s.RegisterBootstrap(*cfg.Bootstrap)
+	}
+	if cfg.Builds != nil {
+		s.RegisterBuilds(*cfg.Builds)
+	}
+	if cfg.Tools != nil {
+		s.RegisterTools(cfg.Tools)
+	}
+	s.mountDoors(cfg.Doors)
 	s.cfg.PreviewDomain = strings.ToLower(s.cfg.PreviewDomain)
 	s.handler = s.withRequestContext(s.withPreviewHosts(s.withSandboxHeaders(s.withBrowserGuard(s.mux))))
 	return s
@@ -156,10 +184,6 @@ func New(cfg Config, m *manager.Manager) *Server {
 
 // Handler returns the root handler.
 func (s *Server) Handler() http.Handler { return s.handler }
-
-// Mux returns the route table, so protocol front-ends (agentscope, E2B) can
-// add their routes on the same port.
-func (s *Server) Mux() *http.ServeMux { return s.mux }
 
 func (s *Server) routes() {
 	v1 := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {

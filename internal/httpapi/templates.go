@@ -52,9 +52,9 @@ func (s *Server) templatesRoutes(v1 func(string, func(http.ResponseWriter, *http
 	v1("GET /v1/templates/{name}/export", s.exportTemplate)
 	v1("POST /v1/templates/pulls", s.pullTemplate)
 	v1("POST /v1/templates/imports", s.importTemplate)
-	s.AllowBody("application/x-tar", func(r *http.Request) bool {
+	s.bodyRules = append(s.bodyRules, BodyRule{MediaType: "application/x-tar", Match: func(r *http.Request) bool {
 		return r.Method == http.MethodPost && r.URL.Path == "/v1/templates/imports"
-	})
+	}})
 }
 
 // templates returns the store, or an error when the server has none.
@@ -178,16 +178,12 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	resp := map[string]any{"templates": out}
-	if s.builtinTemplates != nil {
-		resp["builtin"] = builtinJSON(s.builtinTemplates(), time.Now())
+	if s.cfg.BuiltinTemplates != nil {
+		resp["builtin"] = builtinJSON(s.cfg.BuiltinTemplates(), time.Now())
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return nil
 }
-
-// SetBuiltinTemplates gives the template list the built-in templates'
-// states (ready, building with progress, failed with why, not built).
-func (s *Server) SetBuiltinTemplates(f func() []autobuild.Status) { s.builtinTemplates = f }
 
 // builtinOut is a built-in template's state on the wire (GET
 // /v1/templates "builtin").

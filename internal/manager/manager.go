@@ -66,7 +66,7 @@ type Config struct {
 	// HeartbeatTimeout destroys session sandboxes idle for longer; 0 = never.
 	HeartbeatTimeout time.Duration
 	// ServiceStartTimeout bounds the wait for a template's service to be
-	// ready at create (0: 120s).
+	// ready at create (0: SERVICE_START_TIMEOUT's default).
 	ServiceStartTimeout time.Duration
 
 	// MaxInstances caps live sandboxes (pooled ones included); 0 = no cap.
@@ -103,6 +103,12 @@ type Config struct {
 	// (pooled ones not counted); 0: no cap. Unlike MaxInstances it is this
 	// replica's own room, whatever the others run.
 	NodeMaxSandboxes int
+	// Nodes lists the live replicas, so the manager can tell a live
+	// replica's sandbox from a lost one (nil: a lone daemon).
+	Nodes NodeLister
+	// PeerDestroy lets ReleaseSession destroy a session's sandboxes other
+	// replicas run (nil: none are reached).
+	PeerDestroy PeerDestroy
 
 	Logger  *slog.Logger
 	Metrics *Metrics
@@ -165,13 +171,13 @@ func New(cfg Config, b backend.Backend, s store.Store) *Manager {
 		cfg.Metrics = NewMetrics(nil)
 	}
 	if cfg.DefaultTimeout == 0 {
-		cfg.DefaultTimeout = 5 * time.Minute
+		cfg.DefaultTimeout = defaults.DefaultTimeout
 	}
 	if cfg.MaxTimeout == 0 {
-		cfg.MaxTimeout = 24 * time.Hour
+		cfg.MaxTimeout = defaults.MaxTimeout
 	}
 	if cfg.DefaultNetworkMode == "" {
-		cfg.DefaultNetworkMode = sandbox.NetworkNone
+		cfg.DefaultNetworkMode = sandbox.NetworkMode(defaults.DefaultNetworkMode)
 	}
 	if cfg.Templates == nil {
 		cfg.Templates = map[string]string{"base": "host"}
@@ -181,6 +187,7 @@ func New(cfg Config, b backend.Backend, s store.Store) *Manager {
 	}
 	m := &Manager{
 		cfg: cfg, backend: b, store: s, log: cfg.Logger.With("component", "manager"), metrics: cfg.Metrics,
+		nodes: cfg.Nodes, peerDestroy: cfg.PeerDestroy,
 		entries: map[sandbox.ID]*entry{}, pools: map[string]*pool.Pool{},
 		admission: admission.New(cfg.MaxRequestsPerUser, cfg.RequestMemory),
 	}

@@ -17,8 +17,8 @@ import (
 // NodeLister returns the live nodes of the registry.
 type NodeLister func(ctx context.Context) ([]store.Node, error)
 
-// SetNodes gives the manager the node registry, so it can tell a live
-// replica's sandbox from a lost one. Call it before serving.
+// SetNodes gives the manager the node registry (Config.Nodes), for a test
+// of a manager made without one. Call it before serving.
 func (m *Manager) SetNodes(list NodeLister) { m.nodes = list }
 
 // liveNodes returns the ids of the live nodes (nil when unknown).

@@ -8,8 +8,6 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-const defaultServiceStartTimeout = 120 * time.Second
-
 // serviceFor resolves what a sandbox of template runs after boot
 // (sandbox.ServiceOf); NoService turns it off.
 func serviceFor(t sandbox.Template, req CreateRequest) (*sandbox.Service, error) {
@@ -29,7 +27,7 @@ func serviceFor(t sandbox.Template, req CreateRequest) (*sandbox.Service, error)
 func (m *Manager) waitService(ctx context.Context, id sandbox.ID, info sandbox.Info, token string) error {
 	timeout := m.cfg.ServiceStartTimeout
 	if timeout <= 0 {
-		timeout = defaultServiceStartTimeout
+		timeout = defaults.ServiceStartTimeout
 	}
 	start := time.Now()
 	c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address, Pid: info.Agent.Pid}, token)

@@ -296,8 +296,8 @@ func (m *Manager) SessionKeys(owner string) []string {
 // (cluster.Forwarder.DestroyBy). A not-found error means it is gone.
 type PeerDestroy func(ctx context.Context, id sandbox.ID) error
 
-// SetPeerDestroy lets ReleaseSession destroy a session's sandboxes other
-// replicas run. Call it before serving.
+// SetPeerDestroy sets Config.PeerDestroy, for a test of a manager made
+// without it. Call it before serving.
 func (m *Manager) SetPeerDestroy(fn PeerDestroy) { m.peerDestroy = fn }
 
 // sessionRecords lists owner's sandboxes bound to key, oldest first (see

@@ -4,8 +4,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/settings"
 )
 
 // Labels a template states its own default resources with: a browser
@@ -24,7 +24,7 @@ const (
 func templateDefaults(t sandbox.Template, def, max sandbox.Resources) sandbox.Resources {
 	labels := t.Config.Labels
 	if v := strings.TrimSpace(labels[LabelMemory]); v != "" {
-		if n, err := config.ParseSize(v); err == nil && n > 0 {
+		if n, err := settings.ParseSize(v); err == nil && n > 0 {
 			def.MemoryBytes = clamp(n, max.MemoryBytes)
 		}
 	}

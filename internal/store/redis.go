@@ -20,19 +20,17 @@ type RedisConfig struct {
 	DB       int
 	Username string
 	Password string
-	// KeyPrefix starts every key of records and nodes (default "agentbox"),
+	// KeyPrefix starts every key of records and nodes (default
+	// REDIS_KEY_PREFIX's),
 	// so several deployments can share one Redis database.
 	KeyPrefix string
 	// PoolKey starts the keys of warm-pool membership, one set per pool
 	// (agentscope's REDIS_CONTAINER_POOL_KEY).
 	PoolKey string
-	// Timeout bounds dialing and each command (default 2s): with Redis
+	// Timeout bounds dialing and each command (default REDIS_TIMEOUT's): with Redis
 	// down, requests that need state fail within it instead of hanging.
 	Timeout time.Duration
 }
-
-// DefaultPoolKey is agentscope's default REDIS_CONTAINER_POOL_KEY.
-const DefaultPoolKey = "_runtime_sandbox_container_container_pool"
 
 // Redis is a Store shared by several daemons. Besides the records it keeps
 // index sets (all sandboxes, each owner's, each pool's members), updated in
@@ -62,13 +60,13 @@ const maxTxAttempts = 200
 // OpenRedis connects and checks the server answers.
 func OpenRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 	if cfg.KeyPrefix == "" {
-		cfg.KeyPrefix = "agentbox"
+		cfg.KeyPrefix = string(redisDefaults.KeyPrefix)
 	}
 	if cfg.PoolKey == "" {
-		cfg.PoolKey = DefaultPoolKey
+		cfg.PoolKey = string(redisDefaults.PoolKey)
 	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = 2 * time.Second
+		cfg.Timeout = redisDefaults.Timeout
 	}
 	c := redis.NewClient(&redis.Options{
 		Addr: cfg.Addr, DB: cfg.DB, Username: cfg.Username, Password: cfg.Password,

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/dataplane"
+	"github.com/agentbox/agentbox/internal/httpapi"
+	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/store"
 )
 
@@ -60,19 +62,19 @@ func (c *Config) setDefaults() {
 		c.Docs = store.NewMemory()
 	}
 	if len(c.DefaultTypes) == 0 {
-		c.DefaultTypes = []string{"base"}
+		c.DefaultTypes = manager.DefaultSettings().DefaultTypes
 	}
 	if c.SandboxTimeout <= 0 {
-		c.SandboxTimeout = 24 * time.Hour
+		c.SandboxTimeout = manager.DefaultSettings().MaxTimeout
 	}
 	if c.ToolTimeout <= 0 {
 		c.ToolTimeout = 10 * time.Minute
 	}
 	if c.MaxOutput <= 0 {
-		c.MaxOutput = 16 << 20
+		c.MaxOutput = dataplane.DefaultSettings().MaxExecOutputBytes
 	}
 	if c.MaxUploadBytes <= 0 {
-		c.MaxUploadBytes = 1 << 30
+		c.MaxUploadBytes = httpapi.DefaultSettings().MaxUploadBytes
 	}
 	if c.Version == "" {
 		c.Version = "dev"

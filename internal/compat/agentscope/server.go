@@ -16,8 +16,9 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 )
 
-// Server is the agentscope front-end. Create it with New, add its routes
-// with Register, and Close it at shutdown.
+// Server is the agentscope front-end, a door of the shared server
+// (httpapi.Door): create it with New, mount it with httpapi.Config.Doors
+// (which registers its routes and closes it at shutdown).
 type Server struct {
 	cfg Config
 	m   *manager.Manager
@@ -61,12 +62,9 @@ func New(cfg Config, m *manager.Manager) *Server {
 	return s
 }
 
-// SetPeers gives the front-end the other replicas (before it serves).
-func (s *Server) SetPeers(p Peers) { s.cfg.Peers = p }
-
 // Close stops the MCP servers this front-end started. Sandboxes are left
 // to the manager.
-func (s *Server) Close() {
+func (s *Server) Close() error {
 	s.cancel()
 	<-s.pruned
 	s.procMu.Lock()
@@ -77,6 +75,7 @@ func (s *Server) Close() {
 		g.close()
 	}
 	s.browsers.stopAll()
+	return nil
 }
 
 // Register adds the agentscope routes to mux (the native API's, so both

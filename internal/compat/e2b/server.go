@@ -76,7 +76,7 @@ func New(cfg Config, m *manager.Manager) *Server {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.MaxUploadBytes == 0 {
-		cfg.MaxUploadBytes = 1 << 30
+		cfg.MaxUploadBytes = httpapi.DefaultSettings().MaxUploadBytes
 	}
 	if cfg.DataPlane == nil {
 		cfg.DataPlane = dataplane.New(dataplane.Config{Logger: cfg.Logger}, m, m.Admission())

@@ -57,11 +57,8 @@ func newTestServerWith(t *testing.T, cfg Config) *httptest.Server {
 	}
 	t.Cleanup(func() { m.Shutdown(context.Background(), true) })
 	keys := map[string]string{keyAlice: "alice", keyBob: "bob"}
-	api := httpapi.New(httpapi.Config{APIKeys: keys, PreviewDomain: "localhost"}, m)
 	cfg.APIKeys = keys
-	e := New(cfg, m)
-	e.Register(api.Mux())
-	api.SetSandboxPorts(e.ServePort)
+	api := httpapi.New(httpapi.Config{APIKeys: keys, PreviewDomain: "localhost", Doors: []httpapi.Door{New(cfg, m)}}, m)
 	hs := httptest.NewServer(api.Handler())
 	t.Cleanup(hs.Close)
 	return hs

@@ -1,0 +1,41 @@
+package e2b
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/agentbox/agentbox/internal/httpapi"
+)
+
+// The front end is a door of the shared server (httpapi.PortDoor): its
+// control-plane routes, its data plane for the sandbox ports of its
+// protocol, its error shape for requests the browser guard refuses.
+var _ httpapi.PortDoor = (*Server)(nil)
+
+// controlPrefixes are the path trees of E2B's control plane.
+var controlPrefixes = []string{"/sandboxes", "/v2/sandboxes", "/v2/templates/", "/v3/templates", "/templates"}
+
+// Owns reports whether r is for E2B's control plane, whose refusals the
+// SDKs read in E2B's shape.
+func (s *Server) Owns(r *http.Request) bool {
+	p := r.URL.Path
+	for _, prefix := range controlPrefixes {
+		if p == prefix || strings.HasPrefix(p, prefix+"/") || (strings.HasSuffix(prefix, "/") && strings.HasPrefix(p, prefix)) {
+			return true
+		}
+	}
+	return false
+}
+
+// WriteRefusal answers a refused request as E2B does: {code, message}.
+func (s *Server) WriteRefusal(w http.ResponseWriter, _ *http.Request, status int, msg string) {
+	writeJSON(w, status, errorBody{Code: status, Message: msg})
+}
+
+// Bodies: the signed /files upload of the SDKs' upload URLs is multipart.
+func (s *Server) Bodies() []httpapi.BodyRule {
+	return []httpapi.BodyRule{{MediaType: "multipart/form-data", Match: IsSignedUpload}}
+}
+
+// Close does nothing: the front end holds nothing beyond its requests.
+func (s *Server) Close() error { return nil }

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,5 +121,82 @@ func TestRecoverHalfDoneSharedWrites(t *testing.T) {
 	infos, err := b.Recover(ctx)
 	if err != nil || len(infos) != 0 {
 		t.Fatalf("backend still runs %d sandboxes (%v)", len(infos), err)
+	}
+}
+
+// raceStore is a shared store that, the first time a pooled sandbox's
+// record is stored, runs take before Put returns: a taker on another
+// connection picking the sandbox the moment it is in the store's pool,
+// while the fill that made it has not returned yet.
+type raceStore struct {
+	*store.Redis
+	once sync.Once
+	take func()
+}
+
+func (s *raceStore) Put(ctx context.Context, r *store.Record) error {
+	if err := s.Redis.Put(ctx, r); err != nil {
+		return err
+	}
+	if r.Pool != "" && s.take != nil {
+		s.once.Do(s.take)
+	}
+	return nil
+}
+
+// A shared store's pool hands a sandbox out as soon as its record is
+// stored. The taker gets a whole, usable sandbox, and the fill that is
+// still returning neither takes it back into the pool nor breaks it.
+func TestPoolTakeRacingTheFill(t *testing.T) {
+	srv := testutil.StartRedis(t)
+	ctx := context.Background()
+	rs, err := store.OpenRedis(ctx, store.RedisConfig{Addr: srv.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() }) // after the manager's shutdown
+	rst := &raceStore{Redis: rs}
+	b := fake.New(testutil.AgentBinary(t), t.TempDir())
+	t.Cleanup(func() { b.Close() })
+	m := New(Config{NodeID: "me", PoolTypes: []string{"base"}, PoolSize: 1}, b, rst)
+	var (
+		taken   *store.Record
+		takeErr error
+		took    = make(chan struct{})
+	)
+	rst.take = func() {
+		defer close(took)
+		taken, takeErr = m.Create(ctx, "alice", CreateRequest{})
+	}
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Shutdown(context.Background(), true) })
+	select {
+	case <-took:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no pool fill in 30 s")
+	}
+	if takeErr != nil {
+		t.Fatal(takeErr)
+	}
+	if !taken.FromPool {
+		t.Fatalf("the take did not get the pooled sandbox: %+v", taken)
+	}
+	// The pool refills with another sandbox; the taken one stays alice's.
+	waitFor(t, 30*time.Second, "pool refill", func() bool { return m.Load().Pooled == 1 })
+	got, err := m.Get(ctx, "alice", taken.ID)
+	if err != nil {
+		t.Fatalf("alice's sandbox after the fill returned: %v", err)
+	}
+	if got.Pool != "" || got.Owner != "alice" {
+		t.Fatalf("alice's sandbox went back to the pool: %+v", got)
+	}
+	if l := m.Load(); l.Sandboxes != 2 {
+		t.Fatalf("%d sandboxes, want alice's and the refill", l.Sandboxes)
+	}
+	stored, err := rs.Get(ctx, taken.ID)
+	if err != nil || stored.Owner != "alice" || stored.Pool != "" {
+		t.Fatalf("alice's record in the store: %+v %v", stored, err)
 	}
 }

@@ -399,25 +399,42 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 	if d := info.Spec.Resources.DiskBytes; d > 0 {
 		rec.Resources.DiskBytes = d // the backend may round the size up
 	}
+	complete := func() {
+		m.mu.Lock()
+		e := m.entries[id]
+		e.rec, e.agent, e.creating, e.lastActive = rec, info.Agent, false, time.Now()
+		if poolKey == "" {
+			m.armTimerLocked(id, e)
+			msg := "created"
+			if cp != nil {
+				msg = "handed over from the warm pool"
+			}
+			e.logs.add("info", msg, map[string]any{"template": template.Ref})
+		} else {
+			e.logs.add("info", "created for the warm pool", map[string]any{"template": template.Ref})
+		}
+		m.mu.Unlock()
+	}
+	if poolKey != "" {
+		// A shared store's pool hands the sandbox out as soon as its record
+		// is stored, before this fill returns: the entry must be whole by
+		// then, or the taker personalises a placeholder that this fill then
+		// overwrites with the pooled record. No user sees a pooled entry.
+		complete()
+	}
 	if err := m.store.Put(context.WithoutCancel(ctx), rec); err != nil {
 		_ = m.backend.Destroy(context.WithoutCancel(ctx), id)
+		m.mu.Lock()
+		if e := m.entries[id]; e != nil {
+			e.creating = true // not stored, so nobody took it: unreserve drops it
+		}
+		m.mu.Unlock()
 		m.unreserveShared(ctx, id)
 		return nil, err
 	}
-	m.mu.Lock()
-	e := m.entries[id]
-	e.rec, e.agent, e.creating, e.lastActive = rec, info.Agent, false, time.Now()
 	if poolKey == "" {
-		m.armTimerLocked(id, e)
-		msg := "created"
-		if cp != nil {
-			msg = "handed over from the warm pool"
-		}
-		e.logs.add("info", msg, map[string]any{"template": template.Ref})
-	} else {
-		e.logs.add("info", "created for the warm pool", map[string]any{"template": template.Ref})
+		complete()
 	}
-	m.mu.Unlock()
 	m.metrics.setLive(m.countLive())
 	return rec.Clone(), nil
 }

@@ -296,10 +296,23 @@ func (m *Manager) poolFill(ref string) pool.FillFunc {
 		if err != nil {
 			return "", err
 		}
+		if !m.stillPooled(rec.ID, ref) {
+			// A shared store's pool handed it out before the fill returned.
+			m.metrics.phase("pool_fill", time.Since(start))
+			return "", nil
+		}
 		m.warmPooled(ctx, rec.ID)
 		m.metrics.phase("pool_fill", time.Since(start))
 		return rec.ID, nil
 	}
+}
+
+// stillPooled reports whether sandbox id waits in pool ref.
+func (m *Manager) stillPooled(id sandbox.ID, ref string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[id]
+	return ok && !e.destroying && e.rec.Pool == ref
 }
 
 // warmPooled readies a sandbox a pool fill made for the command its taker

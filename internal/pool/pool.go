@@ -11,7 +11,10 @@ import (
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
-// FillFunc creates one ready sandbox for the pool and returns its ID.
+// FillFunc creates one ready sandbox for the pool and returns its ID, or
+// an empty ID and no error when the sandbox it made was handed out before
+// the fill returned (a shared store's pool can hand it out as soon as it is
+// recorded): a fill all the same, with nothing left to add.
 type FillFunc func(ctx context.Context) (sandbox.ID, error)
 
 // Pool holds up to Size ready sandboxes of one kind (a template) and
@@ -203,7 +206,9 @@ func (p *Pool) loop(ctx context.Context) {
 			p.mu.Lock()
 			p.filling--
 			if err == nil {
-				p.ready = append(p.ready, id)
+				if id != "" {
+					p.ready = append(p.ready, id)
+				}
 				p.fills++
 				p.fillTime += took
 				p.lastFill = took

@@ -104,6 +104,31 @@ func (b *Backend) cgroupPaths(bx *box) map[string]string {
 	return paths
 }
 
+// reclaimBeforeRemove empties a dead sandbox's memory cgroup of the page
+// cache still charged to it (files its processes read: the template's
+// binaries and libraries, its disk). The kernel does not move those pages
+// to the parent when the cgroup is removed: they keep the removed cgroup
+// alive ("dying", counted in /proc/cgroups and cgroup.stat) until memory
+// pressure reclaims them, and every destroyed sandbox left some behind —
+// hundreds after a soak, each one more for the kernel to walk on every
+// charge and reclaim. Best effort: what cannot be reclaimed stays, and the
+// cgroup dies later as before.
+func (b *Backend) reclaimBeforeRemove(bx *box) {
+	p := b.cgroupPaths(bx)
+	if isCgroup2() {
+		dir := p[""]
+		if usage := cgroupfs.ReadInt(filepath.Join(dir, "memory.current")); usage > 0 {
+			_ = os.WriteFile(filepath.Join(dir, "memory.reclaim"), []byte(strconv.FormatInt(usage, 10)), 0)
+		}
+		return
+	}
+	if mem := p["memory"]; mem != "" {
+		// With no task left, force_empty reclaims every page it can and
+		// returns; it is refused (EBUSY) while a task remains.
+		_ = os.WriteFile(filepath.Join(mem, "memory.force_empty"), []byte("0"), 0)
+	}
+}
+
 // oomKills returns how many processes the OOM killer killed in the sandbox.
 func (b *Backend) oomKills(bx *box) int64 {
 	p := b.cgroupPaths(bx)

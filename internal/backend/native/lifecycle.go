@@ -99,6 +99,8 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 			}
 		}
 		bx.phases.mark("SIGKILL init, wait for its exit")
+		b.reclaimBeforeRemove(bx)
+		bx.phases.mark("reclaim the cgroup's page cache")
 		// Destroy kills whatever is left in the cgroup and removes it, and the
 		// container's state directory.
 		if err := c.Destroy(); err != nil {

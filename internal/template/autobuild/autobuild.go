@@ -397,7 +397,9 @@ func (r *Runner) saveTiming(name string, took time.Duration) {
 	t[name] = took
 	ms := make(map[string]int64, len(t))
 	for k, v := range t {
-		ms[k] = v.Milliseconds()
+		// At least 1: a stored 0 reads as "never timed" (a build of
+		// stored layers can take under a millisecond).
+		ms[k] = max(v.Milliseconds(), 1)
 	}
 	b, _ := json.Marshal(ms)
 	tmp := filepath.Join(r.cfg.Dir, timingsName+".tmp")

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/xml"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -83,5 +85,30 @@ func TestReport(t *testing.T) {
 	rc.res.Report(&b)
 	if !strings.Contains(b.String(), "quota_exceeded") || !strings.Contains(b.String(), "expected (quota/capacity)") {
 		t.Errorf("report:\n%s", b.String())
+	}
+}
+
+// The kernel counters read this host's real files: a controller is
+// counted (the memory controller on v1, the unified hierarchy on v2), the
+// caches are non-empty, and the data dir's bytes are counted.
+func TestTakeKernel(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "agentbox.db"), make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k := TakeKernel(dir)
+	if _, v1 := k.Dying["memory"]; !v1 {
+		if _, v2 := k.Dying["unified"]; !v2 {
+			t.Fatalf("neither the memory controller nor the unified hierarchy counted: %+v", k)
+		}
+	}
+	if k.DataDirBytes != 4096 || k.StateBytes != 4096 {
+		t.Errorf("data dir %d bytes, state %d bytes; want 4096 each", k.DataDirBytes, k.StateBytes)
+	}
+	if k.Dentries <= 0 || k.SlabKiB <= 0 {
+		t.Errorf("dentries %d, slab %d KiB", k.Dentries, k.SlabKiB)
+	}
+	if s := k.String(); !strings.Contains(s, "dying cgroups [") {
+		t.Errorf("String() = %q", s)
 	}
 }

@@ -43,6 +43,11 @@ func TestSoak(t *testing.T) {
 	d, tg := loadDaemon(t, "10.82.0.0/16", "AUTO_CLEANUP=false", fmt.Sprintf("MAX_SANDBOXES_PER_USER=%d", clients))
 	before := waitPool(t, tg, 2)
 	t.Logf("baseline: %s", before)
+	// What the kernel holds, at the start and after every segment: what a
+	// long run can grow outside the daemon (issue 40's slowdown was dying
+	// memory cgroups).
+	kernel := []loadtest.Kernel{loadtest.TakeKernel(tg.DataDir)}
+	t.Logf("kernel at start: %s", kernel[0])
 
 	var mu sync.Mutex
 	target := tg
@@ -75,6 +80,7 @@ func TestSoak(t *testing.T) {
 			t.Fatal(err)
 		}
 		segments = append(segments, res)
+		kernel = append(kernel, loadtest.TakeKernel(d.dataDir))
 		total.Elapsed += res.Elapsed
 		for k, v := range res.Errors {
 			total.Errors[k] += v
@@ -131,10 +137,40 @@ func TestSoak(t *testing.T) {
 	for _, l := range leaks {
 		report += "leak: " + l + "\n"
 	}
+	report += "kernel at start: " + kernel[0].String() + "\n"
+	report += "\n| segment | operations | ops/s | change | create p50 | change | create p99 | dying cgroups | dentries | slab MiB | loops | conntrack | data dir MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+	rate := func(r *loadtest.Result) float64 {
+		o, _ := r.Total()
+		return float64(o) / max(r.Elapsed.Seconds(), 1e-9)
+	}
+	change := func(first, now float64) string {
+		if first == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%+.0f%%", 100*(now-first)/first)
+	}
 	for i, r := range segments {
-		o, e := r.Total()
-		report += fmt.Sprintf("segment %d: %d operations in %s, %d errors; create p50 %s p99 %s\n", i, o, r.Elapsed.Round(time.Second), e,
-			opPct(r, "create", 50), opPct(r, "create", 99))
+		o, _ := r.Total()
+		k := kernel[i+1]
+		report += fmt.Sprintf("| %d | %d | %.1f | %s | %s | %s | %s | %d | %d | %.0f | %d | %d | %.0f |\n", i, o, rate(r),
+			change(rate(segments[0]), rate(r)), opPct(r, "create", 50),
+			change(float64(opPct(segments[0], "create", 50)), float64(opPct(r, "create", 50))),
+			opPct(r, "create", 99), k.DyingTotal(), k.Dentries, float64(k.SlabKiB)/1024, k.Loops, k.Conntrack, float64(k.DataDirBytes)/(1<<20))
+	}
+	report += "kernel at end: " + kernel[len(kernel)-1].String() + "\n"
+	// The service must end as fast as it began: a fall of throughput or a
+	// rise of create p50 by more than 10% from the first segment to the
+	// last fails the soak (issue 40).
+	var slower []string
+	if n := len(segments); n >= 2 {
+		first, last := segments[0], segments[n-1]
+		if rate(last) < 0.9*rate(first) {
+			slower = append(slower, fmt.Sprintf("throughput fell from %.1f to %.1f operations/s (%s)", rate(first), rate(last), change(rate(first), rate(last))))
+		}
+		p0, p1 := opPct(first, "create", 50), opPct(last, "create", 50)
+		if float64(p1) > 1.1*float64(p0) {
+			slower = append(slower, fmt.Sprintf("create p50 rose from %s to %s", p0, p1))
+		}
 	}
 	t.Log(report)
 	if err := os.WriteFile(filepath.Join(out, "soak-report.txt"), []byte(report), 0o644); err != nil {
@@ -170,6 +206,9 @@ func TestSoak(t *testing.T) {
 	}
 	for _, l := range leaks {
 		t.Errorf("leak: %s", l)
+	}
+	for _, m := range slower {
+		t.Errorf("slower at the end than at the start: %s", m)
 	}
 }
 

@@ -83,6 +83,18 @@ func (k Kernel) DyingTotal() int {
 	return n
 }
 
+// DyingMemory is the dying cgroups that hold memory: the memory
+// controller's on v1, the unified hierarchy's on v2. (On v1 the blkio
+// controller's rise under load and drain within a minute or two of it:
+// they wait for the block layer's per-cgroup state of the sandboxes' loop
+// devices to go.)
+func (k Kernel) DyingMemory() int {
+	if n, ok := k.Dying["unified"]; ok {
+		return n
+	}
+	return k.Dying["memory"]
+}
+
 // dyingCgroups: on cgroup v1, /proc/cgroups' count per controller (which
 // includes removed cgroups not yet freed) minus the directories of its
 // hierarchy; on v2, the root's nr_dying_descendants, under "unified".

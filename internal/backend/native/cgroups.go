@@ -78,6 +78,7 @@ func (b *Backend) removeStaleCgroups(id string) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+		reclaimDir(dir) // as reclaimBeforeRemove, for this hierarchy
 		_ = cgroups.RemovePath(dir)
 	}
 }
@@ -116,16 +117,23 @@ func (b *Backend) cgroupPaths(bx *box) map[string]string {
 func (b *Backend) reclaimBeforeRemove(bx *box) {
 	p := b.cgroupPaths(bx)
 	if isCgroup2() {
-		dir := p[""]
-		if usage := cgroupfs.ReadInt(filepath.Join(dir, "memory.current")); usage > 0 {
-			_ = os.WriteFile(filepath.Join(dir, "memory.reclaim"), []byte(strconv.FormatInt(usage, 10)), 0)
-		}
+		reclaimDir(p[""])
+	} else if mem := p["memory"]; mem != "" {
+		reclaimDir(mem)
+	}
+}
+
+// reclaimDir reclaims what it can of the memory charged to cgroup dir, a
+// v2 cgroup or a v1 memory cgroup (a no-op for other controllers' dirs).
+func reclaimDir(dir string) {
+	if usage := cgroupfs.ReadInt(filepath.Join(dir, "memory.current")); usage > 0 {
+		_ = os.WriteFile(filepath.Join(dir, "memory.reclaim"), []byte(strconv.FormatInt(usage, 10)), 0)
 		return
 	}
-	if mem := p["memory"]; mem != "" {
-		// With no task left, force_empty reclaims every page it can and
-		// returns; it is refused (EBUSY) while a task remains.
-		_ = os.WriteFile(filepath.Join(mem, "memory.force_empty"), []byte("0"), 0)
+	// v1: with no task left, force_empty reclaims every page it can and
+	// returns; it is refused (EBUSY) while a task remains.
+	if f := filepath.Join(dir, "memory.force_empty"); cgroupfs.ReadInt(filepath.Join(dir, "memory.usage_in_bytes")) > 0 {
+		_ = os.WriteFile(f, []byte("0"), 0)
 	}
 }
 

@@ -116,11 +116,24 @@ func (b *Backend) cgroupPaths(bx *box) map[string]string {
 // cgroup dies later as before.
 func (b *Backend) reclaimBeforeRemove(bx *box) {
 	p := b.cgroupPaths(bx)
+	dir := p["memory"]
 	if isCgroup2() {
-		reclaimDir(p[""])
-	} else if mem := p["memory"]; mem != "" {
-		reclaimDir(mem)
+		dir = p[""]
 	}
+	if dir == "" {
+		return
+	}
+	// A sandbox reattached after a daemon restart has no exit to wait
+	// for: its processes may still be dying from the SIGKILL, and a
+	// cgroup with tasks cannot be emptied. Bounded: at worst the cgroup
+	// is left to die later, as before.
+	for attempt := 0; attempt < 50; attempt++ {
+		if pids, err := cgroups.GetAllPids(dir); err != nil || len(pids) == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	reclaimDir(dir)
 }
 
 // reclaimDir reclaims what it can of the memory charged to cgroup dir, a

@@ -29,7 +29,8 @@ import (
 // cgroups (the kernel's count minus the directories that exist) must not
 // grow with the cycles (the short form, in make test, of a long soak).
 func TestTeardownLeavesNoDyingCgroups(t *testing.T) {
-	be := newTestBackend(t, testutil.ShortTempDir(t))
+	dir := testutil.ShortTempDir(t)
+	be := newTestBackend(t, dir)
 	ctx := context.Background()
 	// A file no one has read since its cache was dropped: the sandbox's
 	// read charges its pages to the sandbox's memory cgroup, as reading a
@@ -54,15 +55,14 @@ func TestTeardownLeavesNoDyingCgroups(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	const cycles = 60
-	settle()
-	before := dyingMemoryCgroups(t)
-	for i := 0; i < cycles; i++ {
+	// charge creates a sandbox on b that reads a fresh file.
+	charge := func(b *Backend, i int) sandbox.ID {
+		t.Helper()
 		id := sandbox.NewID()
 		name := fmt.Sprintf("f%d", i)
 		uncached(name)
 		// The limits `agentbox run` gives: a disk of its own, memory, tmp.
-		info, err := be.Create(ctx, sandbox.Spec{ID: id, Template: sandbox.HostTemplate(), Resources: sandbox.Resources{
+		info, err := b.Create(ctx, sandbox.Spec{ID: id, Template: sandbox.HostTemplate(), Resources: sandbox.Resources{
 			MemoryBytes: 512 << 20, CPUs: 1, PIDs: 256, DiskBytes: 1 << 30, TmpBytes: 64 << 20},
 			Mounts: []sandbox.Mount{{Source: data, Target: "/data", ReadOnly: true}}})
 		if err != nil {
@@ -71,10 +71,16 @@ func TestTeardownLeavesNoDyingCgroups(t *testing.T) {
 		c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address}, "")
 		res, err := backendtest.ExecErr(ctx, c, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", "cat /data/" + name + " >/dev/null"}})
 		if err != nil || res.Exit.ExitCode != 0 {
-			be.Destroy(ctx, id)
-			t.Fatalf("cycle %d: exec: %v %+v", i, err, res)
+			b.Destroy(ctx, id)
+			t.Fatalf("sandbox %d: exec: %v %+v", i, err, res)
 		}
-		if err := be.Destroy(ctx, id); err != nil {
+		return id
+	}
+	const cycles = 60
+	settle()
+	before := dyingMemoryCgroups(t)
+	for i := 0; i < cycles; i++ {
+		if err := be.Destroy(ctx, charge(be, i)); err != nil {
 			t.Fatalf("cycle %d: destroy: %v", i, err)
 		}
 	}
@@ -85,6 +91,43 @@ func TestTeardownLeavesNoDyingCgroups(t *testing.T) {
 	// even one in ten cycles is well past that.
 	if grown := after - before; grown > cycles/10 {
 		t.Errorf("%d create/destroy cycles left %d more dying memory cgroups (%d → %d)", cycles, grown, before, after)
+	}
+
+	// Sandboxes reattached by a restarted daemon: their destroy has no
+	// exit to wait for, so the reclaim must wait for the killed tasks.
+	const kept = 10
+	var ids []sandbox.ID
+	for i := 0; i < kept; i++ {
+		ids = append(ids, charge(be, cycles+i))
+	}
+	// The daemon stops (its sandboxes left running, its descriptors
+	// closed as its process's would be) and a new one takes over.
+	be.abandoned.Store(true)
+	for _, id := range ids {
+		bx, err := be.lookup(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bx.mu.Lock()
+		bx.closeDisk()
+		bx.mu.Unlock()
+	}
+	b2 := newTestBackend(t, dir)
+	if _, err := b2.Recover(ctx); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	settle()
+	before = dyingMemoryCgroups(t)
+	for _, id := range ids {
+		if err := b2.Destroy(ctx, id); err != nil {
+			t.Fatalf("destroy %s after the restart: %v", id, err)
+		}
+	}
+	settle()
+	after = dyingMemoryCgroups(t)
+	t.Logf("dying memory cgroups: %d before, %d after destroying %d reattached sandboxes", before, after, kept)
+	if grown := after - before; grown > kept/10 {
+		t.Errorf("destroying %d reattached sandboxes left %d more dying memory cgroups (%d → %d)", kept, grown, before, after)
 	}
 }
 

@@ -62,7 +62,7 @@ type Dispatcher struct {
 	base   context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	once sync.Once
+	once   sync.Once
 }
 
 type cached struct {

@@ -24,11 +24,13 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/dataplane"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/template/autobuild"
 	"github.com/agentbox/agentbox/internal/version"
+	"github.com/agentbox/agentbox/internal/webhook"
 )
 
 // Config configures the API.
@@ -95,6 +97,14 @@ type Config struct {
 	Bootstrap *BootstrapConfig
 	Builds    *BuildConfig
 	Tools     *mcpserver.HTTP
+	// Events serves GET /v1/events and its stream; Webhooks the webhook
+	// routes, whose changes WebhookDispatcher is told about (nil: the
+	// routes answer that events are off). WebhookAllowPrivate lets
+	// webhooks target private and loopback addresses.
+	Events              *events.Log
+	Webhooks            *webhook.Registry
+	WebhookDispatcher   *webhook.Dispatcher
+	WebhookAllowPrivate bool
 	// Doors are the protocol front ends sharing the server's port,
 	// mounted in this order (see Door): the first that owns a refused
 	// request words its refusal.
@@ -238,6 +248,7 @@ func (s *Server) routes() {
 	s.browserRoutes(v1)
 	s.desktopRoutes(v1)
 	s.recordRoutes(v1)
+	s.eventRoutes(v1)
 	v1("GET /v1/info", s.info)
 	s.nodesRoutes(v1)
 	v1("GET /v1/openapi.yaml", func(w http.ResponseWriter, r *http.Request) error {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/dataplane"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -57,7 +58,9 @@ type Config struct {
 	// DataPlane is the service the data plane's requests are admitted by
 	// (nil: one over the manager).
 	DataPlane *dataplane.Service
-	Logger    *slog.Logger
+	// Events serves /events/sandboxes (nil: those routes answer 503).
+	Events *events.Log
+	Logger *slog.Logger
 }
 
 // Server is the E2B front-end.
@@ -105,6 +108,8 @@ func (s *Server) Register(mux *http.ServeMux) {
 	h("GET /sandboxes/{id}/metrics", s.metrics)
 	h("GET /sandboxes/{id}/logs", s.logsV1)
 	h("GET /v2/sandboxes/{id}/logs", s.logsV2)
+	h("GET /events/sandboxes", s.events)
+	h("GET /events/sandboxes/{id}", s.events)
 	s.registerTemplates(h)
 	s.registerUploads(mux)
 	s.registerSigned(mux)

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/backend"
-	"github.com/agentbox/agentbox/internal/pool"
 	"github.com/agentbox/agentbox/internal/events"
+	"github.com/agentbox/agentbox/internal/pool"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )

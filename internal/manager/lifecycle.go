@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
-	"github.com/agentbox/agentbox/internal/pool"
 	"github.com/agentbox/agentbox/internal/events"
+	"github.com/agentbox/agentbox/internal/pool"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )

@@ -326,3 +326,38 @@ func TestEventsAndWebhooks(t *testing.T) {
 		t.Errorf("E2B events of alice's sandbox, read by bob: %d %s", status, data)
 	}
 }
+
+// TestEventsTwoReplicas: two daemons on one Redis record events in one
+// sequence: each lists the other's, with the same ids, and a stream on
+// one gets an event the other records.
+func TestEventsTwoReplicas(t *testing.T) {
+	_, _, ds := startReplicas(t, 2, "CLUSTER_PLACEMENT=local", "POOL_SIZE=0")
+	a := createRaw(t, ds[0], "k1", map[string]any{})
+	head := sseEvents(t, ds[1], "k1", 0, 1, 10*time.Second)
+	if len(head) != 1 || head[0]["sandbox_id"] != a || head[0]["node"] != "r0" {
+		t.Fatalf("r1's stream starts with %v, want r0's create of %s", head, a)
+	}
+	done := make(chan []map[string]any, 1)
+	go func() { done <- sseEvents(t, ds[0], "k1", evID(head[0]), 1, 20*time.Second) }()
+	b := createRaw(t, ds[1], "k1", map[string]any{})
+	if evs := <-done; len(evs) != 1 || evs[0]["sandbox_id"] != b || evs[0]["node"] != "r1" {
+		t.Fatalf("r0's live stream got %v, want r1's create of %s", evs, b)
+	}
+	var lists [2]string
+	for i, d := range ds {
+		status, data := d.call(t, "GET", "/v1/events?type=created", "k1", nil)
+		if status != 200 {
+			t.Fatalf("list on r%d: %d %s", i, status, data)
+		}
+		var page struct {
+			Events []map[string]any `json:"events"`
+		}
+		_ = json.Unmarshal(data, &page)
+		for _, ev := range page.Events {
+			lists[i] += fmt.Sprintf("%v:%v ", evID(ev), ev["sandbox_id"])
+		}
+	}
+	if lists[0] != lists[1] || !strings.Contains(lists[0], a) || !strings.Contains(lists[0], b) {
+		t.Fatalf("replicas list different events: r0 %q, r1 %q", lists[0], lists[1])
+	}
+}

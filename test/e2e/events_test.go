@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -197,12 +198,20 @@ func TestEventsAndWebhooks(t *testing.T) {
 		t.Fatalf("session sandbox: %s", data)
 	}
 
+	// An agent that dies on its own (killed from the host, as the OOM
+	// killer would) stops its sandbox with the exit status.
+	crash := createRaw(t, d, "ka", map[string]any{})
+	if err := syscall.Kill(agentHostPid(t, d, crash), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
 	// What alice's receiver must get, per sandbox in this order.
 	want := map[string][]string{
 		sb:     {"created/api/alice", "paused/api/alice", "resumed/api/alice", "killed/api/alice"},
 		oom:    {"created/api/alice", "process_killed/oom_kill/"},
 		short:  {"created/api/alice", "expired/timeout/"},
 		sessSB: {"created/api/alice", "expired/idle/"},
+		crash:  {"created/api/alice", "stopped/agent_exit/"},
 	}
 	perSandbox := func() map[string][]string {
 		got := map[string][]string{}
@@ -229,6 +238,13 @@ func TestEventsAndWebhooks(t *testing.T) {
 	for id, w := range want {
 		if strings.Join(got[id], " ") != strings.Join(w, " ") {
 			t.Errorf("sandbox %s: receiver got %v, want %v", id, got[id], w)
+		}
+	}
+	for _, dl := range alice.deliveries() {
+		if dl.ev["sandbox_id"] == crash && dl.ev["type"] == "stopped" {
+			if x, _ := dl.ev["exit"].(map[string]any); x["code"] != float64(137) || x["signal"] != "SIGKILL" {
+				t.Errorf("agent death reported with exit %v, want code 137, SIGKILL", dl.ev["exit"])
+			}
 		}
 	}
 	if _, ok := got[bobSB]; ok {

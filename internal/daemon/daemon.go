@@ -394,7 +394,8 @@ func (s *server) openEvents() {
 	s.webhooks = webhook.NewRegistry(docs, cfg.WebhookMaxPerUser)
 	s.dispatcher = webhook.NewDispatcher(webhook.Config{Registry: s.webhooks, AllowPrivate: cfg.WebhookAllowPrivate,
 		Timeout: cfg.WebhookTimeout, MaxAttempts: cfg.WebhookMaxAttempts, Backoff: cfg.WebhookBackoff, Queue: cfg.WebhookQueue,
-		Logger: s.log.With("component", "webhook")})
+		Formats: map[string]func(events.Event) ([]byte, error){"e2b": e2b.EncodeEvent},
+		Logger:  s.log.With("component", "webhook")})
 	s.events.Subscribe(s.dispatcher.Events)
 	s.events.Start()
 	s.dispatcher.Start()
@@ -482,7 +483,8 @@ func (s *server) mountDoors(context.Context) error {
 		// agentscope's methods are any path at the root, so it is last.
 		Doors: []httpapi.Door{
 			e2b.New(e2b.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: s.templates,
-				TemplateAdmins: cfg.TemplateAdmins, Builder: s.builder, BuildDir: filepath.Join(s.tmplDir, "tmp"), Logger: log, Events: s.events}, m),
+				TemplateAdmins: cfg.TemplateAdmins, Builder: s.builder, BuildDir: filepath.Join(s.tmplDir, "tmp"), Logger: log, Events: s.events,
+				Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate}, m),
 			as,
 		},
 	}, m)

@@ -39,7 +39,11 @@ type Config struct {
 	// CacheFor is how long a tenant's webhook list is reused before the
 	// store is read again (another replica's change shows after it).
 	CacheFor time.Duration
-	Logger   *slog.Logger
+	// Formats encode an event for webhooks of a Format other than "" (the
+	// E2B door gives "e2b"); a webhook of an unknown format gets the
+	// native body.
+	Formats map[string]func(events.Event) ([]byte, error)
+	Logger  *slog.Logger
 }
 
 // Dispatcher delivers recorded events to the webhooks that want them.
@@ -78,8 +82,9 @@ type endpoint struct {
 }
 
 type job struct {
-	ev   events.Event
-	body []byte
+	ev     events.Event
+	body   []byte
+	format string
 }
 
 // NewDispatcher returns a dispatcher; Start runs it.
@@ -185,22 +190,29 @@ func (d *Dispatcher) loop() {
 func (d *Dispatcher) dispatch(batch []events.Event) {
 	for _, ev := range batch {
 		hooks := d.hooksFor(ev.Owner)
-		var body []byte
+		bodies := map[string][]byte{} // by format
 		for i := range hooks {
 			w := &hooks[i]
 			if !w.wants(ev.Type) || (!w.AllTenants && w.Owner != ev.Owner) {
 				continue
 			}
-			if body == nil {
+			format := w.Format
+			enc := d.cfg.Formats[format]
+			if enc == nil {
+				format, enc = "", func(e events.Event) ([]byte, error) { return json.Marshal(e) }
+			}
+			body, ok := bodies[format]
+			if !ok {
 				var err error
-				if body, err = json.Marshal(ev); err != nil {
-					d.log.Error("encode event for webhooks", "err", err)
-					break
+				if body, err = enc(ev); err != nil {
+					d.log.Error("encode event for webhooks", "format", format, "err", err)
+					continue
 				}
+				bodies[format] = body
 			}
 			ep := d.endpoint(w)
 			select {
-			case ep.queue <- job{ev: ev, body: body}:
+			case ep.queue <- job{ev: ev, body: body, format: format}:
 			default:
 				d.dropped.Add(1)
 				d.finish(w.ID, Delivery{ID: deliveryID(w.ID, ev.ID), EventID: ev.ID, EventType: ev.Type, SandboxID: ev.SandboxID,
@@ -277,7 +289,7 @@ func (d *Dispatcher) deliver(ep *endpoint, j job) {
 		w = ep.hook.Load() // a changed URL or secret applies from the next attempt
 		out.Attempts = attempt
 		out.Time = time.Now().UTC()
-		out.StatusCode, out.Error = d.post(w, out.ID, j.body)
+		out.StatusCode, out.Error = d.post(w, out.ID, j)
 		if out.Error == "" {
 			out.Status = "delivered"
 			d.delivered.Add(1)
@@ -306,7 +318,8 @@ func (d *Dispatcher) deliver(ep *endpoint, j job) {
 
 // post makes one attempt; it returns the status code and, unless the
 // endpoint answered 2xx, why it failed.
-func (d *Dispatcher) post(w *Webhook, deliveryID string, body []byte) (int, string) {
+func (d *Dispatcher) post(w *Webhook, deliveryID string, j job) (int, string) {
+	body := j.body
 	ctx, cancel := context.WithTimeout(d.base, d.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
@@ -320,6 +333,14 @@ func (d *Dispatcher) post(w *Webhook, deliveryID string, body []byte) (int, stri
 	req.Header.Set(HeaderDeliveryID, deliveryID)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
 	req.Header.Set(HeaderSignature, Sign(w.Secret, now, body))
+	if j.format == "e2b" {
+		// E2B's headers, its signature (no timestamp: the Agentbox-*
+		// signature above is the one that also stops replays).
+		req.Header.Set("e2b-webhook-id", w.ID)
+		req.Header.Set("e2b-delivery-id", deliveryID)
+		req.Header.Set("e2b-signature-version", "v1")
+		req.Header.Set("e2b-signature", SignE2B(w.Secret, body))
+	}
 	resp, err := d.client.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {

@@ -3,6 +3,7 @@ package webhook
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"strconv"
@@ -34,6 +35,15 @@ func mac(secret, ts string, body []byte) []byte {
 	h.Write([]byte{'.'})
 	h.Write(body)
 	return h.Sum(nil)
+}
+
+// SignE2B is E2B's webhook signature: the unpadded base64 of
+// SHA-256(secret followed by the raw body).
+func SignE2B(secret string, body []byte) string {
+	h := sha256.New()
+	h.Write([]byte(secret))
+	h.Write(body)
+	return base64.RawStdEncoding.EncodeToString(h.Sum(nil))
 }
 
 // The ways Verify refuses a delivery.

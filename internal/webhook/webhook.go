@@ -32,6 +32,10 @@ type Webhook struct {
 	Enabled bool          `json:"enabled"`
 	// AllTenants (operators only): every tenant's events, not the owner's.
 	AllTenants bool `json:"all_tenants,omitempty"`
+	// Format is the deliveries' body and extra headers: "" agentbox's
+	// Event JSON; "e2b" E2B's event JSON and e2b-* headers (registered
+	// through E2B's /events/webhooks).
+	Format string `json:"format,omitempty"`
 	// Secret signs deliveries; shown only in the answer that created it.
 	Secret    string    `json:"secret,omitempty"`
 	CreatedAt time.Time `json:"created_at"`

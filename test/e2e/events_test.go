@@ -3,6 +3,8 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,6 +32,7 @@ type hookReceiver struct {
 type delivered struct {
 	body                []byte
 	ts, sig, deliveryID string
+	e2bSig              string
 	ev                  map[string]any
 }
 
@@ -60,7 +63,7 @@ func startReceiver(t *testing.T, hang bool) *hookReceiver {
 			return
 		}
 		d := delivered{body: body, ts: req.Header.Get(webhook.HeaderTimestamp), sig: req.Header.Get(webhook.HeaderSignature),
-			deliveryID: req.Header.Get(webhook.HeaderDeliveryID)}
+			deliveryID: req.Header.Get(webhook.HeaderDeliveryID), e2bSig: req.Header.Get("e2b-signature")}
 		_ = json.Unmarshal(body, &d.ev)
 		r.got = append(r.got, d)
 	})}
@@ -165,6 +168,14 @@ func TestEventsAndWebhooks(t *testing.T) {
 		t.Fatalf("bob asked for all tenants' events: %d %s", status, data)
 	}
 
+	// An E2B-style webhook (E2B's routes and shape) for kills only.
+	e2bHook := startReceiver(t, false)
+	status, data = d.call(t, "POST", "/events/webhooks", "", map[string]any{"name": "e2b", "url": e2bHook.url, "enabled": true,
+		"events": []string{"sandbox.lifecycle.killed"}, "signatureSecret": "e2b-secret-123"}, "X-API-Key", "ka")
+	if status != 201 || !strings.Contains(string(data), `"events":["sandbox.lifecycle.killed"]`) {
+		t.Fatalf("register an E2B webhook: %d %s", status, data)
+	}
+
 	// Bob's first: his endpoint hangs on it for the whole test.
 	bobSB := createRaw(t, d, "kb", map[string]any{})
 	if status, data := d.call(t, "DELETE", "/v1/sandboxes/"+bobSB, "kb", nil); status != 204 {
@@ -252,6 +263,21 @@ func TestEventsAndWebhooks(t *testing.T) {
 	}
 	if len(bobs.deliveries()) != 0 {
 		t.Errorf("bob's hanging receiver completed deliveries")
+	}
+	// The E2B webhook got the kills (and expiries) in E2B's shape, signed
+	// E2B's way.
+	for i := 0; i < 100 && len(e2bHook.deliveries()) < 3; i++ { // bounded: 100 x 50ms
+		time.Sleep(50 * time.Millisecond)
+	}
+	e2bGot := e2bHook.deliveries()
+	if len(e2bGot) != 3 { // sb killed, short and the session's expired
+		t.Errorf("E2B webhook got %d deliveries, want 3", len(e2bGot))
+	}
+	for _, dl := range e2bGot {
+		sum := sha256.Sum256(append([]byte("e2b-secret-123"), dl.body...))
+		if dl.ev["type"] != "sandbox.lifecycle.killed" || dl.ev["sandboxTeamId"] != "alice" || dl.e2bSig != base64.RawStdEncoding.EncodeToString(sum[:]) {
+			t.Errorf("E2B delivery %s (signature %q)", dl.body, dl.e2bSig)
+		}
 	}
 	dls := alice.deliveries()
 	if len(dls) == 0 {

@@ -497,6 +497,7 @@ func (s *server) mountDoors(context.Context) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
+	s.srv.RegisterOnShutdown(s.api.EndStreams)
 	s.push("HTTP server", s.stopHTTP)
 	tools.serve(s.api.Handler(), log)
 	// First at shutdown: it ends the MCP sessions (destroying their

@@ -155,6 +155,8 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-s.streamsEnd:
+			return nil // the server shuts down: clients reconnect elsewhere
 		case <-changed:
 		case <-time.After(streamPoll):
 		case <-keepalive.C:
@@ -164,6 +166,10 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 }
+
+// EndStreams ends the open event streams (at shutdown: the HTTP server
+// waits for active requests, and a stream never ends by itself).
+func (s *Server) EndStreams() { s.endStreams.Do(func() { close(s.streamsEnd) }) }
 
 func (s *Server) webhookRegistry() (*webhook.Registry, error) {
 	if s.cfg.Webhooks == nil {

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -131,6 +132,9 @@ type Server struct {
 	bodyRules []BodyRule
 	// sandboxPorts are the doors' data planes (PortDoor, dataplane.go).
 	sandboxPorts []sandboxPortHandler
+	// streamsEnd is closed by EndStreams: event streams end (events.go).
+	streamsEnd chan struct{}
+	endStreams sync.Once
 	// patterns are the /v1 route patterns (every one), for checking them
 	// against the OpenAPI document (openapi_test.go).
 	patterns []string
@@ -165,7 +169,8 @@ func New(cfg Config, m *manager.Manager) *Server {
 	if cfg.PreviewHeaderTimeout <= 0 {
 		cfg.PreviewHeaderTimeout = defaults.PreviewHeaderTimeout
 	}
-	s := &Server{cfg: cfg, m: m, dp: cfg.DataPlane, log: cfg.Logger, mux: http.NewServeMux(), started: time.Now(), nodes: cfg.Nodes}
+	s := &Server{cfg: cfg, m: m, dp: cfg.DataPlane, log: cfg.Logger, mux: http.NewServeMux(), started: time.Now(), nodes: cfg.Nodes,
+		streamsEnd: make(chan struct{})}
 	s.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "agentbox_http_request_seconds", Help: "HTTP request latency by route and status class.",
 		Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30},

@@ -374,6 +374,13 @@ func TestEventsAndWebhooks(t *testing.T) {
 // one gets an event the other records.
 func TestEventsTwoReplicas(t *testing.T) {
 	_, _, ds := startReplicas(t, 2, "CLUSTER_PLACEMENT=local", "POOL_SIZE=0")
+	// Without WEBHOOK_ALLOW_PRIVATE a tenant cannot aim webhooks at the
+	// daemon's host, private ranges or the metadata address.
+	for _, target := range []string{"http://127.0.0.1:8000/", "http://10.0.0.1/", "http://169.254.169.254/latest", "http://[::1]/"} {
+		if status, data := ds[0].call(t, "POST", "/v1/webhooks", "k1", map[string]any{"url": target}); status != 400 {
+			t.Errorf("webhook to %s: %d %s, want 400", target, status, data)
+		}
+	}
 	a := createRaw(t, ds[0], "k1", map[string]any{})
 	head := sseEvents(t, ds[1], "k1", 0, 1, 10*time.Second)
 	if len(head) != 1 || head[0]["sandbox_id"] != a || head[0]["node"] != "r0" {

@@ -397,6 +397,18 @@ func (s *server) openEvents() {
 		Formats: map[string]func(events.Event) ([]byte, error){"e2b": e2b.EncodeEvent},
 		Logger:  s.log.With("component", "webhook")})
 	s.events.Subscribe(s.dispatcher.Events)
+	counter := func(name, help string, f func() float64) {
+		s.metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+	}
+	counter("agentbox_events_recorded_total", "Lifecycle events this replica recorded.", func() float64 { return float64(s.events.Recorded()) })
+	counter("agentbox_events_dropped_total", "Lifecycle events this replica could not record (buffer full, store away).", func() float64 { return float64(s.events.Dropped()) })
+	for i, name := range []string{"delivered", "failed", "dropped"} {
+		counter("agentbox_webhook_deliveries_"+name+"_total", "Webhook deliveries "+name+" by this replica.", func() float64 {
+			c := [3]int64{}
+			c[0], c[1], c[2] = s.dispatcher.Counts()
+			return float64(c[i])
+		})
+	}
 	s.events.Start()
 	s.dispatcher.Start()
 	s.push("events", func() error {

@@ -145,7 +145,7 @@ func cause(ev map[string]any) (kind, by string) {
 // E2B's events route reports the same causes.
 func TestEventsAndWebhooks(t *testing.T) {
 	d := startDaemon(t, "API_KEYS=ka:alice,kb:bob,ko:op", "TEMPLATE_ADMIN_USERS=op", "HEARTBEAT_TIMEOUT=2",
-		"WEBHOOK_ALLOW_PRIVATE=true", "WEBHOOK_RETRY_BACKOFF=0.1", "WEBHOOK_TIMEOUT=60", "POOL_SIZE=0")
+		"WEBHOOK_ALLOW_PRIVATE=true", "WEBHOOK_RETRY_BACKOFF=0.1", "WEBHOOK_TIMEOUT=60", "POOL_SIZE=0", "METRICS_TOKEN=mt")
 	alice := startReceiver(t, false)
 	alice.failNext = 1
 	bobs := startReceiver(t, true)
@@ -356,6 +356,13 @@ func TestEventsAndWebhooks(t *testing.T) {
 	live := createRaw(t, d, "ka", map[string]any{})
 	if evs := <-liveDone; len(evs) != 1 || evs[0]["sandbox_id"] != live || evs[0]["type"] != "created" {
 		t.Errorf("live stream gave %v, want the create of %s", evs, live)
+	}
+
+	// The counters show it.
+	status, data = d.call(t, "GET", "/metrics", "mt", nil)
+	if status != 200 || !strings.Contains(string(data), "agentbox_events_dropped_total 0") ||
+		strings.Contains(string(data), "agentbox_events_recorded_total 0") || strings.Contains(string(data), "agentbox_webhook_deliveries_delivered_total 0") {
+		t.Errorf("metrics: %d, want events recorded, none dropped, deliveries delivered", status)
 	}
 
 	// E2B's events route tells the expiry's cause too.

@@ -188,6 +188,19 @@ type ExitWatcher interface {
 	OnAgentExit(fn func(id sandbox.ID, reason string))
 }
 
+// AgentExit is how a sandbox's agent ended on its own.
+type AgentExit struct {
+	Code      int    // exit code, 128+signal when a signal killed it (-1: unknown)
+	Signal    string // the signal that killed it, if one did
+	OOMKilled bool   // the sandbox's OOM killer acted before it died
+}
+
+// ExitReporter is implemented by ExitWatcher backends that can tell how
+// the agent of a sandbox they reported ended (ok false: not known).
+type ExitReporter interface {
+	LastExit(ctx context.Context, id sandbox.ID) (exit AgentExit, ok bool)
+}
+
 // NetworkUpdater is implemented by backends that can change a running
 // sandbox's egress policy. Changing the network mode itself is a conflict.
 type NetworkUpdater interface {

@@ -25,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/cluster"
 	"github.com/agentbox/agentbox/internal/compat/agentscope"
 	"github.com/agentbox/agentbox/internal/dataplane"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/mcpserver"
@@ -33,6 +34,7 @@ import (
 	"github.com/agentbox/agentbox/internal/settings"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/template"
+	"github.com/agentbox/agentbox/internal/webhook"
 )
 
 // The components' settings, embedded in Config under names of their own
@@ -46,6 +48,8 @@ type (
 	MCPSettings        = mcpserver.Settings
 	TemplateSettings   = template.Settings
 	ClusterSettings    = cluster.Settings
+	EventsSettings     = events.Settings
+	WebhookSettings    = webhook.Settings
 	// RedisConfig is the REDIS_* settings.
 	RedisConfig = store.RedisSettings
 )
@@ -98,6 +102,8 @@ type Config struct {
 	MCPSettings
 	TemplateSettings
 	ClusterSettings
+	EventsSettings
+	WebhookSettings
 	DockerSettings
 	// Kube configures the Kubernetes backend (KUBE_BACKEND,
 	// CONTAINER_DEPLOYMENT=k8s, K8S_*).

@@ -30,6 +30,7 @@ import (
 	"github.com/agentbox/agentbox/internal/config"
 	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/doctor"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/netpolicy"
@@ -40,6 +41,7 @@ import (
 	"github.com/agentbox/agentbox/internal/template/builder"
 	"github.com/agentbox/agentbox/internal/template/builder/sandboxrunner"
 	"github.com/agentbox/agentbox/internal/version"
+	"github.com/agentbox/agentbox/internal/webhook"
 )
 
 // Options are what the daemon needs besides the configuration.
@@ -123,6 +125,9 @@ type server struct {
 	registry     *cluster.Registry
 	forwarder    *cluster.Forwarder
 	m            *manager.Manager
+	events       *events.Log         // nil: EVENTS_ENABLED=false
+	webhooks     *webhook.Registry   // nil without events
+	dispatcher   *webhook.Dispatcher // nil without events
 	// mountDoors
 	api *httpapi.Server
 	srv *http.Server
@@ -333,7 +338,9 @@ func (s *server) buildControlPlane(context.Context) error {
 		// replicas run.
 		peerDestroy = s.forwarder.DestroyBy
 	}
+	s.openEvents()
 	s.m = manager.New(manager.Config{
+		Events:    s.events,
 		Templates: cfg.Templates, TemplateAdmins: cfg.TemplateAdmins, PoolTypes: cfg.DefaultTypes, PoolSize: cfg.PoolSize, PoolMaxUses: cfg.PoolMaxUses,
 		DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout, HeartbeatTimeout: cfg.HeartbeatTimeout,
 		PausedTTL:           cfg.PausedTTL,
@@ -371,6 +378,46 @@ func (s *server) buildControlPlane(context.Context) error {
 		return nil
 	})
 	return nil
+}
+
+// openEvents starts the event log and the webhook deliveries over the
+// state store (every replica sharing it reads the same events). They close
+// after the manager, whose shutdown records its last events.
+func (s *server) openEvents() {
+	cfg := s.cfg
+	el, ok := s.store.(store.EventLog)
+	docs := docsOf(s.store)
+	if !cfg.EventsEnabled || !ok || docs == nil {
+		return
+	}
+	s.events = events.New(events.Config{Store: el, Node: s.node, Retention: cfg.EventsRetention, Max: cfg.EventsMax, Logger: s.log.With("component", "events")})
+	s.webhooks = webhook.NewRegistry(docs, cfg.WebhookMaxPerUser)
+	s.dispatcher = webhook.NewDispatcher(webhook.Config{Registry: s.webhooks, AllowPrivate: cfg.WebhookAllowPrivate,
+		Timeout: cfg.WebhookTimeout, MaxAttempts: cfg.WebhookMaxAttempts, Backoff: cfg.WebhookBackoff, Queue: cfg.WebhookQueue,
+		Formats: map[string]func(events.Event) ([]byte, error){"e2b": e2b.EncodeEvent},
+		Logger:  s.log.With("component", "webhook")})
+	s.events.Subscribe(s.dispatcher.Events)
+	counter := func(name, help string, f func() float64) {
+		s.metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+	}
+	counter("agentbox_events_recorded_total", "Lifecycle events this replica recorded.", func() float64 { return float64(s.events.Recorded()) })
+	counter("agentbox_events_dropped_total", "Lifecycle events this replica could not record (buffer full, store away).", func() float64 { return float64(s.events.Dropped()) })
+	for i, name := range []string{"delivered", "failed", "dropped"} {
+		counter("agentbox_webhook_deliveries_"+name+"_total", "Webhook deliveries "+name+" by this replica.", func() float64 {
+			c := [3]int64{}
+			c[0], c[1], c[2] = s.dispatcher.Counts()
+			return float64(c[i])
+		})
+	}
+	s.events.Start()
+	s.dispatcher.Start()
+	s.push("events", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.events.Close(ctx)
+		s.dispatcher.Close()
+		return nil
+	})
 }
 
 // shutdownManager shuts the started manager down: with AUTO_CLEANUP every
@@ -443,11 +490,13 @@ func (s *server) mountDoors(context.Context) error {
 		Bootstrap: &httpapi.BootstrapConfig{Store: s.templates, CacheDir: filepath.Join(s.tmplDir, "bootstrap")},
 		Builds:    &httpapi.BuildConfig{Builder: s.builder, Store: s.templates},
 		Tools:     tools.mcp,
+		Events:    s.events, Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate,
 		// The protocol front ends, in the order they claim refusals:
 		// agentscope's methods are any path at the root, so it is last.
 		Doors: []httpapi.Door{
 			e2b.New(e2b.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: s.templates,
-				TemplateAdmins: cfg.TemplateAdmins, Builder: s.builder, BuildDir: filepath.Join(s.tmplDir, "tmp"), Logger: log}, m),
+				TemplateAdmins: cfg.TemplateAdmins, Builder: s.builder, BuildDir: filepath.Join(s.tmplDir, "tmp"), Logger: log, Events: s.events,
+				Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate}, m),
 			as,
 		},
 	}, m)
@@ -460,6 +509,7 @@ func (s *server) mountDoors(context.Context) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
+	s.srv.RegisterOnShutdown(s.api.EndStreams)
 	s.push("HTTP server", s.stopHTTP)
 	tools.serve(s.api.Handler(), log)
 	// First at shutdown: it ends the MCP sessions (destroying their

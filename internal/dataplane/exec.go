@@ -128,6 +128,9 @@ func (r *Request) Exec(ctx context.Context, req ExecRequest, emit func(ExecEvent
 			if res.OOMKilled {
 				r.s.sandboxes.Log(r.id, "warn", "a process was killed by the out-of-memory killer", map[string]any{"cmd": req.Cmd})
 			}
+			if lr, ok := r.s.sandboxes.(LimitReporter); ok && (res.OOMKilled || res.PidsLimitHit) {
+				lr.LimitHit(r.id, res.OOMKilled, res.ExitCode, req.Cmd)
+			}
 			return res, emit(ExecEvent{Type: "exit", Result: &res})
 		}
 	}

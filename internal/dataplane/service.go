@@ -44,6 +44,12 @@ type Sandboxes interface {
 	Log(id sandbox.ID, level, msg string, fields map[string]any)
 }
 
+// LimitReporter is a Sandboxes that records when a limit killed a
+// process during a command (the lifecycle event process_killed).
+type LimitReporter interface {
+	LimitHit(id sandbox.ID, oom bool, exitCode int, cmd []string)
+}
+
 // Config configures the service.
 type Config struct {
 	// MaxExecOutput caps the bytes of each stream kept for a buffered

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,11 +25,13 @@ import (
 
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/dataplane"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/template/autobuild"
 	"github.com/agentbox/agentbox/internal/version"
+	"github.com/agentbox/agentbox/internal/webhook"
 )
 
 // Config configures the API.
@@ -95,6 +98,14 @@ type Config struct {
 	Bootstrap *BootstrapConfig
 	Builds    *BuildConfig
 	Tools     *mcpserver.HTTP
+	// Events serves GET /v1/events and its stream; Webhooks the webhook
+	// routes, whose changes WebhookDispatcher is told about (nil: the
+	// routes answer that events are off). WebhookAllowPrivate lets
+	// webhooks target private and loopback addresses.
+	Events              *events.Log
+	Webhooks            *webhook.Registry
+	WebhookDispatcher   *webhook.Dispatcher
+	WebhookAllowPrivate bool
 	// Doors are the protocol front ends sharing the server's port,
 	// mounted in this order (see Door): the first that owns a refused
 	// request words its refusal.
@@ -121,6 +132,9 @@ type Server struct {
 	bodyRules []BodyRule
 	// sandboxPorts are the doors' data planes (PortDoor, dataplane.go).
 	sandboxPorts []sandboxPortHandler
+	// streamsEnd is closed by EndStreams: event streams end (events.go).
+	streamsEnd chan struct{}
+	endStreams sync.Once
 	// patterns are the /v1 route patterns (every one), for checking them
 	// against the OpenAPI document (openapi_test.go).
 	patterns []string
@@ -155,7 +169,8 @@ func New(cfg Config, m *manager.Manager) *Server {
 	if cfg.PreviewHeaderTimeout <= 0 {
 		cfg.PreviewHeaderTimeout = defaults.PreviewHeaderTimeout
 	}
-	s := &Server{cfg: cfg, m: m, dp: cfg.DataPlane, log: cfg.Logger, mux: http.NewServeMux(), started: time.Now(), nodes: cfg.Nodes}
+	s := &Server{cfg: cfg, m: m, dp: cfg.DataPlane, log: cfg.Logger, mux: http.NewServeMux(), started: time.Now(), nodes: cfg.Nodes,
+		streamsEnd: make(chan struct{})}
 	s.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "agentbox_http_request_seconds", Help: "HTTP request latency by route and status class.",
 		Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30},
@@ -238,6 +253,7 @@ func (s *Server) routes() {
 	s.browserRoutes(v1)
 	s.desktopRoutes(v1)
 	s.recordRoutes(v1)
+	s.eventRoutes(v1)
 	v1("GET /v1/info", s.info)
 	s.nodesRoutes(v1)
 	v1("GET /v1/openapi.yaml", func(w http.ResponseWriter, r *http.Request) error {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/pool"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
@@ -256,6 +257,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 			if rec, ok, err := m.createClaimed(ctx, cp, owner, typ, template, req); ok || err != nil {
 				if err == nil {
 					m.metrics.created("pool", time.Since(start))
+					m.emit(rec, events.Created, api(owner), nil, map[string]any{"from_pool": true})
 				}
 				return rec, err
 			}
@@ -263,6 +265,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 			if rec, ok, err := m.takeFromPool(ctx, p, owner, typ, template, req); ok || err != nil {
 				if err == nil {
 					m.metrics.created("pool", time.Since(start))
+					m.emit(rec, events.Created, api(owner), nil, map[string]any{"from_pool": true})
 				}
 				return rec, err
 			}
@@ -275,6 +278,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 		return nil, err
 	}
 	m.metrics.created("cold", time.Since(start))
+	m.emit(rec, events.Created, api(owner), nil, nil)
 	return rec, nil
 }
 

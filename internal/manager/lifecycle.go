@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/pool"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
@@ -25,7 +26,14 @@ func (m *Manager) Delete(ctx context.Context, owner string, id sandbox.ID) error
 	if err := m.stateReady(ctx); err != nil {
 		return err
 	}
+	var last *store.Record
+	if e, err := m.entryFor(owner, id); err == nil {
+		last = m.snapshot(e)
+	}
 	if ok, err := m.recycle(ctx, id); ok {
+		if err == nil {
+			m.emit(last, events.Killed, api(owner), nil, map[string]any{"recycled": true})
+		}
 		return err
 	}
 	return m.destroy(ctx, id, "deleted")
@@ -78,6 +86,8 @@ func (m *Manager) destroy(ctx context.Context, id sandbox.ID, reason string) err
 	m.metrics.destroyed(reason)
 	m.metrics.setLive(m.countLive())
 	m.log.Info("sandbox destroyed", "sandbox", id, "reason", reason)
+	typ, cause := destroyEvent(reason, last.Owner)
+	m.emit(last, typ, cause, nil, nil)
 	m.runGoneHooks(context.WithoutCancel(ctx), last, reason)
 	if poolKey == "" {
 		// A freed slot may let a pool refill that was over the limit.
@@ -123,7 +133,7 @@ func (m *Manager) SetTimeout(ctx context.Context, owner string, id sandbox.ID, t
 	if timeout > m.cfg.MaxTimeout {
 		return nil, invalid("timeout", "timeout %s is over the server's maximum %s", timeout, m.cfg.MaxTimeout)
 	}
-	return m.updateEnd(ctx, owner, id, func(end time.Time) time.Time { return time.Now().UTC().Add(timeout) })
+	return m.updateEnd(ctx, owner, id, true, func(end time.Time) time.Time { return time.Now().UTC().Add(timeout) })
 }
 
 // Refresh extends owner's sandbox to end at least d from now; it never
@@ -138,7 +148,7 @@ func (m *Manager) Refresh(ctx context.Context, owner string, id sandbox.ID, d ti
 	if d > m.cfg.MaxTimeout {
 		return nil, invalid("duration", "duration %s is over the server's maximum %s", d, m.cfg.MaxTimeout)
 	}
-	return m.updateEnd(ctx, owner, id, func(end time.Time) time.Time {
+	return m.updateEnd(ctx, owner, id, false, func(end time.Time) time.Time {
 		if want := time.Now().UTC().Add(d); want.After(end) {
 			return want
 		}
@@ -146,7 +156,7 @@ func (m *Manager) Refresh(ctx context.Context, owner string, id sandbox.ID, d ti
 	})
 }
 
-func (m *Manager) updateEnd(ctx context.Context, owner string, id sandbox.ID, next func(time.Time) time.Time) (*store.Record, error) {
+func (m *Manager) updateEnd(ctx context.Context, owner string, id sandbox.ID, explicit bool, next func(time.Time) time.Time) (*store.Record, error) {
 	if err := m.stateReady(ctx); err != nil {
 		return nil, err // before the end time changes in memory only
 	}
@@ -168,6 +178,9 @@ func (m *Manager) updateEnd(ctx context.Context, owner string, id sandbox.ID, ne
 	m.mu.Unlock()
 	if err := m.store.Put(ctx, rec); err != nil {
 		return nil, err
+	}
+	if explicit {
+		m.emit(rec, events.Updated, api(owner), nil, map[string]any{"end_at": rec.EndAt})
 	}
 	return rec.Clone(), nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
 	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/pool"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
@@ -109,6 +110,9 @@ type Config struct {
 	// PeerDestroy lets ReleaseSession destroy a session's sandboxes other
 	// replicas run (nil: none are reached).
 	PeerDestroy PeerDestroy
+
+	// Events records the sandboxes' lifecycle events (nil: none).
+	Events *events.Log
 
 	Logger  *slog.Logger
 	Metrics *Metrics
@@ -328,6 +332,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		case !ok:
 			m.log.Warn("dropping record of a sandbox the backend no longer has", "sandbox", rec.ID)
 			_ = m.store.Delete(ctx, rec.ID)
+			m.emit(rec, events.Lost, events.Cause{Kind: events.CauseDaemonRestart, Detail: "the backend no longer has it"}, nil, nil)
 		case in.State == sandbox.StateStopped && rec.State == sandbox.StateStopped:
 			// Stopped on purpose: it stays, its files kept, until its end time.
 			m.mu.Lock()
@@ -351,6 +356,7 @@ func (m *Manager) recover(ctx context.Context) error {
 			m.log.Warn("destroying sandbox whose agent died while the daemon was down", "sandbox", rec.ID, "reason", in.Reason)
 			_ = m.backend.Destroy(ctx, rec.ID)
 			_ = m.store.Delete(ctx, rec.ID)
+			m.emit(rec, events.Lost, events.Cause{Kind: events.CauseAgentExit, Detail: in.Reason}, nil, nil)
 		}
 	}
 	for id := range live {
@@ -384,10 +390,12 @@ func (m *Manager) recoverLive(ctx context.Context, rec *store.Record, in sandbox
 		m.log.Info("destroying sandbox that expired while the daemon was down", "sandbox", rec.ID)
 		_ = m.backend.Destroy(ctx, rec.ID)
 		_ = m.store.Delete(ctx, rec.ID)
+		m.emit(rec, events.Expired, events.Cause{Kind: events.CauseTimeout, Detail: "while the daemon was down"}, nil, nil)
 		return
 	}
 	e := &entry{rec: rec, agent: in.Agent, lastActive: now, logs: newEventLog()}
 	e.logs.add("info", "reattached after daemon restart", map[string]any{"state": rec.State})
+	m.emit(rec, events.Recovered, events.Cause{Kind: events.CauseDaemonRestart}, nil, map[string]any{"state": rec.State})
 	m.mu.Lock()
 	m.entries[rec.ID] = e
 	if rec.Pool == "" {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -21,11 +22,11 @@ func (m *Manager) Pause(ctx context.Context, owner string, id sandbox.ID) (*stor
 	if _, err := m.entryFor(owner, id); err != nil {
 		return nil, err
 	}
-	return m.pause(ctx, id, "paused")
+	return m.pause(ctx, id, "paused", api(owner))
 }
 
 // pause pauses a sandbox whoever owns it (the API and the auto-pause timer).
-func (m *Manager) pause(ctx context.Context, id sandbox.ID, event string) (*store.Record, error) {
+func (m *Manager) pause(ctx context.Context, id sandbox.ID, event string, cause events.Cause) (*store.Record, error) {
 	pz, ok := m.backend.(backend.Pauser)
 	if !ok || !m.backend.Capabilities().Pause {
 		return nil, sandbox.Errorf(sandbox.ClassUnavailable, "the %s backend cannot pause sandboxes", m.backend.Name())
@@ -77,6 +78,7 @@ func (m *Manager) pause(ctx context.Context, id sandbox.ID, event string) (*stor
 		m.log.Error("record paused sandbox", "sandbox", id, "err", err)
 	}
 	m.log.Info("sandbox paused", "sandbox", id, "reason", event)
+	m.emit(rec, events.Paused, cause, nil, nil)
 	return rec.Clone(), nil
 }
 
@@ -147,6 +149,7 @@ func (m *Manager) Resume(ctx context.Context, owner string, id sandbox.ID, timeo
 		m.log.Error("record resumed sandbox", "sandbox", id, "err", err)
 	}
 	m.log.Info("sandbox resumed", "sandbox", id)
+	m.emit(rec, events.Resumed, api(owner), nil, nil)
 	return rec.Clone(), nil
 }
 
@@ -187,7 +190,7 @@ func (m *Manager) timeUp(id sandbox.ID) {
 	if autoPause {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if _, err := m.pause(ctx, id, "paused at timeout (auto-pause)"); err == nil {
+		if _, err := m.pause(ctx, id, "paused at timeout (auto-pause)", events.Cause{Kind: events.CauseTimeout, Detail: "auto-pause"}); err == nil {
 			return
 		} else {
 			m.log.Error("auto-pause sandbox; destroying it", "sandbox", id, "err", err)

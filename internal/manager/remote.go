@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -226,6 +227,7 @@ func (m *Manager) sweepLost(ctx context.Context, a store.Atomic) {
 			m.metrics.destroyed("timeout (lost node)")
 			m.log.Info("sandbox of a lost replica expired; record deleted", "sandbox", rec.ID, "node", rec.Node, "end_at", rec.EndAt)
 			m.runGoneHooks(ctx, rec, "timeout (lost node)")
+			m.emit(rec, events.Expired, events.Cause{Kind: events.CauseNodeLost, Detail: "its replica " + rec.Node + " is gone"}, nil, nil)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"unicode"
 
 	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/template"
 )
@@ -115,6 +116,7 @@ func (m *Manager) Snapshot(ctx context.Context, owner string, id sandbox.ID, nam
 	e.logs.add("info", "snapshot taken", map[string]any{"template": ti.Name + ":" + ti.Tag})
 	m.mu.Unlock()
 	m.log.Info("sandbox snapshot", "sandbox", id, "template", ti.Name+":"+ti.Tag, "digest", ti.Digest)
+	m.emit(m.snapshot(e), events.Snapshotted, api(owner), nil, map[string]any{"template": ti.Name + ":" + ti.Tag})
 	return ti, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -24,7 +25,11 @@ func (m *Manager) StopSandbox(ctx context.Context, owner string, id sandbox.ID) 
 	if err := m.backend.Stop(ctx, id); err != nil {
 		return nil, fmt.Errorf("stop sandbox %s: %w", id, err)
 	}
-	return m.setState(ctx, e, sandbox.StateStopped, "stopped")
+	rec, err := m.setState(ctx, e, sandbox.StateStopped, "stopped")
+	if err == nil {
+		m.emit(rec, events.Stopped, api(owner), nil, nil)
+	}
+	return rec, err
 }
 
 // StartSandbox boots one of owner's stopped sandboxes again (a running one is
@@ -56,6 +61,7 @@ func (m *Manager) StartSandbox(ctx context.Context, owner string, id sandbox.ID)
 	if err != nil {
 		return nil, err
 	}
+	m.emit(rec, events.Started, api(owner), nil, nil)
 	// The boot ran the template's service again: as create, start returns
 	// once it is ready (at once for a sandbox without one). A service that
 	// does not get ready leaves the sandbox running, with the error.
@@ -91,10 +97,14 @@ func (m *Manager) agentExited(id sandbox.ID, reason string) {
 	if info, err := m.backend.Inspect(ctx, id); err == nil && info.State == sandbox.StateRunning {
 		return // started again meanwhile
 	}
-	if _, err := m.setStateLogged(ctx, e, sandbox.StateStopped, "error", "agent exited unexpectedly; the sandbox is stopped",
-		map[string]any{"reason": reason}); err != nil {
+	rec, err := m.setStateLogged(ctx, e, sandbox.StateStopped, "error", "agent exited unexpectedly; the sandbox is stopped",
+		map[string]any{"reason": reason})
+	if err != nil {
 		m.log.Error("record agent exit", "sandbox", id, "err", err)
+		rec = m.snapshot(e)
 	}
+	cause, exit := m.agentExit(ctx, id, reason)
+	m.emit(rec, events.Stopped, cause, exit, nil)
 }
 
 func (m *Manager) setState(ctx context.Context, e *entry, st sandbox.State, event string) (*store.Record, error) {

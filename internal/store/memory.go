@@ -15,6 +15,7 @@ type Memory struct {
 	docs map[string]memDoc // Docs (docs.go)
 	// leases are the Leases (lease.go), by name.
 	leases map[string]memLease
+	events memEvents // the EventLog (events.go)
 }
 
 var _ Store = (*Memory)(nil)

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -26,25 +28,30 @@ func (b *Backend) watchChild(bx *box, proc *libcontainer.Process, exited chan st
 	}
 	state, err := proc.Wait()
 	reason := "agent exited"
+	exit := backend.AgentExit{Code: -1}
 	if state != nil {
 		reason = "agent exited: " + state.String()
+		exit.Code = state.ExitCode()
+		if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			exit.Code, exit.Signal = 128+int(ws.Signal()), unix.SignalName(ws.Signal())
+		}
 	} else if err != nil {
 		reason = "agent exited: " + err.Error()
 	}
 	close(exited)
-	b.onInitExit(bx, exited, reason)
+	b.onInitExit(bx, exited, reason, exit)
 }
 
 // watchPidfd waits for a recovered init (not our child) to exit.
 func (b *Backend) watchPidfd(bx *box, pidfd int, exited chan struct{}) {
 	awaitPidfd(pidfd)
 	close(exited)
-	b.onInitExit(bx, exited, "agent exited")
+	b.onInitExit(bx, exited, "agent exited", backend.AgentExit{Code: -1})
 }
 
 // onInitExit cleans up after an init that died on its own (OOM-killed agent,
 // a bug): the sandbox becomes stopped, with no processes, cgroups or mounts.
-func (b *Backend) onInitExit(bx *box, exited chan struct{}, reason string) {
+func (b *Backend) onInitExit(bx *box, exited chan struct{}, reason string, exit backend.AgentExit) {
 	if b.abandoned.Load() {
 		return
 	}
@@ -55,7 +62,9 @@ func (b *Backend) onInitExit(bx *box, exited chan struct{}, reason string) {
 	}
 	if n := b.oomKills(bx); n > 0 {
 		reason += " (out of memory)"
+		exit.OOMKilled = true
 	}
+	bx.lastExit = &exit
 	// The agent's log lives on the sandbox disk, which teardown unmounts:
 	// keep its tail in our own log.
 	b.log.Warn("sandbox init exited unexpectedly", "sandbox", bx.id, "reason", reason, "agent_log", logTail(bx.diskPath("agent.log")))
@@ -68,6 +77,20 @@ func (b *Backend) onInitExit(bx *box, exited chan struct{}, reason string) {
 	if fn := b.onExit.Load(); fn != nil {
 		go (*fn)(bx.id, reason) // not under bx.mu: the callee may call us
 	}
+}
+
+// LastExit implements backend.ExitReporter.
+func (b *Backend) LastExit(_ context.Context, id sandbox.ID) (backend.AgentExit, bool) {
+	bx, err := b.lookup(id)
+	if err != nil {
+		return backend.AgentExit{}, false
+	}
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if bx.lastExit == nil {
+		return backend.AgentExit{}, false
+	}
+	return *bx.lastExit, true
 }
 
 // OnAgentExit implements backend.ExitWatcher.

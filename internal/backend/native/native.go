@@ -210,6 +210,9 @@ type box struct {
 	// statsZero holds the cumulative counters at the last warm reset,
 	// which Stats subtracts (nil: counted from boot).
 	statsZero *backend.Stats
+	// lastExit is how the agent ended when it died on its own (nil: it
+	// did not, or the daemon did not see it die).
+	lastExit *backend.AgentExit
 }
 
 // record is the persistent description of a sandbox, enough to reattach

@@ -13,7 +13,7 @@ import (
 var _ httpapi.PortDoor = (*Server)(nil)
 
 // controlPrefixes are the path trees of E2B's control plane.
-var controlPrefixes = []string{"/sandboxes", "/v2/sandboxes", "/v2/templates/", "/v3/templates", "/templates"}
+var controlPrefixes = []string{"/sandboxes", "/v2/sandboxes", "/events/sandboxes", "/events/webhooks", "/v2/templates/", "/v3/templates", "/templates"}
 
 // Owns reports whether r is for E2B's control plane, whose refusals the
 // SDKs read in E2B's shape.

@@ -19,9 +19,11 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/dataplane"
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/webhook"
 )
 
 // EnvdVersion is the envd version agentbox's agent speaks, as the SDKs
@@ -57,7 +59,14 @@ type Config struct {
 	// DataPlane is the service the data plane's requests are admitted by
 	// (nil: one over the manager).
 	DataPlane *dataplane.Service
-	Logger    *slog.Logger
+	// Events serves /events/sandboxes, Webhooks /events/webhooks (whose
+	// changes WebhookDispatcher is told about); nil: those routes answer
+	// 503. WebhookAllowPrivate is WEBHOOK_ALLOW_PRIVATE.
+	Events              *events.Log
+	Webhooks            *webhook.Registry
+	WebhookDispatcher   *webhook.Dispatcher
+	WebhookAllowPrivate bool
+	Logger              *slog.Logger
 }
 
 // Server is the E2B front-end.
@@ -105,6 +114,13 @@ func (s *Server) Register(mux *http.ServeMux) {
 	h("GET /sandboxes/{id}/metrics", s.metrics)
 	h("GET /sandboxes/{id}/logs", s.logsV1)
 	h("GET /v2/sandboxes/{id}/logs", s.logsV2)
+	h("GET /events/sandboxes", s.events)
+	h("GET /events/sandboxes/{id}", s.events)
+	h("POST /events/webhooks", s.createWebhook)
+	h("GET /events/webhooks", s.listWebhooks)
+	h("GET /events/webhooks/{webhookID}", s.getWebhook)
+	h("PATCH /events/webhooks/{webhookID}", s.updateWebhook)
+	h("DELETE /events/webhooks/{webhookID}", s.deleteWebhook)
 	s.registerTemplates(h)
 	s.registerUploads(mux)
 	s.registerSigned(mux)

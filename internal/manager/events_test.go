@@ -1,0 +1,80 @@
+package manager
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/events"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// The manager records each change with its cause: an owner's create and
+// delete, a timeout, a crash of the agent, a daemon shutdown; pooled
+// sandboxes nobody got record nothing.
+func TestManagerEvents(t *testing.T) {
+	el := events.New(events.Config{Store: store.NewMemory()})
+	el.Start()
+	defer el.Close(context.Background())
+	e := newEnv(t, Config{Events: el, PoolTypes: []string{"base"}, PoolSize: 1})
+	ctx := context.Background()
+	a, err := e.m.Create(ctx, "alice", CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Delete(ctx, "alice", a.ID); err != nil {
+		t.Fatal(err)
+	}
+	short, err := e.m.Create(ctx, "alice", CreateRequest{Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crash, err := e.m.Create(ctx, "bob", CreateRequest{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.Crash(crash.ID); err != nil {
+		t.Fatal(err)
+	}
+	last, err := e.m.Create(ctx, "bob", CreateRequest{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	summary := func() string {
+		p, _ := el.Query(ctx, events.Query{Limit: 1000})
+		var b strings.Builder
+		for _, ev := range p.Events {
+			b.WriteString(ev.SandboxID + ":" + string(ev.Type) + "/" + string(ev.Cause.Kind) + "/" + ev.Cause.By + " ")
+		}
+		return b.String()
+	}
+	wants := []string{
+		string(a.ID) + ":created/api/alice ", string(a.ID) + ":killed/api/alice ",
+		string(short.ID) + ":created/api/alice ", string(short.ID) + ":expired/timeout/ ",
+		string(crash.ID) + ":created/api/bob ", string(crash.ID) + ":stopped/agent_exit/ ",
+		string(last.ID) + ":created/api/bob ",
+	}
+	has := func() bool {
+		s := summary()
+		for _, w := range wants {
+			if !strings.Contains(s, w) {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, 10*time.Second, "the events", has)
+	if err := e.m.Shutdown(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the shutdown's event", func() bool {
+		return strings.Contains(summary(), string(last.ID)+":killed/daemon_shutdown/ ")
+	})
+	p, _ := el.Query(ctx, events.Query{Limit: 1000})
+	for _, ev := range p.Events {
+		if ev.Owner == "" {
+			t.Fatalf("an event of a pooled sandbox nobody got: %+v", ev)
+		}
+	}
+}

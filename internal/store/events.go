@@ -1,0 +1,309 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	bolt "go.etcd.io/bbolt"
+)
+
+// EventLog is an append-only log of opaque entries (the lifecycle events of
+// internal/events) kept beside the records, so every replica sharing the
+// store reads the same log. Sequence numbers are assigned by the store,
+// start at 1 and only grow; an entry becomes readable only together with
+// every entry numbered below it, so a reader that resumes after the last
+// number it saw neither misses nor repeats an entry.
+type EventLog interface {
+	// AppendEvents appends entries in order and returns the sequence
+	// number given to the first (the others follow, one apart).
+	AppendEvents(ctx context.Context, entries []LogEntry) (first uint64, err error)
+	// ReadEvents returns up to limit entries numbered above after, oldest
+	// first.
+	ReadEvents(ctx context.Context, after uint64, limit int) ([]LogEntry, error)
+	// TrimEvents deletes the entries older than before (zero: none by
+	// time) and the oldest beyond the newest keep (0: no count limit);
+	// it returns how many went.
+	TrimEvents(ctx context.Context, before time.Time, keep int) (int, error)
+}
+
+// LogEntry is one entry of an EventLog. Seq is set by the store.
+type LogEntry struct {
+	Seq  uint64
+	Time time.Time
+	Data []byte
+}
+
+var (
+	_ EventLog = (*Memory)(nil)
+	_ EventLog = (*Bolt)(nil)
+	_ EventLog = (*Redis)(nil)
+)
+
+// Memory.
+
+// memEvents is the in-memory store's log (guarded by Memory.mu).
+type memEvents struct {
+	next    uint64
+	entries []LogEntry
+}
+
+// AppendEvents implements EventLog.
+func (m *Memory) AppendEvents(_ context.Context, entries []LogEntry) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	first := m.events.next + 1
+	for _, e := range entries {
+		m.events.next++
+		e.Seq = m.events.next
+		e.Data = append([]byte(nil), e.Data...)
+		m.events.entries = append(m.events.entries, e)
+	}
+	return first, nil
+}
+
+// ReadEvents implements EventLog.
+func (m *Memory) ReadEvents(_ context.Context, after uint64, limit int) ([]LogEntry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []LogEntry
+	for _, e := range m.events.entries {
+		if e.Seq > after {
+			out = append(out, LogEntry{Seq: e.Seq, Time: e.Time, Data: append([]byte(nil), e.Data...)})
+			if len(out) == limit {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// TrimEvents implements EventLog.
+func (m *Memory) TrimEvents(_ context.Context, before time.Time, keep int) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	drop := 0
+	if keep > 0 && len(m.events.entries) > keep {
+		drop = len(m.events.entries) - keep
+	}
+	for drop < len(m.events.entries) && m.events.entries[drop].Time.Before(before) {
+		drop++
+	}
+	m.events.entries = append([]LogEntry(nil), m.events.entries[drop:]...)
+	return drop, nil
+}
+
+// Bolt keeps the log in bucket "events": the sequence number (8 bytes, big
+// endian, so keys sort in order) -> the time (8 bytes, unix nanoseconds)
+// and the data. One write transaction numbers and stores an append.
+var bucketEvents = []byte("events")
+
+func seqKey(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
+
+// AppendEvents implements EventLog.
+func (b *Bolt) AppendEvents(_ context.Context, entries []LogEntry) (uint64, error) {
+	var first uint64
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		bk, err := tx.CreateBucketIfNotExists(bucketEvents)
+		if err != nil {
+			return err
+		}
+		for i, e := range entries {
+			n, err := bk.NextSequence()
+			if err != nil {
+				return err
+			}
+			if i == 0 {
+				first = n
+			}
+			v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(e.Data)), uint64(e.Time.UnixNano()))
+			if err := bk.Put(seqKey(n), append(v, e.Data...)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("append events: %w", err)
+	}
+	return first, nil
+}
+
+// ReadEvents implements EventLog.
+func (b *Bolt) ReadEvents(_ context.Context, after uint64, limit int) ([]LogEntry, error) {
+	var out []LogEntry
+	err := b.db.View(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketEvents)
+		if bk == nil {
+			return nil
+		}
+		c := bk.Cursor()
+		for k, v := c.Seek(seqKey(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
+			if len(k) != 8 || len(v) < 8 {
+				continue // not ours: skip rather than fail every reader
+			}
+			out = append(out, LogEntry{
+				Seq:  binary.BigEndian.Uint64(k),
+				Time: time.Unix(0, int64(binary.BigEndian.Uint64(v))),
+				Data: append([]byte(nil), v[8:]...),
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	return out, nil
+}
+
+// TrimEvents implements EventLog.
+func (b *Bolt) TrimEvents(_ context.Context, before time.Time, keep int) (int, error) {
+	n := 0
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketEvents)
+		if bk == nil {
+			return nil
+		}
+		over := 0
+		if keep > 0 {
+			if total := bk.Stats().KeyN; total > keep {
+				over = total - keep
+			}
+		}
+		var gone [][]byte
+		c := bk.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			old := len(v) >= 8 && time.Unix(0, int64(binary.BigEndian.Uint64(v))).Before(before)
+			if len(gone) >= over && !old {
+				break
+			}
+			gone = append(gone, append([]byte(nil), k...))
+		}
+		for _, k := range gone {
+			if err := bk.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(gone)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("trim events: %w", err)
+	}
+	return n, nil
+}
+
+// Redis keeps the log in a sorted set PREFIX:events, scored by sequence
+// number, each member "SEQ TIME DATA" (TIME in unix nanoseconds), and the
+// last number in PREFIX:events:seq. A script numbers and adds an append in
+// one step, so no replica can read number n+1 while n is still on its way.
+func (r *Redis) eventsKey() string    { return r.prefix + ":events" }
+func (r *Redis) eventsSeqKey() string { return r.prefix + ":events:seq" }
+
+var appendEventsScript = redis.NewScript(`
+local first = redis.call('INCRBY', KEYS[2], #ARGV / 2) - #ARGV / 2 + 1
+for i = 1, #ARGV, 2 do
+  local n = first + (i - 1) / 2
+  redis.call('ZADD', KEYS[1], n, n .. ' ' .. ARGV[i] .. ' ' .. ARGV[i + 1])
+end
+return first
+`)
+
+// AppendEvents implements EventLog.
+func (r *Redis) AppendEvents(ctx context.Context, entries []LogEntry) (uint64, error) {
+	if len(entries) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, 2*len(entries))
+	for _, e := range entries {
+		args = append(args, strconv.FormatInt(e.Time.UnixNano(), 10), e.Data)
+	}
+	first, err := appendEventsScript.Run(ctx, r.c, []string{r.eventsKey(), r.eventsSeqKey()}, args...).Int64()
+	if err != nil {
+		return 0, r.unavailable("append events", err)
+	}
+	return uint64(first), nil
+}
+
+// ReadEvents implements EventLog.
+func (r *Redis) ReadEvents(ctx context.Context, after uint64, limit int) ([]LogEntry, error) {
+	members, err := r.c.ZRangeByScore(ctx, r.eventsKey(), &redis.ZRangeBy{
+		Min: "(" + strconv.FormatUint(after, 10), Max: "+inf", Count: int64(limit),
+	}).Result()
+	if err != nil {
+		return nil, r.unavailable("read events", err)
+	}
+	out := make([]LogEntry, 0, len(members))
+	for _, m := range members {
+		if e, ok := parseEventMember(m); ok {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func parseEventMember(m string) (LogEntry, bool) {
+	seq, rest, ok := strings.Cut(m, " ")
+	if !ok {
+		return LogEntry{}, false
+	}
+	ts, data, ok := strings.Cut(rest, " ")
+	if !ok {
+		return LogEntry{}, false
+	}
+	n, err1 := strconv.ParseUint(seq, 10, 64)
+	t, err2 := strconv.ParseInt(ts, 10, 64)
+	if err1 != nil || err2 != nil {
+		return LogEntry{}, false
+	}
+	return LogEntry{Seq: n, Time: time.Unix(0, t), Data: []byte(data)}, true
+}
+
+// TrimEvents implements EventLog: the count first (one command), then the
+// old ones from the oldest end, a bounded batch at a time.
+func (r *Redis) TrimEvents(ctx context.Context, before time.Time, keep int) (int, error) {
+	n := 0
+	if keep > 0 {
+		gone, err := r.c.ZRemRangeByRank(ctx, r.eventsKey(), 0, int64(-keep-1)).Result()
+		if err != nil {
+			return 0, r.unavailable("trim events", err)
+		}
+		n += int(gone)
+	}
+	if before.IsZero() {
+		return n, nil
+	}
+	for range 1000 { // bounded: 1000 batches of 256
+		oldest, err := r.c.ZRange(ctx, r.eventsKey(), 0, 255).Result()
+		if err != nil {
+			return n, r.unavailable("trim events", err)
+		}
+		var last uint64
+		done := len(oldest) < 256
+		for _, m := range oldest {
+			e, ok := parseEventMember(m)
+			if ok && !e.Time.Before(before) {
+				done = true
+				break
+			}
+			if ok {
+				last = e.Seq
+			}
+		}
+		if last > 0 {
+			gone, err := r.c.ZRemRangeByScore(ctx, r.eventsKey(), "-inf", strconv.FormatUint(last, 10)).Result()
+			if err != nil {
+				return n, r.unavailable("trim events", err)
+			}
+			n += int(gone)
+		}
+		if done || last == 0 {
+			break
+		}
+	}
+	return n, nil
+}

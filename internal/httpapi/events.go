@@ -133,7 +133,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			fmt.Fprintf(w, "event: error\ndata: %q\n\n", err.Error())
+			fmt.Fprintf(w, "event: error\ndata: %q\n\n", err.Error()) //nolint:gosec // G705: a text/event-stream body, not HTML; the message is quoted
 			_ = rc.Flush()
 			return nil
 		}

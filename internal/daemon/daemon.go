@@ -448,6 +448,7 @@ func (s *server) mountDoors(context.Context) error {
 		Doors: []httpapi.Door{
 			e2b.New(e2b.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: s.templates,
 				TemplateAdmins: cfg.TemplateAdmins, Builder: s.builder, BuildDir: filepath.Join(s.tmplDir, "tmp"), Logger: log}, m),
+			s.daytonaDoor(dp), // everything under /api
 			as,
 		},
 	}, m)

@@ -1,0 +1,3 @@
+package daytona
+
+func (s *Server) registerGit(t func(string, toolbox)) {}

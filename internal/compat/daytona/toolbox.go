@@ -55,8 +55,17 @@ func (s *Server) inSandbox(fn toolbox) handler {
 			return err
 		}
 		defer req.End()
-		return fn(w, r, req)
+		return fn(w, r.WithContext(context.WithValue(r.Context(), userKey{}, user)), req)
 	}
+}
+
+// userKey carries the authenticated user of a toolbox request.
+type userKey struct{}
+
+// userOfRequest is the tenant a toolbox request was authenticated as.
+func userOfRequest(r *http.Request) string {
+	u, _ := r.Context().Value(userKey{}).(string)
+	return u
 }
 
 // userOf is the user toolbox operations run as: the one the sandbox was

@@ -43,11 +43,12 @@ func (s *Server) registerControl(h func(string, handler)) {
 	h("POST /sandbox/{id}/autostop/{interval}", s.autostop)
 	h("POST /sandbox/{id}/last-activity", s.lastActivity)
 	h("GET /sandbox/{id}/toolbox-proxy-url", s.toolboxProxyURL)
+	h("GET /sandbox/{id}/ports/{port}/preview-url", s.previewURL)
+	h("GET /sandbox/{id}/ports/{port}/signed-preview-url", s.signedPreviewURL)
 	for _, route := range []string{"POST /sandbox/{id}/archive", "POST /sandbox/{id}/resize", "POST /sandbox/{id}/fork",
 		"POST /sandbox/{id}/snapshot", "POST /sandbox/{id}/backup", "POST /sandbox/{id}/ssh-access", "PUT /sandbox/{id}/secrets",
 		"POST /sandbox/{id}/autoarchive/{interval}", "POST /sandbox/{id}/autodelete/{interval}", "POST /sandbox/{id}/autopause/{interval}",
 		"POST /sandbox/{id}/ttl/{ttl}", "POST /sandbox/{id}/public/{public}", "POST /sandbox/{id}/network-settings",
-		"GET /sandbox/{id}/ports/{port}/preview-url", "GET /sandbox/{id}/ports/{port}/signed-preview-url",
 		"GET /sandbox/{id}/signing-key", "POST /sandbox/{id}/signing-key/rotate", "GET /sandbox/{id}/build-logs-url",
 		"GET /snapshots", "POST /snapshots", "GET /volumes", "POST /volumes", "GET /secrets", "GET /warm-pools"} {
 		h(route, func(w http.ResponseWriter, r *http.Request, _ string) error {
@@ -437,5 +438,56 @@ func (s *Server) toolboxProxyURL(w http.ResponseWriter, r *http.Request, user st
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"url": baseURL(r) + Prefix + "/toolbox"})
+	return nil
+}
+
+// preview signs a preview token of the path's port for ttl.
+func (s *Server) preview(r *http.Request, user string, ttl time.Duration) (rec *store.Record, port int, token, url string, err error) {
+	if s.cfg.PreviewToken == nil {
+		return nil, 0, "", "", unsupported("preview URLs")
+	}
+	port, err = strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		return nil, 0, "", "", sandbox.Invalid("port", "port must be 1-65535")
+	}
+	if rec, err = s.find(r, user, r.PathValue("id")); err != nil {
+		return nil, 0, "", "", err
+	}
+	token, path, err := s.cfg.PreviewToken(r.Context(), user, rec.ID, port, ttl)
+	if err != nil {
+		return nil, 0, "", "", err
+	}
+	return rec, port, token, baseURL(r) + path + "/", nil
+}
+
+// previewURL is getPreviewLink: the preview's URL and a token to send in
+// x-daytona-preview-token (valid a week: Daytona's token lives as long as
+// the sandbox).
+func (s *Server) previewURL(w http.ResponseWriter, r *http.Request, user string) error {
+	rec, _, token, url, err := s.preview(r, user, 0)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sandboxId": string(rec.ID), "url": url, "token": token})
+	return nil
+}
+
+// signedPreviewURL is getSignedPreviewUrl: a URL that carries its token
+// (expiresInSeconds, default an hour).
+func (s *Server) signedPreviewURL(w http.ResponseWriter, r *http.Request, user string) error {
+	ttl := time.Hour
+	if v := r.URL.Query().Get("expiresInSeconds"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return sandbox.Invalid("expiresInSeconds", "expiresInSeconds must be a positive number")
+		}
+		ttl = time.Duration(n) * time.Second
+	}
+	rec, port, token, url, err := s.preview(r, user, ttl)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sandboxId": string(rec.ID), "port": port, "token": token,
+		"url": url + "?agentbox_token=" + token})
 	return nil
 }

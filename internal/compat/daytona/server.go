@@ -13,6 +13,7 @@
 package daytona
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -44,6 +45,9 @@ type Config struct {
 	MaxTimeout time.Duration
 	// MaxOutput caps the output kept of one command.
 	MaxOutput int64
+	// PreviewToken signs a preview token of a sandbox port and gives the
+	// preview's path (the shared server's; nil: previews unavailable).
+	PreviewToken func(ctx context.Context, owner string, id sandbox.ID, port int, ttl time.Duration) (token, path string, err error)
 	// DataPlane is the service every toolbox request goes through.
 	DataPlane *dataplane.Service
 	Logger    *slog.Logger

@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -91,5 +93,69 @@ func TestDaytonaSDK(t *testing.T) {
 	t.Logf("node --test:\n%s", res)
 	if err != nil {
 		t.Fatalf("the Daytona SDK suite failed: %v", err)
+	}
+}
+
+// BenchmarkDaytonaSDK: the Daytona SDK's create, executeCommand('true')
+// and codeRun next to the E2B SDK's create and commands.run('true'),
+// against one daemon on the built-in templates of the test cache (run
+// TestDaytonaSDK and TestE2BSDK first). b.N is ignored:
+// test/compat/daytona/bench.cjs runs DAYTONA_BENCH_N (default 50) of each
+// and reports p50/p99 in milliseconds.
+//
+//	go test -run '^$' -bench DaytonaSDK -benchtime 1x ./test/e2e/
+func BenchmarkDaytonaSDK(b *testing.B) {
+	cache := os.Getenv("AGENTBOX_TEST_CACHE")
+	if cache == "" {
+		home, _ := os.UserCacheDir()
+		cache = filepath.Join(home, "agentbox-test")
+	}
+	dsdk, esdk := filepath.Join(cache, "daytona-sdk"), filepath.Join(cache, "e2b-sdk")
+	if d := os.Getenv("AGENTBOX_DAYTONA_SDK"); d != "" {
+		dsdk = d
+	}
+	if d := os.Getenv("AGENTBOX_E2B_SDK"); d != "" {
+		esdk = d
+	}
+	if !e2bInstalled(esdk) {
+		b.Skipf("the pinned E2B SDKs are not in %s (run TestE2BSDK)", esdk)
+	}
+	if _, err := os.Stat(filepath.Join(dsdk, "node_modules", "@daytonaio", "sdk")); err != nil {
+		b.Skipf("the pinned Daytona SDK is not in %s (run TestDaytonaSDK)", dsdk)
+	}
+	url := startBenchDaemon(b, "TEMPLATE_DIR="+filepath.Join(cache, "templates"))
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	node := exec.Command("node", "bench.cjs")
+	node.Dir = filepath.Join(root, "test", "compat", "daytona")
+	port := url[strings.LastIndex(url, ":")+1:]
+	node.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + b.TempDir(),
+		"NODE_PATH=" + filepath.Join(dsdk, "node_modules") + ":" + filepath.Join(esdk, "node_modules"),
+		"DAYTONA_API_URL=" + url + "/api", "DAYTONA_API_KEY=keyless",
+		"E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url, "E2B_DOMAIN=localhost:" + port, "E2B_API_KEY=e2b_00000000000000000000000000000000",
+		"DAYTONA_BENCH_N=" + os.Getenv("DAYTONA_BENCH_N")}
+	var stderr testutil.SyncBuffer
+	node.Stderr = &stderr
+	out, err := node.Output()
+	if err != nil {
+		b.Fatalf("bench.cjs: %v\n%s%s", err, out, stderr.String())
+	}
+	var res map[string]struct {
+		N        int
+		P50, P99 float64
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		b.Fatalf("bench.cjs output %q: %v", out, err)
+	}
+	names := make([]string, 0, len(res))
+	for k := range res {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		v := res[k]
+		b.Logf("%-44s n=%-4d p50 %8.2f ms   p99 %8.2f ms", k, v.N, v.P50, v.P99)
 	}
 }

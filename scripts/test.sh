@@ -30,6 +30,16 @@ if command -v npm >/dev/null 2>&1 &&
 else
   echo "test.sh: could not install the E2B SDKs from npm" >&2
 fi
+# The unmodified Daytona TypeScript SDK, pinned as in
+# test/compat/daytona/package.json (TestDaytonaSDK installs it itself when
+# this fails).
+sdk="$AGENTBOX_TEST_CACHE/daytona-sdk"
+if command -v npm >/dev/null 2>&1 &&
+   npm install --prefix "$sdk" @daytonaio/sdk@0.218.0 --no-audit --no-fund --loglevel=error >/dev/null 2>&1; then
+  export AGENTBOX_DAYTONA_SDK="$sdk"
+else
+  echo "test.sh: could not install the Daytona SDK from npm" >&2
+fi
 # The web console's unit tests (vitest, web/console/src/*.test.ts); make
 # build installed its pinned npm packages. Its end-to-end test (Chromium
 # driven by playwright-core) is test/e2e TestConsole, in go test below.

@@ -43,7 +43,7 @@ func addClientCommands(root *cobra.Command) {
 	root.AddCommand(
 		newCreateCmd(), newLsCmd(), newExecCmd(), newCpCmd(), newShellCmd(),
 		newKillCmd(), newLogsCmd(), newTimeoutCmd(), newStatsCmd(), newTemplateCmd(), newSnapshotCmd(),
-		newPauseCmd(), newResumeCmd(), newE2BCmd(),
+		newPauseCmd(), newResumeCmd(), newE2BCmd(), newDaytonaCmd(),
 		newScreenshotCmd(),
 		newDesktopCmd(),
 	)

@@ -497,6 +497,7 @@ func (s *server) mountDoors(context.Context) error {
 			e2b.New(e2b.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: s.templates,
 				TemplateAdmins: cfg.TemplateAdmins, Builder: s.builder, BuildDir: filepath.Join(s.tmplDir, "tmp"), Logger: log, Events: s.events,
 				Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate}, m),
+			s.daytonaDoor(dp), // everything under /api
 			as,
 		},
 	}, m)

@@ -46,8 +46,11 @@ type PortDoor interface {
 }
 
 // A BodyRule lets the POST requests Match selects declare MediaType (the
-// one type accepted for them) instead of application/json. The Host and
-// Origin rules still apply.
+// one type accepted for them) instead of application/json. An empty
+// MediaType marks bodiless POSTs (Daytona's start, stop...): with an
+// empty body any Content-Type (or none) passes, so the door must require
+// a header a web page cannot send without a CORS preflight
+// (Authorization). The Host and Origin rules still apply.
 type BodyRule struct {
 	MediaType string
 	Match     func(r *http.Request) bool

@@ -32,6 +32,9 @@ func (d testDoor) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /"+d.name+"/call", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "%s called", d.name)
 	})
+	mux.HandleFunc("POST /"+d.name+"/action", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s acted", d.name)
+	})
 }
 
 func (d testDoor) Owns(r *http.Request) bool { return d.owns(r) }
@@ -42,7 +45,8 @@ func (d testDoor) WriteRefusal(w http.ResponseWriter, _ *http.Request, status in
 }
 
 func (d testDoor) Bodies() []BodyRule {
-	return []BodyRule{{MediaType: "multipart/form-data", Match: func(r *http.Request) bool { return r.URL.Path == "/"+d.name+"/upload" }}}
+	return []BodyRule{{MediaType: "multipart/form-data", Match: func(r *http.Request) bool { return r.URL.Path == "/"+d.name+"/upload" }},
+		{MediaType: "", Match: func(r *http.Request) bool { return r.URL.Path == "/"+d.name+"/action" }}}
 }
 
 func (d testDoor) Close() error {
@@ -112,6 +116,25 @@ func TestDoors(t *testing.T) {
 	} {
 		if status, body := do(c.method, c.path, c.ctype); status != c.status || body != c.body {
 			t.Errorf("%s %s (%s): %d %q, want %d %q", c.method, c.path, c.ctype, status, body, c.status, c.body)
+		}
+	}
+	// A bodiless route takes an empty body declared as anything (axios
+	// declares a form), and a body only as JSON.
+	for _, c := range []struct {
+		body, ctype string
+		status      int
+	}{{"", "application/x-www-form-urlencoded", 200}, {"", "", 200}, {"{}", "application/json", 200}, {"x=1", "application/x-www-form-urlencoded", 400}} {
+		req, _ := http.NewRequest("POST", hs.URL+"/first/action", strings.NewReader(c.body))
+		if c.ctype != "" {
+			req.Header.Set("Content-Type", c.ctype)
+		}
+		resp, err := hs.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Errorf("bodiless route with body %q (%s): %d, want %d", c.body, c.ctype, resp.StatusCode, c.status)
 		}
 	}
 	// The native routes keep the native error, whoever claims the rest.

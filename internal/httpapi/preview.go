@@ -43,9 +43,12 @@ import (
 // host-only cookie of that origin. None of these reach the sandbox.
 
 const (
-	previewTokenParam  = "agentbox_token"
-	previewCookie      = "agentbox_preview"
-	maxPreviewTokenTTL = 7 * 24 * time.Hour
+	previewTokenParam = "agentbox_token"
+	// daytonaPreviewHeader carries a preview token as Daytona's previews
+	// take it.
+	daytonaPreviewHeader = "X-Daytona-Preview-Token"
+	previewCookie        = "agentbox_preview"
+	maxPreviewTokenTTL   = 7 * 24 * time.Hour
 )
 
 var previewLabelPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([0-9]{1,5})-([a-z0-9][a-z0-9-]{0,62})$`) })
@@ -335,6 +338,11 @@ func (s *Server) authorizePreview(w http.ResponseWriter, r *http.Request, id san
 		_, err := s.checkSandboxToken(r, id, tok)
 		return false, err
 	}
+	if tok := r.Header.Get(daytonaPreviewHeader); tok != "" {
+		// Daytona's SDK users send the token of getPreviewLink so.
+		_, err := s.checkPreviewToken(r, id, port, tok)
+		return false, err
+	}
 	if tok := r.URL.Query().Get(previewTokenParam); tok != "" {
 		exp, err := s.checkPreviewToken(r, id, port, tok)
 		if err != nil || !hostForm {
@@ -472,4 +480,23 @@ func (s *Server) previewAuthority(r *http.Request, id sandbox.ID, port int) stri
 		}
 	}
 	return host
+}
+
+// PreviewToken signs a preview token of port of owner's sandbox id valid
+// for ttl (at most a week), for a door that hands out preview links
+// (Daytona's getPreviewLink), and gives the path-form preview URL's path
+// (without the token).
+func (s *Server) PreviewToken(ctx context.Context, owner string, id sandbox.ID, port int, ttl time.Duration) (token, path string, err error) {
+	if port < 1 || port > 65535 {
+		return "", "", badRequest("port", "port must be 1-65535")
+	}
+	if ttl <= 0 || ttl > maxPreviewTokenTTL {
+		ttl = maxPreviewTokenTTL
+	}
+	rec, err := s.m.Get(ctx, owner, id)
+	if err != nil {
+		return "", "", err
+	}
+	exp := time.Now().Add(ttl).Unix()
+	return s.signPreview(id, port, exp, rec.AccessToken), fmt.Sprintf("/v1/sandboxes/%s/ports/%d", id, port), nil
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // The doors into a sandbox: the native API, agentscope's sandbox API, the
-// E2B data plane and the tool kit (MCP and function calling). Each works
+// E2B data plane, Daytona's toolbox and the tool kit (MCP and function calling). Each works
 // through the one data plane, so the same limits and the same
 // confinement hold on every one of them.
 
@@ -82,6 +82,19 @@ func doors() []door {
 				defer resp.Body.Close()
 				body, _ := io.ReadAll(resp.Body)
 				return classify(resp.StatusCode, body, resp.Header, nil, `"exited":true`)
+			}
+		}},
+		{"daytona", func(t *testing.T, d *daemon, key string) func(context.Context, int) (bool, error) {
+			status, data := d.call(t, "POST", "/api/sandbox", "", map[string]any{"snapshot": "base"}, "Authorization", "Bearer "+key)
+			var sb struct{ ID string }
+			if err := json.Unmarshal(data, &sb); status != 200 || err != nil || sb.ID == "" {
+				t.Fatalf("daytona create: %d %s", status, data)
+			}
+			t.Cleanup(func() { d.call(t, "DELETE", "/api/sandbox/"+sb.ID, "", nil, "Authorization", "Bearer "+key) })
+			return func(ctx context.Context, s int) (bool, error) {
+				status, body, hdr, err := post(ctx, d.url+"/api/toolbox/"+sb.ID+"/process/execute", map[string]any{"command": fmt.Sprintf("sleep %d", s)},
+					"Authorization", "Bearer "+key)
+				return classify(status, body, hdr, err, `"exitCode":0`)
 			}
 		}},
 		{"function-calling", func(t *testing.T, d *daemon, key string) func(context.Context, int) (bool, error) {

@@ -1,0 +1,23 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/compat/daytona"
+	"github.com/agentbox/agentbox/internal/dataplane"
+	"github.com/agentbox/agentbox/internal/sandbox"
+)
+
+// daytonaDoor is Daytona's API (control plane under /api, the toolbox
+// under /api/toolbox/{id}) over the manager and the shared data plane.
+func (s *server) daytonaDoor(dp *dataplane.Service) *daytona.Server {
+	cfg := s.cfg
+	return daytona.New(daytona.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxTimeout: cfg.MaxTimeout,
+		MaxOutput: cfg.MaxExecOutputBytes, Logger: s.log, PreviewToken: s.previewToken}, s.m)
+}
+
+// previewToken is the shared server's (made after its doors).
+func (s *server) previewToken(ctx context.Context, owner string, id sandbox.ID, port int, ttl time.Duration) (string, string, error) {
+	return s.api.PreviewToken(ctx, owner, id, port, ttl)
+}

@@ -1,0 +1,161 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+// The pinned Daytona SDK of test/compat/daytona/package.json.
+const daytonaPackage, daytonaVersion = "@daytonaio/sdk", "0.218.0"
+
+// daytonaSDK returns a directory whose node_modules holds the pinned
+// Daytona SDK: AGENTBOX_DAYTONA_SDK (scripts/test.sh installs it there),
+// else one in the test cache, installed from npm when missing.
+func daytonaSDK(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("needs node (apt-get install nodejs npm) to run the Daytona SDK suite")
+	}
+	dir := os.Getenv("AGENTBOX_DAYTONA_SDK")
+	if dir == "" {
+		dir = filepath.Join(testCache(t), "daytona-sdk")
+	}
+	installed := func() bool {
+		data, err := os.ReadFile(filepath.Join(dir, "node_modules", "@daytonaio", "sdk", "package.json"))
+		return err == nil && strings.Contains(string(data), `"version": "`+daytonaVersion+`"`)
+	}
+	if installed() {
+		return dir
+	}
+	if _, err := exec.LookPath("npm"); err != nil {
+		t.Skip("needs npm to install the pinned Daytona SDK")
+	}
+	lockCache(t, ctx, dir+".lock")
+	cmd := exec.CommandContext(ctx, "npm", "install", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel=error", daytonaPackage+"@"+daytonaVersion)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm install %s@%s: %v\n%s", daytonaPackage, daytonaVersion, err, out)
+	}
+	if !installed() {
+		t.Fatalf("npm installed %s@%s in %s but not the pinned version", daytonaPackage, daytonaVersion, dir)
+	}
+	return dir
+}
+
+// TestDaytonaSDK runs test/compat/daytona (node's test runner) with the
+// unmodified @daytonaio/sdk against a real daemon, configured by nothing
+// but DAYTONA_API_URL and DAYTONA_API_KEY, on the built-in templates of
+// the test cache's template store.
+func TestDaytonaSDK(t *testing.T) {
+	testutil.RequireRoot(t)
+	ctx := waitCtx(t, 10*time.Minute)
+	sdk := daytonaSDK(t, ctx)
+	tmplDir := filepath.Join(testCache(t), "templates")
+	lockCache(t, ctx, tmplDir+".lock")
+	const key, otherKey = "dtn_0a1b2c3d4e5f60718293a4b5c6d7e8f9", "dtn_ffeeddccbbaa99887766554433221100"
+	d := startDaemon(t, "API_KEYS="+key+":alice,"+otherKey+":bob", "TEMPLATE_DIR="+tmplDir, "TEMPLATE_ADMIN_USERS=alice")
+	ensureBuiltinTemplates(t, ctx, d, key)
+
+	bin, _ := binaries(t)
+	out, err := exec.CommandContext(ctx, bin, "daytona", "env", "--url", d.url, "--api-key", key).Output()
+	if err != nil {
+		t.Fatalf("agentbox daytona env: %v", err)
+	}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "NODE_PATH=" + filepath.Join(sdk, "node_modules"),
+		"DAYTONA_OTHER_API_KEY=" + otherKey}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		k, v, _ := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		env = append(env, k+"="+strings.Trim(v, "'"))
+	}
+	t.Logf("environment: %s", strings.Join(env[4:], " "))
+
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	suite := filepath.Join(root, "test", "compat", "daytona")
+	files, _ := filepath.Glob(filepath.Join(suite, "*.test.cjs"))
+	if f := os.Getenv("DAYTONA_SUITE"); f != "" {
+		files = []string{filepath.Join(suite, f)}
+	}
+	node := exec.CommandContext(ctx, "node", append([]string{"--test", "--test-concurrency=2", "--test-reporter=spec"}, files...)...)
+	node.Dir = suite
+	node.Env = env
+	res, err := node.CombinedOutput()
+	t.Logf("node --test:\n%s", res)
+	if err != nil {
+		t.Fatalf("the Daytona SDK suite failed: %v", err)
+	}
+}
+
+// BenchmarkDaytonaSDK: the Daytona SDK's create, executeCommand('true')
+// and codeRun next to the E2B SDK's create and commands.run('true'),
+// against one daemon on the built-in templates of the test cache (run
+// TestDaytonaSDK and TestE2BSDK first). b.N is ignored:
+// test/compat/daytona/bench.cjs runs DAYTONA_BENCH_N (default 50) of each
+// and reports p50/p99 in milliseconds.
+//
+//	go test -run '^$' -bench DaytonaSDK -benchtime 1x ./test/e2e/
+func BenchmarkDaytonaSDK(b *testing.B) {
+	cache := os.Getenv("AGENTBOX_TEST_CACHE")
+	if cache == "" {
+		home, _ := os.UserCacheDir()
+		cache = filepath.Join(home, "agentbox-test")
+	}
+	dsdk, esdk := filepath.Join(cache, "daytona-sdk"), filepath.Join(cache, "e2b-sdk")
+	if d := os.Getenv("AGENTBOX_DAYTONA_SDK"); d != "" {
+		dsdk = d
+	}
+	if d := os.Getenv("AGENTBOX_E2B_SDK"); d != "" {
+		esdk = d
+	}
+	if !e2bInstalled(esdk) {
+		b.Skipf("the pinned E2B SDKs are not in %s (run TestE2BSDK)", esdk)
+	}
+	if _, err := os.Stat(filepath.Join(dsdk, "node_modules", "@daytonaio", "sdk")); err != nil {
+		b.Skipf("the pinned Daytona SDK is not in %s (run TestDaytonaSDK)", dsdk)
+	}
+	url := startBenchDaemon(b, "TEMPLATE_DIR="+filepath.Join(cache, "templates"))
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	node := exec.Command("node", "bench.cjs")
+	node.Dir = filepath.Join(root, "test", "compat", "daytona")
+	port := url[strings.LastIndex(url, ":")+1:]
+	node.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + b.TempDir(),
+		"NODE_PATH=" + filepath.Join(dsdk, "node_modules") + ":" + filepath.Join(esdk, "node_modules"),
+		"DAYTONA_API_URL=" + url + "/api", "DAYTONA_API_KEY=keyless",
+		"E2B_API_URL=" + url, "E2B_SANDBOX_URL=" + url, "E2B_DOMAIN=localhost:" + port, "E2B_API_KEY=e2b_00000000000000000000000000000000",
+		"DAYTONA_BENCH_N=" + os.Getenv("DAYTONA_BENCH_N")}
+	var stderr testutil.SyncBuffer
+	node.Stderr = &stderr
+	out, err := node.Output()
+	if err != nil {
+		b.Fatalf("bench.cjs: %v\n%s%s", err, out, stderr.String())
+	}
+	var res map[string]struct {
+		N        int
+		P50, P99 float64
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		b.Fatalf("bench.cjs output %q: %v", out, err)
+	}
+	names := make([]string, 0, len(res))
+	for k := range res {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		v := res[k]
+		b.Logf("%-44s n=%-4d p50 %8.2f ms   p99 %8.2f ms", k, v.N, v.P50, v.P99)
+	}
+}

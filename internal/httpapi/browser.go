@@ -77,7 +77,7 @@ func (s *Server) cdp(w http.ResponseWriter, r *http.Request) error {
 			// origin).
 			pr.Out.Host = fmt.Sprintf("127.0.0.1:%d", cdpPort)
 			pr.Out.Header.Del("Origin")
-			stripCredentials(pr.Out, false)
+			s.stripCredentials(pr.Out, false)
 		},
 		Transport: s.previewTransport,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

@@ -45,6 +45,17 @@ type PortDoor interface {
 	ServePort(w http.ResponseWriter, r *http.Request, id sandbox.ID, port int) bool
 }
 
+// A PreviewTokenDoor is a door whose clients send the preview tokens the
+// server signs (Server.PreviewToken) in a header of their protocol's own
+// (Daytona's X-Daytona-Preview-Token) rather than agentbox's query
+// parameter or cookie. The preview proxy takes the token from those
+// headers and removes them, like every other credential, before the
+// request reaches the sandbox.
+type PreviewTokenDoor interface {
+	Door
+	PreviewTokenHeaders() []string
+}
+
 // A BodyRule lets the POST requests Match selects declare MediaType (the
 // one type accepted for them) instead of application/json. An empty
 // MediaType marks bodiless POSTs (Daytona's start, stop...): with an
@@ -64,6 +75,9 @@ func (s *Server) mountDoors(doors []Door) {
 		s.bodyRules = append(s.bodyRules, d.Bodies()...)
 		if p, ok := d.(PortDoor); ok {
 			s.sandboxPorts = append(s.sandboxPorts, p.ServePort)
+		}
+		if p, ok := d.(PreviewTokenDoor); ok {
+			s.previewHeaders = append(s.previewHeaders, p.PreviewTokenHeaders()...)
 		}
 	}
 	s.doors = doors

@@ -43,12 +43,9 @@ import (
 // host-only cookie of that origin. None of these reach the sandbox.
 
 const (
-	previewTokenParam = "agentbox_token"
-	// daytonaPreviewHeader carries a preview token as Daytona's previews
-	// take it.
-	daytonaPreviewHeader = "X-Daytona-Preview-Token"
-	previewCookie        = "agentbox_preview"
-	maxPreviewTokenTTL   = 7 * 24 * time.Hour
+	previewTokenParam  = "agentbox_token"
+	previewCookie      = "agentbox_preview"
+	maxPreviewTokenTTL = 7 * 24 * time.Hour
 )
 
 var previewLabelPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([0-9]{1,5})-([a-z0-9][a-z0-9-]{0,62})$`) })
@@ -155,7 +152,7 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, id sandbox
 			q.Del(previewTokenParam)
 			pr.Out.URL.RawQuery = q.Encode()
 			pr.Out.Host = fmt.Sprintf("localhost:%d", port)
-			stripCredentials(pr.Out, hostForm)
+			s.stripCredentials(pr.Out, hostForm)
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			if hostForm {
@@ -228,9 +225,12 @@ func (g *previewGate) enter(user string) (leave func(), err error) {
 // stripCredentials removes everything that authenticated the request to
 // the daemon, so no key or token leaks to the sandbox's server. The path
 // form passes no cookies at all: they belong to the API's origin.
-func stripCredentials(r *http.Request, hostForm bool) {
+func (s *Server) stripCredentials(r *http.Request, hostForm bool) {
 	r.Header.Del("Authorization")
 	r.Header.Del("X-Access-Token")
+	for _, h := range s.previewHeaders {
+		r.Header.Del(h)
+	}
 	if ref := r.Header.Get("Referer"); strings.Contains(ref, previewTokenParam) {
 		// The page before a token exchange's redirect.
 		if u, err := url.Parse(ref); err == nil {
@@ -338,10 +338,12 @@ func (s *Server) authorizePreview(w http.ResponseWriter, r *http.Request, id san
 		_, err := s.checkSandboxToken(r, id, tok)
 		return false, err
 	}
-	if tok := r.Header.Get(daytonaPreviewHeader); tok != "" {
-		// Daytona's SDK users send the token of getPreviewLink so.
-		_, err := s.checkPreviewToken(r, id, port, tok)
-		return false, err
+	for _, h := range s.previewHeaders {
+		if tok := r.Header.Get(h); tok != "" {
+			// A door's clients send the token of its preview links so.
+			_, err := s.checkPreviewToken(r, id, port, tok)
+			return false, err
+		}
 	}
 	if tok := r.URL.Query().Get(previewTokenParam); tok != "" {
 		exp, err := s.checkPreviewToken(r, id, port, tok)

@@ -130,6 +130,9 @@ type Server struct {
 	started          time.Time
 	// bodyRules are POST routes whose body is not JSON (BodyRule).
 	bodyRules []BodyRule
+	// previewHeaders carry preview tokens for doors' clients
+	// (PreviewTokenDoor).
+	previewHeaders []string
 	// sandboxPorts are the doors' data planes (PortDoor, dataplane.go).
 	sandboxPorts []sandboxPortHandler
 	// streamsEnd is closed by EndStreams: event streams end (events.go).

@@ -7,7 +7,11 @@ import (
 	"github.com/agentbox/agentbox/internal/httpapi"
 )
 
-var _ httpapi.Door = (*Server)(nil)
+var _ httpapi.PreviewTokenDoor = (*Server)(nil)
+
+// PreviewTokenHeaders: Daytona's SDK users send getPreviewLink's token in
+// X-Daytona-Preview-Token.
+func (s *Server) PreviewTokenHeaders() []string { return []string{"X-Daytona-Preview-Token"} }
 
 // Owns claims /api and everything below it: Daytona's SDK reads refusals
 // there in Daytona's shape.

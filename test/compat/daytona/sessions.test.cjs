@@ -111,4 +111,17 @@ test('previews: getPreviewLink with x-daytona-preview-token, getSignedPreviewUrl
   res = await fetch(signed.url, { redirect: 'follow' })
   assert.equal(res.status, 200)
   assert.equal(await res.text(), 'previewed')
+  // The token authenticates the request to agentbox and is removed before
+  // it reaches the sandbox: a server there that echoes its request headers
+  // never sees it.
+  const echo = 'import http.server\nclass H(http.server.BaseHTTPRequestHandler):\n  def do_GET(self):\n    b = str(self.headers).lower().encode()\n    self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)\nhttp.server.HTTPServer(("127.0.0.1", 8081), H).serve_forever()\n'
+  await sb.fs.uploadFile(Buffer.from(echo), '/tmp/echo.py')
+  await sb.process.executeSessionCommand('web', { command: 'python3 /tmp/echo.py', runAsync: true })
+  await waitFor(async () => (await sb.process.executeCommand('curl -sf http://127.0.0.1:8081/')).exitCode === 0, 20000, 'the echo server')
+  const echoLink = await sb.getPreviewLink(8081)
+  res = await fetch(echoLink.url, { headers: { 'x-daytona-preview-token': echoLink.token } })
+  assert.equal(res.status, 200)
+  const seen = await res.text()
+  assert.ok(seen.includes('host:'), `the echo server's answer: ${seen}`)
+  assert.ok(!seen.includes('x-daytona-preview-token') && !seen.includes(echoLink.token.toLowerCase()), `the sandbox saw the preview token: ${seen}`)
 })

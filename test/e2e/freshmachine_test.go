@@ -77,7 +77,13 @@ func inRootSys(t *testing.T, root string, binds map[string]string, user string, 
 func inRootWith(t *testing.T, root string, binds map[string]string, net, sys bool, user string, env []string, script string) (string, error) {
 	t.Helper()
 	var setup strings.Builder
-	setup.WriteString("set -e\nmount --make-rprivate /\nmount -t proc proc \"$R/proc\"\n")
+	setup.WriteString("set -e\nmount --make-rprivate /\n")
+	if sys {
+		// The root a daemon sees is a mount point, as on a machine: the
+		// sandboxes' mount namespaces make it private and pivot from it.
+		setup.WriteString("mount --rbind \"$R\" \"$R\"\nmount --make-rprivate \"$R\"\n")
+	}
+	setup.WriteString("mount -t proc proc \"$R/proc\"\n")
 	if sys {
 		setup.WriteString("mount --rbind /dev \"$R/dev\"\nmount --rbind /sys \"$R/sys\"\nip link set lo up\n")
 	} else {

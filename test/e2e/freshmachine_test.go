@@ -96,7 +96,15 @@ func inRootWith(t *testing.T, root string, binds map[string]string, net, sys boo
 	if user != "" {
 		userspec = "--userspec=" + user + " "
 	}
-	setup.WriteString("exec env -i " + strings.Join(env, " ") + " chroot " + userspec + "\"$R\" /bin/sh -c \"$S\"\n")
+	if sys {
+		// The root becomes the mount namespace's root (pivot_root, not
+		// chroot): the kernel refuses a user namespace to a chrooted
+		// process, and the daemon makes one for its sandboxes.
+		setup.WriteString("cd \"$R\"\nmkdir -p .oldroot\npivot_root . .oldroot\ncd /\n/.oldroot/usr/bin/umount -l /.oldroot\n" +
+			"exec /usr/bin/env -i " + strings.Join(env, " ") + " /bin/sh -c \"$S\"\n")
+	} else {
+		setup.WriteString("exec env -i " + strings.Join(env, " ") + " chroot " + userspec + "\"$R\" /bin/sh -c \"$S\"\n")
+	}
 	args := []string{"--mount", "--fork"}
 	if sys {
 		args = append(args, "--pid")

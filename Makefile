@@ -94,11 +94,12 @@ vet:
 test: deps build vet
 	./scripts/test.sh
 
-# make run on a fresh Debian, whole: the dependency step and then the build
-# (agent, init, shim, the daemon with cgo and libseccomp) in a bootstrapped
-# debian:bookworm from the test cache with no network, apt reading a local
-# source of the packages (test/e2e TestMakeRunDepsFreshDebian; make test
-# runs its dependency step only).
+# make run on a fresh Debian, whole: the dependency step, then `make run`
+# until /healthz answers and a first sandbox runs, in a bootstrapped
+# debian:bookworm from the test cache with no network (apt reads a local
+# source of the packages, npm a cache of the console's, Go this host's
+# module cache); it logs clone -> first sandbox (test/e2e
+# TestMakeRunDepsFreshDebian; make test runs its dependency step only).
 test-fresh:
 	AGENTBOX_FRESH_BUILD=1 $(GO) test -count=1 -v -timeout 60m -run '^TestMakeRunDepsFreshDebian$$' ./test/e2e/
 

@@ -495,6 +495,7 @@ func (s *server) mountDoors(context.Context) error {
 		// agentscope's methods are any path at the root, so it is last.
 		Doors: []httpapi.Door{
 			e2b.New(e2b.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: s.templates,
+				Builtins:       s.builtins.Statuses,
 				TemplateAdmins: cfg.TemplateAdmins, Builder: s.builder, BuildDir: filepath.Join(s.tmplDir, "tmp"), Logger: log, Events: s.events,
 				Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate}, m),
 			s.daytonaDoor(dp), // everything under /api

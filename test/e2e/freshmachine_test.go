@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/template/bootstrap"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
@@ -31,7 +33,19 @@ func freshDebian(t *testing.T) (root, tarball string) {
 	}
 	tars, _ := filepath.Glob(filepath.Join(cache, "bootstrap", "debian-bookworm-*.tar"))
 	if len(tars) == 0 {
-		t.Skipf("no debian:bookworm bootstrap in %s/bootstrap (TestBuiltinTemplates makes it)", cache)
+		// Made once into the test cache (locked by the bootstrap package),
+		// as the build tests do: the host's apt sources, through mmdebstrap.
+		if _, err := exec.LookPath("mmdebstrap"); err != nil {
+			t.Skip("needs mmdebstrap (apt-get install mmdebstrap) to bootstrap debian:bookworm")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		var log bytes.Buffer
+		tar, err := bootstrap.Bootstrap(ctx, bootstrap.Options{Image: "debian:bookworm", CacheDir: filepath.Join(cache, "bootstrap")}, &log)
+		if err != nil {
+			t.Skipf("cannot bootstrap debian:bookworm on this host (no Debian mirror reachable?): %v\n%s", err, lastLines(log.String(), 20))
+		}
+		tars = []string{tar}
 	}
 	root = filepath.Join(testutil.ShortTempDir(t), "root")
 	if err := os.Mkdir(root, 0o755); err != nil {
@@ -49,8 +63,32 @@ func freshDebian(t *testing.T) (root, tarball string) {
 // reaches the network unless net is true. It returns the output.
 func inRoot(t *testing.T, root string, binds map[string]string, net bool, user string, env []string, script string) (string, error) {
 	t.Helper()
+	return inRootWith(t, root, binds, net, false, user, env, script)
+}
+
+// inRootSys is inRoot for a daemon: the host's /dev and /sys (cgroups,
+// loop devices) bound in, a pid namespace of its own (whatever is left
+// running dies with it), and loopback up in its network namespace.
+func inRootSys(t *testing.T, root string, binds map[string]string, user string, env []string, script string) (string, error) {
+	t.Helper()
+	return inRootWith(t, root, binds, false, true, user, env, script)
+}
+
+func inRootWith(t *testing.T, root string, binds map[string]string, net, sys bool, user string, env []string, script string) (string, error) {
+	t.Helper()
 	var setup strings.Builder
-	setup.WriteString("set -e\nmount --make-rprivate /\nmount -t proc proc \"$R/proc\"\nmount --bind /dev/null \"$R/dev/null\"\n")
+	setup.WriteString("set -e\nmount --make-rprivate /\n")
+	if sys {
+		// The root a daemon sees is a mount point, as on a machine: the
+		// sandboxes' mount namespaces make it private and pivot from it.
+		setup.WriteString("mount --rbind \"$R\" \"$R\"\nmount --make-rprivate \"$R\"\n")
+	}
+	setup.WriteString("mount -t proc proc \"$R/proc\"\n")
+	if sys {
+		setup.WriteString("mount --rbind /dev \"$R/dev\"\nmount --rbind /sys \"$R/sys\"\nip link set lo up\n")
+	} else {
+		setup.WriteString("mount --bind /dev/null \"$R/dev/null\"\n")
+	}
 	for src, dst := range binds {
 		setup.WriteString("mkdir -p \"$R" + dst + "\"\nmount --bind '" + src + "' \"$R" + dst + "\"\nmount -o remount,bind,ro \"$R" + dst + "\"\n")
 	}
@@ -58,8 +96,19 @@ func inRoot(t *testing.T, root string, binds map[string]string, net bool, user s
 	if user != "" {
 		userspec = "--userspec=" + user + " "
 	}
-	setup.WriteString("exec env -i " + strings.Join(env, " ") + " chroot " + userspec + "\"$R\" /bin/sh -c \"$S\"\n")
+	if sys {
+		// The root becomes the mount namespace's root (pivot_root, not
+		// chroot): the kernel refuses a user namespace to a chrooted
+		// process, and the daemon makes one for its sandboxes.
+		setup.WriteString("cd \"$R\"\nmkdir -p .oldroot\npivot_root . .oldroot\ncd /\n/.oldroot/usr/bin/umount -l /.oldroot\n" +
+			"exec /usr/bin/env -i " + strings.Join(env, " ") + " /bin/sh -c \"$S\"\n")
+	} else {
+		setup.WriteString("exec env -i " + strings.Join(env, " ") + " chroot " + userspec + "\"$R\" /bin/sh -c \"$S\"\n")
+	}
 	args := []string{"--mount", "--fork"}
+	if sys {
+		args = append(args, "--pid")
+	}
 	if !net {
 		args = append(args, "--net")
 	}
@@ -132,7 +181,7 @@ func copyFile(src, dst string) error {
 
 // freshCheckout is a fresh debian:bookworm whose only apt source is the
 // local one (localDebs, at /debs) with this checkout cloned to /src.
-func freshCheckout(t *testing.T) string {
+func freshCheckout(t *testing.T) (string, time.Time) {
 	t.Helper()
 	if _, err := exec.LookPath("dpkg-scanpackages"); err != nil {
 		t.Skip("needs dpkg-scanpackages (apt-get install dpkg-dev)")
@@ -157,10 +206,11 @@ func freshCheckout(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cloned := time.Now()
 	if out, err := exec.Command("git", "clone", "-q", src, filepath.Join(root, "src")).CombinedOutput(); err != nil {
 		t.Fatalf("clone: %v\n%s", err, out)
 	}
-	return root
+	return root, cloned
 }
 
 // TestMakeRunDepsFreshDebian: on a fresh Debian without the build
@@ -169,7 +219,7 @@ func freshCheckout(t *testing.T) string {
 // exactly those from the local apt source with no network at all, after
 // which libseccomp builds (pkg-config finds it, gcc links a static binary).
 func TestMakeRunDepsFreshDebian(t *testing.T) {
-	root := freshCheckout(t)
+	root, cloned := freshCheckout(t)
 	// Go, as the checkout's README asks for, from this host (read only).
 	goroot := strings.TrimSpace(goEnv(t, "GOROOT"))
 	binds := map[string]string{goroot: "/usr/local/go"}
@@ -197,17 +247,129 @@ func TestMakeRunDepsFreshDebian(t *testing.T) {
 	if os.Getenv("AGENTBOX_FRESH_BUILD") == "" {
 		return
 	}
-	// make test-fresh: the build too, with this Go and module cache (read
-	// only, no proxy), without the console (it needs the npm registry).
-	modcache := strings.TrimSpace(goEnv(t, "GOMODCACHE"))
-	start = time.Now()
-	out, err = inRoot(t, root, map[string]string{goroot: "/usr/local/go", modcache: "/gomod"}, false, "",
-		[]string{"PATH=/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "GOMODCACHE=/gomod", "GOPROXY=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "GOTELEMETRY=off", "GOCACHE=/root/.cache/go-build"},
-		"cd /src && make agent init shim && CGO_ENABLED=1 go build -tags nokube -o bin/agentbox ./cmd/agentbox && bin/agentbox version")
-	if err != nil || !strings.Contains(out, "native") {
-		t.Fatalf("build in the fresh root: %v\n%s", err, lastLines(out, 40))
+	freshMakeRun(t, root, goroot, cloned)
+}
+
+// freshMakeRun is make test-fresh's part: the README's `make run` in the
+// fresh root, as root, until /healthz answers, then the first sandbox
+// (the banner's next command, on the host template: the built-in
+// templates' bootstrap needs a Debian mirror, which this root cannot
+// reach). No network: Go's modules come from this host's module cache
+// (read only, no proxy), the console's npm packages from an npm cache
+// made once into the test cache (npm ci, offline), Node.js from this host
+// (the dependency step finds it and installs none).
+func freshMakeRun(t *testing.T, root, goroot string, cloned time.Time) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("needs Node.js on this host (the console's build)")
 	}
-	t.Logf("build in the fresh root (agent, init, shim, daemon; cold cache): %s", time.Since(start).Round(time.Second))
+	npmDir := "/usr/lib/node_modules/npm"
+	if _, err := os.Stat(filepath.Join(npmDir, "bin/npm-cli.js")); err != nil {
+		t.Skipf("needs npm at %s: %v", npmDir, err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "usr/local/bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", node, filepath.Join(root, "usr/local/bin/node")).CombinedOutput(); err != nil {
+		t.Fatalf("copy node: %v\n%s", err, out)
+	}
+	if err := os.Symlink("../lib/node_modules/npm/bin/npm-cli.js", filepath.Join(root, "usr/local/bin/npm")); err != nil {
+		t.Fatal(err)
+	}
+	npmCache := consoleNpmCache(t)
+	if out, err := exec.Command("cp", "-a", npmCache+"/.", filepath.Join(root, "root/.npm")).CombinedOutput(); err != nil {
+		t.Fatalf("copy the npm cache: %v\n%s", err, out)
+	}
+	modcache := strings.TrimSpace(goEnv(t, "GOMODCACHE"))
+	// The daemon serves in the background; the script waits (bounded) for
+	// /healthz, runs the first sandbox, then stops the daemon with SIGTERM
+	// so that it cleans its sandboxes up (the pid namespace takes the rest).
+	script := `set -u
+cd /src
+start=$(date +%s%N)
+setsid make run >/tmp/run.log 2>&1 &
+mk=$!
+ok=
+for i in $(seq 1 3600); do
+  if (exec 3<>/dev/tcp/127.0.0.1/8000 && printf 'GET /healthz HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3 && head -1 <&3 | grep -q ' 200') 2>/dev/null; then
+    ok=1; break
+  fi
+  kill -0 $mk 2>/dev/null || break
+  sleep 1
+done
+echo "healthz-ms $(( ($(date +%s%N) - start) / 1000000 ))"
+if [ -z "$ok" ]; then echo "no /healthz"; tail -60 /tmp/run.log; kill -TERM -$mk 2>/dev/null; exit 1; fi
+bin/agentbox run --url http://127.0.0.1:8000 --template host -- echo first-sandbox-ok; rc=$?
+echo "sandbox-ms $(( ($(date +%s%N) - start) / 1000000 ))"
+kill -TERM -$mk
+for i in $(seq 1 60); do kill -0 $mk 2>/dev/null || break; sleep 1; done
+sed -n '1,400p' /tmp/run.log | grep -v '^go: downloading' | tail -80
+exit $rc
+`
+	if err := os.WriteFile(filepath.Join(root, "make-run.sh"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := inRootSys(t, root, map[string]string{goroot: "/usr/local/go", modcache: "/gomod", npmDir: "/usr/local/lib/node_modules/npm"}, "",
+		[]string{"PATH=/usr/local/go/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "GOMODCACHE=/gomod", "GOPROXY=off",
+			"GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "GOTELEMETRY=off", "GOCACHE=/root/.cache/go-build", "npm_config_offline=true",
+			"npm_config_update_notifier=false", "npm_config_audit=false"},
+		"/bin/bash /make-run.sh")
+	t.Logf("make run in the fresh root:\n%s", lastLines(out, 100))
+	if err != nil || !strings.Contains(out, "first-sandbox-ok") {
+		t.Fatalf("make run until /healthz and a first sandbox: %v", err)
+	}
+	ms := func(key string) time.Duration {
+		for _, l := range strings.Split(out, "\n") {
+			if v, ok := strings.CutPrefix(l, key+" "); ok {
+				n, _ := time.ParseDuration(strings.TrimSpace(v) + "ms")
+				return n
+			}
+		}
+		return 0
+	}
+	prep := time.Since(cloned) - ms("sandbox-ms") // clone, dependency step, checks
+	t.Logf("fresh machine: make run -> /healthz %s, -> first sandbox %s; clone -> first sandbox %s (the clone and dependency step took %s; cold Go and npm caches, modules and packages local)",
+		ms("healthz-ms").Round(time.Second), ms("sandbox-ms").Round(time.Second), time.Since(cloned).Round(time.Second), prep.Round(time.Second))
+}
+
+// consoleNpmCache is an npm cache holding the console's locked packages
+// (web/console/package-lock.json), made once into the test cache by npm ci
+// from the registry, so that the fresh root's build reads it offline.
+func consoleNpmCache(t *testing.T) string {
+	t.Helper()
+	src, err := testutil.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.ReadFile(filepath.Join(src, "web/console/package-lock.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(lock)
+	dir := filepath.Join(testCache(t), "fresh-npm", hex.EncodeToString(sum[:8]))
+	if _, err := os.Stat(filepath.Join(dir, "_cacache")); err == nil {
+		return dir
+	}
+	work := t.TempDir()
+	for _, f := range []string{"package.json", "package-lock.json"} {
+		if err := copyFile(filepath.Join(src, "web/console", f), filepath.Join(work, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tmp := dir + ".tmp"
+	os.RemoveAll(tmp)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	ci := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error", "--cache", tmp)
+	ci.Dir = work
+	if out, err := ci.CombinedOutput(); err != nil {
+		t.Skipf("cannot fill an npm cache with the console's packages (registry unreachable?): %v\n%s", err, lastLines(string(out), 20))
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func goEnv(t *testing.T, name string) string {

@@ -23,6 +23,7 @@ import (
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/template/autobuild"
 	"github.com/agentbox/agentbox/internal/webhook"
 )
 
@@ -49,6 +50,11 @@ type Config struct {
 	Domain string
 	// Templates is the template store (nil: GET /templates is empty).
 	Templates TemplateLister
+	// Builtins reports the built-in templates' states (the daemon's
+	// background builds, TEMPLATE_AUTO_BUILD): GET /templates lists the
+	// ones still building or failed with E2B's build status, as the native
+	// API and the console do (nil: only stored templates are listed).
+	Builtins func() []autobuild.Status
 	// Builder runs the Template SDK's builds (nil: builds are unavailable)
 	// in BuildDir (default the system's temporary directory).
 	Builder  Builder

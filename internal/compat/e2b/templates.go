@@ -4,10 +4,12 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/template"
+	"github.com/agentbox/agentbox/internal/template/autobuild"
 )
 
 // TemplateLister lists the template store (the daemon's store implements
@@ -98,8 +100,50 @@ func (s *Server) listTemplates(w http.ResponseWriter, r *http.Request, user stri
 	for _, info := range list {
 		out = append(out, s.templateJSON(info))
 	}
+	out = append(out, s.pendingBuiltins(list)...)
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// pendingBuiltins are the built-in templates the store does not hold yet
+// but the daemon is building (or queued to build) or failed to build, as
+// E2B lists a template whose build is not done: buildStatus "building",
+// "waiting" (queued behind another) or "error". A template that is not
+// built and not being built is not listed: there is no build of it, and a
+// create names the command that makes it. Built-in templates are public
+// names, visible to every tenant.
+func (s *Server) pendingBuiltins(stored []template.Info) []templateOut {
+	if s.cfg.Builtins == nil {
+		return nil
+	}
+	var out []templateOut
+	for _, st := range s.cfg.Builtins() {
+		if slices.ContainsFunc(stored, func(info template.Info) bool { return refOf(info) == st.Name }) {
+			continue
+		}
+		var status string
+		switch {
+		case st.State == autobuild.StateBuilding && strings.HasPrefix(st.Progress, "queued"):
+			status = "waiting"
+		case st.State == autobuild.StateBuilding:
+			status = "building"
+		case st.State == autobuild.StateFailed:
+			status = "error"
+		default:
+			continue
+		}
+		names := append([]string{st.Name}, e2bAliases[st.Name]...)
+		id := st.Name
+		if len(e2bAliases[st.Name]) > 0 {
+			id = e2bAliases[st.Name][0]
+		}
+		// No build is stored yet: the build's ID names the built-in
+		// template, its times are when the build started (or failed).
+		out = append(out, templateOut{TemplateID: id, BuildID: "builtin-" + st.Name, CPUCount: 1,
+			Aliases: names, Names: names, CreatedAt: st.Since.UTC(), UpdatedAt: st.Since.UTC(),
+			EnvdVersion: EnvdVersion, BuildStatus: status})
+	}
+	return out
 }
 
 // templateAlias serves GET /templates/aliases/{alias}: 404 when no
@@ -114,6 +158,14 @@ func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request, user stri
 	for _, info := range list {
 		if refOf(info) == want || info.Name == want {
 			writeJSON(w, http.StatusOK, map[string]any{"templateID": s.templateJSON(info).TemplateID, "public": false})
+			return nil
+		}
+	}
+	// A built-in template still building has its name already, as in
+	// the list.
+	for _, t := range s.pendingBuiltins(list) {
+		if t.Names[0] == want {
+			writeJSON(w, http.StatusOK, map[string]any{"templateID": t.TemplateID, "public": false})
 			return nil
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/agentbox/agentbox/internal/compat/agentscope"
 	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/events"
+	"github.com/agentbox/agentbox/internal/history"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/mcpserver"
@@ -50,6 +51,7 @@ type (
 	ClusterSettings    = cluster.Settings
 	EventsSettings     = events.Settings
 	WebhookSettings    = webhook.Settings
+	HistorySettings    = history.Settings
 	// RedisConfig is the REDIS_* settings.
 	RedisConfig = store.RedisSettings
 )
@@ -104,6 +106,7 @@ type Config struct {
 	ClusterSettings
 	EventsSettings
 	WebhookSettings
+	HistorySettings
 	DockerSettings
 	// Kube configures the Kubernetes backend (KUBE_BACKEND,
 	// CONTAINER_DEPLOYMENT=k8s, K8S_*).

@@ -31,6 +31,7 @@ import (
 	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/doctor"
 	"github.com/agentbox/agentbox/internal/events"
+	"github.com/agentbox/agentbox/internal/history"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/netpolicy"
@@ -126,6 +127,7 @@ type server struct {
 	forwarder    *cluster.Forwarder
 	m            *manager.Manager
 	events       *events.Log         // nil: EVENTS_ENABLED=false
+	history      *history.History    // nil: METRICS_HISTORY_RESOLUTION=0
 	webhooks     *webhook.Registry   // nil without events
 	dispatcher   *webhook.Dispatcher // nil without events
 	// mountDoors
@@ -367,6 +369,7 @@ func (s *server) buildControlPlane(context.Context) error {
 		return nil
 	})
 	s.push("manager", s.shutdownManager)
+	s.openHistory()
 	s.push("built-in template builds", func() error {
 		if s.buildsStarted {
 			// A build in progress stops (its finished steps stay in the
@@ -418,6 +421,18 @@ func (s *server) openEvents() {
 		s.dispatcher.Close()
 		return nil
 	})
+}
+
+// openHistory starts sampling the manager's sandboxes for the metrics
+// history; it stops before the manager does.
+func (s *server) openHistory() {
+	if s.cfg.MetricsHistoryResolution <= 0 {
+		return
+	}
+	s.history = history.New(history.Config{Resolution: s.cfg.MetricsHistoryResolution, Points: s.cfg.MetricsHistoryPoints,
+		Sandboxes: s.m.Sampled, Stats: s.m.SampleStats, Logger: s.log.With("component", "history")})
+	s.history.Start()
+	s.push("metrics history", func() error { s.history.Close(); return nil })
 }
 
 // shutdownManager shuts the started manager down: with AUTO_CLEANUP every
@@ -491,12 +506,13 @@ func (s *server) mountDoors(context.Context) error {
 		Builds:    &httpapi.BuildConfig{Builder: s.builder, Store: s.templates},
 		Tools:     tools.mcp,
 		Events:    s.events, Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate,
+		History: s.history,
 		// The protocol front ends, in the order they claim refusals:
 		// agentscope's methods are any path at the root, so it is last.
 		Doors: []httpapi.Door{
 			e2b.New(e2b.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: s.templates,
 				TemplateAdmins: cfg.TemplateAdmins, Builder: s.builder, BuildDir: filepath.Join(s.tmplDir, "tmp"), Logger: log, Events: s.events,
-				Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate}, m),
+				Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate, History: s.history}, m),
 			as,
 		},
 	}, m)

@@ -26,6 +26,7 @@ import (
 	"github.com/agentbox/agentbox/api"
 	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/events"
+	"github.com/agentbox/agentbox/internal/history"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -102,7 +103,10 @@ type Config struct {
 	// routes, whose changes WebhookDispatcher is told about (nil: the
 	// routes answer that events are off). WebhookAllowPrivate lets
 	// webhooks target private and loopback addresses.
-	Events              *events.Log
+	Events *events.Log
+	// History serves GET /v1/sandboxes/{id}/metrics (nil: 503, history
+	// is off).
+	History             *history.History
 	Webhooks            *webhook.Registry
 	WebhookDispatcher   *webhook.Dispatcher
 	WebhookAllowPrivate bool
@@ -212,6 +216,7 @@ func (s *Server) routes() {
 	v1("POST /v1/sandboxes/{id}/timeout", s.setTimeout)
 	v1("POST /v1/sandboxes/{id}/refresh", s.refresh)
 	v1("GET /v1/sandboxes/{id}/stats", s.stats)
+	v1("GET /v1/sandboxes/{id}/metrics", s.metricsHistory)
 	v1("GET /v1/sandboxes/{id}/logs", s.logs)
 	v1("POST /v1/sandboxes/{id}/exec", s.exec)
 	v1("POST /v1/sandboxes/{id}/code", s.execCode)

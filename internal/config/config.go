@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/cluster"
 	"github.com/agentbox/agentbox/internal/compat/agentscope"
 	"github.com/agentbox/agentbox/internal/dataplane"
@@ -52,6 +53,7 @@ type (
 	EventsSettings     = events.Settings
 	WebhookSettings    = webhook.Settings
 	HistorySettings    = history.Settings
+	AuditSettings      = audit.Settings
 	// RedisConfig is the REDIS_* settings.
 	RedisConfig = store.RedisSettings
 )
@@ -107,6 +109,7 @@ type Config struct {
 	EventsSettings
 	WebhookSettings
 	HistorySettings
+	AuditSettings
 	DockerSettings
 	// Kube configures the Kubernetes backend (KUBE_BACKEND,
 	// CONTAINER_DEPLOYMENT=k8s, K8S_*).

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/backend/native"
 	"github.com/agentbox/agentbox/internal/cluster"
@@ -128,6 +129,7 @@ type server struct {
 	m            *manager.Manager
 	events       *events.Log         // nil: EVENTS_ENABLED=false
 	history      *history.History    // nil: METRICS_HISTORY_RESOLUTION=0
+	audit        *audit.Log          // nil: AUDIT_ENABLED=false
 	webhooks     *webhook.Registry   // nil without events
 	dispatcher   *webhook.Dispatcher // nil without events
 	// mountDoors
@@ -341,6 +343,7 @@ func (s *server) buildControlPlane(context.Context) error {
 		peerDestroy = s.forwarder.DestroyBy
 	}
 	s.openEvents()
+	s.openAudit()
 	s.m = manager.New(manager.Config{
 		Events:    s.events,
 		Templates: cfg.Templates, TemplateAdmins: cfg.TemplateAdmins, PoolTypes: cfg.DefaultTypes, PoolSize: cfg.PoolSize, PoolMaxUses: cfg.PoolMaxUses,
@@ -419,6 +422,28 @@ func (s *server) openEvents() {
 		defer cancel()
 		s.events.Close(ctx)
 		s.dispatcher.Close()
+		return nil
+	})
+}
+
+// openAudit starts the audit log over the state store's second log. It
+// closes after the HTTP server, so the last requests' entries are written.
+func (s *server) openAudit() {
+	al, ok := s.store.(store.AuditLogs)
+	if !s.cfg.AuditEnabled || !ok {
+		return
+	}
+	s.audit = audit.New(audit.Config{Store: al.AuditLog(), Node: s.node, Retention: s.cfg.AuditRetention, Max: s.cfg.AuditMax,
+		Logger: s.log.With("component", "audit")})
+	for name, f := range map[string]func() int64{"recorded": s.audit.Recorded, "dropped": s.audit.Dropped} {
+		s.metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "agentbox_audit_" + name + "_total",
+			Help: "Audit entries this replica " + name + "."}, func() float64 { return float64(f()) }))
+	}
+	s.audit.Start()
+	s.push("audit log", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.audit.Close(ctx)
 		return nil
 	})
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/history"
@@ -106,7 +107,10 @@ type Config struct {
 	Events *events.Log
 	// History serves GET /v1/sandboxes/{id}/metrics (nil: 503, history
 	// is off).
-	History             *history.History
+	History *history.History
+	// Audit records every state-changing request and serves GET
+	// /v1/audit (nil: none recorded, the route answers 503).
+	Audit               *audit.Log
 	Webhooks            *webhook.Registry
 	WebhookDispatcher   *webhook.Dispatcher
 	WebhookAllowPrivate bool
@@ -217,6 +221,7 @@ func (s *Server) routes() {
 	v1("POST /v1/sandboxes/{id}/refresh", s.refresh)
 	v1("GET /v1/sandboxes/{id}/stats", s.stats)
 	v1("GET /v1/sandboxes/{id}/metrics", s.metricsHistory)
+	s.auditRoutes()
 	v1("GET /v1/sandboxes/{id}/logs", s.logs)
 	v1("POST /v1/sandboxes/{id}/exec", s.exec)
 	v1("POST /v1/sandboxes/{id}/code", s.execCode)
@@ -295,7 +300,8 @@ const (
 // access is what the access log line of a request reports beyond the
 // request itself; handlers deeper in the chain fill it in.
 type access struct {
-	user string
+	user    string
+	preview bool // the preview proxy served it (not audited)
 }
 
 // SetUser records who a request was authenticated as, for the access log.
@@ -356,6 +362,7 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 			}
 			log.Log(r.Context(), level, "request", "method", r.Method, "path", r.URL.Path,
 				"status", rec.status(), "duration_ms", float64(time.Since(start).Microseconds())/1000, "user", acc.user)
+			s.recordAudit(r, acc, rec.status(), time.Since(start))
 		}()
 		next.ServeHTTP(rec, r)
 	})

@@ -531,7 +531,7 @@ func (s *server) mountDoors(context.Context) error {
 		Builds:    &httpapi.BuildConfig{Builder: s.builder, Store: s.templates},
 		Tools:     tools.mcp,
 		Events:    s.events, Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate,
-		History: s.history,
+		History: s.history, Audit: s.audit,
 		// The protocol front ends, in the order they claim refusals:
 		// agentscope's methods are any path at the root, so it is last.
 		Doors: []httpapi.Door{

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/history"
@@ -48,8 +49,14 @@ func timeParam(r *http.Request, name string) (time.Time, error) {
 	if v == "" {
 		return time.Time{}, nil
 	}
-	if n, err := strconv.ParseFloat(v, 64); err == nil && n >= 0 {
-		return time.Unix(0, int64(n*1e9)), nil
+	// Unix seconds, the fraction read exactly (a float64 loses the
+	// nanoseconds of today's times).
+	if sec, frac, _ := strings.Cut(v, "."); sec != "" && len(frac) <= 9 {
+		n, err1 := strconv.ParseInt(sec, 10, 64)
+		f, err2 := strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64)
+		if err1 == nil && err2 == nil && n >= 0 && f >= 0 {
+			return time.Unix(n, f), nil
+		}
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {

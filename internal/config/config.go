@@ -22,10 +22,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/cluster"
 	"github.com/agentbox/agentbox/internal/compat/agentscope"
 	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/events"
+	"github.com/agentbox/agentbox/internal/history"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/mcpserver"
@@ -50,6 +52,8 @@ type (
 	ClusterSettings    = cluster.Settings
 	EventsSettings     = events.Settings
 	WebhookSettings    = webhook.Settings
+	HistorySettings    = history.Settings
+	AuditSettings      = audit.Settings
 	// RedisConfig is the REDIS_* settings.
 	RedisConfig = store.RedisSettings
 )
@@ -104,6 +108,8 @@ type Config struct {
 	ClusterSettings
 	EventsSettings
 	WebhookSettings
+	HistorySettings
+	AuditSettings
 	DockerSettings
 	// Kube configures the Kubernetes backend (KUBE_BACKEND,
 	// CONTAINER_DEPLOYMENT=k8s, K8S_*).

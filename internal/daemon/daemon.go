@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/backend/native"
 	"github.com/agentbox/agentbox/internal/cluster"
@@ -31,6 +32,7 @@ import (
 	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/doctor"
 	"github.com/agentbox/agentbox/internal/events"
+	"github.com/agentbox/agentbox/internal/history"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/netpolicy"
@@ -126,6 +128,8 @@ type server struct {
 	forwarder    *cluster.Forwarder
 	m            *manager.Manager
 	events       *events.Log         // nil: EVENTS_ENABLED=false
+	history      *history.History    // nil: METRICS_HISTORY_RESOLUTION=0
+	audit        *audit.Log          // nil: AUDIT_ENABLED=false
 	webhooks     *webhook.Registry   // nil without events
 	dispatcher   *webhook.Dispatcher // nil without events
 	// mountDoors
@@ -339,6 +343,7 @@ func (s *server) buildControlPlane(context.Context) error {
 		peerDestroy = s.forwarder.DestroyBy
 	}
 	s.openEvents()
+	s.openAudit()
 	s.m = manager.New(manager.Config{
 		Events:    s.events,
 		Templates: cfg.Templates, TemplateAdmins: cfg.TemplateAdmins, PoolTypes: cfg.DefaultTypes, PoolSize: cfg.PoolSize, PoolMaxUses: cfg.PoolMaxUses,
@@ -367,6 +372,7 @@ func (s *server) buildControlPlane(context.Context) error {
 		return nil
 	})
 	s.push("manager", s.shutdownManager)
+	s.openHistory()
 	s.push("built-in template builds", func() error {
 		if s.buildsStarted {
 			// A build in progress stops (its finished steps stay in the
@@ -418,6 +424,40 @@ func (s *server) openEvents() {
 		s.dispatcher.Close()
 		return nil
 	})
+}
+
+// openAudit starts the audit log over the state store's second log. It
+// closes after the HTTP server, so the last requests' entries are written.
+func (s *server) openAudit() {
+	al, ok := s.store.(store.AuditLogs)
+	if !s.cfg.AuditEnabled || !ok {
+		return
+	}
+	s.audit = audit.New(audit.Config{Store: al.AuditLog(), Node: s.node, Retention: s.cfg.AuditRetention, Max: s.cfg.AuditMax,
+		Logger: s.log.With("component", "audit")})
+	for name, f := range map[string]func() int64{"recorded": s.audit.Recorded, "dropped": s.audit.Dropped} {
+		s.metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "agentbox_audit_" + name + "_total",
+			Help: "Audit entries this replica " + name + "."}, func() float64 { return float64(f()) }))
+	}
+	s.audit.Start()
+	s.push("audit log", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.audit.Close(ctx)
+		return nil
+	})
+}
+
+// openHistory starts sampling the manager's sandboxes for the metrics
+// history; it stops before the manager does.
+func (s *server) openHistory() {
+	if s.cfg.MetricsHistoryResolution <= 0 {
+		return
+	}
+	s.history = history.New(history.Config{Resolution: s.cfg.MetricsHistoryResolution, Points: s.cfg.MetricsHistoryPoints,
+		Sandboxes: s.m.Sampled, Stats: s.m.SampleStats, Logger: s.log.With("component", "history")})
+	s.history.Start()
+	s.push("metrics history", func() error { s.history.Close(); return nil })
 }
 
 // shutdownManager shuts the started manager down: with AUTO_CLEANUP every
@@ -491,13 +531,14 @@ func (s *server) mountDoors(context.Context) error {
 		Builds:    &httpapi.BuildConfig{Builder: s.builder, Store: s.templates},
 		Tools:     tools.mcp,
 		Events:    s.events, Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate,
+		History: s.history, Audit: s.audit,
 		// The protocol front ends, in the order they claim refusals:
 		// agentscope's methods are any path at the root, so it is last.
 		Doors: []httpapi.Door{
 			e2b.New(e2b.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: s.templates,
 				Builtins:       s.builtins.Statuses,
 				TemplateAdmins: cfg.TemplateAdmins, Builder: s.builder, BuildDir: filepath.Join(s.tmplDir, "tmp"), Logger: log, Events: s.events,
-				Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate}, m),
+				Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate, History: s.history}, m),
 			s.daytonaDoor(dp), // everything under /api
 			as,
 		},

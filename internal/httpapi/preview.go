@@ -114,6 +114,9 @@ func (s *Server) previewByPath(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) servePreview(w http.ResponseWriter, r *http.Request, id sandbox.ID, port int, upstreamPath string, hostForm bool) {
+	if a, ok := r.Context().Value(keyAccess).(*access); ok {
+		a.preview = true
+	}
 	done, err := s.authorizePreview(w, r, id, port, hostForm)
 	if err != nil {
 		writeError(w, r, err)

@@ -24,8 +24,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agentbox/agentbox/api"
+	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/events"
+	"github.com/agentbox/agentbox/internal/history"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -102,7 +104,13 @@ type Config struct {
 	// routes, whose changes WebhookDispatcher is told about (nil: the
 	// routes answer that events are off). WebhookAllowPrivate lets
 	// webhooks target private and loopback addresses.
-	Events              *events.Log
+	Events *events.Log
+	// History serves GET /v1/sandboxes/{id}/metrics (nil: 503, history
+	// is off).
+	History *history.History
+	// Audit records every state-changing request and serves GET
+	// /v1/audit (nil: none recorded, the route answers 503).
+	Audit               *audit.Log
 	Webhooks            *webhook.Registry
 	WebhookDispatcher   *webhook.Dispatcher
 	WebhookAllowPrivate bool
@@ -215,6 +223,8 @@ func (s *Server) routes() {
 	v1("POST /v1/sandboxes/{id}/timeout", s.setTimeout)
 	v1("POST /v1/sandboxes/{id}/refresh", s.refresh)
 	v1("GET /v1/sandboxes/{id}/stats", s.stats)
+	v1("GET /v1/sandboxes/{id}/metrics", s.metricsHistory)
+	s.auditRoutes()
 	v1("GET /v1/sandboxes/{id}/logs", s.logs)
 	v1("POST /v1/sandboxes/{id}/exec", s.exec)
 	v1("POST /v1/sandboxes/{id}/code", s.execCode)
@@ -293,7 +303,8 @@ const (
 // access is what the access log line of a request reports beyond the
 // request itself; handlers deeper in the chain fill it in.
 type access struct {
-	user string
+	user    string
+	preview bool // the preview proxy served it (not audited)
 }
 
 // SetUser records who a request was authenticated as, for the access log.
@@ -354,6 +365,7 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 			}
 			log.Log(r.Context(), level, "request", "method", r.Method, "path", r.URL.Path,
 				"status", rec.status(), "duration_ms", float64(time.Since(start).Microseconds())/1000, "user", acc.user)
+			s.recordAudit(r, acc, rec.status(), time.Since(start))
 		}()
 		next.ServeHTTP(rec, r)
 	})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
 	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/history"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -279,4 +280,30 @@ func (m *Manager) LimitCounters(ctx context.Context, id sandbox.ID) (oomKills, p
 	}
 	st, err := sr.Stats(ctx, id)
 	return st.OOMKills, st.PidsLimitHits, err == nil
+}
+
+// Sampled lists the sandboxes a metrics history follows (warm-pool ones
+// excluded): running tells which to sample now, cpus their CPU count. It
+// reads only the in-memory entries.
+func (m *Manager) Sampled() map[sandbox.ID]history.Sandbox {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[sandbox.ID]history.Sandbox, len(m.entries))
+	for id, e := range m.entries {
+		if e.rec.Pool != "" {
+			continue
+		}
+		out[id] = history.Sandbox{Running: !e.creating && !e.destroying && e.rec.State == sandbox.StateRunning, CPUs: e.rec.Resources.CPUs}
+	}
+	return out
+}
+
+// SampleStats reads sandbox id's stats for the metrics history, whoever
+// owns it.
+func (m *Manager) SampleStats(ctx context.Context, id sandbox.ID) (backend.Stats, error) {
+	sr, ok := m.backend.(backend.StatsReader)
+	if !ok {
+		return backend.Stats{}, sandbox.Errorf(sandbox.ClassUnavailable, "the %s backend does not report stats", m.backend.Name())
+	}
+	return sr.Stats(ctx, id)
 }

@@ -38,11 +38,91 @@ type LogEntry struct {
 	Data []byte
 }
 
+// AuditLogs are stores that keep a second log beside EventLog's, with
+// the same guarantees, for the audit log of API calls (internal/audit).
+type AuditLogs interface {
+	AuditLog() EventLog
+}
+
 var (
-	_ EventLog = (*Memory)(nil)
-	_ EventLog = (*Bolt)(nil)
-	_ EventLog = (*Redis)(nil)
+	_ EventLog  = (*Memory)(nil)
+	_ EventLog  = (*Bolt)(nil)
+	_ EventLog  = (*Redis)(nil)
+	_ AuditLogs = (*Memory)(nil)
+	_ AuditLogs = (*Bolt)(nil)
+	_ AuditLogs = (*Redis)(nil)
 )
+
+// memLog, boltLog and redisLog are one named log of their store: the
+// store's own methods are its "events" log, AuditLog its "audit" log.
+type memLog struct {
+	m   *Memory
+	log *memEvents
+}
+
+type boltLog struct {
+	b      *Bolt
+	bucket []byte
+}
+
+type redisLog struct {
+	r    *Redis
+	name string
+}
+
+// AppendEvents implements EventLog.
+func (m *Memory) AppendEvents(ctx context.Context, entries []LogEntry) (uint64, error) {
+	return memLog{m, &m.events}.AppendEvents(ctx, entries)
+}
+
+// ReadEvents implements EventLog.
+func (m *Memory) ReadEvents(ctx context.Context, after uint64, limit int) ([]LogEntry, error) {
+	return memLog{m, &m.events}.ReadEvents(ctx, after, limit)
+}
+
+// TrimEvents implements EventLog.
+func (m *Memory) TrimEvents(ctx context.Context, before time.Time, keep int) (int, error) {
+	return memLog{m, &m.events}.TrimEvents(ctx, before, keep)
+}
+
+// AuditLog implements AuditLogs.
+func (m *Memory) AuditLog() EventLog { return memLog{m, &m.audit} }
+
+// AppendEvents implements EventLog.
+func (b *Bolt) AppendEvents(ctx context.Context, entries []LogEntry) (uint64, error) {
+	return boltLog{b, bucketEvents}.AppendEvents(ctx, entries)
+}
+
+// ReadEvents implements EventLog.
+func (b *Bolt) ReadEvents(ctx context.Context, after uint64, limit int) ([]LogEntry, error) {
+	return boltLog{b, bucketEvents}.ReadEvents(ctx, after, limit)
+}
+
+// TrimEvents implements EventLog.
+func (b *Bolt) TrimEvents(ctx context.Context, before time.Time, keep int) (int, error) {
+	return boltLog{b, bucketEvents}.TrimEvents(ctx, before, keep)
+}
+
+// AuditLog implements AuditLogs (bucket "audit").
+func (b *Bolt) AuditLog() EventLog { return boltLog{b, []byte("audit")} }
+
+// AppendEvents implements EventLog.
+func (r *Redis) AppendEvents(ctx context.Context, entries []LogEntry) (uint64, error) {
+	return redisLog{r, "events"}.AppendEvents(ctx, entries)
+}
+
+// ReadEvents implements EventLog.
+func (r *Redis) ReadEvents(ctx context.Context, after uint64, limit int) ([]LogEntry, error) {
+	return redisLog{r, "events"}.ReadEvents(ctx, after, limit)
+}
+
+// TrimEvents implements EventLog.
+func (r *Redis) TrimEvents(ctx context.Context, before time.Time, keep int) (int, error) {
+	return redisLog{r, "events"}.TrimEvents(ctx, before, keep)
+}
+
+// AuditLog implements AuditLogs (PREFIX:audit).
+func (r *Redis) AuditLog() EventLog { return redisLog{r, "audit"} }
 
 // Memory.
 
@@ -53,25 +133,25 @@ type memEvents struct {
 }
 
 // AppendEvents implements EventLog.
-func (m *Memory) AppendEvents(_ context.Context, entries []LogEntry) (uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	first := m.events.next + 1
+func (l memLog) AppendEvents(_ context.Context, entries []LogEntry) (uint64, error) {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	first := l.log.next + 1
 	for _, e := range entries {
-		m.events.next++
-		e.Seq = m.events.next
+		l.log.next++
+		e.Seq = l.log.next
 		e.Data = append([]byte(nil), e.Data...)
-		m.events.entries = append(m.events.entries, e)
+		l.log.entries = append(l.log.entries, e)
 	}
 	return first, nil
 }
 
 // ReadEvents implements EventLog.
-func (m *Memory) ReadEvents(_ context.Context, after uint64, limit int) ([]LogEntry, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (l memLog) ReadEvents(_ context.Context, after uint64, limit int) ([]LogEntry, error) {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
 	var out []LogEntry
-	for _, e := range m.events.entries {
+	for _, e := range l.log.entries {
 		if e.Seq > after {
 			out = append(out, LogEntry{Seq: e.Seq, Time: e.Time, Data: append([]byte(nil), e.Data...)})
 			if len(out) == limit {
@@ -83,17 +163,17 @@ func (m *Memory) ReadEvents(_ context.Context, after uint64, limit int) ([]LogEn
 }
 
 // TrimEvents implements EventLog.
-func (m *Memory) TrimEvents(_ context.Context, before time.Time, keep int) (int, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (l memLog) TrimEvents(_ context.Context, before time.Time, keep int) (int, error) {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
 	drop := 0
-	if keep > 0 && len(m.events.entries) > keep {
-		drop = len(m.events.entries) - keep
+	if keep > 0 && len(l.log.entries) > keep {
+		drop = len(l.log.entries) - keep
 	}
-	for drop < len(m.events.entries) && m.events.entries[drop].Time.Before(before) {
+	for drop < len(l.log.entries) && l.log.entries[drop].Time.Before(before) {
 		drop++
 	}
-	m.events.entries = append([]LogEntry(nil), m.events.entries[drop:]...)
+	l.log.entries = append([]LogEntry(nil), l.log.entries[drop:]...)
 	return drop, nil
 }
 
@@ -105,10 +185,10 @@ var bucketEvents = []byte("events")
 func seqKey(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
 
 // AppendEvents implements EventLog.
-func (b *Bolt) AppendEvents(_ context.Context, entries []LogEntry) (uint64, error) {
+func (l boltLog) AppendEvents(_ context.Context, entries []LogEntry) (uint64, error) {
 	var first uint64
-	err := b.db.Update(func(tx *bolt.Tx) error {
-		bk, err := tx.CreateBucketIfNotExists(bucketEvents)
+	err := l.b.db.Update(func(tx *bolt.Tx) error {
+		bk, err := tx.CreateBucketIfNotExists(l.bucket)
 		if err != nil {
 			return err
 		}
@@ -134,10 +214,10 @@ func (b *Bolt) AppendEvents(_ context.Context, entries []LogEntry) (uint64, erro
 }
 
 // ReadEvents implements EventLog.
-func (b *Bolt) ReadEvents(_ context.Context, after uint64, limit int) ([]LogEntry, error) {
+func (l boltLog) ReadEvents(_ context.Context, after uint64, limit int) ([]LogEntry, error) {
 	var out []LogEntry
-	err := b.db.View(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucketEvents)
+	err := l.b.db.View(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(l.bucket)
 		if bk == nil {
 			return nil
 		}
@@ -161,10 +241,10 @@ func (b *Bolt) ReadEvents(_ context.Context, after uint64, limit int) ([]LogEntr
 }
 
 // TrimEvents implements EventLog.
-func (b *Bolt) TrimEvents(_ context.Context, before time.Time, keep int) (int, error) {
+func (l boltLog) TrimEvents(_ context.Context, before time.Time, keep int) (int, error) {
 	n := 0
-	err := b.db.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucketEvents)
+	err := l.b.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(l.bucket)
 		if bk == nil {
 			return nil
 		}
@@ -201,8 +281,8 @@ func (b *Bolt) TrimEvents(_ context.Context, before time.Time, keep int) (int, e
 // number, each member "SEQ TIME DATA" (TIME in unix nanoseconds), and the
 // last number in PREFIX:events:seq. A script numbers and adds an append in
 // one step, so no replica can read number n+1 while n is still on its way.
-func (r *Redis) eventsKey() string    { return r.prefix + ":events" }
-func (r *Redis) eventsSeqKey() string { return r.prefix + ":events:seq" }
+func (l redisLog) eventsKey() string    { return l.r.prefix + ":" + l.name }
+func (l redisLog) eventsSeqKey() string { return l.r.prefix + ":" + l.name + ":seq" }
 
 var appendEventsScript = redis.NewScript(`
 local first = redis.call('INCRBY', KEYS[2], #ARGV / 2) - #ARGV / 2 + 1
@@ -214,7 +294,7 @@ return first
 `)
 
 // AppendEvents implements EventLog.
-func (r *Redis) AppendEvents(ctx context.Context, entries []LogEntry) (uint64, error) {
+func (l redisLog) AppendEvents(ctx context.Context, entries []LogEntry) (uint64, error) {
 	if len(entries) == 0 {
 		return 0, nil
 	}
@@ -222,20 +302,20 @@ func (r *Redis) AppendEvents(ctx context.Context, entries []LogEntry) (uint64, e
 	for _, e := range entries {
 		args = append(args, strconv.FormatInt(e.Time.UnixNano(), 10), e.Data)
 	}
-	first, err := appendEventsScript.Run(ctx, r.c, []string{r.eventsKey(), r.eventsSeqKey()}, args...).Int64()
+	first, err := appendEventsScript.Run(ctx, l.r.c, []string{l.eventsKey(), l.eventsSeqKey()}, args...).Int64()
 	if err != nil {
-		return 0, r.unavailable("append events", err)
+		return 0, l.r.unavailable("append events", err)
 	}
 	return uint64(first), nil
 }
 
 // ReadEvents implements EventLog.
-func (r *Redis) ReadEvents(ctx context.Context, after uint64, limit int) ([]LogEntry, error) {
-	members, err := r.c.ZRangeByScore(ctx, r.eventsKey(), &redis.ZRangeBy{
+func (l redisLog) ReadEvents(ctx context.Context, after uint64, limit int) ([]LogEntry, error) {
+	members, err := l.r.c.ZRangeByScore(ctx, l.eventsKey(), &redis.ZRangeBy{
 		Min: "(" + strconv.FormatUint(after, 10), Max: "+inf", Count: int64(limit),
 	}).Result()
 	if err != nil {
-		return nil, r.unavailable("read events", err)
+		return nil, l.r.unavailable("read events", err)
 	}
 	out := make([]LogEntry, 0, len(members))
 	for _, m := range members {
@@ -265,12 +345,12 @@ func parseEventMember(m string) (LogEntry, bool) {
 
 // TrimEvents implements EventLog: the count first (one command), then the
 // old ones from the oldest end, a bounded batch at a time.
-func (r *Redis) TrimEvents(ctx context.Context, before time.Time, keep int) (int, error) {
+func (l redisLog) TrimEvents(ctx context.Context, before time.Time, keep int) (int, error) {
 	n := 0
 	if keep > 0 {
-		gone, err := r.c.ZRemRangeByRank(ctx, r.eventsKey(), 0, int64(-keep-1)).Result()
+		gone, err := l.r.c.ZRemRangeByRank(ctx, l.eventsKey(), 0, int64(-keep-1)).Result()
 		if err != nil {
-			return 0, r.unavailable("trim events", err)
+			return 0, l.r.unavailable("trim events", err)
 		}
 		n += int(gone)
 	}
@@ -278,9 +358,9 @@ func (r *Redis) TrimEvents(ctx context.Context, before time.Time, keep int) (int
 		return n, nil
 	}
 	for range 1000 { // bounded: 1000 batches of 256
-		oldest, err := r.c.ZRange(ctx, r.eventsKey(), 0, 255).Result()
+		oldest, err := l.r.c.ZRange(ctx, l.eventsKey(), 0, 255).Result()
 		if err != nil {
-			return n, r.unavailable("trim events", err)
+			return n, l.r.unavailable("trim events", err)
 		}
 		var last uint64
 		done := len(oldest) < 256
@@ -295,9 +375,9 @@ func (r *Redis) TrimEvents(ctx context.Context, before time.Time, keep int) (int
 			}
 		}
 		if last > 0 {
-			gone, err := r.c.ZRemRangeByScore(ctx, r.eventsKey(), "-inf", strconv.FormatUint(last, 10)).Result()
+			gone, err := l.r.c.ZRemRangeByScore(ctx, l.eventsKey(), "-inf", strconv.FormatUint(last, 10)).Result()
 			if err != nil {
-				return n, r.unavailable("trim events", err)
+				return n, l.r.unavailable("trim events", err)
 			}
 			n += int(gone)
 		}

@@ -107,3 +107,27 @@ func TestRedisEventLog(t *testing.T) {
 	srv := testutil.StartRedis(t)
 	testEventLog(t, openRedis(t, srv), openRedis(t, srv))
 }
+
+// testAuditLog checks the audit log keeps the EventLog contract and is a
+// log of its own: the events do not see its entries.
+func testAuditLog(t *testing.T, a, b AuditLogs, events EventLog) {
+	t.Helper()
+	testEventLog(t, a.AuditLog(), b.AuditLog())
+	if got, err := events.ReadEvents(context.Background(), 0, 100); err != nil || len(got) != 0 {
+		t.Fatalf("the audit log's entries show in the events: %d %v", len(got), err)
+	}
+}
+
+func TestAuditLogs(t *testing.T) {
+	m := NewMemory()
+	testAuditLog(t, m, m, m)
+	s, err := OpenBolt(filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	testAuditLog(t, s, s, s)
+	srv := testutil.StartRedis(t)
+	r := openRedis(t, srv)
+	testAuditLog(t, r, openRedis(t, srv), r)
+}

@@ -16,6 +16,7 @@ type Memory struct {
 	// leases are the Leases (lease.go), by name.
 	leases map[string]memLease
 	events memEvents // the EventLog (events.go)
+	audit  memEvents // AuditLog's
 }
 
 var _ Store = (*Memory)(nil)

@@ -15,8 +15,9 @@ import (
 )
 
 // BenchmarkEventsOverhead measures create + exec + delete through two
-// daemons side by side, one with events off (EVENTS_ENABLED=false), one
-// recording events with a webhook receiving every one on loopback,
+// daemons side by side, one with events, audit and metrics history off,
+// one recording events with a webhook receiving every one on loopback,
+// auditing every call and sampling metrics every 0.5 s,
 // alternating between them so both see the same machine load
 // (docs/benchmarks.md):
 //
@@ -35,8 +36,8 @@ func BenchmarkEventsOverhead(b *testing.B) {
 	defer srv.Close()
 	common := []string{"POOL_SIZE=0", "MAX_SANDBOX_INSTANCES=0", "MAX_SANDBOXES_PER_USER=0", "NETWORK=off", "BEARER_TOKEN=kb"}
 	urls := map[string]string{
-		"off": startBenchDaemon(b, append(common, "EVENTS_ENABLED=false")...),
-		"on":  startBenchDaemon(b, append(common, "WEBHOOK_ALLOW_PRIVATE=true")...),
+		"off": startBenchDaemon(b, append(common, "EVENTS_ENABLED=false", "AUDIT_ENABLED=false", "METRICS_HISTORY_RESOLUTION=0")...),
+		"on":  startBenchDaemon(b, append(common, "WEBHOOK_ALLOW_PRIVATE=true", "METRICS_HISTORY_RESOLUTION=0.5")...),
 	}
 	req, _ := http.NewRequest("POST", urls["on"]+"/v1/webhooks", strings.NewReader(fmt.Sprintf(`{"url":"http://%s/"}`, ln.Addr())))
 	req.Header.Set("Authorization", "Bearer kb")

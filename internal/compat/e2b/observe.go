@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/history"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -65,9 +66,10 @@ func (c *cpuSamples) usedPct(id sandbox.ID, start time.Time, now time.Time, cpuS
 	return math.Round(math.Min(math.Max(pct, 0), 100)*100) / 100
 }
 
-// metrics serves GET /sandboxes/{id}/metrics from the sandbox's cgroup
-// now: one sample (agentbox keeps no history of metrics), or none when
-// now is outside the start/end range the caller asked for.
+// metrics serves GET /sandboxes/{id}/metrics: the metrics history's
+// points in the start/end range; without history (METRICS_HISTORY_
+// RESOLUTION=0, or before the first sample) one sample of the cgroup now,
+// or none when now is outside the range.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request, user string) error {
 	id := sandboxID(r)
 	start, err := unixParam(r, "start")
@@ -85,6 +87,11 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, user string) er
 	if err != nil {
 		return err
 	}
+	if h := s.cfg.History; h != nil && h.Len(id) > 0 {
+		writeJSON(w, http.StatusOK, historyMetrics(h, id, rec.Resources.MemoryBytes, start, end))
+		return nil
+	}
+	// No history (off, or no sample yet): one sample, now.
 	// The range is in whole seconds, as the SDKs round it: now is in it
 	// when its second is. A sample is taken only for a range holding now.
 	if now := time.Now().Unix(); (start != nil && now < *start-1) || (end != nil && now > *end) {
@@ -233,4 +240,28 @@ func toString(v any) string {
 		return x
 	}
 	return fmt.Sprint(v)
+}
+
+// historyMetrics are h's points of id in [start, end] as E2B metrics. The
+// range is in whole seconds, as the SDKs round it: a point is in it when
+// its second is.
+func historyMetrics(h *history.History, id sandbox.ID, memory int64, start, end *int64) []metricOut {
+	var from, to time.Time
+	if start != nil {
+		from = time.Unix(*start, 0)
+	}
+	if end != nil {
+		to = time.Unix(*end+1, 0).Add(-time.Nanosecond)
+	}
+	pts := h.Range(id, from, to)
+	out := make([]metricOut, 0, len(pts))
+	for _, p := range pts {
+		m := metricOut{Timestamp: p.Time, TimestampUnix: p.Time.Unix(), CPUCount: p.CPUCount, CPUUsedPct: p.CPUUsedPct,
+			MemUsed: p.MemoryBytes, MemTotal: p.MemoryLimit, DiskUsed: p.DiskUsedBytes, DiskTotal: p.DiskTotalBytes}
+		if m.MemTotal <= 0 {
+			m.MemTotal = memory
+		}
+		out = append(out, m)
+	}
+	return out
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/events"
+	"github.com/agentbox/agentbox/internal/history"
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -72,7 +73,10 @@ type Config struct {
 	Webhooks            *webhook.Registry
 	WebhookDispatcher   *webhook.Dispatcher
 	WebhookAllowPrivate bool
-	Logger              *slog.Logger
+	// History answers getMetrics with the sampled points in the range
+	// (nil: one sample, now).
+	History *history.History
+	Logger  *slog.Logger
 }
 
 // Server is the E2B front-end.

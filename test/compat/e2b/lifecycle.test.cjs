@@ -43,7 +43,7 @@ test('create with metadata and envs, list and filter, getInfo, setTimeout, metri
     assert.ok(after.getTime() > before.getTime() + 300_000, `endAt ${before} -> ${after}`)
 
     const metrics = await sbx.getMetrics()
-    assert.equal(metrics.length, 1)
+    assert.ok(metrics.length >= 1, `${metrics.length} points`)
     assert.ok(metrics[0].memUsed > 0 && metrics[0].memTotal >= metrics[0].memUsed, JSON.stringify(metrics))
     assert.ok(metrics[0].cpuCount >= 1)
 

@@ -1,0 +1,290 @@
+// Package audit keeps the audit log: one entry per state-changing API
+// call, whoever served it (the native API or a door), in the store beside
+// the lifecycle events so every replica reads the same log. Recording
+// never blocks a request: entries go through a buffer to one writer
+// goroutine that appends them in batches.
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
+)
+
+// Entry is one API call.
+type Entry struct {
+	ID        uint64    `json:"id"`
+	Time      time.Time `json:"time"`
+	User      string    `json:"user"`             // "" when authentication failed
+	Remote    string    `json:"remote"`           // the client's address
+	Method    string    `json:"method"`           //
+	Path      string    `json:"path"`             //
+	Route     string    `json:"route,omitempty"`  // the route pattern, when one matched
+	Target    string    `json:"target,omitempty"` // the sandbox (or other object) acted on, when known
+	Status    int       `json:"status"`           // the HTTP status answered
+	Duration  float64   `json:"duration_ms"`
+	RequestID string    `json:"request_id"`
+	Node      string    `json:"node,omitempty"`
+}
+
+// Config configures a Log.
+type Config struct {
+	Store     store.EventLog
+	Node      string
+	Retention time.Duration // 0: no time limit
+	Max       int           // 0: no count limit
+	Buffer    int           // default 4096
+	Logger    *slog.Logger
+}
+
+// Log is the audit log.
+type Log struct {
+	cfg      Config
+	in       chan Entry
+	stop     chan struct{}
+	done     chan struct{}
+	once     sync.Once
+	dropped  atomic.Int64
+	recorded atomic.Int64
+}
+
+// New returns a Log; Start runs its writer.
+func New(cfg Config) *Log {
+	if cfg.Buffer <= 0 {
+		cfg.Buffer = 4096
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Log{cfg: cfg, in: make(chan Entry, cfg.Buffer), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// Record queues e; it never blocks (a full buffer drops and counts it).
+func (l *Log) Record(e Entry) {
+	if l == nil {
+		return
+	}
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	if e.Node == "" {
+		e.Node = l.cfg.Node
+	}
+	select {
+	case l.in <- e:
+	default:
+		l.dropped.Add(1)
+		l.cfg.Logger.Warn("audit entry dropped: the audit log is behind", "method", e.Method, "path", e.Path, "user", e.User)
+	}
+}
+
+// Dropped and Recorded count entries since start.
+func (l *Log) Dropped() int64  { return l.dropped.Load() }
+func (l *Log) Recorded() int64 { return l.recorded.Load() }
+
+// Start runs the writer and the retention loop until Close.
+func (l *Log) Start() { go l.run() }
+
+// Close writes what was recorded before it (bounded by ctx) and stops.
+func (l *Log) Close(ctx context.Context) {
+	l.once.Do(func() { close(l.stop) })
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+	}
+}
+
+func (l *Log) run() {
+	defer close(l.done)
+	trim := time.NewTicker(time.Minute)
+	defer trim.Stop()
+	l.trim()
+	for {
+		select {
+		case e := <-l.in:
+			l.write(e)
+		case <-trim.C:
+			l.trim()
+		case <-l.stop:
+			for {
+				select {
+				case e := <-l.in:
+					l.write(e)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (l *Log) write(first Entry) {
+	batch := []Entry{first}
+	for len(batch) < 256 {
+		select {
+		case e := <-l.in:
+			batch = append(batch, e)
+			continue
+		default:
+		}
+		break
+	}
+	entries := make([]store.LogEntry, 0, len(batch))
+	for _, e := range batch {
+		data, err := json.Marshal(e)
+		if err != nil {
+			continue
+		}
+		entries = append(entries, store.LogEntry{Time: e.Time, Data: data})
+	}
+	var err error
+	for attempt := range 5 { // the store may be away a moment (Redis)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = l.cfg.Store.AppendEvents(ctx, entries)
+		cancel()
+		if err == nil {
+			break
+		}
+		select {
+		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		case <-l.stop:
+		}
+	}
+	if err != nil {
+		l.dropped.Add(int64(len(entries)))
+		l.cfg.Logger.Error("audit entries lost: the store refused them", "entries", len(entries), "err", err)
+		return
+	}
+	l.recorded.Add(int64(len(entries)))
+}
+
+func (l *Log) trim() {
+	if l.cfg.Retention <= 0 && l.cfg.Max <= 0 {
+		return
+	}
+	var before time.Time
+	if l.cfg.Retention > 0 {
+		before = time.Now().Add(-l.cfg.Retention)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := l.cfg.Store.TrimEvents(ctx, before, l.cfg.Max); err != nil {
+		l.cfg.Logger.Warn("trim the audit log", "err", err)
+	}
+}
+
+// Query selects entries; every set field must match.
+type Query struct {
+	User   string
+	Target string
+	Method string
+	// PathPrefix keeps entries whose path starts with it.
+	PathPrefix string
+	// Status keeps one status, StatusClass (1-5) one class (4: 4xx).
+	Status, StatusClass int
+	Since, Until        time.Time
+	After               uint64 // the cursor
+	Limit               int    // default 100, at most MaxLimit
+}
+
+// MaxLimit is the most entries one Query returns.
+const MaxLimit = 1000
+
+// scanBudget bounds the entries one Query reads.
+const scanBudget = 20000
+
+// Page is a Query's answer.
+type Page struct {
+	Entries []Entry `json:"entries"`
+	Next    uint64  `json:"next_cursor"`
+	More    bool    `json:"has_more"`
+}
+
+// Check validates q and applies its defaults.
+func (q *Query) Check() error {
+	if q.Limit < 0 || q.Limit > MaxLimit {
+		return sandbox.Invalid("limit", "limit must be between 1 and %d", MaxLimit)
+	}
+	if q.Limit == 0 {
+		q.Limit = 100
+	}
+	if q.StatusClass < 0 || q.StatusClass > 5 {
+		return sandbox.Invalid("status", "a status class is 1xx to 5xx")
+	}
+	if !q.Since.IsZero() && !q.Until.IsZero() && q.Until.Before(q.Since) {
+		return sandbox.Invalid("until", "until is before since")
+	}
+	return nil
+}
+
+func (q *Query) match(e *Entry) bool {
+	switch {
+	case q.User != "" && e.User != q.User,
+		q.Target != "" && e.Target != q.Target,
+		q.Method != "" && !strings.EqualFold(e.Method, q.Method),
+		q.PathPrefix != "" && !strings.HasPrefix(e.Path, q.PathPrefix),
+		q.Status != 0 && e.Status != q.Status,
+		q.StatusClass != 0 && e.Status/100 != q.StatusClass,
+		!q.Since.IsZero() && e.Time.Before(q.Since),
+		!q.Until.IsZero() && e.Time.After(q.Until):
+		return false
+	}
+	return true
+}
+
+// Query returns the entries matching q, oldest first, from q.After on. A
+// selective filter over a long log may return a partial page with More.
+func (l *Log) Query(ctx context.Context, q Query) (Page, error) {
+	if err := q.Check(); err != nil {
+		return Page{}, err
+	}
+	page := Page{Entries: []Entry{}, Next: q.After}
+	scanned := 0
+	for scanned < scanBudget {
+		batch, err := l.cfg.Store.ReadEvents(ctx, page.Next, min(500, scanBudget-scanned))
+		if err != nil {
+			return Page{}, fmt.Errorf("read the audit log: %w", err)
+		}
+		if len(batch) == 0 {
+			return page, nil
+		}
+		for _, ent := range batch {
+			scanned++
+			page.Next = ent.Seq
+			var e Entry
+			if err := json.Unmarshal(ent.Data, &e); err != nil {
+				continue
+			}
+			e.ID = ent.Seq
+			if q.match(&e) {
+				page.Entries = append(page.Entries, e)
+				if len(page.Entries) == q.Limit {
+					more, err := l.cfg.Store.ReadEvents(ctx, page.Next, 1)
+					page.More = err == nil && len(more) > 0
+					return page, nil
+				}
+			}
+		}
+	}
+	more, err := l.cfg.Store.ReadEvents(ctx, page.Next, 1)
+	page.More = err == nil && len(more) > 0
+	return page, nil
+}
+
+// Mutating reports whether a request with method changes state (and so
+// is audited).
+func Mutating(method string) bool {
+	switch method {
+	case "POST", "PUT", "PATCH", "DELETE":
+		return true
+	}
+	return false
+}

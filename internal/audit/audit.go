@@ -11,10 +11,9 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/logwriter"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -47,24 +46,22 @@ type Config struct {
 
 // Log is the audit log.
 type Log struct {
-	cfg      Config
-	in       chan Entry
-	stop     chan struct{}
-	done     chan struct{}
-	once     sync.Once
-	dropped  atomic.Int64
-	recorded atomic.Int64
+	cfg Config
+	w   *logwriter.Writer[Entry]
 }
 
 // New returns a Log; Start runs its writer.
 func New(cfg Config) *Log {
-	if cfg.Buffer <= 0 {
-		cfg.Buffer = 4096
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Log{cfg: cfg, in: make(chan Entry, cfg.Buffer), stop: make(chan struct{}), done: make(chan struct{})}
+	w := logwriter.New(logwriter.Config[Entry]{Store: cfg.Store, Name: "audit entry", Retention: cfg.Retention, Max: cfg.Max,
+		Buffer: cfg.Buffer, Logger: cfg.Logger,
+		Encode: func(e Entry) (time.Time, []byte, error) {
+			data, err := json.Marshal(e)
+			return e.Time, data, err
+		}})
+	return &Log{cfg: cfg, w: w}
 }
 
 // Record queues e; it never blocks (a full buffer drops and counts it).
@@ -78,108 +75,20 @@ func (l *Log) Record(e Entry) {
 	if e.Node == "" {
 		e.Node = l.cfg.Node
 	}
-	select {
-	case l.in <- e:
-	default:
-		l.dropped.Add(1)
+	if !l.w.Add(e) {
 		l.cfg.Logger.Warn("audit entry dropped: the audit log is behind", "method", e.Method, "path", e.Path, "user", e.User)
 	}
 }
 
 // Dropped and Recorded count entries since start.
-func (l *Log) Dropped() int64  { return l.dropped.Load() }
-func (l *Log) Recorded() int64 { return l.recorded.Load() }
+func (l *Log) Dropped() int64  { return l.w.Dropped() }
+func (l *Log) Recorded() int64 { return l.w.Recorded() }
 
 // Start runs the writer and the retention loop until Close.
-func (l *Log) Start() { go l.run() }
+func (l *Log) Start() { l.w.Start() }
 
 // Close writes what was recorded before it (bounded by ctx) and stops.
-func (l *Log) Close(ctx context.Context) {
-	l.once.Do(func() { close(l.stop) })
-	select {
-	case <-l.done:
-	case <-ctx.Done():
-	}
-}
-
-func (l *Log) run() {
-	defer close(l.done)
-	trim := time.NewTicker(time.Minute)
-	defer trim.Stop()
-	l.trim()
-	for {
-		select {
-		case e := <-l.in:
-			l.write(e)
-		case <-trim.C:
-			l.trim()
-		case <-l.stop:
-			for {
-				select {
-				case e := <-l.in:
-					l.write(e)
-				default:
-					return
-				}
-			}
-		}
-	}
-}
-
-func (l *Log) write(first Entry) {
-	batch := []Entry{first}
-	for len(batch) < 256 {
-		select {
-		case e := <-l.in:
-			batch = append(batch, e)
-			continue
-		default:
-		}
-		break
-	}
-	entries := make([]store.LogEntry, 0, len(batch))
-	for _, e := range batch {
-		data, err := json.Marshal(e)
-		if err != nil {
-			continue
-		}
-		entries = append(entries, store.LogEntry{Time: e.Time, Data: data})
-	}
-	var err error
-	for attempt := range 5 { // the store may be away a moment (Redis)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err = l.cfg.Store.AppendEvents(ctx, entries)
-		cancel()
-		if err == nil {
-			break
-		}
-		select {
-		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
-		case <-l.stop:
-		}
-	}
-	if err != nil {
-		l.dropped.Add(int64(len(entries)))
-		l.cfg.Logger.Error("audit entries lost: the store refused them", "entries", len(entries), "err", err)
-		return
-	}
-	l.recorded.Add(int64(len(entries)))
-}
-
-func (l *Log) trim() {
-	if l.cfg.Retention <= 0 && l.cfg.Max <= 0 {
-		return
-	}
-	var before time.Time
-	if l.cfg.Retention > 0 {
-		before = time.Now().Add(-l.cfg.Retention)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := l.cfg.Store.TrimEvents(ctx, before, l.cfg.Max); err != nil {
-		l.cfg.Logger.Warn("trim the audit log", "err", err)
-	}
-}
+func (l *Log) Close(ctx context.Context) { l.w.Close(ctx) }
 
 // Query selects entries; every set field must match.
 type Query struct {

@@ -52,8 +52,13 @@ func TestRecordQueryTrim(t *testing.T) {
 	cctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 	l2.Close(cctx)
 	cancel()
-	l2.trim()
-	p, _ := l2.Query(ctx, Query{})
+	// The next start trims first.
+	l3 := New(Config{Store: st.AuditLog(), Max: 3})
+	l3.Start()
+	cctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+	l3.Close(cctx)
+	cancel()
+	p, _ := l3.Query(ctx, Query{})
 	if len(p.Entries) != 3 || p.Entries[0].ID != 2 {
 		t.Fatalf("after trim to 3: %+v", p.Entries)
 	}

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/logwriter"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
 )
@@ -30,54 +30,44 @@ type Config struct {
 }
 
 // Log records events and reads them back. Emit never blocks its caller
-// (the manager's state changes): one writer goroutine appends what was
+// (the manager's state changes): one writer (logwriter) appends what was
 // emitted, in order, in batches, then tells subscribers and waiting
 // streams. Events of one sandbox are emitted in the order its changes
 // happen (the manager serialises them), so they are numbered in that order.
 type Log struct {
 	cfg Config
 	log *slog.Logger
-	in  chan Event
+	w   *logwriter.Writer[Event]
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced after each append
 	subs    []func([]Event)
-
-	dropped  atomic.Int64
-	recorded atomic.Int64
-	stop     chan struct{}
-	done     chan struct{}
-	once     sync.Once
 }
 
 // New returns a Log; Start runs it.
 func New(cfg Config) *Log {
-	if cfg.Buffer <= 0 {
-		cfg.Buffer = 4096
-	}
-	if cfg.TrimEvery <= 0 {
-		cfg.TrimEvery = time.Minute
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Log{cfg: cfg, log: cfg.Logger, in: make(chan Event, cfg.Buffer),
-		changed: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Log{cfg: cfg, log: cfg.Logger, changed: make(chan struct{})}
+	l.w = logwriter.New(logwriter.Config[Event]{Store: cfg.Store, Name: "event", Retention: cfg.Retention, Max: cfg.Max,
+		Buffer: cfg.Buffer, TrimEvery: cfg.TrimEvery, Logger: cfg.Logger,
+		Encode: func(e Event) (time.Time, []byte, error) {
+			data, err := e.encode()
+			if err != nil {
+				err = fmt.Errorf("event %s of %s: %w", e.Type, e.SandboxID, err)
+			}
+			return e.Time, data, err
+		},
+		Written: l.written})
+	return l
 }
 
 // Start runs the writer and the retention loop until Close.
-func (l *Log) Start() {
-	go l.run()
-}
+func (l *Log) Start() { l.w.Start() }
 
 // Close writes what was emitted before it (bounded by ctx) and stops.
-func (l *Log) Close(ctx context.Context) {
-	l.once.Do(func() { close(l.stop) })
-	select {
-	case <-l.done:
-	case <-ctx.Done():
-	}
-}
+func (l *Log) Close(ctx context.Context) { l.w.Close(ctx) }
 
 // Emit records e (its Time and Node are filled in when empty). It never
 // blocks: with the buffer full (the store far slower than events come)
@@ -92,17 +82,14 @@ func (l *Log) Emit(e Event) {
 	if e.Node == "" {
 		e.Node = l.cfg.Node
 	}
-	select {
-	case l.in <- e:
-	default:
-		l.dropped.Add(1)
+	if !l.w.Add(e) {
 		l.log.Warn("event dropped: the event log is behind", "type", e.Type, "sandbox", e.SandboxID)
 	}
 }
 
 // Dropped and Recorded count events since start.
-func (l *Log) Dropped() int64  { return l.dropped.Load() }
-func (l *Log) Recorded() int64 { return l.recorded.Load() }
+func (l *Log) Dropped() int64  { return l.w.Dropped() }
+func (l *Log) Recorded() int64 { return l.w.Recorded() }
 
 // Subscribe calls fn with each batch of events once recorded (with their
 // IDs), in order, on the writer goroutine: fn must not block.
@@ -120,101 +107,19 @@ func (l *Log) Changed() <-chan struct{} {
 	return l.changed
 }
 
-func (l *Log) run() {
-	defer close(l.done)
-	trim := time.NewTicker(l.cfg.TrimEvery)
-	defer trim.Stop()
-	l.trim()
-	for {
-		select {
-		case e := <-l.in:
-			l.write(e)
-		case <-trim.C:
-			l.trim()
-		case <-l.stop:
-			for {
-				select {
-				case e := <-l.in:
-					l.write(e)
-				default:
-					return
-				}
-			}
-		}
+// written numbers a stored batch, wakes the streams and tells the
+// subscribers.
+func (l *Log) written(first uint64, batch []Event) {
+	for i := range batch {
+		batch[i].ID = first + uint64(i)
 	}
-}
-
-// write appends e and whatever else waits (one store write for a burst).
-func (l *Log) write(first Event) {
-	batch := []Event{first}
-	for len(batch) < 256 {
-		select {
-		case e := <-l.in:
-			batch = append(batch, e)
-			continue
-		default:
-		}
-		break
-	}
-	entries := make([]store.LogEntry, 0, len(batch))
-	kept := batch[:0]
-	for _, e := range batch {
-		data, err := e.encode()
-		if err != nil {
-			l.log.Error("encode event", "type", e.Type, "sandbox", e.SandboxID, "err", err)
-			continue
-		}
-		entries = append(entries, store.LogEntry{Time: e.Time, Data: data})
-		kept = append(kept, e)
-	}
-	var seq uint64
-	var err error
-	for attempt := range 5 { // the store may be away a moment (Redis)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		seq, err = l.cfg.Store.AppendEvents(ctx, entries)
-		cancel()
-		if err == nil {
-			break
-		}
-		l.log.Warn("record events; retrying", "events", len(entries), "attempt", attempt+1, "err", err)
-		select {
-		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
-		case <-l.stop:
-		}
-	}
-	if err != nil {
-		l.dropped.Add(int64(len(entries)))
-		l.log.Error("events lost: the store refused them", "events", len(entries), "err", err)
-		return
-	}
-	for i := range kept {
-		kept[i].ID = seq + uint64(i)
-	}
-	l.recorded.Add(int64(len(kept)))
 	l.mu.Lock()
 	close(l.changed)
 	l.changed = make(chan struct{})
 	subs := append([](func([]Event)){}, l.subs...)
 	l.mu.Unlock()
 	for _, fn := range subs {
-		fn(kept)
-	}
-}
-
-func (l *Log) trim() {
-	if l.cfg.Retention <= 0 && l.cfg.Max <= 0 {
-		return
-	}
-	var before time.Time
-	if l.cfg.Retention > 0 {
-		before = time.Now().Add(-l.cfg.Retention)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if n, err := l.cfg.Store.TrimEvents(ctx, before, l.cfg.Max); err != nil {
-		l.log.Warn("trim events", "err", err)
-	} else if n > 0 {
-		l.log.Debug("events trimmed", "events", n)
+		fn(batch)
 	}
 }
 

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/logwriter"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/storelog"
 )
 
 // Entry is one API call.
@@ -47,7 +47,7 @@ type Config struct {
 // Log is the audit log.
 type Log struct {
 	cfg Config
-	w   *logwriter.Writer[Entry]
+	w   *storelog.Writer[Entry]
 }
 
 // New returns a Log; Start runs its writer.
@@ -55,7 +55,7 @@ func New(cfg Config) *Log {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	w := logwriter.New(logwriter.Config[Entry]{Store: cfg.Store, Name: "audit entry", Retention: cfg.Retention, Max: cfg.Max,
+	w := storelog.New(storelog.Config[Entry]{Store: cfg.Store, Name: "audit entry", Retention: cfg.Retention, Max: cfg.Max,
 		Buffer: cfg.Buffer, Logger: cfg.Logger,
 		Encode: func(e Entry) (time.Time, []byte, error) {
 			data, err := json.Marshal(e)
@@ -107,9 +107,6 @@ type Query struct {
 // MaxLimit is the most entries one Query returns.
 const MaxLimit = 1000
 
-// scanBudget bounds the entries one Query reads.
-const scanBudget = 20000
-
 // Page is a Query's answer.
 type Page struct {
 	Entries []Entry `json:"entries"`
@@ -155,37 +152,17 @@ func (l *Log) Query(ctx context.Context, q Query) (Page, error) {
 	if err := q.Check(); err != nil {
 		return Page{}, err
 	}
-	page := Page{Entries: []Entry{}, Next: q.After}
-	scanned := 0
-	for scanned < scanBudget {
-		batch, err := l.cfg.Store.ReadEvents(ctx, page.Next, min(500, scanBudget-scanned))
-		if err != nil {
-			return Page{}, fmt.Errorf("read the audit log: %w", err)
-		}
-		if len(batch) == 0 {
-			return page, nil
-		}
-		for _, ent := range batch {
-			scanned++
-			page.Next = ent.Seq
-			var e Entry
-			if err := json.Unmarshal(ent.Data, &e); err != nil {
-				continue
-			}
-			e.ID = ent.Seq
-			if q.match(&e) {
-				page.Entries = append(page.Entries, e)
-				if len(page.Entries) == q.Limit {
-					more, err := l.cfg.Store.ReadEvents(ctx, page.Next, 1)
-					page.More = err == nil && len(more) > 0
-					return page, nil
-				}
-			}
-		}
+	decode := func(seq uint64, data []byte) (Entry, error) {
+		var e Entry
+		err := json.Unmarshal(data, &e)
+		e.ID = seq
+		return e, err
 	}
-	more, err := l.cfg.Store.ReadEvents(ctx, page.Next, 1)
-	page.More = err == nil && len(more) > 0
-	return page, nil
+	entries, next, more, err := storelog.Scan(ctx, l.cfg.Store, q.After, q.Limit, decode, q.match)
+	if err != nil {
+		return Page{}, fmt.Errorf("read the audit log: %w", err)
+	}
+	return Page{Entries: entries, Next: next, More: more}, nil
 }
 
 // Mutating reports whether a request with method changes state (and so

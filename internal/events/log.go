@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentbox/agentbox/internal/logwriter"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/storelog"
 )
 
 // Config configures a Log.
@@ -30,14 +30,14 @@ type Config struct {
 }
 
 // Log records events and reads them back. Emit never blocks its caller
-// (the manager's state changes): one writer (logwriter) appends what was
+// (the manager's state changes): one writer (storelog) appends what was
 // emitted, in order, in batches, then tells subscribers and waiting
 // streams. Events of one sandbox are emitted in the order its changes
 // happen (the manager serialises them), so they are numbered in that order.
 type Log struct {
 	cfg Config
 	log *slog.Logger
-	w   *logwriter.Writer[Event]
+	w   *storelog.Writer[Event]
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced after each append
@@ -50,7 +50,7 @@ func New(cfg Config) *Log {
 		cfg.Logger = slog.Default()
 	}
 	l := &Log{cfg: cfg, log: cfg.Logger, changed: make(chan struct{})}
-	l.w = logwriter.New(logwriter.Config[Event]{Store: cfg.Store, Name: "event", Retention: cfg.Retention, Max: cfg.Max,
+	l.w = storelog.New(storelog.Config[Event]{Store: cfg.Store, Name: "event", Retention: cfg.Retention, Max: cfg.Max,
 		Buffer: cfg.Buffer, TrimEvery: cfg.TrimEvery, Logger: cfg.Logger,
 		Encode: func(e Event) (time.Time, []byte, error) {
 			data, err := e.encode()
@@ -140,10 +140,6 @@ type Query struct {
 // MaxLimit is the most events one Query returns.
 const MaxLimit = 1000
 
-// scanBudget bounds the entries one Query reads: a selective filter over a
-// long log returns a partial (maybe empty) page with More and a cursor.
-const scanBudget = 20000
-
 // Page is a Query's answer.
 type Page struct {
 	Events []Event `json:"events"`
@@ -202,35 +198,16 @@ func (l *Log) Query(ctx context.Context, q Query) (Page, error) {
 	if err := q.Check(); err != nil {
 		return Page{}, err
 	}
-	page := Page{Events: []Event{}, Next: q.After}
-	scanned := 0
-	for scanned < scanBudget {
-		batch, err := l.cfg.Store.ReadEvents(ctx, page.Next, min(500, scanBudget-scanned))
+	decode := func(seq uint64, data []byte) (Event, error) {
+		e, err := decode(seq, data)
 		if err != nil {
-			return Page{}, fmt.Errorf("read events: %w", err)
+			l.log.Warn("skipping an undecodable event", "err", err)
 		}
-		if len(batch) == 0 {
-			return page, nil
-		}
-		for _, ent := range batch {
-			scanned++
-			page.Next = ent.Seq
-			e, err := decode(ent.Seq, ent.Data)
-			if err != nil {
-				l.log.Warn("skipping an undecodable event", "err", err)
-				continue
-			}
-			if q.match(&e) {
-				page.Events = append(page.Events, e)
-				if len(page.Events) == q.Limit {
-					more, err := l.cfg.Store.ReadEvents(ctx, page.Next, 1)
-					page.More = err == nil && len(more) > 0
-					return page, nil
-				}
-			}
-		}
+		return e, err
 	}
-	more, err := l.cfg.Store.ReadEvents(ctx, page.Next, 1)
-	page.More = err == nil && len(more) > 0
-	return page, nil
+	evs, next, more, err := storelog.Scan(ctx, l.cfg.Store, q.After, q.Limit, decode, q.match)
+	if err != nil {
+		return Page{}, fmt.Errorf("read events: %w", err)
+	}
+	return Page{Events: evs, Next: next, More: more}, nil
 }

@@ -1,4 +1,4 @@
-package logwriter
+package storelog
 
 import (
 	"context"
@@ -45,5 +45,34 @@ func TestWriter(t *testing.T) {
 	entries, err := st.ReadEvents(ctx, 0, 10)
 	if err != nil || len(entries) != 3 || string(entries[2].Data) != "3" {
 		t.Fatalf("stored %+v %v", entries, err)
+	}
+}
+
+// Scan keeps what match accepts up to limit, says when more remains, goes
+// on from its cursor, and skips entries decode refuses.
+func TestScan(t *testing.T) {
+	st := store.NewMemory()
+	ctx := context.Background()
+	var entries []store.LogEntry
+	for i := 1; i <= 10; i++ {
+		entries = append(entries, store.LogEntry{Time: time.Now(), Data: []byte(strconv.Itoa(i))})
+	}
+	entries[4].Data = []byte("x") // 5 does not decode
+	if _, err := st.AppendEvents(ctx, entries); err != nil {
+		t.Fatal(err)
+	}
+	decode := func(_ uint64, data []byte) (int, error) { return strconv.Atoi(string(data)) }
+	even := func(v *int) bool { return *v%2 == 0 }
+	got, next, more, err := Scan(ctx, st, 0, 2, decode, even)
+	if err != nil || len(got) != 2 || got[0] != 2 || got[1] != 4 || !more || next != 4 {
+		t.Fatalf("first page: %v next %d more %v %v", got, next, more, err)
+	}
+	got, next, more, err = Scan(ctx, st, next, 10, decode, even)
+	if err != nil || len(got) != 3 || got[0] != 6 || got[2] != 10 || more || next != 10 {
+		t.Fatalf("second page: %v next %d more %v %v", got, next, more, err)
+	}
+	odd := func(v *int) bool { return *v%2 == 1 }
+	if got, _, _, _ := Scan(ctx, st, 0, 10, decode, odd); len(got) != 4 {
+		t.Fatalf("odd ones (5 undecodable): %v", got)
 	}
 }

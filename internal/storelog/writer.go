@@ -1,9 +1,10 @@
-// Package logwriter appends records to a store's append-only log
-// (store.EventLog) from one goroutine, in order and in batches, and never
-// blocks whoever adds them: a full buffer drops the record and counts it.
-// It also applies the log's retention. The lifecycle events and the audit
-// log are both written through it.
-package logwriter
+// Package storelog writes and reads a store's append-only logs
+// (store.EventLog): the lifecycle events' and the audit log's. Its Writer
+// appends records from one goroutine, in order and in batches, and never
+// blocks whoever adds them (a full buffer drops the record and counts
+// it); it also applies the log's retention. Scan reads them back through
+// a filter, within a budget.
+package storelog
 
 import (
 	"context"

@@ -168,27 +168,10 @@ const { chromium } = require('playwright-core');
 // skips locally and fails in CI.
 func playwrightDir(t *testing.T) string {
 	t.Helper()
-	const version = "1.65.1"
-	dir := filepath.Join(testCache(t), "playwright-core-"+version)
-	mods := filepath.Join(dir, "node_modules")
-	if _, err := os.Stat(filepath.Join(mods, "playwright-core", "package.json")); err == nil {
-		return mods
-	}
-	fail := t.Skipf
-	if os.Getenv("CI") != "" {
-		fail = t.Fatalf
-	}
-	if _, err := exec.LookPath("npm"); err != nil {
-		fail("needs node and npm for playwright-core: %v", err)
-	}
+	const pkg = "playwright-core@1.65.1"
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "npm", "install", "--prefix", dir, "playwright-core@"+version,
-		"--no-audit", "--no-fund", "--loglevel=error").CombinedOutput()
-	if err != nil {
-		fail("npm install playwright-core@%s: %v\n%s", version, err, out)
-	}
-	return mods
+	return filepath.Join(npmPackages(t, ctx, filepath.Join(testCache(t), strings.ReplaceAll(pkg, "@", "-")), pkg), "node_modules")
 }
 
 // runCDP runs cdpScript's step against sandbox id over its ws:// /cdp

@@ -15,39 +15,18 @@ import (
 )
 
 // The pinned Daytona SDK of test/compat/daytona/package.json.
-const daytonaPackage, daytonaVersion = "@daytonaio/sdk", "0.218.0"
+const daytonaPackage = "@daytonaio/sdk@0.218.0"
 
 // daytonaSDK returns a directory whose node_modules holds the pinned
 // Daytona SDK: AGENTBOX_DAYTONA_SDK (scripts/test.sh installs it there),
 // else one in the test cache, installed from npm when missing.
 func daytonaSDK(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("needs node (apt-get install nodejs npm) to run the Daytona SDK suite")
-	}
 	dir := os.Getenv("AGENTBOX_DAYTONA_SDK")
 	if dir == "" {
 		dir = filepath.Join(testCache(t), "daytona-sdk")
 	}
-	installed := func() bool {
-		data, err := os.ReadFile(filepath.Join(dir, "node_modules", "@daytonaio", "sdk", "package.json"))
-		return err == nil && strings.Contains(string(data), `"version": "`+daytonaVersion+`"`)
-	}
-	if installed() {
-		return dir
-	}
-	if _, err := exec.LookPath("npm"); err != nil {
-		t.Skip("needs npm to install the pinned Daytona SDK")
-	}
-	lockCache(t, ctx, dir+".lock")
-	cmd := exec.CommandContext(ctx, "npm", "install", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel=error", daytonaPackage+"@"+daytonaVersion)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm install %s@%s: %v\n%s", daytonaPackage, daytonaVersion, err, out)
-	}
-	if !installed() {
-		t.Fatalf("npm installed %s@%s in %s but not the pinned version", daytonaPackage, daytonaVersion, dir)
-	}
-	return dir
+	return npmPackages(t, ctx, dir, daytonaPackage)
 }
 
 // TestDaytonaSDK runs test/compat/daytona (node's test runner) with the
@@ -117,10 +96,10 @@ func BenchmarkDaytonaSDK(b *testing.B) {
 	if d := os.Getenv("AGENTBOX_E2B_SDK"); d != "" {
 		esdk = d
 	}
-	if !e2bInstalled(esdk) {
+	if !npmInstalled(esdk, e2bPackages) {
 		b.Skipf("the pinned E2B SDKs are not in %s (run TestE2BSDK)", esdk)
 	}
-	if _, err := os.Stat(filepath.Join(dsdk, "node_modules", "@daytonaio", "sdk")); err != nil {
+	if !npmInstalled(dsdk, []string{daytonaPackage}) {
 		b.Skipf("the pinned Daytona SDK is not in %s (run TestDaytonaSDK)", dsdk)
 	}
 	url := startBenchDaemon(b, "TEMPLATE_DIR="+filepath.Join(cache, "templates"))

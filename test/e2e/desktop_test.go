@@ -571,27 +571,7 @@ var e2bDesktopPackages = []string{"@e2b/desktop@2.4.0", "e2b@2.51.0"}
 // and returns its node_modules.
 func e2bDesktopSDK(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	if _, err := exec.LookPath("npm"); err != nil {
-		failOrSkip(t, "needs node and npm for @e2b/desktop: %v", err)
-	}
-	dir := filepath.Join(testCache(t), "e2b-desktop-2.4.0")
-	mods := filepath.Join(dir, "node_modules")
-	installed := func() bool {
-		data, err := os.ReadFile(filepath.Join(mods, "@e2b", "desktop", "package.json"))
-		return err == nil && strings.Contains(string(data), `"version": "2.4.0"`)
-	}
-	if installed() {
-		return mods
-	}
-	lockCache(t, ctx, dir+".lock")
-	cmd := exec.CommandContext(ctx, "npm", append([]string{"install", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel=error"}, e2bDesktopPackages...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm install %v: %v\n%s", e2bDesktopPackages, err, out)
-	}
-	if !installed() {
-		t.Fatalf("npm installed %v in %s but not the pinned version", e2bDesktopPackages, dir)
-	}
-	return mods
+	return filepath.Join(npmPackages(t, ctx, filepath.Join(testCache(t), "e2b-desktop-2.4.0"), e2bDesktopPackages...), "node_modules")
 }
 
 // TestE2BDesktop drives a desktop sandbox with the unmodified @e2b/desktop

@@ -19,74 +19,25 @@ var e2bPackages = []string{"e2b@2.51.0", "@e2b/code-interpreter@2.8.0"}
 
 // e2bSDK returns a directory whose node_modules holds the pinned E2B SDKs:
 // AGENTBOX_E2B_SDK (scripts/test.sh installs them there), else one in the
-// test cache, installed from npm when missing. Without node and npm the
-// test skips; with them, a failed install fails it.
+// test cache, installed from npm when missing (npmPackages).
 func e2bSDK(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("needs node (apt-get install nodejs npm) to run the E2B SDK suite")
-	}
 	dir := os.Getenv("AGENTBOX_E2B_SDK")
 	if dir == "" {
 		dir = filepath.Join(testCache(t), "e2b-sdk")
 	}
-	if e2bInstalled(dir) {
-		return dir
-	}
-	if _, err := exec.LookPath("npm"); err != nil {
-		t.Skip("needs npm to install the pinned E2B SDKs")
-	}
-	lockCache(t, ctx, dir+".lock")
-	cmd := exec.CommandContext(ctx, "npm", append([]string{"install", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel=error"}, e2bPackages...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm install %v: %v\n%s", e2bPackages, err, out)
-	}
-	if !e2bInstalled(dir) {
-		t.Fatalf("npm installed %v in %s but not the pinned versions", e2bPackages, dir)
-	}
-	return dir
-}
-
-// e2bInstalled reports whether dir holds the pinned SDK versions.
-func e2bInstalled(dir string) bool {
-	for _, p := range e2bPackages {
-		i := strings.LastIndex(p, "@")
-		data, err := os.ReadFile(filepath.Join(dir, "node_modules", p[:i], "package.json"))
-		if err != nil || !strings.Contains(string(data), `"version": "`+p[i+1:]+`"`) {
-			return false
-		}
-	}
-	return true
+	return npmPackages(t, ctx, dir, e2bPackages...)
 }
 
 // The pinned E2B CLI (test/compat/e2b/cli.test.cjs).
-const e2bCLIPackage, e2bCLIVersion = "@e2b/cli", "2.19.0"
+const e2bCLIPackage = "@e2b/cli@2.19.0"
 
 // e2bCLI returns the path of the pinned E2B CLI, installed from npm into
 // the test cache once.
 func e2bCLI(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	dir := filepath.Join(testCache(t), "e2b-cli-"+e2bCLIVersion)
-	bin := filepath.Join(dir, "node_modules", ".bin", "e2b")
-	installed := func() bool {
-		data, err := os.ReadFile(filepath.Join(dir, "node_modules", "@e2b", "cli", "package.json"))
-		return err == nil && strings.Contains(string(data), `"version": "`+e2bCLIVersion+`"`)
-	}
-	if installed() {
-		return bin
-	}
-	if _, err := exec.LookPath("npm"); err != nil {
-		t.Skip("needs npm to install the pinned E2B CLI")
-	}
-	lockCache(t, ctx, dir+".lock")
-	cmd := exec.CommandContext(ctx, "npm", "install", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel=error", e2bCLIPackage+"@"+e2bCLIVersion)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm install %s@%s: %v\n%s", e2bCLIPackage, e2bCLIVersion, err, out)
-	}
-	if !installed() {
-		t.Fatalf("npm installed %s@%s in %s but not the pinned version", e2bCLIPackage, e2bCLIVersion, dir)
-	}
-	return bin
+	dir := npmPackages(t, ctx, filepath.Join(testCache(t), "e2b-cli-"+e2bCLIPackage[strings.LastIndex(e2bCLIPackage, "@")+1:]), e2bCLIPackage)
+	return filepath.Join(dir, "node_modules", ".bin", "e2b")
 }
 
 // TestE2BSDK runs test/compat/e2b (node's test runner) with the unmodified
@@ -190,7 +141,7 @@ func BenchmarkE2BSDK(b *testing.B) {
 			dir = filepath.Join(c, "e2b-sdk")
 		}
 	}
-	if !e2bInstalled(dir) {
+	if !npmInstalled(dir, e2bPackages) {
 		b.Skipf("the pinned E2B SDKs are not in %s (run TestE2BSDK or scripts/test.sh)", dir)
 	}
 	tmplDir := filepath.Join(filepath.Dir(dir), "templates")

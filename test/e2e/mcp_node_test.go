@@ -10,40 +10,17 @@ import (
 	"time"
 )
 
-// mcpSDKVersion is the official TypeScript MCP SDK the Node suite uses.
-const mcpSDKVersion = "1.32.2"
+// mcpSDKPackage is the official TypeScript MCP SDK the Node suite uses.
+const mcpSDKPackage = "@modelcontextprotocol/sdk@1.32.2"
 
-// mcpNodeSDK installs @modelcontextprotocol/sdk from npm into the test
-// cache (once) and returns its node_modules. It skips only when node or
-// npm is missing or npm cannot reach its registry.
+// mcpNodeSDK installs the MCP SDK from npm into the test cache (once) and
+// returns its node_modules.
 func mcpNodeSDK(t *testing.T) string {
 	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (scripts/install-deps.sh installs it)", tool)
-		}
-	}
-	cache := os.Getenv("AGENTBOX_TEST_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "agentbox-test")
-	}
-	dir := filepath.Join(cache, "mcp-sdk-"+mcpSDKVersion)
-	modules := filepath.Join(dir, "node_modules")
-	if _, err := os.Stat(filepath.Join(modules, "@modelcontextprotocol", "sdk", "package.json")); err == nil {
-		return modules
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "npm", "install", "--prefix", dir, "@modelcontextprotocol/sdk@"+mcpSDKVersion,
-		"--no-audit", "--no-fund", "--loglevel=error")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		if strings.Contains(string(out), "ENOTFOUND") || strings.Contains(string(out), "EAI_AGAIN") || strings.Contains(string(out), "ECONNREFUSED") {
-			t.Skipf("npm cannot reach its registry: %s", out)
-		}
-		t.Fatalf("npm install @modelcontextprotocol/sdk@%s: %v\n%s", mcpSDKVersion, err, out)
-	}
-	return modules
+	dir := filepath.Join(testCache(t), "mcp-sdk-"+mcpSDKPackage[strings.LastIndex(mcpSDKPackage, "@")+1:])
+	return filepath.Join(npmPackages(t, ctx, dir, mcpSDKPackage), "node_modules")
 }
 
 // TestMCPNodeSDK drives agentbox mcp (stdio) and /mcp (HTTP) with the

@@ -75,29 +75,11 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
 			return badRequest("status", "status must be an HTTP status (404) or a class (4xx)")
 		}
 	}
-	for name, dst := range map[string]*time.Time{"since": &q.Since, "until": &q.Until} {
-		if t := v.Get(name); t != "" {
-			p, err := time.Parse(time.RFC3339Nano, t)
-			if err != nil {
-				return badRequest(name, "%s must be an RFC 3339 time", name)
-			}
-			*dst = p
-		}
+	window, err := parseLogPage(v, "")
+	if err != nil {
+		return err
 	}
-	if a := v.Get("after"); a != "" {
-		n, err := strconv.ParseUint(a, 10, 64)
-		if err != nil {
-			return badRequest("after", "after must be an audit entry id")
-		}
-		q.After = n
-	}
-	if l := v.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 {
-			return badRequest("limit", "limit must be between 1 and %d", audit.MaxLimit)
-		}
-		q.Limit = n
-	}
+	q.Since, q.Until, q.After, q.Limit = window.Since, window.Until, window.After, window.Limit
 	if v.Get("format") == "jsonl" || strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
 		return s.exportAudit(w, r, q)
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -50,33 +49,11 @@ func EventQuery(r *http.Request, user string, operator bool) (events.Query, erro
 			}
 		}
 	}
-	for name, dst := range map[string]*time.Time{"since": &q.Since, "until": &q.Until} {
-		if raw := v.Get(name); raw != "" {
-			t, err := time.Parse(time.RFC3339Nano, raw)
-			if err != nil {
-				return q, sandbox.Invalid(name, "%s must be an RFC 3339 time, got %q", name, raw)
-			}
-			*dst = t
-		}
+	window, err := parseLogPage(v, r.Header.Get("Last-Event-ID"))
+	if err != nil {
+		return q, err
 	}
-	after := v.Get("after")
-	if after == "" {
-		after = r.Header.Get("Last-Event-ID")
-	}
-	if after != "" {
-		n, err := strconv.ParseUint(after, 10, 64)
-		if err != nil {
-			return q, sandbox.Invalid("after", "after must be an event id, got %q", after)
-		}
-		q.After = n
-	}
-	if raw := v.Get("limit"); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 1 {
-			return q, sandbox.Invalid("limit", "limit must be a positive number, got %q", raw)
-		}
-		q.Limit = n
-	}
+	q.Since, q.Until, q.After, q.Limit = window.Since, window.Until, window.After, window.Limit
 	return q, q.Check()
 }
 

@@ -132,8 +132,10 @@ func (p *process) supervise(exit <-chan unix.WaitStatus, forget func()) {
 
 	end := endEvent(ws, p.timedOut.Load() && ws.Signaled(), p.timeout)
 	p.log.Debug("process ended", "status", end.GetStatus(), "exit_code", end.GetExitCode())
-	p.hub.finish(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}})
+	// Out of the table before the end is told: a client that saw the end
+	// never finds the process listed or attachable afterwards.
 	forget()
+	p.hub.finish(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}})
 	close(p.done)
 }
 

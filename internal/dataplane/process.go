@@ -71,3 +71,23 @@ func (r *Request) EnvdTarget() (base *url.URL, transport http.RoundTripper, toke
 // keeps E2B's conventions (one working directory, the user's home, for
 // commands and files) instead of agentbox's /workspace default.
 func MarkE2B(h http.Header) { agentclient.MarkE2B(h) }
+
+// ProcessInfo describes a running process of a sandbox.
+type ProcessInfo = agentclient.ProcessInfo
+
+// Attach attaches to the running process of the request's sandbox that
+// carries tag (the oldest, when several do): its further output and its
+// end (output from before is not replayed). Closing the stream leaves
+// the process running.
+func (r *Request) Attach(ctx context.Context, tag string) (*Process, error) {
+	p, err := r.client.Connect(ctx, agentclient.Selector{Tag: tag})
+	if err != nil {
+		return nil, err
+	}
+	return &Process{Process: p, client: r.client}, nil
+}
+
+// Processes lists the processes running in the request's sandbox.
+func (r *Request) Processes(ctx context.Context) ([]ProcessInfo, error) {
+	return r.client.List(ctx)
+}

@@ -14,6 +14,12 @@ type Info struct {
 	ID       string `json:"id"`
 	Language string `json:"language"`
 	Cwd      string `json:"cwd"`
+	// Default marks a language's default context (made on first use by
+	// an execution that names no context), which Daytona's listing leaves
+	// out.
+	Default bool `json:"default,omitempty"`
+	// Created is when the context was made (RFC 3339, UTC).
+	Created string `json:"created,omitempty"`
 }
 
 // ExecRequest is one execution.

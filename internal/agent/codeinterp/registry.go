@@ -127,7 +127,8 @@ func (r *Registry) newContext(lang *language, user, cwd string, isDefault bool) 
 		return nil, errorf(KindLimit, "this sandbox already has %d code contexts; delete some first", len(r.byID))
 	}
 	r.created++
-	c := &Context{info: Info{ID: newID(), Language: lang.name, Cwd: dir}, user: name, lang: lang, reg: r,
+	info := Info{ID: newID(), Language: lang.name, Cwd: dir, Default: isDefault, Created: time.Now().UTC().Format(time.RFC3339Nano)}
+	c := &Context{info: info, user: name, lang: lang, reg: r,
 		order: r.created, turn: make(chan struct{}, 1)}
 	r.byID[c.info.ID] = c
 	if isDefault {

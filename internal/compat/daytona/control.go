@@ -340,6 +340,7 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, user string) err
 		return err
 	}
 	s.sessions.dropSandbox(rec.ID)
+	s.ptys.keepOnly(string(rec.ID), nil)
 	o := s.out(r, rec)
 	o.State, o.DesiredState = "destroyed", "destroyed"
 	writeJSON(w, http.StatusOK, o)
@@ -378,6 +379,7 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request, user string) error
 			return err
 		}
 		s.sessions.dropSandbox(rec.ID)
+		s.ptys.keepOnly(string(rec.ID), nil)
 	}
 	writeJSON(w, http.StatusOK, s.out(r, rec))
 	return nil

@@ -60,6 +60,7 @@ type Server struct {
 	dp       *dataplane.Service
 	log      *slog.Logger
 	sessions *sessionRegistry
+	ptys     ptySizes
 }
 
 // New returns the front end over m.

@@ -33,9 +33,9 @@ func (s *Server) registerToolbox(h func(string, handler)) {
 	s.registerFiles(t)
 	s.registerSessions(t)
 	s.registerGit(t)
-	for _, route := range []string{"GET /process/pty", "POST /process/pty", "GET /process/pty/create-connect", "GET /process/pty/{id}/connect",
-		"POST /process/interpreter/context", "GET /process/interpreter/context", "GET /process/interpreter/execute",
-		"POST /lsp/start", "POST /env", "POST /init", "GET /computeruse/status", "POST /computeruse/start"} {
+	s.registerInterpreter(t)
+	s.registerPTY(t)
+	for _, route := range []string{"POST /lsp/start", "POST /env", "POST /init", "GET /computeruse/status", "POST /computeruse/start"} {
 		h(tb(route), func(w http.ResponseWriter, r *http.Request, _ string) error {
 			return unsupported("toolbox " + r.Method + " " + strings.TrimPrefix(r.Pattern[len(r.Method)+1:], Prefix+"/toolbox/{sandbox}"))
 		})

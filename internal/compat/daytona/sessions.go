@@ -6,7 +6,11 @@ import (
 	"encoding/hex"
 	"net/http"
 	"regexp"
+	"strings"
 	"sync"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -35,7 +39,17 @@ type command struct {
 
 	// Guarded by the session's registry lock.
 	stdout, stderr, output []byte
-	done                   chan struct{}
+	// chunks is the output in arrival order, labelled, for followers
+	// (capped with output); grown is closed and replaced at each append.
+	chunks []logChunk
+	grown  chan struct{}
+	done   chan struct{}
+}
+
+// logChunk is a piece of a command's output and the stream it came on.
+type logChunk struct {
+	stderr bool
+	data   []byte
 }
 
 type session struct {
@@ -101,6 +115,11 @@ func (s *Server) registerSessions(t func(string, toolbox)) {
 	t("POST /process/session/{session}/exec", s.sessionExec)
 	t("GET /process/session/{session}/command/{command}", s.getCommand)
 	t("GET /process/session/{session}/command/{command}/logs", s.commandLogs)
+	for _, route := range []string{"POST /process/session/{session}/command/{command}/input", "GET /process/session/entrypoint", "GET /process/session/entrypoint/logs"} {
+		t(route, func(_ http.ResponseWriter, r *http.Request, _ *dataplane.Request) error {
+			return unsupported("toolbox " + r.Method + " " + strings.TrimPrefix(r.Pattern[len(r.Method)+1:], Prefix+"/toolbox/{sandbox}") + " (session commands read no stdin, and sandboxes have no entrypoint)")
+		})
+	}
 }
 
 func sandboxOf(r *http.Request) sandbox.ID { return sandbox.ID(r.PathValue("sandbox")) }
@@ -215,7 +234,7 @@ func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, req *datapl
 	if err != nil {
 		return err
 	}
-	c := &command{ID: newID(), Command: in.Command, done: make(chan struct{})}
+	c := &command{ID: newID(), Command: in.Command, done: make(chan struct{}), grown: make(chan struct{})}
 	g := s.sessions
 	g.mu.Lock()
 	if len(ss.commands) >= maxSessionCommands {
@@ -273,11 +292,17 @@ func (s *Server) runCommand(ctx context.Context, req *dataplane.Request, c *comm
 	res, err := req.Exec(ctx, ex, func(ev dataplane.ExecEvent) error {
 		g.mu.Lock()
 		defer g.mu.Unlock()
+		before := len(c.output)
 		switch ev.Type {
 		case "stdout":
 			c.stdout, c.output = keep(c.stdout, ev.Data), keep(c.output, ev.Data)
 		case "stderr":
 			c.stderr, c.output = keep(c.stderr, ev.Data), keep(c.output, ev.Data)
+		}
+		if kept := len(c.output) - before; kept > 0 {
+			c.chunks = append(c.chunks, logChunk{stderr: ev.Type == "stderr", data: c.output[before:len(c.output):len(c.output)]})
+			close(c.grown)
+			c.grown = make(chan struct{})
 		}
 		return nil
 	})
@@ -317,15 +342,16 @@ func (s *Server) getCommand(w http.ResponseWriter, r *http.Request, _ *dataplane
 	return nil
 }
 
-// commandLogs answers the output so far. Following it (follow=true, a
-// WebSocket) is not served.
+// commandLogs answers the output so far, or with follow=true streams it
+// over a WebSocket until the command ends (followLogs).
 func (s *Server) commandLogs(w http.ResponseWriter, r *http.Request, _ *dataplane.Request) error {
-	if r.URL.Query().Get("follow") == "true" {
-		return unsupported("following session command logs (getSessionCommandLogs with callbacks)")
-	}
 	c, err := s.findCommand(r)
 	if err != nil {
 		return err
+	}
+	if r.URL.Query().Get("follow") == "true" {
+		s.followLogs(w, r, c)
+		return nil
 	}
 	s.sessions.mu.Lock()
 	out := map[string]string{"output": string(c.output), "stdout": string(c.stdout), "stderr": string(c.stderr)}
@@ -338,4 +364,61 @@ func newID() string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Daytona's labels of a followed log: each run of output starts with the
+// marker of its stream.
+var (
+	stdoutMarker = []byte{1, 1, 1}
+	stderrMarker = []byte{2, 2, 2}
+)
+
+// followLogs sends c's output from its start, then as it comes, each
+// chunk a binary frame led by its stream's marker, and closes normally
+// once the command has ended and everything was sent. A client that
+// closes ends it; the command runs on.
+func (s *Server) followLogs(w http.ResponseWriter, r *http.Request, c *command) {
+	conn, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return // Accept answered the refusal
+	}
+	defer conn.CloseNow()
+	ctx := conn.CloseRead(r.Context())
+	g := s.sessions
+	sent := 0
+	for {
+		g.mu.Lock()
+		pending := c.chunks[sent:]
+		grown := c.grown
+		g.mu.Unlock()
+		for _, ch := range pending {
+			marker := stdoutMarker
+			if ch.stderr {
+				marker = stderrMarker
+			}
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err := conn.Write(wctx, websocket.MessageBinary, append(append([]byte{}, marker...), ch.data...))
+			cancel()
+			if err != nil {
+				return
+			}
+		}
+		sent += len(pending)
+		if len(pending) > 0 {
+			continue
+		}
+		select {
+		case <-grown:
+		case <-c.done:
+			g.mu.Lock()
+			rest := len(c.chunks) - sent
+			g.mu.Unlock()
+			if rest == 0 {
+				_ = conn.Close(websocket.StatusNormalClosure, "")
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
 }

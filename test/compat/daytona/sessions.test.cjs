@@ -41,9 +41,19 @@ test('sessions: state between commands, sync and async, status, logs, delete', a
   const logs = await sb.process.getSessionCommandLogs('s1', a.cmdId)
   assert.equal(logs.stdout, 'start\nend\n')
 
+  // Followed logs: what came before the follow, then each line as it
+  // comes, stdout and stderr apart, until the command ends.
+  const f = await sb.process.executeSessionCommand('s1', { command: 'echo one; sleep 0.5; echo two >&2; sleep 0.5; echo three', runAsync: true })
+  await new Promise((r) => setTimeout(r, 200))
+  let out = '', err = ''
+  await sb.process.getSessionCommandLogs('s1', f.cmdId, (t) => { out += t }, (t) => { err += t })
+  assert.equal(out, 'one\nthree\n')
+  assert.equal(err, 'two\n')
+  assert.equal((await sb.process.getSessionCommand('s1', f.cmdId)).exitCode, 0)
+
   const s = await sb.process.getSession('s1')
   assert.equal(s.sessionId, 's1')
-  assert.equal(s.commands.length, 3)
+  assert.equal(s.commands.length, 4)
   assert.deepEqual((await sb.process.listSessions()).map((x) => x.sessionId), ['s1'])
   await sb.process.deleteSession('s1')
   await assert.rejects(sb.process.getSession('s1'), (e) => e.statusCode === 404)

@@ -238,12 +238,6 @@ func TestConsole(t *testing.T) {
 			t.Errorf("%s looks blank: luminance variance %.0f, %d colours", filepath.Base(p), v, colors)
 		}
 	}
-	if os.Getenv("AGENTBOX_CONSOLE_SHOTS") != "" { // keep them to look at
-		for _, p := range res.Screenshots {
-			b, _ := os.ReadFile(p)
-			_ = os.WriteFile(filepath.Join(os.Getenv("AGENTBOX_CONSOLE_SHOTS"), filepath.Base(p)), b, 0o644)
-		}
-	}
 }
 
 // TestConsoleKeyless: on a server without keys (loopback only) the console

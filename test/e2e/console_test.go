@@ -108,6 +108,34 @@ func TestConsole(t *testing.T) {
 	// The screenshots are the test's artefacts: kept under -outputdir with
 	// go test -artifacts (a temporary directory otherwise), never in the
 	// checkout.
+	// GET /v1/overview: a key needed, a tenant kept to its own, the range checked.
+	for _, c := range []struct {
+		path, key string
+		want      int
+	}{{"/v1/overview", "", 401}, {"/v1/overview?owner=alice", "key-bob", 403}, {"/v1/overview?range=2d", "key-bob", 400},
+		{"/v1/overview?range=7d", "key-bob", 200}, {"/v1/overview?owner=alice", "key-ops", 200}} {
+		req, _ := http.NewRequest("GET", d.url+c.path, nil)
+		if c.key != "" {
+			req.Header.Set("Authorization", "Bearer "+c.key)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Buckets []json.RawMessage
+			Tenants []json.RawMessage
+		}
+		_ = json.NewDecoder(res.Body).Decode(&body)
+		res.Body.Close()
+		if res.StatusCode != c.want {
+			t.Errorf("GET %s with key %q: %d, want %d", c.path, c.key, res.StatusCode, c.want)
+		}
+		if c.want == 200 && (len(body.Buckets) != 60 && len(body.Buckets) != 84 || (c.key == "key-bob" && body.Tenants != nil)) {
+			t.Errorf("GET %s with key %q: %d buckets, tenants %v", c.path, c.key, len(body.Buckets), body.Tenants)
+		}
+	}
+
 	shots := t.ArtifactDir()
 	t.Logf("screenshots in %s", shots)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -129,7 +157,7 @@ func TestConsole(t *testing.T) {
 		Folder, Workdir, WorkdirWanted, Crumbs, Dropped         string
 		PreviewText, Hover, Timeline, OverviewStats             string
 		EventsPage, Deliveries, OverviewTenants, DarkBackground string
-		OverviewPools                                           string
+		OverviewPools, Desktop                                  string
 		PreviewImage, HookReceived, AdminMetricFamilies         int
 		AdminRawRows                                            int
 		WebhookSecretShown                                      bool
@@ -183,6 +211,7 @@ func TestConsole(t *testing.T) {
 	check("a file dropped on the panel, uploaded", res.Dropped == "dropped in\n", res.Dropped)
 	check("a text file's preview", strings.TrimSpace(res.PreviewText) == "dropped in", res.PreviewText)
 	check("an image's preview", res.PreviewImage == 2, res.PreviewImage)
+	check("the desktop tab of a sandbox without one", strings.Contains(res.Desktop, "no desktop"), res.Desktop)
 	check("the sandbox's events timeline", strings.Contains(res.Timeline, "created") && strings.Contains(res.Timeline, "by an API call (alice)"), res.Timeline)
 	check("a chart's values under the pointer", strings.Contains(res.Hover, "used") && strings.Contains(res.Hover, "iB"), res.Hover)
 	check("the tabs in the first viewport at 1400x900", res.FirstView.Height == 900 && res.FirstView.Tabs > 0 && res.FirstView.Tabs < 900 && res.FirstView.Panel < 900-200, res.FirstView)

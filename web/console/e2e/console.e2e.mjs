@@ -253,6 +253,11 @@ try {
   await a.getByRole('tab', { name: 'Events' }).click();
   await a.locator('#timeline li[data-type="created"]').waitFor({ timeout: T });
   result.timeline = await a.locator('#timeline').innerText();
+  // A host sandbox has no desktop: the tab says so.
+  await a.getByRole('tab', { name: 'Desktop' }).click();
+  await a.getByRole('button', { name: 'Watch-only link' }).click();
+  result.desktop = await a.locator('#panel .empty').innerText({ timeout: T });
+  await shot(a, 'desktop');
   await a.getByRole('tab', { name: 'Resources' }).click();
   await a.locator('#chart-memory polyline').waitFor({ timeout: T });
   result.resourceCharts = await layout(a, 'resources-check').then((l) => l.charts);

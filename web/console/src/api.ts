@@ -137,6 +137,7 @@ export class Api {
   remove(id: string, path: string) { return this.request('DELETE', `/v1/sandboxes/${enc(id)}/files?path=${encodeURIComponent(path)}`); }
   ptyTicket(id: string) { return this.json<{ ticket: string; protocols: string[] }>('POST', `/v1/sandboxes/${enc(id)}/pty-tickets`); }
   previewToken(id: string, port: number) { return this.json<{ url?: string; path: string; expires_at: string }>('POST', `/v1/sandboxes/${enc(id)}/preview-tokens`, { port }); }
+  desktopLink(id: string, mode: 'view' | 'interactive') { return this.json<{ url?: string; path: string; mode: string; expires_at: string }>('POST', `/v1/sandboxes/${enc(id)}/desktop/links`, { mode }); }
   templates() { return this.json<{ templates: Template[]; builtin?: BuiltinTemplate[] }>('GET', '/v1/templates'); }
   pools() { return this.json<{ pools: PoolStats[] }>('GET', '/v1/pools'); }
   events(q: Record<string, string>) { return this.json<EventPage>('GET', `/v1/events?${new URLSearchParams(q)}`); }

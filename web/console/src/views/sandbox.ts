@@ -11,9 +11,8 @@ import { describeEvent, isFailure } from '../eventtext';
 
 const TABS: [string, string][] = [
   ['terminal', 'Terminal'], ['files', 'Files'], ['events', 'Events'], ['resources', 'Resources'],
-  ['logs', 'Logs'], ['ports', 'Ports'], ['history', 'Exec history'],
+  ['logs', 'Logs'], ['ports', 'Ports'], ['desktop', 'Desktop'], ['history', 'Exec history'],
 ];
-// No Desktop tab: there are no desktop sandboxes yet (docs/console.md).
 
 export function sandboxView(main: HTMLElement, s: Session, id: string, tab: string): () => void {
   const cleanups: (() => void)[] = [];
@@ -96,6 +95,7 @@ export function sandboxView(main: HTMLElement, s: Session, id: string, tab: stri
     case 'resources': cleanups.push(resourcesTab(panel, s, id, () => current)); break;
     case 'ports': portsTab(panel, s, id); break;
     case 'history': historyTab(panel, s, id); break;
+    case 'desktop': desktopTab(panel, s, id); break;
     default:
       panel.append(h('p', {}, `No view named ${tab}.`));
   }
@@ -480,6 +480,32 @@ function historyTab(panel: HTMLElement, s: Session, id: string): void {
           'No exec call on record for this sandbox.'));
     } catch (ex) { area.replaceChildren(errorBox(ex)); }
   })();
+}
+
+/**
+ * The desktop of desktop and browser sandboxes: a signed noVNC link (the
+ * desktop page refuses to be framed, so it opens in a tab of its own).
+ */
+function desktopTab(panel: HTMLElement, s: Session, id: string): void {
+  const out = h('div', { 'aria-live': 'polite' });
+  const make = (mode: 'view' | 'interactive', label: string) => {
+    const b = h('button', { type: 'button' }, label);
+    b.addEventListener('click', async () => {
+      try {
+        const l = await s.api.desktopLink(id, mode);
+        const href = l.url ?? l.path;
+        out.replaceChildren(h('p', {}, h('a', { href, target: '_blank', rel: 'noopener noreferrer', id: `desktop-${mode}` }, mode === 'view' ? 'Watch the desktop' : 'Use the desktop'),
+          h('span', { class: 'muted small' }, ` · a signed link, good until ${new Date(l.expires_at).toLocaleTimeString()}`)));
+      } catch (ex) {
+        out.replaceChildren((ex as { status?: number }).status === 409
+          ? h('p', { class: 'empty' }, 'This sandbox has no desktop: sandboxes of the desktop and browser templates have one (docs/desktop.md).')
+          : errorBox(ex));
+      }
+    });
+    return b;
+  };
+  panel.append(h('h2', {}, 'Desktop'), h('p', { class: 'muted small' }, 'The sandbox\'s screen in noVNC, in a new tab: a watch-only link drops every input, an interactive one takes the keyboard and mouse.'),
+    h('div', { class: 'row' }, make('view', 'Watch-only link'), make('interactive', 'Interactive link')), out);
 }
 
 function portsTab(panel: HTMLElement, s: Session, id: string): void {

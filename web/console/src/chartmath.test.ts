@@ -7,6 +7,7 @@ describe('charts', () => {
     expect(niceTicks(1)).toEqual([0, 0.25, 0.5, 0.75, 1]);
     expect(niceTicks(0)).toEqual([0, 0.25, 0.5, 0.75, 1]);
     expect(niceTicks(430)).toEqual([0, 200, 400, 600]);
+    expect(niceTicks(0.1)).toEqual([0, 0.025, 0.05, 0.075, 0.1]);
   });
   it('labels units', () => {
     expect(axisUnit('bytes', 3 * 1024 ** 3)).toEqual({ div: 1024 ** 3, label: 'GiB' });

@@ -80,7 +80,7 @@ export function nearestIndex(x: number, width: number, n: number): number {
   return Math.max(0, Math.min(n - 1, Math.round((x / width) * (n - 1))));
 }
 
-function round(n: number): number { return Math.round(n * 100) / 100; }
+function round(n: number): number { return Math.round(n * 10000) / 10000; }
 /** A bucket's count as a rate per minute. */
 export function perMinute(count: number, stepSeconds: number): number {
   return stepSeconds > 0 ? (count * 60) / stepSeconds : 0;

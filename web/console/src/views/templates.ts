@@ -15,8 +15,9 @@ export function templatesView(main: HTMLElement, s: Session): () => void {
     h('caption', { class: 'sr-only' }, 'Templates'),
     h('thead', {}, h('tr', {}, ...['Name', 'Kind', 'Layers', 'Size', 'Own layers', 'In use', 'Created', 'Source'].map((c) => h('th', { scope: 'col' }, c)))), body)));
   // The built-in templates not ready yet (building, failed, not built).
-  const builtins = h('ul', { id: 'builtin-templates', 'aria-label': 'Built-in templates not ready' });
-  main.append(builtins);
+  const builtins = h('ul', { id: 'builtin-templates', 'aria-label': 'Built-in templates not ready', class: 'small' });
+  const builtinBox = h('section', { class: 'card', hidden: true, 'aria-labelledby': 'builtin-h' }, h('h2', { id: 'builtin-h' }, 'Built-in templates not ready'), builtins);
+  main.append(builtinBox);
   const load = async () => {
     clear(err);
     try {
@@ -25,6 +26,7 @@ export function templatesView(main: HTMLElement, s: Session): () => void {
       for (const b of builtin ?? []) {
         if (b.state !== 'ready') builtins.appendChild(h('li', {}, builtinState(b)));
       }
+      builtinBox.hidden = builtins.childElementCount === 0;
       clear(body);
       const sizes = layerSizes(templates);
       summary.textContent = `${templates.length} stored · ${bytes(sizes.total)} on disk (shared layers counted once)`;

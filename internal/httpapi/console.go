@@ -121,6 +121,7 @@ func (s *Server) consoleRoutes(v1 func(string, func(http.ResponseWriter, *http.R
 	v1("POST /v1/sandboxes/{id}/pty-tickets", s.createPTYTicket)
 	v1("GET /v1/pools", s.listPools)
 	v1("GET /v1/admin/overview", s.adminOverview)
+	v1("GET /v1/overview", s.overviewSeries)
 }
 
 func (s *Server) createPTYTicket(w http.ResponseWriter, r *http.Request) error {

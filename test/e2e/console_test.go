@@ -60,7 +60,8 @@ func consoleTools(t *testing.T) (dir, chromium string) {
 // must show something (pixel variance).
 func TestConsole(t *testing.T) {
 	dir, chromium := consoleTools(t)
-	d := startDaemon(t, "API_KEYS=key-alice:alice,key-bob:bob,key-ops:ops", "TEMPLATE_ADMIN_USERS=ops", "POOL_SIZE=1")
+	// Webhooks may target the script's loopback receiver.
+	d := startDaemon(t, "API_KEYS=key-alice:alice,key-bob:bob,key-ops:ops", "TEMPLATE_ADMIN_USERS=ops", "POOL_SIZE=1", "WEBHOOK_ALLOW_PRIVATE=true")
 
 	// The static shell is public and the same for everyone, with strict
 	// headers; the daemon must have been built with it.
@@ -104,8 +105,40 @@ func TestConsole(t *testing.T) {
 		}
 	}
 
-	shots := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// The screenshots are the test's artefacts: kept under -outputdir with
+	// go test -artifacts (a temporary directory otherwise), never in the
+	// checkout.
+	// GET /v1/overview: a key needed, a tenant kept to its own, the range checked.
+	for _, c := range []struct {
+		path, key string
+		want      int
+	}{{"/v1/overview", "", 401}, {"/v1/overview?owner=alice", "key-bob", 403}, {"/v1/overview?range=2d", "key-bob", 400},
+		{"/v1/overview?range=7d", "key-bob", 200}, {"/v1/overview?owner=alice", "key-ops", 200}} {
+		req, _ := http.NewRequest("GET", d.url+c.path, nil)
+		if c.key != "" {
+			req.Header.Set("Authorization", "Bearer "+c.key)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Buckets []json.RawMessage
+			Tenants []json.RawMessage
+		}
+		_ = json.NewDecoder(res.Body).Decode(&body)
+		res.Body.Close()
+		if res.StatusCode != c.want {
+			t.Errorf("GET %s with key %q: %d, want %d", c.path, c.key, res.StatusCode, c.want)
+		}
+		if c.want == 200 && (len(body.Buckets) != 60 && len(body.Buckets) != 84 || (c.key == "key-bob" && body.Tenants != nil)) {
+			t.Errorf("GET %s with key %q: %d buckets, tenants %v", c.path, c.key, len(body.Buckets), body.Tenants)
+		}
+	}
+
+	shots := t.ArtifactDir()
+	t.Logf("screenshots in %s", shots)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "e2e/console.e2e.mjs")
 	cmd.Dir = dir
@@ -116,19 +149,34 @@ func TestConsole(t *testing.T) {
 	runErr := cmd.Run()
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	var res struct {
-		Error, Sandbox, Refusal, Terminal, Uploaded, Edited   string
-		OtherCount, OtherDetail, AdminTenants, AdminSandboxes string
-		Pools                                                 string
-		PausedState, ResumedState, BuildLog, BuildError       string
-		KeyboardTabs, PreviewHref, PreviewPage, Revoked       string
-		Folder                                                string
-		RevokedStorage                                        int
-		ExtendedBySeconds                                     int
-		AxeChecked                                            int
-		PauseSupported                                        bool
-		OtherRows, AfterKill                                  int
-		Screenshots, Problems                                 []string
-		Storage                                               struct {
+		Error, Sandbox, Refusal, Terminal, Uploaded, Edited     string
+		OtherCount, OtherDetail, AdminTenants, AdminSandboxes   string
+		Pools                                                   string
+		PausedState, ResumedState, BuildLog, BuildError         string
+		KeyboardTabs, PreviewHref, PreviewPage, Revoked         string
+		Folder, Workdir, WorkdirWanted, Crumbs, Dropped         string
+		PreviewText, Hover, Timeline, OverviewStats             string
+		EventsPage, Deliveries, OverviewTenants, DarkBackground string
+		OverviewPools, Desktop                                  string
+		PreviewImage, HookReceived, AdminMetricFamilies         int
+		AdminRawRows                                            int
+		WebhookSecretShown                                      bool
+		FirstView                                               struct{ Tabs, Panel, Height float64 }
+		ResourceCharts                                          []struct {
+			Title, Unit string
+			YTicks      int
+			XTicks      int
+		}
+		Layouts map[string]struct {
+			Width, Scroll, Charts, XTicks int
+		}
+		RevokedStorage        int
+		ExtendedBySeconds     int
+		AxeChecked            int
+		PauseSupported        bool
+		OtherRows, AfterKill  int
+		Screenshots, Problems []string
+		Storage               struct {
 			Session []string
 			Local   int
 			Cookie  string
@@ -157,7 +205,41 @@ func TestConsole(t *testing.T) {
 	check("the preview page", strings.Contains(res.PreviewPage, "Directory listing"), res.PreviewPage)
 	check("echo hi in the terminal", strings.Contains(res.Terminal, "echo hi\nhi\n"), res.Terminal)
 	check("the uploaded file through the API", res.Uploaded == "uploaded from the browser\n", res.Uploaded)
-	check("a new folder, opened", res.Folder == "/home/user/made-here", res.Folder)
+	check("Files opens at the work directory", res.Workdir == res.WorkdirWanted && res.Workdir != "", res.Workdir+" want "+res.WorkdirWanted)
+	check("the directory's breadcrumbs", strings.Contains(res.Crumbs, strings.TrimPrefix(res.Workdir, "/")), res.Crumbs)
+	check("a new folder, opened", res.Folder == res.Workdir+"/made-here", res.Folder)
+	check("a file dropped on the panel, uploaded", res.Dropped == "dropped in\n", res.Dropped)
+	check("a text file's preview", strings.TrimSpace(res.PreviewText) == "dropped in", res.PreviewText)
+	check("an image's preview", res.PreviewImage == 2, res.PreviewImage)
+	check("the desktop tab of a sandbox without one", strings.Contains(res.Desktop, "no desktop"), res.Desktop)
+	check("the sandbox's events timeline", strings.Contains(res.Timeline, "created") && strings.Contains(res.Timeline, "by an API call (alice)"), res.Timeline)
+	check("a chart's values under the pointer", strings.Contains(res.Hover, "used") && strings.Contains(res.Hover, "iB"), res.Hover)
+	check("the tabs in the first viewport at 1400x900", res.FirstView.Height == 900 && res.FirstView.Tabs > 0 && res.FirstView.Tabs < 900 && res.FirstView.Panel < 900-200, res.FirstView)
+	for _, c := range res.ResourceCharts {
+		check("resource chart "+c.Title+" with axes and a unit", c.Unit != "" && c.YTicks >= 2 && c.XTicks >= 2, c)
+	}
+	check("the resource charts", len(res.ResourceCharts) >= 4, len(res.ResourceCharts))
+	check("the overview's numbers", strings.Contains(res.OverviewStats, "Running") && strings.Contains(res.OverviewStats, "host cores"), res.OverviewStats)
+	check("the events page", strings.Contains(res.EventsPage, res.Sandbox) && strings.Contains(res.EventsPage, "created"), res.EventsPage)
+	check("a webhook's secret shown once", res.WebhookSecretShown, res.WebhookSecretShown)
+	check("a webhook's deliveries", strings.Contains(res.Deliveries, "delivered") && res.HookReceived > 0, res.Deliveries)
+	check("the operator's per-tenant usage", strings.Contains(res.OverviewTenants, "alice"), res.OverviewTenants)
+	check("the operator's pools on the overview", strings.HasPrefix(res.OverviewPools, "host"), res.OverviewPools)
+	check("admin metrics grouped into charts, no raw rows", res.AdminMetricFamilies >= 5 && res.AdminRawRows == 0, res.AdminMetricFamilies)
+	check("dark mode", res.DarkBackground != "" && res.DarkBackground != "rgb(245, 246, 248)", res.DarkBackground)
+	for name, l := range res.Layouts {
+		check(name+" without sideways scrolling", l.Scroll <= l.Width+1, l)
+	}
+	for _, name := range []string{"overview", "overview-operator", "resources"} {
+		check(name+": charts with a time axis", res.Layouts[name].Charts >= 4 && res.Layouts[name].XTicks >= 2, res.Layouts[name])
+	}
+	narrow := 0
+	for name, l := range res.Layouts {
+		if strings.HasPrefix(name, "narrow") && l.Width == 375 {
+			narrow++
+		}
+	}
+	check("every page at 375 px", narrow >= 9, narrow)
 	check("the edited file through the API", res.Edited == "edited in the console\n", res.Edited)
 	check("the other tenant's list", res.OtherRows == 0 && res.OtherCount == "0 sandboxes", res.OtherCount)
 	check("the other tenant opening the sandbox", strings.Contains(res.OtherDetail, "not_found"), res.OtherDetail)
@@ -177,18 +259,12 @@ func TestConsole(t *testing.T) {
 	check("the killed sandbox through the API", res.AfterKill == http.StatusNotFound, res.AfterKill)
 
 	// Every page's screenshot shows something.
-	if len(res.Screenshots) < 14 {
+	if len(res.Screenshots) < 35 {
 		t.Errorf("%d screenshots, want every page", len(res.Screenshots))
 	}
 	for _, p := range res.Screenshots {
 		if v, colors := pixelVariance(t, p); v < 200 || colors < 8 {
 			t.Errorf("%s looks blank: luminance variance %.0f, %d colours", filepath.Base(p), v, colors)
-		}
-	}
-	if os.Getenv("AGENTBOX_CONSOLE_SHOTS") != "" { // keep them to look at
-		for _, p := range res.Screenshots {
-			b, _ := os.ReadFile(p)
-			_ = os.WriteFile(filepath.Join(os.Getenv("AGENTBOX_CONSOLE_SHOTS"), filepath.Base(p)), b, 0o644)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import { chromium } from 'playwright-core';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
+import { createServer } from 'node:http';
 
 const env = (k) => { const v = process.env[k]; if (v === undefined) throw new Error(`${k} is not set`); return v; };
 const url = env('CONSOLE_URL');
@@ -16,6 +17,16 @@ const out = env('OUT_DIR');
 const T = 30_000; // each wait's bound
 
 const result = { screenshots: [], problems: [] };
+
+// A webhook receiver on loopback (the daemon runs with WEBHOOK_ALLOW_PRIVATE).
+const hookBodies = [];
+const hookServer = createServer((req, res) => {
+  let b = '';
+  req.on('data', (c) => { b += c; });
+  req.on('end', () => { hookBodies.push(b); res.writeHead(204); res.end(); });
+});
+await new Promise((r) => hookServer.listen(0, '127.0.0.1', r));
+const hookURL = `http://127.0.0.1:${hookServer.address().port}/hook`;
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
   headless: true,
@@ -42,6 +53,7 @@ const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/
 // Each page is checked for accessibility (axe-core, WCAG 2 A and AA rules)
 // when its screenshot is taken; serious and critical findings fail.
 async function shot(page, name) {
+  await layout(page, name);
   const path = join(out, `${name}.png`);
   await page.screenshot({ path, fullPage: false });
   result.screenshots.push(path);
@@ -55,6 +67,25 @@ async function shot(page, name) {
   });
   for (const f of found) result.problems.push(`${name} accessibility: ${f}`);
   result.axeChecked = (result.axeChecked ?? 0) + 1;
+}
+
+// Layout sanity of the page on screen: nothing wider than the viewport
+// (no sideways scrolling), and every chart with its axes and unit.
+async function layout(page, name) {
+  const l = await page.evaluate(() => ({
+    width: window.innerWidth, scroll: document.documentElement.scrollWidth,
+    charts: [...document.querySelectorAll('figure.chart')].map((f) => ({
+      title: f.dataset.chart, unit: f.querySelector('svg')?.dataset.unit ?? '', unitText: f.querySelector('svg text.unit')?.textContent ?? '',
+      yTicks: f.querySelectorAll('g.axis.y text').length, xTicks: f.querySelectorAll('g.axis.x text').length,
+      label: f.querySelector('svg')?.getAttribute('aria-label') ?? '' })),
+  }));
+  if (l.scroll > l.width + 1) result.problems.push(`${name}: ${l.scroll}px wide in a ${l.width}px viewport (sideways scrolling)`);
+  for (const c of l.charts) {
+    if (!c.unit || c.unitText !== c.unit || c.yTicks < 2) result.problems.push(`${name}: chart ${c.title} lacks its unit or y axis: ${JSON.stringify(c)}`);
+  }
+  result.layouts = result.layouts ?? {};
+  result.layouts[name] = { width: l.width, scroll: l.scroll, charts: l.charts.length, xTicks: Math.min(...l.charts.map((c) => c.xTicks), 99) };
+  return l;
 }
 
 async function signIn(page, key) {
@@ -85,7 +116,10 @@ try {
   result.refusal = refusal;
   await signIn(a, keyA);
 
-  // Create a sandbox with metadata, see it in the list.
+  // The empty state, then create a sandbox with metadata, see it in the list.
+  await a.locator('.empty', { hasText: 'No sandboxes yet' }).waitFor({ timeout: T });
+  await shot(a, 'sandboxes-empty');
+  await a.getByRole('button', { name: '+ New sandbox' }).click();
   await a.getByLabel('Metadata', { exact: true }).fill('suite=console');
   await a.getByRole('button', { name: 'Create sandbox' }).click();
   const row = a.locator('tbody tr[data-id]').first();
@@ -150,6 +184,12 @@ try {
   result.keyboardTabs = await a.evaluate(() => document.activeElement?.textContent === 'Files' ? 'focused' : `focus on ${document.activeElement?.outerHTML.slice(0, 80)}`);
   await a.getByRole('heading', { name: 'Files' }).waitFor({ timeout: T });
   await a.locator('#files tbody tr').first().waitFor({ timeout: T });
+  // It opens at the work directory when the sandbox has one, else home.
+  const hasWorkspace = (await api(keyA, 'GET', `/v1/sandboxes/${id}/files/stat?path=/workspace`)).status === 200;
+  result.workdirWanted = hasWorkspace ? '/workspace' : '/home/user';
+  result.workdir = await a.locator('#dir').inputValue();
+  result.crumbs = await a.locator('.crumbs[aria-label="Directory path"]').innerText();
+  const wd = result.workdir;
   await a.getByLabel('Upload to this directory').setInputFiles({ name: 'upload.txt', mimeType: 'text/plain', buffer: Buffer.from('uploaded from the browser\n') });
   await a.locator('tr[data-name="upload.txt"]').waitFor({ timeout: T });
   await a.getByRole('textbox', { name: 'New folder' }).fill('made-here');
@@ -159,20 +199,36 @@ try {
   result.folder = await a.locator('#dir').inputValue();
   await a.getByRole('button', { name: 'Parent directory' }).click();
   await a.locator('tr[data-name="upload.txt"]').waitFor({ timeout: T });
-  let res = await api(keyA, 'GET', `/v1/sandboxes/${id}/files?path=/home/user/upload.txt`);
+  let res = await api(keyA, 'GET', `/v1/sandboxes/${id}/files?path=${wd}/upload.txt`);
   result.uploaded = await res.text();
   await a.getByRole('button', { name: 'Edit upload.txt' }).click();
   await a.locator('#edit-area').fill('edited in the console\n');
   await a.getByRole('button', { name: 'Save' }).click();
   await a.locator('#edit-status', { hasText: 'Saved' }).waitFor({ timeout: T });
-  res = await api(keyA, 'GET', `/v1/sandboxes/${id}/files?path=/home/user/upload.txt`);
+  res = await api(keyA, 'GET', `/v1/sandboxes/${id}/files?path=${wd}/upload.txt`);
   result.edited = await res.text();
   await shot(a, 'files');
+  // Drag and drop: a file dropped on the panel lands in the directory.
+  const dt = await a.evaluateHandle(() => { const d = new DataTransfer(); d.items.add(new File(['dropped in\n'], 'dropped.txt', { type: 'text/plain' })); return d; });
+  await a.dispatchEvent('#panel', 'dragenter', { dataTransfer: dt });
+  await a.dispatchEvent('#panel', 'drop', { dataTransfer: dt });
+  await a.locator('tr[data-name="dropped.txt"]').waitFor({ timeout: T });
+  result.dropped = await (await api(keyA, 'GET', `/v1/sandboxes/${id}/files?path=${wd}/dropped.txt`)).text();
+  // Previews: text, and an image (a 2x2 PNG written through the API).
+  await a.getByRole('button', { name: 'Preview dropped.txt' }).click();
+  result.previewText = await a.locator('#preview pre').innerText({ timeout: T });
+  const png = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAFklEQVR4nGP4z8DAwMDAxMDAwMDAAAANHQEDasKb6QAAAABJRU5ErkJggg==', 'base64');
+  await fetch(`${url}/v1/sandboxes/${id}/files?path=${wd}/dot.png`, { method: 'PUT', headers: { Authorization: `Bearer ${keyA}`, 'Content-Type': 'application/octet-stream' }, body: png });
+  await a.getByRole('button', { name: 'Open', exact: true }).click();
+  await a.getByRole('button', { name: 'Preview dot.png' }).click();
+  await a.locator('#preview img.preview').waitFor({ timeout: T });
+  result.previewImage = await a.locator('#preview img.preview').evaluate((i) => (i.complete ? i.naturalWidth : 0));
+  await shot(a, 'files-preview');
 
   // Ports: a server started in the sandbox (through the API, left running
   // until the sandbox dies) is listed, and its preview link opens it.
   fetch(`${url}/v1/sandboxes/${id}/exec`, { method: 'POST', headers: { Authorization: `Bearer ${keyA}`, 'Content-Type': 'application/json' },
-    body: JSON.stringify({ cmd: ['python3', '-m', 'http.server', '8123', '--bind', '127.0.0.1'], cwd: '/home/user', timeout: 120 }) }).catch(() => {});
+    body: JSON.stringify({ cmd: ['python3', '-m', 'http.server', '8123', '--bind', '127.0.0.1'], cwd: wd, timeout: 120 }) }).catch(() => {});
   await a.getByRole('tab', { name: 'Ports' }).click();
   for (let i = 0; i < 20 && await a.getByRole('button', { name: 'Preview link for 8123' }).count() === 0; i++) {
     await a.waitForTimeout(500);
@@ -189,11 +245,67 @@ try {
   result.previewPage = await preview.locator('body').innerText({ timeout: T });
   await preview.close();
 
-  for (const [tab, ready] of [['Logs', 'ol.logs li'], ['Resources', 'figure.chart figcaption'], ['Exec history', 'text=does not keep a history']]) {
+  for (const [tab, ready] of [['Logs', 'ol.logs li'], ['Events', '#timeline li[data-type="created"]'], ['Resources', '#chart-memory polyline'], ['Exec history', 'text=does not keep the commands']]) {
     await a.getByRole('tab', { name: tab }).click();
     await a.locator(ready).first().waitFor({ timeout: T });
     await shot(a, tab.toLowerCase().replace(' ', '-'));
   }
+  await a.getByRole('tab', { name: 'Events' }).click();
+  await a.locator('#timeline li[data-type="created"]').waitFor({ timeout: T });
+  result.timeline = await a.locator('#timeline').innerText();
+  // A host sandbox has no desktop: the tab says so.
+  await a.getByRole('tab', { name: 'Desktop' }).click();
+  await a.getByRole('button', { name: 'Watch-only link' }).click();
+  result.desktop = await a.locator('#panel .empty').innerText({ timeout: T });
+  await shot(a, 'desktop');
+  await a.getByRole('tab', { name: 'Resources' }).click();
+  await a.locator('#chart-memory polyline').waitFor({ timeout: T });
+  result.resourceCharts = await layout(a, 'resources-check').then((l) => l.charts);
+  // Hovering a chart shows the values under the pointer.
+  const box = await a.locator('#chart-memory svg').boundingBox();
+  await a.mouse.move(box.x + box.width * 0.9, box.y + box.height / 2);
+  result.hover = await a.locator('#chart-memory .tip').innerText({ timeout: T });
+  await shot(a, 'resources-hover');
+
+  // The compact header: at 1400x900 the tabs and the top of the panel
+  // are in the first viewport.
+  await a.setViewportSize({ width: 1400, height: 900 });
+  await a.getByRole('tab', { name: 'Terminal' }).click();
+  await a.locator('#terminal').waitFor({ timeout: T });
+  await a.evaluate(() => window.scrollTo(0, 0));
+  result.firstView = await a.evaluate(() => ({ tabs: document.querySelector('[role=tablist]').getBoundingClientRect().bottom, panel: document.querySelector('#panel').getBoundingClientRect().top, height: window.innerHeight }));
+  await shot(a, 'sandbox-1400x900');
+  await a.setViewportSize({ width: 1280, height: 860 });
+
+  // Overview, events and webhooks pages, as the tenant.
+  await a.getByRole('link', { name: 'Overview' }).click();
+  await a.locator('#chart-sandboxes polyline').first().waitFor({ timeout: T });
+  result.overviewStats = await a.locator('#overview-stats').innerText();
+  await shot(a, 'overview');
+  await a.getByRole('button', { name: '24h' }).click();
+  await a.locator('#chart-sandboxes[data-chart]').waitFor({ timeout: T });
+  await a.waitForTimeout(300);
+  await shot(a, 'overview-24h');
+  await a.getByRole('link', { name: 'Events' }).click();
+  await a.locator(`#events tr[data-event] a[href*="${id}"]`).first().waitFor({ timeout: T });
+  result.eventsPage = await a.locator('#events tbody').innerText();
+  await shot(a, 'events-page');
+  await a.getByRole('link', { name: 'Webhooks' }).click();
+  await a.locator('.empty', { hasText: 'No webhooks yet' }).waitFor({ timeout: T });
+  await a.getByRole('button', { name: '+ New webhook' }).click();
+  await a.getByLabel('URL', { exact: true }).fill(hookURL);
+  await a.getByLabel('Name', { exact: true }).fill('console-hook');
+  await a.getByRole('button', { name: 'Create webhook' }).click();
+  await a.locator('#wh-secret code').waitFor({ timeout: T });
+  result.webhookSecretShown = (await a.locator('#wh-secret code').innerText()).length > 0;
+  // Events after the webhook exists: a second sandbox created and killed through the API.
+  const second = await (await fetch(`${url}/v1/sandboxes`, { method: 'POST', headers: { Authorization: `Bearer ${keyA}`, 'Content-Type': 'application/json' }, body: JSON.stringify({ template: 'host', timeout: 120 }) })).json();
+  await api(keyA, 'DELETE', `/v1/sandboxes/${second.id}`);
+  await a.getByRole('button', { name: 'Deliveries of console-hook' }).click();
+  await a.locator('#deliveries .state.delivered').first().waitFor({ timeout: T });
+  result.deliveries = await a.locator('#deliveries tbody').innerText();
+  result.hookReceived = hookBodies.length;
+  await shot(a, 'webhooks');
 
   await a.getByRole('link', { name: 'Templates' }).click();
   await a.getByRole('heading', { name: 'Templates', level: 1 }).waitFor({ timeout: T });
@@ -207,12 +319,21 @@ try {
   // The key stays in this tab's sessionStorage: no cookie, no localStorage.
   result.storage = await a.evaluate(() => ({ session: Object.keys(sessionStorage), local: localStorage.length, cookie: document.cookie }));
 
-  // Narrow screen: the list still renders, navigation wraps.
+  // A phone's width: every page reflows without sideways scrolling.
   await a.setViewportSize({ width: 375, height: 740 });
   await a.getByRole('link', { name: 'Sandboxes' }).first().click();
   await a.locator(`tr[data-id="${id}"]`).waitFor({ timeout: T });
   await shot(a, 'narrow');
+  for (const [hash, ready, name] of [['#/overview', '#chart-sandboxes', 'narrow-overview'], [`#/sandboxes/${id}/files`, 'tr[data-name="upload.txt"]', 'narrow-files'],
+    [`#/sandboxes/${id}/resources`, '#chart-memory', 'narrow-resources'], [`#/sandboxes/${id}/terminal`, '#terminal', 'narrow-terminal'],
+    ['#/events', '#events', 'narrow-events'], ['#/webhooks', '#webhooks', 'narrow-webhooks'], ['#/templates', '#templates tbody tr', 'narrow-templates'], ['#/pools', 'h1', 'narrow-pools']]) {
+    await a.evaluate((h) => { location.hash = h; }, hash);
+    await a.locator(ready).first().waitFor({ timeout: T });
+    await shot(a, name);
+  }
   await a.setViewportSize({ width: 1280, height: 860 });
+  await a.getByRole('link', { name: 'Sandboxes' }).first().click();
+  await a.locator(`tr[data-id="${id}"]`).waitFor({ timeout: T });
 
   // Tenant B sees nothing of A's sandbox, in the list or by its address.
   const ctxB = await browser.newContext({ viewport: { width: 1280, height: 860 } });
@@ -237,7 +358,15 @@ try {
   await o.locator('#tenants tbody tr').first().waitFor({ timeout: T });
   result.adminTenants = await o.locator('#tenants tbody').innerText();
   result.adminSandboxes = await o.locator('#all-sandboxes tbody').innerText();
+  await o.locator('#metrics section[data-metric]').first().waitFor({ timeout: T });
+  result.adminMetricFamilies = await o.locator('#metrics section[data-metric]').count();
+  result.adminRawRows = await o.locator('#metrics td', { hasText: '_sum' }).count();
   await shot(o, 'admin');
+  await o.getByRole('link', { name: 'Overview' }).click();
+  await o.locator('#overview-tenants tbody tr').first().waitFor({ timeout: T });
+  result.overviewTenants = await o.locator('#overview-tenants tbody').innerText();
+  result.overviewPools = await o.locator('#overview-pools tbody').innerText();
+  await shot(o, 'overview-operator');
   await o.getByRole('link', { name: 'Pools' }).click();
   await o.locator('#pools tbody tr').first().waitFor({ timeout: T });
   result.pools = await o.locator('#pools tbody').innerText();
@@ -259,6 +388,21 @@ try {
   result.buildError = await o.locator('#build-log').textContent();
   await ctxO.close();
 
+  // Dark mode (prefers-color-scheme): the same pages, checked the same way.
+  const ctxD = await browser.newContext({ viewport: { width: 1280, height: 860 }, colorScheme: 'dark' });
+  const d = await ctxD.newPage();
+  watch(d, 'dark');
+  await signIn(d, keyA);
+  result.darkBackground = await d.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  await shot(d, 'dark-sandboxes');
+  await d.getByRole('link', { name: 'Overview' }).click();
+  await d.locator('#chart-sandboxes polyline').first().waitFor({ timeout: T });
+  await shot(d, 'dark-overview');
+  await d.goto(`${url}/#/sandboxes/${id}/resources`);
+  await d.locator('#chart-memory polyline').waitFor({ timeout: T });
+  await shot(d, 'dark-resources');
+  await ctxD.close();
+
   // Kill the sandbox (with its confirmation) and see it go.
   await a.getByRole('button', { name: `Kill ${id}` }).click();
   await a.getByRole('alertdialog').waitFor({ timeout: T });
@@ -278,6 +422,7 @@ try {
   result.error = String(e?.stack || e);
 } finally {
   await browser.close();
+  hookServer.close();
 }
 console.log(JSON.stringify(result));
 process.exit(result.error ? 1 : 0);

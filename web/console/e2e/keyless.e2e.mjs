@@ -22,6 +22,7 @@ try {
   await page.getByLabel('API key').press('Enter');
   await page.getByRole('heading', { name: 'Sandboxes', level: 1 }).waitFor({ timeout: T });
   result.who = await page.locator('.who').innerText();
+  await page.getByRole('button', { name: '+ New sandbox' }).click();
   await page.getByRole('button', { name: 'Create sandbox' }).click();
   const row = page.locator('tbody tr[data-id]').first();
   await row.waitFor({ timeout: T });

@@ -64,6 +64,16 @@ export interface Template { name: string; tag: string; kind: string; digest?: st
 export interface Info { version: string; backend: string; capabilities: Record<string, unknown>; templates: Record<string, string>; pools: Record<string, number>; user: string }
 export interface PoolStats { template: string; size: number; ready: number; filling: number; hits: number; misses: number; fills: number; fill_errors: number; avg_fill_ms: number; last_fill_ms: number }
 
+export interface Event { id: number; time: string; type: string; sandbox_id: string; owner: string; template?: string; node?: string; cause: { kind: string; by?: string; detail?: string }; exit?: { code: number; signal?: string; oom_killed?: boolean }; data?: Record<string, unknown> }
+export interface EventPage { events: Event[]; next_cursor: number; has_more: boolean }
+export interface Webhook { id: string; owner: string; name?: string; url: string; events: string[]; enabled: boolean; all_tenants?: boolean; secret?: string; created_at: string; updated_at: string }
+export interface Delivery { id: string; event_id: number; event_type: string; sandbox_id: string; status: 'delivered' | 'failed' | 'dropped'; attempts: number; status_code?: number; error?: string; time: string }
+export interface MetricPoint { timestamp: string; span_seconds: number; cpu_seconds: number; cpu_count: number; cpu_used_pct: number; memory_bytes: number; memory_limit: number; disk_used_bytes: number; disk_total_bytes: number; pids: number; network_denials: number }
+export interface AuditEntry { id: number; time: string; user: string; remote: string; method: string; path: string; route?: string; target?: string; status: number; duration_ms?: number; request_id?: string }
+export interface Bucket { time: string; running: number; paused: number; stopped: number; total: number; creates: number; failures: number; cpu_cores: number; memory_bytes: number }
+export interface TenantRow { user: string; sandboxes: number; running: number; creates: number; failures: number; cpu_cores: number; memory_bytes: number; memory_limit_bytes: number }
+export interface OverviewSeries { range: string; start: string; end: string; step_seconds: number; buckets: Bucket[]; now: Bucket; capacity: { cpus: number; memory_bytes: number }; tenants?: TenantRow[]; partial?: boolean }
+
 export class Api {
   constructor(readonly key: string, readonly base = '') {}
 
@@ -127,8 +137,18 @@ export class Api {
   remove(id: string, path: string) { return this.request('DELETE', `/v1/sandboxes/${enc(id)}/files?path=${encodeURIComponent(path)}`); }
   ptyTicket(id: string) { return this.json<{ ticket: string; protocols: string[] }>('POST', `/v1/sandboxes/${enc(id)}/pty-tickets`); }
   previewToken(id: string, port: number) { return this.json<{ url?: string; path: string; expires_at: string }>('POST', `/v1/sandboxes/${enc(id)}/preview-tokens`, { port }); }
+  desktopLink(id: string, mode: 'view' | 'interactive') { return this.json<{ url?: string; path: string; mode: string; expires_at: string }>('POST', `/v1/sandboxes/${enc(id)}/desktop/links`, { mode }); }
   templates() { return this.json<{ templates: Template[]; builtin?: BuiltinTemplate[] }>('GET', '/v1/templates'); }
   pools() { return this.json<{ pools: PoolStats[] }>('GET', '/v1/pools'); }
+  events(q: Record<string, string>) { return this.json<EventPage>('GET', `/v1/events?${new URLSearchParams(q)}`); }
+  series(range: string) { return this.json<OverviewSeries>('GET', `/v1/overview?range=${encodeURIComponent(range)}`); }
+  metrics(id: string) { return this.json<{ resolution_seconds: number; points: MetricPoint[] }>('GET', `/v1/sandboxes/${enc(id)}/metrics`); }
+  audit(q: Record<string, string>) { return this.json<{ entries: AuditEntry[]; next_cursor: number; has_more: boolean }>('GET', `/v1/audit?${new URLSearchParams(q)}`); }
+  webhooks() { return this.json<{ webhooks: Webhook[] }>('GET', '/v1/webhooks'); }
+  createWebhook(body: Record<string, unknown>) { return this.json<Webhook>('POST', '/v1/webhooks', body); }
+  updateWebhook(id: string, body: Record<string, unknown>) { return this.json<Webhook>('PATCH', `/v1/webhooks/${enc(id)}`, body); }
+  deleteWebhook(id: string) { return this.json<void>('DELETE', `/v1/webhooks/${enc(id)}`); }
+  deliveries(id: string) { return this.json<{ deliveries: Delivery[] }>('GET', `/v1/webhooks/${enc(id)}/deliveries`); }
   overview() { return this.json<Record<string, any>>('GET', '/v1/admin/overview'); }
 }
 

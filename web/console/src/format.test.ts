@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { bytes, cpuRates, duration, joinPath, listeningPorts, metadataQuery, parentPath, parsePairs, pushBounded, sparkPoints } from './format';
+import { bytes, layerSizes, cpuRates, duration, joinPath, listeningPorts, metadataQuery, parentPath, parsePairs, pushBounded, sparkPoints } from './format';
 
 describe('duration', () => {
   it('formats each range', () => {
@@ -72,5 +72,17 @@ describe('paths', () => {
     expect(parentPath('/home/user/')).toBe('/home');
     expect(parentPath('/home')).toBe('/');
     expect(parentPath('/')).toBe('/');
+  });
+});
+
+describe('layerSizes', () => {
+  it('counts shared layers once', () => {
+    const r = layerSizes([
+      { name: 'a', tag: '1', layers: [{ diff_id: 'x', size: 100 }, { diff_id: 'y', size: 10 }] },
+      { name: 'b', tag: '1', layers: [{ diff_id: 'x', size: 100 }, { diff_id: 'z', size: 5 }] },
+    ]);
+    expect(r.total).toBe(115);
+    expect(r.own.get('a:1')).toBe(10);
+    expect(r.own.get('b:1')).toBe(5);
   });
 });

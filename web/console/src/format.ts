@@ -116,3 +116,28 @@ export function parentPath(p: string): string {
   const i = trimmed.lastIndexOf('/');
   return i <= 0 ? '/' : trimmed.slice(0, i);
 }
+
+/**
+ * Sizes of templates that share layers: every distinct layer counted once
+ * in total, and per template the bytes of the layers no other template has.
+ */
+export function layerSizes(templates: { name: string; tag?: string; layers?: { diff_id?: string; size?: number }[] }[]): { total: number; own: Map<string, number> } {
+  const users = new Map<string, { size: number; n: number }>();
+  for (const t of templates) {
+    for (const l of new Map((t.layers ?? []).map((x) => [x.diff_id ?? '', x])).values()) {
+      if (!l.diff_id) continue;
+      const u = users.get(l.diff_id) ?? { size: l.size ?? 0, n: 0 };
+      u.n++;
+      users.set(l.diff_id, u);
+    }
+  }
+  let total = 0;
+  for (const u of users.values()) total += u.size;
+  const own = new Map<string, number>();
+  for (const t of templates) {
+    let b = 0;
+    for (const l of new Map((t.layers ?? []).map((x) => [x.diff_id ?? '', x])).values()) if (l.diff_id && users.get(l.diff_id)!.n === 1) b += l.size ?? 0;
+    own.set(`${t.name}:${t.tag ?? ''}`, b);
+  }
+  return { total, own };
+}

@@ -6,6 +6,25 @@ import { sandboxView } from './views/sandbox';
 import { templatesView } from './views/templates';
 import { poolsView } from './views/pools';
 import { adminView } from './views/admin';
+import { overviewView } from './views/overview';
+import { eventsView } from './views/events';
+import { webhooksView } from './views/webhooks';
+
+/**
+ * The console's pages, in navigation order: the extension point for new
+ * resources (volumes, snapshots, secrets: add a view under views/ and an
+ * entry here; `operator` hides it from tenants).
+ */
+interface Page { id: string; label: string; operator?: boolean; view: (main: HTMLElement, s: Session, args: string[]) => () => void }
+const PAGES: Page[] = [
+  { id: 'overview', label: 'Overview', view: (m, s) => overviewView(m, s) },
+  { id: 'sandboxes', label: 'Sandboxes', view: (m, s, [id, tab]) => (id ? sandboxView(m, s, id, tab || 'terminal') : sandboxesView(m, s)) },
+  { id: 'templates', label: 'Templates', view: (m, s) => templatesView(m, s) },
+  { id: 'pools', label: 'Pools', view: (m, s) => poolsView(m, s) },
+  { id: 'events', label: 'Events', view: (m, s) => eventsView(m, s) },
+  { id: 'webhooks', label: 'Webhooks', view: (m, s) => webhooksView(m, s) },
+  { id: 'admin', label: 'Admin', operator: true, view: (m, s) => adminView(m, s) },
+];
 
 const app = document.getElementById('app')!;
 let session: Session | null = null;
@@ -54,11 +73,7 @@ function shell(active: string, s: Session): HTMLElement {
   const signOut = h('button', { type: 'button', class: 'link' }, 'Sign out');
   signOut.addEventListener('click', () => { forgetKey(); session = null; location.hash = '#/signin'; signInView(); });
   const nav = h('nav', { 'aria-label': 'Console' },
-    h('ul', {},
-      h('li', {}, link('#/sandboxes', 'Sandboxes', 'sandboxes')),
-      h('li', {}, link('#/templates', 'Templates', 'templates')),
-      h('li', {}, link('#/pools', 'Pools', 'pools')),
-      s.operator ? h('li', {}, link('#/admin', 'Admin', 'admin')) : null));
+    h('ul', {}, ...PAGES.filter((p) => !p.operator || s.operator).map((p) => h('li', {}, link(`#/${p.id}`, p.label, p.id)))));
   const header = h('header', { class: 'top' },
     h('a', { class: 'brand', href: '#/sandboxes' }, 'agentbox'),
     nav,
@@ -78,33 +93,13 @@ function route(): void {
   const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
   const [page, id, tab] = parts;
   let main: HTMLElement;
-  switch (page) {
-    case 'sandboxes':
-    case '':
-    case undefined:
-      if (id) {
-        main = shell('sandboxes', session);
-        teardown = sandboxView(main, session, id, tab || 'terminal');
-      } else {
-        main = shell('sandboxes', session);
-        teardown = sandboxesView(main, session);
-      }
-      break;
-    case 'templates':
-      main = shell('templates', session);
-      teardown = templatesView(main, session);
-      break;
-    case 'pools':
-      main = shell('pools', session);
-      teardown = poolsView(main, session);
-      break;
-    case 'admin':
-      main = shell('admin', session);
-      teardown = adminView(main, session);
-      break;
-    default:
-      main = shell('', session);
-      main.append(h('h1', {}, 'Not found'), h('p', {}, h('a', { href: '#/sandboxes' }, 'Back to sandboxes')));
+  const found = PAGES.find((p) => p.id === (page || 'sandboxes') && (!p.operator || session!.operator));
+  if (found) {
+    main = shell(found.id, session);
+    teardown = found.view(main, session, [id, tab].filter((x) => x !== undefined && x !== ''));
+  } else {
+    main = shell('', session);
+    main.append(h('h1', {}, 'Not found'), h('p', {}, h('a', { href: '#/sandboxes' }, 'Back to sandboxes')));
   }
   const tabEl = fromTab ? main.querySelector<HTMLElement>('[role=tab][aria-selected=true]') : null;
   (tabEl ?? main).focus({ preventScroll: true });

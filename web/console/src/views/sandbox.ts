@@ -3,35 +3,41 @@ import { FitAddon } from '@xterm/addon-fit';
 import '@xterm/xterm/css/xterm.css';
 import { h, clear, announce, confirmDialog, errorBox } from '../dom';
 import { duration, bytes, cpuRates, joinPath, parentPath, listeningPorts } from '../format';
-import type { Sandbox, Entry } from '../api';
+import type { Sandbox, Entry, Event } from '../api';
 import type { Session } from '../session';
 import { actions, history, sampleStats } from './sandboxes';
-import { chart } from './common';
+import { chart, loading, table } from './common';
+import { describeEvent, isFailure } from '../eventtext';
 
 const TABS: [string, string][] = [
-  ['terminal', 'Terminal'], ['files', 'Files'], ['logs', 'Logs'], ['resources', 'Resources'],
-  ['ports', 'Ports'], ['history', 'Exec history'],
+  ['terminal', 'Terminal'], ['files', 'Files'], ['events', 'Events'], ['resources', 'Resources'],
+  ['logs', 'Logs'], ['ports', 'Ports'], ['desktop', 'Desktop'], ['history', 'Exec history'],
 ];
-// No Desktop tab: there are no desktop sandboxes yet (docs/console.md).
 
 export function sandboxView(main: HTMLElement, s: Session, id: string, tab: string): () => void {
   const cleanups: (() => void)[] = [];
   const err = h('div', { 'aria-live': 'assertive' });
-  const details = h('dl', { class: 'details' });
+  const stateBadge = h('span', { class: 'state' }, '…');
+  const chips = h('ul', { class: 'chips', 'aria-label': 'Sandbox details' }, h('li', { class: 'loading' }, 'Loading…'));
   const acts = h('div', { class: 'row actions' });
   let current: Sandbox | null = null;
   let gone = false;
 
+  // One compact header (state, template, owner, limits, time left, then
+  // the metadata): the tabs stay in the first view.
   const renderDetails = (sb: Sandbox) => {
     current = sb;
-    clear(details);
+    stateBadge.className = `state ${sb.state}`;
+    stateBadge.textContent = sb.state;
     const now = Date.now();
-    const item = (k: string, v: string) => [h('dt', {}, k), h('dd', {}, v)];
-    details.append(...item('State', sb.state), ...item('Template', sb.template), ...item('Owner', s.info.user),
-      ...item('Age', duration(now - Date.parse(sb.created_at))), ...item('Time left', duration(Date.parse(sb.end_at) - now)),
-      ...item('Memory limit', bytes(sb.resources?.memory)), ...item('CPUs', String(sb.resources?.cpus ?? '—')),
-      ...item('Network', sb.network?.mode ?? 'none'),
-      ...item('Metadata', Object.entries(sb.metadata ?? {}).map(([k, v]) => `${k}=${v}`).join(', ') || '—'));
+    const chip = (k: string, v: string, key?: string) => h('li', { class: 'chip', 'data-detail': key ?? k.toLowerCase() }, h('b', {}, k), v);
+    const md = Object.entries(sb.metadata ?? {});
+    chips.replaceChildren(
+      chip('Template', sb.template), chip('Owner', s.info.user),
+      chip('Time left', duration(Date.parse(sb.end_at) - now), 'time-left'), chip('Age', duration(now - Date.parse(sb.created_at))),
+      chip('Memory', bytes(sb.resources?.memory)), chip('CPUs', String(sb.resources?.cpus ?? '—')),
+      chip('Network', sb.network?.mode ?? 'none'),
+      ...(md.length ? md : [['metadata', '—']]).map(([k, v]) => h('li', { class: 'chip', 'data-detail': 'metadata' }, h('b', {}, k), v)));
     clear(acts);
     acts.append(...actions(s, sb, (action) => {
       if (action === 'Kill') location.hash = '#/sandboxes'; // it is gone: back to the list
@@ -47,6 +53,9 @@ export function sandboxView(main: HTMLElement, s: Session, id: string, tab: stri
       if ((ex as { status?: number }).status === 404) {
         gone = true;
         clear(acts);
+        chips.replaceChildren();
+        stateBadge.className = 'state lost';
+        stateBadge.textContent = 'gone';
         acts.appendChild(h('a', { href: '#/sandboxes' }, 'Back to sandboxes'));
       }
     }
@@ -70,19 +79,23 @@ export function sandboxView(main: HTMLElement, s: Session, id: string, tab: stri
     if (next >= 0) { e.preventDefault(); tabs[next].focus(); tabs[next].click(); }
   });
 
-  main.append(h('p', {}, h('a', { href: '#/sandboxes' }, '← Sandboxes')),
-    h('h1', {}, 'Sandbox ', h('code', {}, id)), err, details, acts, tablist, panel);
+  main.append(
+    h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, h('ol', {}, h('li', {}, h('a', { href: '#/sandboxes' }, 'Sandboxes')), h('li', { 'aria-current': 'page' }, id))),
+    h('header', { class: 'sb-head' },
+      h('div', { class: 'title' }, h('h1', {}, 'Sandbox ', h('code', {}, id)), stateBadge, acts),
+      chips),
+    err, tablist, panel);
   void load();
 
   switch (tab) {
     case 'terminal': cleanups.push(terminalTab(panel, s, id)); break;
     case 'files': cleanups.push(filesTab(panel, s, id)); break;
     case 'logs': cleanups.push(logsTab(panel, s, id)); break;
+    case 'events': cleanups.push(eventsTab(panel, s, id)); break;
     case 'resources': cleanups.push(resourcesTab(panel, s, id, () => current)); break;
     case 'ports': portsTab(panel, s, id); break;
-    case 'history':
-      panel.append(h('h2', {}, 'Exec history'), h('p', {}, 'The API does not keep a history of the commands run in a sandbox yet; the Logs tab shows its lifecycle events.'));
-      break;
+    case 'history': historyTab(panel, s, id); break;
+    case 'desktop': desktopTab(panel, s, id); break;
     default:
       panel.append(h('p', {}, `No view named ${tab}.`));
   }
@@ -170,38 +183,86 @@ function terminalTab(panel: HTMLElement, s: Session, id: string): () => void {
   };
 }
 
+/** The directories the Files tab tries first: the sandbox's work directory, then the user's home. */
+const START_DIRS = ['/workspace', '/home/user', '/'];
+const IMAGE = /\.(png|jpe?g|gif|webp|svg|bmp|ico)$/i;
+const PREVIEW_MAX = 2 << 20;
+
 function filesTab(panel: HTMLElement, s: Session, id: string): () => void {
-  let dir = '/home/user';
+  let dir = START_DIRS[0];
   const err = h('div', { 'aria-live': 'assertive' });
-  const pathInput = h('input', { id: 'dir', name: 'dir', value: dir, autocomplete: 'off' });
-  const go = h('form', { class: 'row', 'aria-label': 'Directory' }, h('label', { for: 'dir' }, 'Directory'), pathInput, h('button', { type: 'submit' }, 'Open'));
+  const pathInput = h('input', { id: 'dir', name: 'dir', value: dir, autocomplete: 'off', size: 28 });
+  const go = h('form', { 'aria-label': 'Directory' }, h('label', { for: 'dir', class: 'sr-only' }, 'Directory'), pathInput, h('button', { type: 'submit' }, 'Open'));
   const up = h('button', { type: 'button' }, 'Parent directory');
-  const upload = h('input', { id: 'upload', type: 'file', multiple: true });
-  const folder = h('input', { id: 'new-folder', name: 'folder', autocomplete: 'off', required: true });
-  const mk = h('form', { class: 'row', 'aria-label': 'New folder' }, h('label', { for: 'new-folder' }, 'New folder'), folder, h('button', { type: 'submit' }, 'Create folder'));
+  const upload = h('input', { id: 'upload', type: 'file', multiple: true, class: 'sr-only' });
+  const uploadLabel = h('label', { for: 'upload', class: 'button' }, 'Upload to this directory');
+  const folder = h('input', { id: 'new-folder', name: 'folder', autocomplete: 'off', required: true, placeholder: 'name', size: 12 });
+  const mk = h('form', { 'aria-label': 'New folder' }, h('label', { for: 'new-folder' }, 'New folder'), folder, h('button', { type: 'submit' }, 'Create folder'));
   mk.addEventListener('submit', async (e) => {
     e.preventDefault();
     clear(err);
     try { await s.api.mkdir(id, joinPath(dir, folder.value.trim())); announce(`Created ${folder.value}`); folder.value = ''; void open(dir); } catch (ex) { err.appendChild(errorBox(ex)); }
   });
+  // The upload input is visually hidden: show its focus on its label.
+  upload.addEventListener('focus', () => uploadLabel.classList.add('focus'));
+  upload.addEventListener('blur', () => uploadLabel.classList.remove('focus'));
+  const crumbs = h('nav', { class: 'crumbs path', 'aria-label': 'Directory path' });
   const list = h('tbody', {});
   const editor = h('div', { id: 'editor' });
-  panel.append(h('h2', {}, 'Files'), go,
-    h('div', { class: 'row' }, up, h('label', { for: 'upload' }, 'Upload to this directory'), upload), mk,
-    err,
-    h('div', { class: 'scroll' }, h('table', { class: 'list', id: 'files' },
+  const drop = h('div', { class: 'dropzone', id: 'dropzone' }, 'Drop files here to upload them to this directory');
+  const listing = h('div', {}, crumbs,
+    h('table', { class: 'list stack', id: 'files' },
       h('caption', { class: 'sr-only' }, 'Files in the directory'),
-      h('thead', {}, h('tr', {}, ...['Name', 'Type', 'Size', 'Modified', 'Actions'].map((c) => h('th', { scope: 'col' }, c)))), list)),
-    editor);
+      h('thead', {}, h('tr', {}, ...['Name', 'Type', 'Size', 'Modified', 'Actions'].map((c) => h('th', { scope: 'col' }, c)))), list),
+    drop);
+  const layout = h('div', { class: 'files-layout' }, listing, editor);
+  panel.append(h('h2', {}, 'Files'),
+    h('div', { class: 'toolbar' }, go, up, uploadLabel, upload, mk),
+    err, layout);
 
-  const open = async (p: string) => {
+  const uploadFiles = async (files: File[]) => {
+    for (const f of files) {
+      try { await s.api.write(id, joinPath(dir, f.name), f); announce(`Uploaded ${f.name}`); } catch (ex) { err.appendChild(errorBox(ex)); }
+    }
+    void open(dir);
+  };
+  // Drag and drop anywhere on the panel uploads into the open directory.
+  let depth = 0;
+  panel.addEventListener('dragenter', (e) => { if (e.dataTransfer?.types.includes('Files')) { e.preventDefault(); depth++; drop.classList.add('over'); } });
+  panel.addEventListener('dragover', (e) => { if (e.dataTransfer?.types.includes('Files')) e.preventDefault(); });
+  panel.addEventListener('dragleave', () => { if (--depth <= 0) { depth = 0; drop.classList.remove('over'); } });
+  panel.addEventListener('drop', (e) => {
+    e.preventDefault();
+    depth = 0;
+    drop.classList.remove('over');
+    void uploadFiles([...(e.dataTransfer?.files ?? [])]);
+  });
+
+  const renderCrumbs = (p: string) => {
+    const parts = p.split('/').filter(Boolean);
+    const ol = h('ol', {});
+    const step = (label: string, path: string, last: boolean) => {
+      if (last) return h('li', { 'aria-current': 'location' }, h('code', {}, label));
+      const b = h('button', { type: 'button', class: 'link' }, label);
+      b.addEventListener('click', () => void open(path));
+      return h('li', {}, b);
+    };
+    ol.appendChild(step('/', '/', parts.length === 0));
+    parts.forEach((name, i) => ol.appendChild(step(name, '/' + parts.slice(0, i + 1).join('/'), i === parts.length - 1)));
+    crumbs.replaceChildren(ol);
+  };
+
+  const open = async (p: string, fallbacks: string[] = []): Promise<void> => {
     clear(err);
     try {
       const { entries } = await s.api.files(id, p);
       dir = p;
       pathInput.value = p;
+      renderCrumbs(p);
       render(entries);
     } catch (ex) {
+      // The first directory that exists: the work directory, else home.
+      if (fallbacks.length) return open(fallbacks[0], fallbacks.slice(1));
       err.appendChild(errorBox(ex));
     }
   };
@@ -215,11 +276,13 @@ function filesTab(panel: HTMLElement, s: Session, id: string): () => void {
       if (e.type === 'dir') name.addEventListener('click', () => void open(e.path));
       const acts: HTMLElement[] = [];
       if (e.type === 'file') {
+        const pv = h('button', { type: 'button', 'aria-label': `Preview ${e.name}` }, 'Preview');
+        pv.addEventListener('click', () => void preview(e));
         const dl = h('button', { type: 'button', 'aria-label': `Download ${e.name}` }, 'Download');
         dl.addEventListener('click', () => void download(e));
         const ed = h('button', { type: 'button', 'aria-label': `Edit ${e.name}` }, 'Edit');
         ed.addEventListener('click', () => void edit(e.path));
-        acts.push(dl, ed);
+        acts.push(pv, ed, dl);
       }
       const del = h('button', { type: 'button', class: 'danger', 'aria-label': `Delete ${e.name}` }, 'Delete');
       del.addEventListener('click', async () => {
@@ -228,10 +291,10 @@ function filesTab(panel: HTMLElement, s: Session, id: string): () => void {
       });
       acts.push(del);
       list.appendChild(h('tr', { 'data-name': e.name },
-        h('th', { scope: 'row' }, name), h('td', {}, e.type), h('td', {}, e.type === 'file' ? bytes(e.size) : ''),
-        h('td', {}, e.modified_at ? new Date(e.modified_at).toLocaleString() : ''), h('td', { class: 'actions' }, ...acts)));
+        h('th', { scope: 'row' }, name), h('td', { 'data-label': 'Type' }, e.type), h('td', { 'data-label': 'Size', class: 'num' }, e.type === 'file' ? bytes(e.size) : ''),
+        h('td', { 'data-label': 'Modified' }, e.modified_at ? new Date(e.modified_at).toLocaleString() : ''), h('td', { class: 'actions' }, ...acts)));
     }
-    if (entries.length === 0) list.appendChild(h('tr', {}, h('td', { colspan: 5 }, 'Empty directory')));
+    if (entries.length === 0) list.appendChild(h('tr', {}, h('td', { colspan: 5, class: 'muted' }, 'Empty directory: drop files here or upload them')));
   };
   const download = async (e: Entry) => {
     try {
@@ -244,6 +307,34 @@ function filesTab(panel: HTMLElement, s: Session, id: string): () => void {
       window.setTimeout(() => URL.revokeObjectURL(url), 10000);
     } catch (ex) { err.appendChild(errorBox(ex)); }
   };
+  const closeButton = () => {
+    const close = h('button', { type: 'button' }, 'Close');
+    close.addEventListener('click', () => clear(editor));
+    return close;
+  };
+  const preview = async (e: Entry) => {
+    clear(editor);
+    const body = h('div', {}, loading());
+    editor.appendChild(h('section', { class: 'card', id: 'preview', 'aria-labelledby': 'preview-title' },
+      h('div', { class: 'row' }, h('h3', { id: 'preview-title' }, 'Preview of ', h('code', {}, e.name)), closeButton()), body));
+    if ((e.size ?? 0) > PREVIEW_MAX) { body.replaceChildren(h('p', { class: 'muted' }, `${bytes(e.size)} is too large to preview; download it.`)); return; }
+    try {
+      const blob = await s.api.read(id, e.path);
+      if (IMAGE.test(e.name)) {
+        // A data: URL (the console's CSP allows data: images, no blob:).
+        const url = await new Promise<string>((res, rej) => { const r = new FileReader(); r.onload = () => res(String(r.result)); r.onerror = () => rej(r.error); r.readAsDataURL(IMAGE.test(e.name) && /\.svg$/i.test(e.name) ? new Blob([blob], { type: 'image/svg+xml' }) : blob); });
+        body.replaceChildren(h('img', { class: 'preview', src: url, alt: `The image ${e.name}` }));
+        return;
+      }
+      const buf = new Uint8Array(await blob.arrayBuffer());
+      let text: string;
+      try { text = new TextDecoder('utf-8', { fatal: true }).decode(buf); } catch {
+        body.replaceChildren(h('p', { class: 'muted' }, `A binary file (${bytes(buf.length)}): download it to open it.`));
+        return;
+      }
+      body.replaceChildren(h('pre', { class: 'preview', tabindex: 0, 'aria-label': `Contents of ${e.name}` }, text || '(empty file)'));
+    } catch (ex) { body.replaceChildren(errorBox(ex)); }
+  };
   const edit = async (p: string) => {
     clear(editor);
     try {
@@ -251,17 +342,15 @@ function filesTab(panel: HTMLElement, s: Session, id: string): () => void {
       const area = h('textarea', { id: 'edit-area', rows: 14, spellcheck: 'false' });
       area.value = text;
       const save = h('button', { type: 'submit' }, 'Save');
-      const close = h('button', { type: 'button' }, 'Close');
       const msg = h('span', { class: 'muted', 'aria-live': 'polite', id: 'edit-status' });
       const form = h('form', { class: 'card', 'aria-labelledby': 'edit-title' },
         h('h3', { id: 'edit-title' }, 'Editing ', h('code', {}, p)),
         h('label', { for: 'edit-area', class: 'sr-only' }, `Contents of ${p}`), area,
-        h('div', { class: 'row' }, save, close, msg));
+        h('div', { class: 'row' }, save, closeButton(), msg));
       form.addEventListener('submit', async (ev) => {
         ev.preventDefault();
         try { await s.api.write(id, p, area.value); msg.textContent = 'Saved'; void open(dir); } catch (ex) { msg.textContent = String(ex instanceof Error ? ex.toString() : ex); }
       });
-      close.addEventListener('click', () => clear(editor));
       editor.appendChild(form);
       area.focus();
     } catch (ex) { err.appendChild(errorBox(ex)); }
@@ -270,20 +359,17 @@ function filesTab(panel: HTMLElement, s: Session, id: string): () => void {
   up.addEventListener('click', () => void open(parentPath(dir)));
   upload.addEventListener('change', async () => {
     const files = [...(upload.files ?? [])];
-    for (const f of files) {
-      try { await s.api.write(id, joinPath(dir, f.name), f); announce(`Uploaded ${f.name}`); } catch (ex) { err.appendChild(errorBox(ex)); }
-    }
     upload.value = '';
-    void open(dir);
+    await uploadFiles(files);
   });
-  void open(dir);
+  void open(START_DIRS[0], START_DIRS.slice(1));
   return () => {};
 }
 
 function logsTab(panel: HTMLElement, s: Session, id: string): () => void {
   const out = h('ol', { class: 'logs', 'aria-label': 'Sandbox log entries' });
   const err = h('div', {});
-  panel.append(h('h2', {}, 'Logs'), h('p', { class: 'muted' }, 'Lifecycle events and the agent log, refreshed every 2 seconds.'), err,
+  panel.append(h('h2', {}, 'Logs'), h('p', { class: 'muted small' }, 'The agent log and lifecycle entries, refreshed every 2 seconds.'), err,
     h('div', { role: 'log', 'aria-live': 'polite', 'aria-label': 'Sandbox log' }, out));
   let shown = 0;
   const poll = async () => {
@@ -295,6 +381,7 @@ function logsTab(panel: HTMLElement, s: Session, id: string): () => void {
         out.appendChild(h('li', { class: `lvl-${l.level}` }, h('time', { datetime: l.timestamp }, new Date(l.timestamp).toLocaleTimeString()), ` ${l.level} ${l.message}${fields}`));
       }
       shown = logs.length;
+      if (logs.length === 0 && !out.firstChild) out.appendChild(h('li', { class: 'muted' }, 'No log entries yet.'));
       clear(err);
     } catch (ex) { clear(err); err.appendChild(errorBox(ex)); }
   };
@@ -303,23 +390,122 @@ function logsTab(panel: HTMLElement, s: Session, id: string): () => void {
   return () => window.clearInterval(t);
 }
 
+/** The sandbox's lifecycle events (GET /v1/events?sandbox=), newest first, live. */
+function eventsTab(panel: HTMLElement, s: Session, id: string): () => void {
+  const out = h('ol', { class: 'timeline', id: 'timeline', 'aria-label': 'Lifecycle events' });
+  const err = h('div', {});
+  panel.append(h('h2', {}, 'Events'), h('p', { class: 'muted small' }, 'Every state change of this sandbox with its cause, newest first (refreshed every 3 seconds).'), err, out);
+  let after = 0;
+  const seen: Event[] = [];
+  out.appendChild(h('li', { class: 'loading' }, 'Loading events…'));
+  const poll = async () => {
+    try {
+      for (let i = 0; i < 20; i++) {
+        const page = await s.api.events({ sandbox: id, after: String(after), limit: '1000' });
+        seen.push(...page.events);
+        after = page.next_cursor || after;
+        if (!page.has_more) break;
+      }
+      out.replaceChildren(...[...seen].reverse().map(eventItem));
+      if (seen.length === 0) out.replaceChildren(h('li', { class: 'muted' }, 'No events recorded for this sandbox.'));
+      clear(err);
+    } catch (ex) { clear(err); err.appendChild(errorBox(ex)); }
+  };
+  void poll();
+  const t = window.setInterval(() => void poll(), 3000);
+  return () => window.clearInterval(t);
+}
+
+export function eventItem(e: Event): HTMLElement {
+  return h('li', { class: isFailure(e) ? 'bad' : undefined, 'data-type': e.type },
+    h('time', { datetime: e.time }, new Date(e.time).toLocaleString()),
+    h('strong', {}, e.type), ' ', h('span', { class: 'muted' }, describeEvent(e)));
+}
+
 function resourcesTab(panel: HTMLElement, s: Session, id: string, current: () => Sandbox | null): () => void {
-  const charts = h('div', { class: 'charts' });
-  panel.append(h('h2', {}, 'Resources'), h('p', { class: 'muted' }, 'Sampled every 2 seconds while this page is open (the last minute).'), charts);
+  const charts = h('div', { class: 'charts' }, loading('Loading the metrics history…'));
+  const note = h('p', { class: 'muted small' }, 'The sandbox\'s whole life from the metrics history (GET /v1/sandboxes/{id}/metrics), refreshed every 5 seconds.');
+  panel.append(h('h2', {}, 'Resources'), note, charts);
   const draw = async () => {
-    const sb = current() ?? { id, state: 'running' } as Sandbox;
-    await sampleStats(s, [sb]);
-    const samples = history.get(id) ?? [];
-    const cpu = cpuRates(samples);
-    const mem = samples.map((x) => x.memoryBytes);
-    clear(charts);
-    charts.append(
-      chart(cpu, 'CPU (cores)', cpu.length ? cpu[cpu.length - 1].toFixed(2) : 'no data', sb.resources?.cpus ?? 1),
-      chart(mem, 'Memory', mem.length ? bytes(mem[mem.length - 1]) : 'no data', sb.resources?.memory));
+    const sb = current();
+    try {
+      const { points, resolution_seconds } = await s.api.metrics(id);
+      const times = points.map((p) => Date.parse(p.timestamp) + p.span_seconds * 1000);
+      const cores = points.map((p) => (p.cpu_used_pct / 100) * p.cpu_count);
+      const memLimit = points.length ? points[points.length - 1].memory_limit : sb?.resources?.memory;
+      const diskTotal = points.length ? points[points.length - 1].disk_total_bytes : 0;
+      const cpus = points.length ? points[points.length - 1].cpu_count : sb?.resources?.cpus ?? 1;
+      charts.replaceChildren(
+        chart({ title: 'CPU', unit: 'cores', times, series: [{ name: 'used', values: cores }], capacity: { value: cpus, label: `limit ${cpus} cores` }, minMax: 0.1, id: 'chart-cpu' }),
+        chart({ title: 'Memory', unit: 'bytes', times, series: [{ name: 'used', values: points.map((p) => p.memory_bytes) }], capacity: memLimit ? { value: memLimit, label: `limit ${bytes(memLimit)}` } : undefined, id: 'chart-memory' }),
+        chart({ title: 'Disk', unit: 'bytes', times, series: [{ name: 'used', values: points.map((p) => p.disk_used_bytes) }], capacity: diskTotal ? { value: diskTotal, label: `size ${bytes(diskTotal)}` } : undefined, id: 'chart-disk' }),
+        chart({ title: 'Processes', unit: 'count', times, series: [{ name: 'pids', values: points.map((p) => p.pids) }], id: 'chart-pids' }));
+      note.textContent = `The sandbox's whole life from the metrics history (a point every ${resolution_seconds} s, older points merged), refreshed every 5 seconds.`;
+    } catch (ex) {
+      // No history on this server: sample the live stats instead.
+      if (sb) await sampleStats(s, [sb]);
+      const samples = history.get(id) ?? [];
+      const cpu = cpuRates(samples);
+      const times = samples.slice(1).map((x) => x.t);
+      charts.replaceChildren(errorBox(ex),
+        chart({ title: 'CPU', unit: 'cores', times, series: [{ name: 'used', values: cpu }], minMax: 0.1, id: 'chart-cpu' }),
+        chart({ title: 'Memory', unit: 'bytes', times: samples.map((x) => x.t), series: [{ name: 'used', values: samples.map((x) => x.memoryBytes) }], id: 'chart-memory' }));
+    }
   };
   void draw();
-  const t = window.setInterval(() => void draw(), 2000);
+  const t = window.setInterval(() => void draw(), 5000);
   return () => window.clearInterval(t);
+}
+
+/**
+ * Exec history: the API keeps no record of the commands run (nor their exit
+ * codes); the operator's audit log has each exec call: who, when, the
+ * answer's status and how long it took.
+ */
+function historyTab(panel: HTMLElement, s: Session, id: string): void {
+  const area = h('div', {}, loading());
+  panel.append(h('h2', {}, 'Exec history'), area);
+  if (!s.operator) {
+    area.replaceChildren(h('p', {}, 'The API does not keep the commands run in a sandbox or their exit codes. The operator\'s audit log records each exec call (who, when, status, duration); the Events tab shows this sandbox\'s lifecycle.'));
+    return;
+  }
+  void (async () => {
+    try {
+      const { entries } = await s.api.audit({ target: id, limit: '1000' });
+      const execs = entries.filter((e) => /\/(exec|code|commands?|process)/.test(e.path)).reverse();
+      area.replaceChildren(
+        h('p', { class: 'muted small' }, 'Exec calls from the audit log, newest first. The API keeps neither the command nor its exit code: the status is the HTTP answer.'),
+        table('exec-history', 'Exec calls', ['When', 'Who', 'Call', 'Status', 'Duration'],
+          execs.map((e) => [new Date(e.time).toLocaleString(), e.user || '—', h('code', {}, `${e.method} ${e.path}`), h('span', { class: `state ${e.status < 400 ? 'ok' : 'error'}` }, String(e.status)), e.duration_ms != null ? `${e.duration_ms.toFixed(0)} ms` : '—']),
+          'No exec call on record for this sandbox.'));
+    } catch (ex) { area.replaceChildren(errorBox(ex)); }
+  })();
+}
+
+/**
+ * The desktop of desktop and browser sandboxes: a signed noVNC link (the
+ * desktop page refuses to be framed, so it opens in a tab of its own).
+ */
+function desktopTab(panel: HTMLElement, s: Session, id: string): void {
+  const out = h('div', { 'aria-live': 'polite' });
+  const make = (mode: 'view' | 'interactive', label: string) => {
+    const b = h('button', { type: 'button' }, label);
+    b.addEventListener('click', async () => {
+      try {
+        const l = await s.api.desktopLink(id, mode);
+        const href = l.url ?? l.path;
+        out.replaceChildren(h('p', {}, h('a', { href, target: '_blank', rel: 'noopener noreferrer', id: `desktop-${mode}` }, mode === 'view' ? 'Watch the desktop' : 'Use the desktop'),
+          h('span', { class: 'muted small' }, ` · a signed link, good until ${new Date(l.expires_at).toLocaleTimeString()}`)));
+      } catch (ex) {
+        out.replaceChildren((ex as { status?: number }).status === 409
+          ? h('p', { class: 'empty' }, 'This sandbox has no desktop: sandboxes of the desktop and browser templates have one (docs/desktop.md).')
+          : errorBox(ex));
+      }
+    });
+    return b;
+  };
+  panel.append(h('h2', {}, 'Desktop'), h('p', { class: 'muted small' }, 'The sandbox\'s screen in noVNC, in a new tab: a watch-only link drops every input, an interactive one takes the keyboard and mouse.'),
+    h('div', { class: 'row' }, make('view', 'Watch-only link'), make('interactive', 'Interactive link')), out);
 }
 
 function portsTab(panel: HTMLElement, s: Session, id: string): void {

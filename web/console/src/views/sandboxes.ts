@@ -2,9 +2,10 @@ import { h, clear, announce, confirmDialog, errorBox } from '../dom';
 import { duration, bytes, parsePairs, metadataQuery, cpuRates, pushBounded, type Sample } from '../format';
 import type { Sandbox } from '../api';
 import type { Session } from '../session';
-import { sparkline } from './common';
+import { sparkline, empty } from './common';
 
 const HISTORY = 30;
+const COLS = ['Sandbox', 'State', 'Owner', 'Template', 'Age', 'Time left', 'CPU', 'Memory', 'Actions'];
 const POLL_MS = 3000;
 /** Stats are fetched for at most this many sandboxes per refresh. */
 const STATS_MAX = 25;
@@ -22,12 +23,11 @@ export function sandboxesView(main: HTMLElement, s: Session): () => void {
   let filter = '';
   const body = h('tbody', {});
   const err = h('div', { 'aria-live': 'assertive' });
-  const count = h('p', { class: 'muted', id: 'sandbox-count' });
   const filterInput = h('input', { id: 'filter', name: 'filter', placeholder: 'team=ml, run=42', 'aria-describedby': 'filter-help' });
-  const filterForm = h('form', { class: 'row', role: 'search', 'aria-label': 'Filter sandboxes by metadata' },
+  const filterForm = h('form', { role: 'search', 'aria-label': 'Filter sandboxes by metadata' },
     h('label', { for: 'filter' }, 'Metadata filter'), filterInput,
     h('button', { type: 'submit' }, 'Filter'),
-    h('span', { id: 'filter-help', class: 'muted' }, 'key=value pairs, all must match'));
+    h('span', { id: 'filter-help', class: 'muted small' }, 'key=value pairs, all must match'));
   filterForm.addEventListener('submit', (e) => {
     e.preventDefault();
     clear(err);
@@ -39,14 +39,21 @@ export function sandboxesView(main: HTMLElement, s: Session): () => void {
     }
   });
 
-  const table = h('table', { class: 'list', 'aria-describedby': 'sandbox-count' },
+  const table = h('table', { class: 'list stack', 'aria-describedby': 'sandbox-count', id: 'sandboxes' },
     h('caption', { class: 'sr-only' }, 'Your sandboxes'),
     h('thead', {}, h('tr', {},
-      ...['Sandbox', 'State', 'Owner', 'Template', 'Age', 'Time left', 'CPU', 'Memory', 'Actions'].map((c) => h('th', { scope: 'col' }, c)))),
+      ...COLS.map((c) => h('th', { scope: 'col' }, c)))),
     body);
+  const emptyBox = h('div', {});
+  body.appendChild(h('tr', {}, h('td', { colspan: COLS.length, class: 'loading' }, 'Loading sandboxes…')));
 
-  main.append(h('div', { class: 'head' }, h('h1', {}, 'Sandboxes'), createForm(s, () => void refresh(), err)),
-    filterForm, err, count, h('div', { class: 'scroll' }, table));
+  // The create form folds under the heading's button: no empty space
+  // beside the heading, the list in the first view.
+  const create = h('details', { class: 'create' },
+    h('summary', { class: 'button primary', role: 'button' }, '+ New sandbox'),
+    createForm(s, () => { create.open = false; void refresh(); }, err));
+  main.append(h('div', { class: 'page-head' }, h('h1', {}, 'Sandboxes'), create),
+    h('div', { class: 'toolbar' }, filterForm, h('span', { class: 'muted small', id: 'sandbox-count' })), err, table, emptyBox);
 
   async function refresh(): Promise<void> {
     window.clearTimeout(timer);
@@ -68,24 +75,29 @@ export function sandboxesView(main: HTMLElement, s: Session): () => void {
     // Keep the focused control across re-renders (keyboard users).
     const focusedKey = (document.activeElement as HTMLElement | null)?.dataset?.key;
     clear(body);
-    count.textContent = `${list.length} sandbox${list.length === 1 ? '' : 'es'}${filter ? ' matching the filter' : ''}`;
+    main.querySelector('#sandbox-count')!.textContent = `${list.length} sandbox${list.length === 1 ? '' : 'es'}${filter ? ' matching the filter' : ''}`;
     const now = Date.now();
     for (const sb of list) {
       const samples = history.get(sb.id) ?? [];
       const cpu = cpuRates(samples);
       const mem = samples.map((x) => x.memoryBytes);
-      const lastCpu = cpu.length ? `${cpu[cpu.length - 1].toFixed(2)} cores` : 'no data';
-      const lastMem = mem.length ? bytes(mem[mem.length - 1]) : 'no data';
+      const lastCpu = cpu.length ? `${cpu[cpu.length - 1].toFixed(2)} cores` : 'measuring…';
+      const lastMem = mem.length ? bytes(mem[mem.length - 1]) : 'measuring…';
       body.appendChild(h('tr', { 'data-id': sb.id },
-        h('th', { scope: 'row' }, h('a', { href: `#/sandboxes/${encodeURIComponent(sb.id)}`, 'data-key': `open-${sb.id}` }, sb.id)),
-        h('td', {}, h('span', { class: `state ${sb.state}` }, sb.state)),
-        h('td', {}, s.info.user),
-        h('td', {}, sb.template),
-        h('td', {}, duration(now - Date.parse(sb.created_at))),
-        h('td', {}, duration(Date.parse(sb.end_at) - now)),
-        h('td', {}, sparkline(cpu, `CPU of ${sb.id}: ${lastCpu}`, 1), h('span', { class: 'sr-only' }, lastCpu)),
-        h('td', {}, sparkline(mem, `Memory of ${sb.id}: ${lastMem}`, sb.resources?.memory), h('span', { class: 'small' }, lastMem)),
+        h('th', { scope: 'row' }, h('a', { href: `#/sandboxes/${encodeURIComponent(sb.id)}`, 'data-key': `open-${sb.id}` }, h('code', {}, sb.id))),
+        h('td', { 'data-label': 'State' }, h('span', { class: `state ${sb.state}` }, sb.state)),
+        h('td', { 'data-label': 'Owner' }, s.info.user),
+        h('td', { 'data-label': 'Template' }, sb.template),
+        h('td', { 'data-label': 'Age', class: 'num' }, duration(now - Date.parse(sb.created_at))),
+        h('td', { 'data-label': 'Time left', class: 'num' }, duration(Date.parse(sb.end_at) - now)),
+        h('td', { 'data-label': 'CPU' }, sb.state === 'running' ? sparkline(cpu, `CPU of ${sb.id}: ${lastCpu}`, lastCpu, 0.05) : h('span', { class: 'muted' }, '—')),
+        h('td', { 'data-label': 'Memory' }, sb.state === 'running' ? sparkline(mem, `Memory of ${sb.id}: ${lastMem}`, lastMem) : h('span', { class: 'muted' }, '—')),
         h('td', { class: 'actions' }, ...actions(s, sb, () => void refresh(), err))));
+    }
+    clear(emptyBox);
+    if (list.length === 0) {
+      clear(body);
+      emptyBox.appendChild(empty(filter ? 'No sandbox matches the filter.' : 'No sandboxes yet.', filter ? '' : 'Create one with “+ New sandbox”, the CLI (agentbox create) or the API.'));
     }
     if (focusedKey) (body.querySelector(`[data-key="${CSS.escape(focusedKey)}"]`) as HTMLElement | null)?.focus();
   }
@@ -154,7 +166,7 @@ function createForm(s: Session, created: () => void, err: HTMLElement): HTMLElem
   const timeout = h('input', { id: 'new-timeout', name: 'timeout', type: 'number', min: 1, value: 900, inputmode: 'numeric' });
   const meta = h('input', { id: 'new-metadata', name: 'metadata', placeholder: 'team=ml' });
   const submit = h('button', { type: 'submit' }, 'Create sandbox');
-  const form = h('form', { class: 'card create', 'aria-labelledby': 'create-title' },
+  const form = h('form', { class: 'card', 'aria-labelledby': 'create-title' },
     h('h2', { id: 'create-title' }, 'New sandbox'),
     h('div', { class: 'grid' },
       h('label', { for: 'new-template' }, 'Template'), select,

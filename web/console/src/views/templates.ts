@@ -1,5 +1,6 @@
 import { h, clear, errorBox } from '../dom';
-import { bytes } from '../format';
+import { bytes, layerSizes } from '../format';
+import { pageHead, loading } from './common';
 import { readNDJSON } from '../ndjson';
 import { tar } from '../tar';
 import type { Session } from '../session';
@@ -8,12 +9,15 @@ import type { BuiltinTemplate } from '../api';
 export function templatesView(main: HTMLElement, s: Session): () => void {
   const err = h('div', {});
   const body = h('tbody', {});
-  main.append(h('h1', {}, 'Templates'), err, h('div', { class: 'scroll' }, h('table', { class: 'list', id: 'templates' },
+  const summary = h('span', { class: 'muted small', id: 'templates-size' });
+  body.appendChild(h('tr', {}, h('td', { colspan: 8 }, loading('Loading templates…'))));
+  main.append(pageHead('Templates', summary), err, h('div', { class: 'card' }, h('table', { class: 'list stack', id: 'templates' },
     h('caption', { class: 'sr-only' }, 'Templates'),
-    h('thead', {}, h('tr', {}, ...['Name', 'Kind', 'Layers', 'Size', 'In use', 'Created', 'Source'].map((c) => h('th', { scope: 'col' }, c)))), body)));
+    h('thead', {}, h('tr', {}, ...['Name', 'Kind', 'Layers', 'Size', 'Own layers', 'In use', 'Created', 'Source'].map((c) => h('th', { scope: 'col' }, c)))), body)));
   // The built-in templates not ready yet (building, failed, not built).
-  const builtins = h('ul', { id: 'builtin-templates', 'aria-label': 'Built-in templates not ready' });
-  main.append(builtins);
+  const builtins = h('ul', { id: 'builtin-templates', 'aria-label': 'Built-in templates not ready', class: 'small' });
+  const builtinBox = h('section', { class: 'card', hidden: true, 'aria-labelledby': 'builtin-h' }, h('h2', { id: 'builtin-h' }, 'Built-in templates not ready'), builtins);
+  main.append(builtinBox);
   const load = async () => {
     clear(err);
     try {
@@ -22,21 +26,25 @@ export function templatesView(main: HTMLElement, s: Session): () => void {
       for (const b of builtin ?? []) {
         if (b.state !== 'ready') builtins.appendChild(h('li', {}, builtinState(b)));
       }
+      builtinBox.hidden = builtins.childElementCount === 0;
       clear(body);
+      const sizes = layerSizes(templates);
+      summary.textContent = `${templates.length} stored · ${bytes(sizes.total)} on disk (shared layers counted once)`;
       for (const t of templates) {
         body.appendChild(h('tr', {},
-          h('th', { scope: 'row' }, `${t.name}:${t.tag}`), h('td', {}, t.kind),
-          h('td', {}, h('details', {}, h('summary', {}, String(t.layers?.length ?? 0)),
+          h('th', { scope: 'row' }, `${t.name}:${t.tag}`), h('td', { 'data-label': 'Kind' }, t.kind),
+          h('td', { 'data-label': 'Layers' }, h('details', {}, h('summary', {}, String(t.layers?.length ?? 0)),
             h('ul', {}, ...(t.layers ?? []).map((l) => h('li', {}, h('code', {}, (l.diff_id ?? '').slice(0, 19)), ' ', bytes(l.size)))))),
-          h('td', {}, bytes(t.size)), h('td', {}, String(t.in_use)),
-          h('td', {}, t.created && Date.parse(t.created) > 0 ? new Date(t.created).toLocaleString() : ''), h('td', {}, t.source ?? '')));
+          h('td', { 'data-label': 'Size', class: 'num' }, bytes(t.size)), h('td', { 'data-label': 'Own layers', class: 'num', title: 'bytes of the layers no other template shares' }, bytes(sizes.own.get(`${t.name}:${t.tag}`) ?? 0)),
+          h('td', { 'data-label': 'In use', class: 'num' }, String(t.in_use)),
+          h('td', { 'data-label': 'Created' }, t.created && Date.parse(t.created) > 0 ? new Date(t.created).toLocaleString() : ''), h('td', { 'data-label': 'Source' }, t.source ?? '')));
       }
-      if (templates.length === 0) body.appendChild(h('tr', {}, h('td', { colspan: 7 }, 'No stored templates; "host" and the configured names are always there.')));
+      if (templates.length === 0) body.appendChild(h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'No stored templates; "host" and the configured names are always there.')));
     } catch (ex) { err.appendChild(errorBox(ex)); }
   };
   void load();
   if (s.operator) main.appendChild(buildForm(s, () => void load()));
-  else main.appendChild(h('p', { class: 'muted' }, 'Building templates is for the operator.'));
+  else main.appendChild(h('p', { class: 'muted small' }, 'Building templates is for the operator.'));
   let ctrl: AbortController | null = null;
   return () => ctrl?.abort();
 

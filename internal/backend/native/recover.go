@@ -128,6 +128,9 @@ func (b *Backend) recoverOne(ctx context.Context, id sandbox.ID) (sandbox.Info, 
 // reattach loads the libcontainer state of a running sandbox and checks that
 // its agent answers. It watches the init with a pidfd from then on.
 func (b *Backend) reattach(bx *box) bool {
+	if isGVisor(bx.rec.Spec) {
+		return b.reattachGVisor(bx)
+	}
 	c, err := libcontainer.Load(b.stateRoot, string(bx.id))
 	if err != nil {
 		return false

@@ -24,6 +24,7 @@ type NativeSettings struct {
 	IDBase             uint32              `env:"SANDBOX_ID_BASE" envDefault:"1073741824" min:"65536" max:"4294901760" help:"first host uid/gid of the sandboxes' id ranges (65536 ids each); must not overlap host accounts"`
 	IDRanges           uint32              `env:"SANDBOX_ID_RANGES" envDefault:"16384" min:"1" max:"65536" help:"number of sandbox id ranges: one more than the most sandboxes (stopped ones included) the server holds; one owns the build cache between steps"`
 	DiskReserve        settings.SizeOrZero `env:"DISK_RESERVE" envDefault:"1G" help:"space of the data dir's filesystem that sandbox disks may not claim, and that a snapshot leaves free in the template store's filesystem (0 = none)"`
+	RunscPath          settings.AbsPath    `env:"RUNSC_PATH" envDefault:"" help:"gVisor's runsc binary (make runsc builds the pinned one); set, sandboxes may ask for isolation \"gvisor\" (docs/gvisor.md); empty: container isolation only"`
 	DiskOvercommit     Overcommit          `env:"DISK_OVERCOMMIT" envDefault:"1" help:"how many times the data dir's free space (minus DISK_RESERVE) sandbox disks may add up to; 1 = every disk can fill up (its blocks are reserved at create)"`
 }
 

@@ -55,3 +55,13 @@ func (m *Manager) isolationAvailable(level sandbox.Isolation) error {
 func (m *Manager) Isolations() []sandbox.Isolation {
 	return backend.Isolations(m.backend.Capabilities())
 }
+
+// DefaultIsolation is the level owner's sandboxes get when neither the
+// request nor the template names one.
+func (m *Manager) DefaultIsolation(owner string) sandbox.Isolation {
+	level := m.cfg.DefaultIsolation.Or(sandbox.IsolationContainer)
+	if floor := m.cfg.IsolationByUser[owner]; floor.Stronger(level) {
+		return floor
+	}
+	return level
+}

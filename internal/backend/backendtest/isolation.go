@@ -45,6 +45,8 @@ func (i *isolated) Capabilities() backend.Capabilities {
 	c.Snapshot = c.Snapshot && !g.NoSnapshot
 	c.Recycle = c.Recycle && !g.NoRecycle
 	c.RootOnRequest = c.RootOnRequest && !g.NoRootOnRequest
+	c.RootInUserNS = c.RootInUserNS && !g.NoRoot
+	c.LimitsStopSandbox = c.LimitsStopSandbox || g.LimitsStopSandbox
 	if g.Templates != nil {
 		var kinds []string
 		for _, k := range c.Templates {

@@ -47,7 +47,7 @@ func isGVisor(spec sandbox.Spec) bool { return spec.Isolation == sandbox.Isolati
 
 // gvisorLimits is what gVisor sandboxes lack of the container level.
 func gvisorLimits() *backend.GVisorLimits {
-	return &backend.GVisorLimits{NoPause: true, NoSnapshot: true, NoRecycle: true, NoPorts: true,
+	return &backend.GVisorLimits{NoPause: true, NoSnapshot: true, NoRecycle: true, NoPorts: true, LimitsStopSandbox: true, NoRootOnRequest: true, NoRoot: true,
 		Templates: []string{sandbox.TemplateHost, sandbox.TemplateDir}}
 }
 
@@ -61,6 +61,9 @@ func (b *Backend) checkGVisor(spec sandbox.Spec) error {
 	}
 	if !slices.Contains(gvisorLimits().Templates, spec.Template.Kind) {
 		return sandbox.Errorf(sandbox.ClassInvalid, "isolation %q runs templates of kind %v, not %q", sandbox.IsolationGVisor, gvisorLimits().Templates, spec.Template.Kind)
+	}
+	if spec.Root {
+		return sandbox.Errorf(sandbox.ClassInvalid, "isolation %q: root sandboxes are not available (root of gVisor's kernel would own host files as the host's root)", sandbox.IsolationGVisor)
 	}
 	if spec.AgentListen != "" {
 		return sandbox.Errorf(sandbox.ClassInvalid, "isolation %q: a second agent address is not available", sandbox.IsolationGVisor)
@@ -101,6 +104,11 @@ func gvisorSpec(oci *specs.Spec, spec sandbox.Spec) {
 		args = append(args, "--user", strconv.Itoa(int(u.UID))+":"+strconv.Itoa(int(u.GID)))
 	}
 	oci.Process.Args = args
+	if !spec.Root {
+		// Root of gVisor's kernel writes host files as the host's root
+		// (the Sentry sets their owners): no request may act as root.
+		oci.Process.Env = append(oci.Process.Env, "AGENTBOX_ONLY_USER_REASON=the sandbox runs at isolation gvisor, which serves its default user only (no root on request)")
+	}
 	oci.Process.User = specs.User{UID: 0, GID: 0}
 	caps := rootCapabilities
 	oci.Process.Capabilities = &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}

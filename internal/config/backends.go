@@ -69,6 +69,7 @@ type KubeConfig struct {
 	AgentImage     string         `env:"K8S_AGENT_IMAGE" envDefault:"" help:"image holding the static agent at /agentbox-agent, copied into every sandbox pod by an init container (required with the Kubernetes backend; deploy/kubernetes/Dockerfile.agent builds it)"`
 	Instance       Label          `env:"K8S_INSTANCE" envDefault:"agentbox" help:"label value telling this daemon's sandboxes from other daemons' in the same namespace (daemons sharing a namespace need different ones)"`
 	RuntimeClass   RuntimeClass   `env:"K8S_RUNTIME_CLASS" envDefault:"" help:"runtimeClassName of sandbox pods (gvisor, kata: what the cluster offers); empty: the cluster's default runtime"`
+	GVisorClass    RuntimeClass   `env:"K8S_GVISOR_RUNTIME_CLASS" envDefault:"" help:"runtimeClassName of the pods of sandboxes at isolation gvisor (the cluster's RuntimeClass whose handler is runsc, e.g. gvisor); empty: the Kubernetes backend refuses isolation gvisor"`
 	NodeSelector   NodeSelector   `env:"K8S_NODE_SELECTOR" envDefault:"" help:"nodeSelector of sandbox pods as key=value,... (agentbox.dev/node=true keeps them on agentbox nodes); empty: any node that admits them"`
 	StorageClass   string         `env:"K8S_STORAGE_CLASS" envDefault:"" help:"storage class of the sandboxes' workspace volumes (kept across stop and start); empty: the cluster's default class"`
 	SeccompProfile SeccompProfile `env:"K8S_SECCOMP_PROFILE" envDefault:"RuntimeDefault" help:"seccomp profile of sandbox pods: RuntimeDefault, or Localhost/<path> under the kubelet's seccomp directory"`

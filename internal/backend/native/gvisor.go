@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -299,4 +300,32 @@ func (b *Backend) reattachGVisor(bx *box) bool {
 // errGVisor refuses an operation gVisor sandboxes do not have.
 func errGVisor(id sandbox.ID, what string) error {
 	return sandbox.Errorf(sandbox.ClassUnavailable, "sandbox %s runs at isolation gvisor, which has no %s (see GET /v1/info capabilities.gvisor)", id, what)
+}
+
+// removeOrphanRunsc kills and deletes runsc containers of no known
+// sandbox: a daemon that died while it created one left no record (or
+// one the teardown could not tell was gVisor's).
+func (b *Backend) removeOrphanRunsc(known map[string]bool) {
+	if b.cfg.RunscPath == "" {
+		return
+	}
+	if _, err := os.Stat(b.runscStateRoot()); err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := b.runsc(ctx, "none", "list", "--quiet").Output()
+	if err != nil {
+		b.log.Warn("runsc list", "err", err)
+		return
+	}
+	for _, id := range strings.Fields(string(out)) {
+		if known[id] || sandbox.ID(id).Validate() != nil {
+			continue
+		}
+		b.log.Warn("removing orphan gVisor sandbox", "id", id)
+		_ = b.runsc(ctx, "none", "kill", "--all", id, "KILL").Run()
+		_ = b.runsc(ctx, "none", "delete", "--force", id).Run()
+		b.removeStaleCgroups(id)
+	}
 }

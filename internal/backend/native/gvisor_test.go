@@ -1,6 +1,7 @@
 package native
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -131,5 +132,40 @@ func TestGVisorUnavailable(t *testing.T) {
 	_, err := b.Create(ctxT(t), sandbox.Spec{ID: sandbox.NewID(), Template: sandbox.HostTemplate(), Isolation: sandbox.IsolationGVisor})
 	if sandbox.ClassOf(err) != sandbox.ClassInvalid {
 		t.Errorf("create at isolation gvisor without runsc: %v, want class %s", err, sandbox.ClassInvalid)
+	}
+}
+
+// TestGVisorOrphanRemoved: a gVisor sandbox whose record is gone (a daemon
+// that died mid-create) is killed and deleted by the next Recover: no
+// runsc container, no sandbox process left.
+func TestGVisorOrphanRemoved(t *testing.T) {
+	dir := testutil.ShortTempDir(t)
+	b1 := newGVisorBackend(t, dir)
+	ctx := ctxT(t)
+	id := sandbox.NewID()
+	info, err := b1.Create(ctx, sandbox.Spec{ID: id, Template: sandbox.HostTemplate(), Isolation: sandbox.IsolationGVisor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b1.Destroy(context.Background(), id) })
+	b1.abandoned.Store(true)
+	if err := os.Remove(newBoxPaths(b1.sbRoot, b1.diskRoot, id).record); err != nil {
+		t.Fatal(err)
+	}
+	b2 := newGVisorBackend(t, dir)
+	infos, err := b2.Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range infos {
+		if in.ID == id {
+			t.Fatalf("the orphan was recovered: %+v", in)
+		}
+	}
+	if b2.runscKnows(ctx, string(id)) {
+		t.Errorf("runsc still has the orphan %s", id)
+	}
+	if err := unix.Kill(info.Pid, 0); err == nil {
+		t.Errorf("the orphan's runsc process %d still runs", info.Pid)
 	}
 }

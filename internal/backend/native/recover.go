@@ -188,6 +188,7 @@ func (b *Backend) reattach(bx *box) bool {
 // removeOrphans removes libcontainer state, cgroups and mounts under the
 // backend's root that belong to no known sandbox.
 func (b *Backend) removeOrphans(known map[string]bool) {
+	b.removeOrphanRunsc(known)
 	if entries, err := os.ReadDir(b.stateRoot); err == nil {
 		for _, e := range entries {
 			if known[e.Name()] {

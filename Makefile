@@ -8,6 +8,7 @@
 #   make soak    the soak test (SOAK_DURATION=30m)
 #   make templates  build the built-in templates (templates/) on a running daemon
 #   make k8s-tools  build the Kubernetes control plane the kube tests run on (docs/kubernetes.md)
+#   make runsc      build gVisor's runsc, pinned, for isolation "gvisor" (docs/gvisor.md)
 #   make sdk-python build the Python SDK's wheel into dist/ (docs/python.md)
 #   make install    binaries, the systemd unit and its env file (docs/install.md)
 #   make image      the daemon's container image, agentbox:VERSION (docs/install.md)
@@ -28,7 +29,7 @@ TEST_TIMEOUT ?= 60m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test test-fresh deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools sdk-python install install-files uninstall image release package-test
+.PHONY: all build run test test-fresh deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools runsc sdk-python install install-files uninstall image release package-test
 
 all: build
 
@@ -136,6 +137,13 @@ templates: build
 # starts them for the Kubernetes tests.
 k8s-tools:
 	./scripts/k8s-tools.sh
+
+# gVisor's runsc (tools/runsc, pinned), built once into
+# $$AGENTBOX_TEST_CACHE/runsc/<version>-<hash>/runsc (a few minutes the first
+# time, nothing after); scripts/test.sh runs it too. Point RUNSC_PATH at it
+# (or at an installed runsc) for isolation "gvisor" (docs/gvisor.md).
+runsc:
+	./scripts/runsc.sh
 
 # Reliability suites (docs/reliability.md).
 FUZZTIME ?= 30s

@@ -54,6 +54,11 @@ export AGENTBOX_K8S_TOOLS AGENTBOX_REQUIRE_K8S=1
 # (a few minutes the first time): the chart's test (test/packaging).
 AGENTBOX_HELM=$(./scripts/helm-tool.sh)
 export AGENTBOX_HELM AGENTBOX_REQUIRE_HELM=1
+# gVisor's runsc, pinned in tools/runsc, built from the Go module proxy into
+# the cache (a few minutes the first time): the gVisor isolation level's
+# tests (internal/backend/native TestGVisor*, test/e2e TestGVisor*).
+AGENTBOX_RUNSC=$(./scripts/runsc.sh)
+export AGENTBOX_RUNSC
 # -p 1: packages that start sandboxes share the host's cgroups, loop devices
 # and network; running them one at a time keeps results and cleanup checks
 # independent of each other.

@@ -118,6 +118,7 @@ func run() error {
 
 	token := os.Getenv("AGENTBOX_ACCESS_TOKEN")
 	control := os.Getenv("AGENTBOX_CONTROL_TOKEN")
+	onlyUser := os.Getenv("AGENTBOX_ONLY_USER_REASON")
 	service, err := serviceFromEnv()
 	if err != nil {
 		return err
@@ -173,6 +174,8 @@ func run() error {
 		Reset:        reset,
 		DefaultUser:  defaultUser,
 		DeferShims:   true,
+		// Set by the native backend for gVisor sandboxes (gvisor.go).
+		OnlyDefaultUser: onlyUser,
 	})
 	ln, err := agent.Listen(*listen)
 	if err != nil {

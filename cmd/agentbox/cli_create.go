@@ -18,6 +18,7 @@ type createOptions struct {
 	pids         int64
 	noService    bool
 	autoPause    bool
+	isolation    string
 }
 
 func newCreateCmd() *cobra.Command {
@@ -57,6 +58,7 @@ with --json). Zero-valued flags leave the server's defaults.`,
 	f.StringVar(&o.disk, "disk", "", "disk size, e.g. 1G")
 	f.BoolVar(&o.noService, "no-service", false, "do not run the template's service (start_cmd, a service CMD); never from a warm pool")
 	f.BoolVar(&o.autoPause, "auto-pause", false, "pause the sandbox at its timeout instead of destroying it (agentbox resume brings it back)")
+	f.StringVar(&o.isolation, "isolation", "", `isolation level: "container" or "gvisor" (gVisor's user-space kernel, where the server has runsc; default: the server's)`)
 	_ = cmd.RegisterFlagCompletionFunc("template", completeTemplates)
 	return cmd
 }
@@ -93,6 +95,11 @@ func (o createOptions) request() (client.CreateRequest, error) {
 	if res != (client.Resources{}) {
 		req.Resources = &res
 	}
-	req.Template, req.Timeout, req.NoService, req.AutoPause = o.template, o.timeout, o.noService, o.autoPause
+	switch o.isolation {
+	case "", "container", "gvisor":
+	default:
+		return req, usageErrorf("--isolation must be container or gvisor, not %q", o.isolation)
+	}
+	req.Template, req.Timeout, req.NoService, req.AutoPause, req.Isolation = o.template, o.timeout, o.noService, o.autoPause, o.isolation
 	return req, nil
 }

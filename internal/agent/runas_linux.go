@@ -139,7 +139,13 @@ func setThreadCreds(u *User) error {
 		}
 	}
 	_, _, _ = unix.RawSyscall(unix.SYS_SETFSGID, uintptr(u.GID), 0, 0)
-	_, _, _ = unix.RawSyscall(unix.SYS_SETFSUID, uintptr(u.UID), 0, 0)
+	if _, _, e := unix.RawSyscall(unix.SYS_SETFSUID, uintptr(u.UID), 0, 0); e == unix.ENOSYS {
+		// gVisor's kernel has no fs ids (gvisor.dev/issue/260). The
+		// thread is the user's for good (it is never handed back to the
+		// runtime: see User.do), so it takes all of the user's ids: raw
+		// set*id calls change the calling thread only.
+		return setThreadIDs(u)
+	}
 	// setfsuid reports no errors; asking again returns the value in force.
 	if got, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, uintptr(u.UID), 0, 0); uint32(got) != u.UID {
 		return fmt.Errorf("setfsuid %d failed (still %d)", u.UID, got)
@@ -265,4 +271,17 @@ func credUID(attr *syscall.ProcAttr) *uint32 {
 		return nil
 	}
 	return &attr.Sys.Credential.Uid
+}
+
+// setThreadIDs gives the calling thread u's real, effective and saved
+// ids, where the kernel has no fs ids. For a user other than root the
+// kernel clears the thread's capabilities with its last root id.
+func setThreadIDs(u *User) error {
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(u.GID), uintptr(u.GID), uintptr(u.GID)); e != 0 {
+		return fmt.Errorf("setresgid %d: %w", u.GID, e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(u.UID), uintptr(u.UID), uintptr(u.UID)); e != 0 {
+		return fmt.Errorf("setresuid %d: %w", u.UID, e)
+	}
+	return nil
 }

@@ -61,6 +61,11 @@ type Config struct {
 	// uid 1000 this way, and as root only when a request asks for it.
 	// It must be the agent's own identity unless the agent runs as uid 0.
 	DefaultUser *Identity
+	// OnlyDefaultUser, when set, refuses every request for another user
+	// than DefaultUser with permission_denied, giving this reason: the
+	// agent runs as root only to guard its own socket (a gVisor sandbox,
+	// where root's files on the host would be the host's root's).
+	OnlyDefaultUser string
 	// DeferShims leaves the first exec shim to StartShims (or the first
 	// process start): an agent that reports ready before it starts one
 	// does not compete with it for the CPU on the way to ready.

@@ -124,10 +124,13 @@ func (s *Server) resolveUser(name string) (*User, error) {
 	if !ok {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("unknown user %q", name))
 	}
-	switch e.uid {
-	case s.def.UID:
+	if e.uid == s.def.UID {
 		return s.def, nil
-	case s.self.UID:
+	}
+	if s.cfg.OnlyDefaultUser != "" {
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("cannot act as user %q: %s", name, s.cfg.OnlyDefaultUser))
+	}
+	if e.uid == s.self.UID {
 		return s.self, nil
 	}
 	if s.self.UID != 0 {

@@ -85,6 +85,64 @@ type Capabilities struct {
 	Rootless     bool     `json:"rootless,omitempty"`
 	Templates    []string `json:"templates"` // template kinds: "host", "dir"
 	CgroupDriver string   `json:"cgroup_driver,omitempty"`
+	// LimitsStopSandbox: memory or tasks past the limit stop the whole
+	// sandbox (its agent included), not only the process the OOM killer
+	// picks or the fork refused; the host is kept as safe.
+	// The conformance suite's tests of a sandbox's own ambiance set it
+	// from GVisor (backendtest.AtIsolation).
+	LimitsStopSandbox bool `json:"limits_stop_sandbox,omitempty"`
+	// Isolation lists the isolation levels the backend can create
+	// sandboxes at (nil: container only; see Isolations).
+	Isolation []sandbox.Isolation `json:"isolation,omitempty"`
+	// GVisor is what a sandbox at isolation gvisor cannot have that the
+	// fields above promise (nil: no gVisor level). A backend refuses such
+	// a request for a gVisor sandbox with sandbox.ClassUnavailable.
+	GVisor *GVisorLimits `json:"gvisor,omitempty"`
+}
+
+// GVisorLimits are the features that do not hold for gVisor sandboxes.
+type GVisorLimits struct {
+	// NoPause: Pause is refused.
+	NoPause bool `json:"no_pause,omitempty"`
+	// NoSnapshot: SnapshotDiff is refused.
+	NoSnapshot bool `json:"no_snapshot,omitempty"`
+	// NoRecycle: Recycle is refused (a pooled gVisor sandbox is destroyed
+	// after one use).
+	NoRecycle bool `json:"no_recycle,omitempty"`
+	// NoRootOnRequest: a request to act as root in a sandbox that is not
+	// a root sandbox is refused.
+	NoRootOnRequest bool `json:"no_root_on_request,omitempty"`
+	// NoRoot: root sandboxes (Spec.Root) are refused.
+	NoRoot bool `json:"no_root,omitempty"`
+	// NoPorts: DialPort (previews) is refused.
+	NoPorts bool `json:"no_ports,omitempty"`
+	// LimitsStopSandbox: a sandbox past its memory or pids limit is
+	// stopped as a whole, rather than losing only the process that
+	// allocated or failing the fork: the host's cgroup limits hold gVisor's
+	// kernel, which holds all of the sandbox's memory and runs its tasks
+	// on host threads of its own (see Capabilities.LimitsStopSandbox).
+	LimitsStopSandbox bool `json:"limits_stop_sandbox,omitempty"`
+	// Templates are the template kinds a gVisor sandbox may use.
+	Templates []string `json:"templates,omitempty"`
+}
+
+// Isolations returns the isolation levels c says a backend provides.
+func Isolations(c Capabilities) []sandbox.Isolation {
+	if len(c.Isolation) == 0 {
+		return []sandbox.Isolation{sandbox.IsolationContainer}
+	}
+	return c.Isolation
+}
+
+// CheckIsolation refuses a spec whose isolation level c does not list.
+func CheckIsolation(c Capabilities, spec sandbox.Spec) error {
+	level := spec.Isolation.Or(sandbox.IsolationContainer)
+	for _, l := range Isolations(c) {
+		if l == level {
+			return nil
+		}
+	}
+	return sandbox.Errorf(sandbox.ClassInvalid, "isolation %q is not available on this backend", level)
 }
 
 // KindCapabilities is implemented by backends whose capabilities depend

@@ -24,6 +24,7 @@ type NativeSettings struct {
 	IDBase             uint32              `env:"SANDBOX_ID_BASE" envDefault:"1073741824" min:"65536" max:"4294901760" help:"first host uid/gid of the sandboxes' id ranges (65536 ids each); must not overlap host accounts"`
 	IDRanges           uint32              `env:"SANDBOX_ID_RANGES" envDefault:"16384" min:"1" max:"65536" help:"number of sandbox id ranges: one more than the most sandboxes (stopped ones included) the server holds; one owns the build cache between steps"`
 	DiskReserve        settings.SizeOrZero `env:"DISK_RESERVE" envDefault:"1G" help:"space of the data dir's filesystem that sandbox disks may not claim, and that a snapshot leaves free in the template store's filesystem (0 = none)"`
+	RunscPath          settings.AbsPath    `env:"RUNSC_PATH" envDefault:"" help:"gVisor's runsc binary (make runsc builds the pinned one); set, sandboxes may ask for isolation \"gvisor\" (docs/gvisor.md); empty: container isolation only"`
 	DiskOvercommit     Overcommit          `env:"DISK_OVERCOMMIT" envDefault:"1" help:"how many times the data dir's free space (minus DISK_RESERVE) sandbox disks may add up to; 1 = every disk can fill up (its blocks are reserved at create)"`
 }
 
@@ -68,6 +69,7 @@ type KubeConfig struct {
 	AgentImage     string         `env:"K8S_AGENT_IMAGE" envDefault:"" help:"image holding the static agent at /agentbox-agent, copied into every sandbox pod by an init container (required with the Kubernetes backend; deploy/kubernetes/Dockerfile.agent builds it)"`
 	Instance       Label          `env:"K8S_INSTANCE" envDefault:"agentbox" help:"label value telling this daemon's sandboxes from other daemons' in the same namespace (daemons sharing a namespace need different ones)"`
 	RuntimeClass   RuntimeClass   `env:"K8S_RUNTIME_CLASS" envDefault:"" help:"runtimeClassName of sandbox pods (gvisor, kata: what the cluster offers); empty: the cluster's default runtime"`
+	GVisorClass    RuntimeClass   `env:"K8S_GVISOR_RUNTIME_CLASS" envDefault:"" help:"runtimeClassName of the pods of sandboxes at isolation gvisor (the cluster's RuntimeClass whose handler is runsc, e.g. gvisor); empty: the Kubernetes backend refuses isolation gvisor"`
 	NodeSelector   NodeSelector   `env:"K8S_NODE_SELECTOR" envDefault:"" help:"nodeSelector of sandbox pods as key=value,... (agentbox.dev/node=true keeps them on agentbox nodes); empty: any node that admits them"`
 	StorageClass   string         `env:"K8S_STORAGE_CLASS" envDefault:"" help:"storage class of the sandboxes' workspace volumes (kept across stop and start); empty: the cluster's default class"`
 	SeccompProfile SeccompProfile `env:"K8S_SECCOMP_PROFILE" envDefault:"RuntimeDefault" help:"seccomp profile of sandbox pods: RuntimeDefault, or Localhost/<path> under the kubelet's seccomp directory"`

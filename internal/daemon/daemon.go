@@ -235,7 +235,7 @@ func (s *server) openBackend(ctx context.Context) error {
 		DiskReserve: int64(cfg.DiskReserve), DiskOvercommit: float64(cfg.DiskOvercommit),
 		NofileSoft: cfg.NofileSoft, NofileHard: cfg.NofileHard,
 		IDBase: cfg.IDBase, IDRanges: cfg.IDRanges, PauseReclaim: cfg.PauseReclaim, NoWarmReset: !cfg.PoolWarmReset || cfg.PoolMaxUses <= 1,
-		LeaveCgroupMounts: !cfg.CgroupFavorDynmods}
+		LeaveCgroupMounts: !cfg.CgroupFavorDynmods, RunscPath: string(cfg.RunscPath)}
 	if s.netMgr != nil {
 		ncfg.Network = s.netMgr
 	}
@@ -356,6 +356,7 @@ func (s *server) buildControlPlane(context.Context) error {
 		Logger: log, Metrics: manager.NewMetrics(s.metrics),
 		MaxRequestsPerUser: cfg.MaxRequestsPerUser, RequestMemory: cfg.RequestMemory,
 		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: s.netMgr != nil,
+		DefaultIsolation: sandbox.Isolation(cfg.DefaultIsolation), TemplateIsolation: cfg.TemplateIsolation, IsolationByUser: cfg.IsolationByUser,
 		ValidateNetwork: netpolicy.Validate, Resolver: resolver, TemplateNote: resolver.note, Committer: s.templates, NodeID: s.node, NodeMaxSandboxes: cfg.NodeMaxSandboxes,
 		StorageQuota: int64(cfg.StorageQuota), MaxPrivateTemplates: cfg.MaxPrivateTemplates, SnapshotMaxBytes: int64(cfg.SnapshotMaxBytes),
 		DiskReserve: int64(cfg.DiskReserve), Nodes: s.registry.List, PeerDestroy: peerDestroy,

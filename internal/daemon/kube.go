@@ -31,7 +31,7 @@ func withKube(ctx context.Context, cfg *config.Config, b backend.Backend, log *s
 		return b, nil
 	}
 	kb, err := kube.New(ctx, kube.Config{Namespace: string(k.Namespace), Kubeconfig: k.Kubeconfig, Instance: string(k.Instance),
-		AgentImage: k.AgentImage, RuntimeClass: string(k.RuntimeClass), NodeSelector: k.NodeSelector, StorageClass: k.StorageClass,
+		AgentImage: k.AgentImage, RuntimeClass: string(k.RuntimeClass), GVisorRuntimeClass: string(k.GVisorClass), NodeSelector: k.NodeSelector, StorageClass: k.StorageClass,
 		SeccompProfile: string(k.SeccompProfile), UserNamespaces: k.UserNamespaces, Defaults: cfg.Resources, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("Kubernetes backend (KUBE_BACKEND, CONTAINER_DEPLOYMENT=k8s): %w", err)

@@ -574,6 +574,9 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) error {
 		"templates":    templateKinds(s.m.Templates()),
 		"pools":        s.m.PoolLevels(),
 		"user":         userOf(r),
+		// The isolation levels this server creates sandboxes at, and the
+		// one a create of this user naming none gets.
+		"isolation": map[string]any{"levels": s.m.Isolations(), "default": s.m.DefaultIsolation(userOf(r))},
 	})
 	return nil
 }

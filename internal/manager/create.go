@@ -32,6 +32,9 @@ type CreateRequest struct {
 	// Resources override the defaults field by field.
 	Resources sandbox.Resources
 	Network   sandbox.Network
+	// Isolation is the isolation level asked for ("": the template's or
+	// the server's default; see isolationFor).
+	Isolation sandbox.Isolation
 	// Workspace continues in a kept workspace: the name of a directory
 	// under DEFAULT_MOUNT_DIR, where each sandbox gets one named after it
 	// that stays after the sandbox is gone, for a sandbox that takes over
@@ -244,6 +247,10 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if err != nil {
 		return nil, err
 	}
+	poolIsolation := m.templateIsolation(template.Ref, "")
+	if req.Isolation, err = m.isolationFor(owner, template.Ref, typ, req.Isolation); err != nil {
+		return nil, err
+	}
 	if err := m.stateReady(ctx); err != nil {
 		return nil, err
 	}
@@ -252,7 +259,8 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 		return nil, err
 	}
 	defer release()
-	if m.poolEligible(req) {
+	// Pooled sandboxes boot at their template's level.
+	if m.poolEligible(req) && req.Isolation == poolIsolation {
 		if cp := m.claimPoolFor(template.Ref); cp != nil {
 			if rec, ok, err := m.createClaimed(ctx, cp, owner, typ, template, req); ok || err != nil {
 				if err == nil {
@@ -344,6 +352,7 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 		CreatedAt: now, EndAt: now.Add(req.Timeout), LastActive: now,
 		Metadata: req.Metadata, Env: req.Env, Network: req.Network,
 		AccessToken: newToken(), SessionKey: req.session, Pool: poolKey, Extra: req.Extra, AutoPause: req.AutoPause,
+		Isolation: req.Isolation,
 	}
 	if poolKey != "" {
 		rec.EndAt = time.Time{} // pooled sandboxes wait without a deadline
@@ -352,7 +361,8 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 		ID: id, Template: template, Env: req.Env, AccessToken: rec.AccessToken, Network: req.Network,
 		Resources: req.Resources.WithDefaults(templateDefaults(template, m.cfg.DefaultResources, m.cfg.MaxResources)),
 		Mounts:    m.cfg.ReadonlyMounts, WorkspaceDir: req.workspaceDir,
-		Labels: map[string]string{"owner": owner},
+		Labels:    map[string]string{"owner": owner},
+		Isolation: req.Isolation,
 		// An image's root is writable (on the sandbox's disk), so that
 		// package managers work as they do in a container.
 		WritableRoot: template.Kind == sandbox.TemplateImage,

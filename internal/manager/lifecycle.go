@@ -304,7 +304,8 @@ func (m *Manager) poolFill(ref string) pool.FillFunc {
 			return "", fmt.Errorf("resolve template %q: %w", ref, err)
 		}
 		t.Ref = ref // the pool's key, as rec.Pool and rec.Template
-		req := CreateRequest{Timeout: m.cfg.DefaultTimeout, Network: sandbox.Network{Mode: m.cfg.DefaultNetworkMode}}
+		req := CreateRequest{Timeout: m.cfg.DefaultTimeout, Network: sandbox.Network{Mode: m.cfg.DefaultNetworkMode},
+			Isolation: m.templateIsolation(ref, "")}
 		rec, err := m.createCold(ctx, "", t, "", req, ref)
 		if err != nil {
 			return "", err

@@ -83,6 +83,13 @@ type Config struct {
 
 	// DefaultNetworkMode applies to requests without a network mode.
 	DefaultNetworkMode sandbox.NetworkMode
+	// DefaultIsolation is the isolation level of sandboxes whose request
+	// and template name none ("": container). TemplateIsolation sets it
+	// per template or sandbox type name; IsolationByUser is each user's
+	// minimum level (see isolationFor).
+	DefaultIsolation  sandbox.Isolation
+	TemplateIsolation map[string]sandbox.Isolation
+	IsolationByUser   map[string]sandbox.Isolation
 	// NetworkAvailable says whether the backend can give sandboxes a
 	// network ("egress"); without it only "none" is accepted.
 	NetworkAvailable bool

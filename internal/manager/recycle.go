@@ -21,6 +21,9 @@ func (m *Manager) recycleTarget(e *entry) (*pool.Pool, backend.Recycler) {
 	if !ok || m.cfg.PoolMaxUses <= 1 || !e.rec.FromPool || e.rec.State == sandbox.StatePaused || e.rec.Uses+1 >= m.cfg.PoolMaxUses {
 		return nil, nil
 	}
+	if g := m.backend.Capabilities().GVisor; e.rec.Isolation == sandbox.IsolationGVisor && g != nil && g.NoRecycle {
+		return nil, nil // destroyed after one use (Capabilities.GVisor)
+	}
 	p := m.pools[e.rec.Template]
 	if p == nil || p.Len() >= 2*p.Size() {
 		return nil, nil

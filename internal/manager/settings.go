@@ -37,6 +37,9 @@ type Settings struct {
 	MaxPrivateTemplates int                 `env:"MAX_TEMPLATES_PER_USER" envDefault:"50" min:"0" max:"1048576" help:"private templates (snapshots) one user may keep; a snapshot into a new name past it gets 429; TEMPLATE_ADMIN_USERS are exempt; 0 = unlimited"`
 	SnapshotMaxBytes    settings.SizeOrZero `env:"SNAPSHOT_MAX_SIZE" envDefault:"2G" help:"largest layer one snapshot of a user's may add (its files at their full size, the holes of sparse files included; bigger is stopped with 413); TEMPLATE_ADMIN_USERS are exempt; 0 = the store's layer limit (64G)"`
 	DefaultNetworkMode  string              `env:"DEFAULT_NETWORK_MODE" envDefault:"none" oneof:"none egress" help:"network mode of sandboxes that do not ask: none (loopback only) or egress"`
+	DefaultIsolation    string              `env:"DEFAULT_ISOLATION" envDefault:"container" oneof:"container gvisor" help:"isolation level of sandboxes whose request and template name none: container (Linux namespaces, cgroups, seccomp) or gvisor (gVisor's user-space kernel; needs RUNSC_PATH); docs/gvisor.md"`
+	TemplateIsolation   IsolationMap        `env:"TEMPLATE_ISOLATION" envDefault:"" help:"JSON map of template or sandbox type name to the isolation level its sandboxes get when the request names none, e.g. {\"base\":\"gvisor\"} (agentscope types, E2B templates); DEFAULT_ISOLATION for the rest"`
+	IsolationByUser     IsolationMap        `env:"ISOLATION_BY_USER" envDefault:"" help:"JSON map of user (tenant) to the weakest isolation level their sandboxes may have, e.g. {\"alice\":\"gvisor\"}: their sandboxes get it when they ask for none, a request for a weaker level is refused with 403"`
 	NodeMaxSandboxes    int                 `env:"NODE_MAX_SANDBOXES" envDefault:"0" min:"0" max:"1048576" help:"sandboxes this replica hands out at most at once (warm pooled ones not counted); placement sends creates to replicas with room; 0: no limit"`
 }
 
@@ -151,5 +154,31 @@ func (c *CPUs) UnmarshalText(b []byte) error {
 		return fmt.Errorf("want a positive number")
 	}
 	*c = CPUs(f)
+	return nil
+}
+
+// IsolationMap is TEMPLATE_ISOLATION and ISOLATION_BY_USER: a JSON object
+// of names to isolation levels; empty is none.
+type IsolationMap map[string]sandbox.Isolation
+
+// UnmarshalText reads and checks the JSON object.
+func (m *IsolationMap) UnmarshalText(b []byte) error {
+	*m = nil
+	if strings.TrimSpace(string(b)) == "" {
+		return nil
+	}
+	raw := map[string]string{}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return fmt.Errorf("want a JSON object of names to \"container\" or \"gvisor\": %v", err)
+	}
+	out := IsolationMap{}
+	for k, v := range raw {
+		l, err := sandbox.ParseIsolation(v)
+		if err != nil || l == "" || k == "" {
+			return fmt.Errorf("%q: want \"container\" or \"gvisor\", got %q", k, v)
+		}
+		out[k] = l
+	}
+	*m = out
 	return nil
 }

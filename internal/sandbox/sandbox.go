@@ -147,6 +147,10 @@ type Spec struct {
 	// besides loopback.
 	Network Network `json:"network"`
 
+	// Isolation is the sandbox's isolation level ("": container). A
+	// backend that cannot provide it refuses the create (ClassInvalid).
+	Isolation Isolation `json:"isolation,omitempty"`
+
 	// Labels are opaque to backends; they are stored with the sandbox so a
 	// restarted daemon can tell what a recovered sandbox was for.
 	Labels map[string]string `json:"labels,omitempty"`

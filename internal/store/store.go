@@ -21,15 +21,17 @@ type Record struct {
 	TemplateDigest string `json:"template_digest,omitempty"`
 	// Type is the sandbox type it was created as ("base", "filesystem"...),
 	// empty when created by template name.
-	Type        string            `json:"type,omitempty"`
-	State       sandbox.State     `json:"state"`
-	CreatedAt   time.Time         `json:"created_at"`
-	EndAt       time.Time         `json:"end_at"`
-	LastActive  time.Time         `json:"last_active"`
-	Metadata    map[string]string `json:"metadata,omitempty"`
-	Env         map[string]string `json:"env,omitempty"`
-	Resources   sandbox.Resources `json:"resources"`
-	Network     sandbox.Network   `json:"network"`
+	Type       string            `json:"type,omitempty"`
+	State      sandbox.State     `json:"state"`
+	CreatedAt  time.Time         `json:"created_at"`
+	EndAt      time.Time         `json:"end_at"`
+	LastActive time.Time         `json:"last_active"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Resources  sandbox.Resources `json:"resources"`
+	Network    sandbox.Network   `json:"network"`
+	// Isolation is the sandbox's isolation level ("": container).
+	Isolation   sandbox.Isolation `json:"isolation,omitempty"`
 	AccessToken string            `json:"access_token"`
 	SessionKey  string            `json:"session_key,omitempty"`
 	// WorkspaceDir is a host directory used as /workspace (kept on destroy).

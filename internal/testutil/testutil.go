@@ -160,3 +160,51 @@ func (s *SyncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// Runsc returns gVisor's runsc for the gVisor isolation level's tests:
+// AGENTBOX_RUNSC when set, else the pinned build in the test cache, built
+// there by scripts/runsc.sh when missing (a few minutes, once per pin).
+// It skips t, saying why, only when there is none and none can be built.
+func Runsc(t testing.TB) string {
+	t.Helper()
+	runscOnce.Do(func() {
+		if p := os.Getenv("AGENTBOX_RUNSC"); p != "" {
+			runscPath = p
+			return
+		}
+		root, err := ModuleRoot()
+		if err != nil {
+			runscErr = err
+			return
+		}
+		// --path is cheap and never builds; the build runs only when the
+		// pinned binary is not in the cache yet.
+		script := filepath.Join(root, "scripts", "runsc.sh")
+		out, err := exec.Command(script, "--path").Output()
+		if err != nil {
+			runscErr = fmt.Errorf("scripts/runsc.sh --path: %w", err)
+			return
+		}
+		p := strings.TrimSpace(string(out))
+		if _, err := os.Stat(p); err != nil {
+			cmd := exec.Command(script)
+			cmd.Stderr = os.Stderr
+			if out, err = cmd.Output(); err != nil {
+				runscErr = fmt.Errorf("runsc is not in the test cache and scripts/runsc.sh could not build it: %w", err)
+				return
+			}
+			p = strings.TrimSpace(string(out))
+		}
+		runscPath = p
+	})
+	if runscErr != nil {
+		t.Skipf("no runsc for the gVisor isolation level: %v", runscErr)
+	}
+	return runscPath
+}
+
+var (
+	runscOnce sync.Once
+	runscPath string
+	runscErr  error
+)

@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -65,6 +66,9 @@ func checkMounts(spec sandbox.Spec) error {
 // Create implements backend.Backend.
 func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {
 	if err := spec.ID.Validate(); err != nil {
+		return sandbox.Info{}, err
+	}
+	if err := backend.CheckIsolation(b.Capabilities(), spec); err != nil {
 		return sandbox.Info{}, err
 	}
 	if spec.Template.Kind != sandbox.TemplateDocker || imageOf(spec.Template) == "" {

@@ -95,6 +95,11 @@ type Config struct {
 	// RuntimeClass, when set, is every pod's runtimeClassName (gVisor,
 	// Kata) (K8S_RUNTIME_CLASS).
 	RuntimeClass string
+	// GVisorRuntimeClass, when set, is the runtimeClassName of pods of
+	// sandboxes at isolation gvisor (K8S_GVISOR_RUNTIME_CLASS: the
+	// cluster's RuntimeClass whose handler is runsc, as GKE Sandbox's
+	// "gvisor"); unset, such sandboxes are refused.
+	GVisorRuntimeClass string
 	// NodeSelector, when set, is every sandbox pod's nodeSelector
 	// (agentbox.dev/node=true keeps them on agentbox nodes).
 	NodeSelector map[string]string
@@ -240,11 +245,18 @@ func (b *Backend) Name() string { return "kube" }
 // snapshotted through the Kubernetes API, their pids limit is the node's
 // (kubelet's podPidsLimit), and their disk is the storage class's.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{
+	c := backend.Capabilities{
 		ResourceLimits: true,
 		RootInUserNS:   b.cfg.UserNamespaces,
 		Templates:      []string{TemplateKind},
 	}
+	if b.cfg.GVisorRuntimeClass != "" {
+		c.Isolation = []sandbox.Isolation{sandbox.IsolationContainer, sandbox.IsolationGVisor}
+		// The pod's runtime is the cluster's: what it lacks is the kube
+		// backend's own lack (no pause, snapshots, previews by DialPort).
+		c.GVisor = &backend.GVisorLimits{NoPause: true, NoSnapshot: true, NoRecycle: true, Templates: []string{TemplateKind}}
+	}
+	return c
 }
 
 // Client is the cluster client (tests use it to check what was created).

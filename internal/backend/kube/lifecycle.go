@@ -19,6 +19,7 @@ import (
 	extv1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -41,6 +42,9 @@ func apiErr(err error, what string) error {
 // its NetworkPolicy exists: the Sandbox is created suspended, its Secret
 // and NetworkPolicy (owned by it) next, and only then it is set running.
 func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {
+	if err := backend.CheckIsolation(b.Capabilities(), spec); err != nil {
+		return sandbox.Info{}, err
+	}
 	bx, err := b.submit(ctx, spec)
 	if err != nil {
 		return sandbox.Info{}, err

@@ -305,8 +305,11 @@ func (b *Backend) podSpec(spec sandbox.Spec, secret string) corev1.PodSpec {
 	if len(b.cfg.NodeSelector) > 0 {
 		ps.NodeSelector = maps.Clone(b.cfg.NodeSelector)
 	}
-	if b.cfg.RuntimeClass != "" {
-		rc := b.cfg.RuntimeClass
+	if rc := b.cfg.RuntimeClass; spec.Isolation == sandbox.IsolationGVisor {
+		// CheckIsolation refused it unless the class is set.
+		rc = b.cfg.GVisorRuntimeClass
+		ps.RuntimeClassName = &rc
+	} else if rc != "" {
 		ps.RuntimeClassName = &rc
 	}
 	if b.cfg.UserNamespaces {

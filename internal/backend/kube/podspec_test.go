@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -271,5 +272,30 @@ func TestSeccompProfileSetting(t *testing.T) {
 		if _, err := seccompProfile(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// TestPodSpecGVisorClass: a sandbox at isolation gvisor gets the gVisor
+// RuntimeClass (K8S_GVISOR_RUNTIME_CLASS), others the default one; the
+// backend claims the level only with the class set, and refuses it
+// without.
+func TestPodSpecGVisorClass(t *testing.T) {
+	b := testBackend(Config{RuntimeClass: "runc-hardened", GVisorRuntimeClass: "gvisor"})
+	spec := testSpec()
+	spec.Isolation = sandbox.IsolationGVisor
+	if ps := b.sandboxObject(spec).Spec.PodTemplate.Spec; ps.RuntimeClassName == nil || *ps.RuntimeClassName != "gvisor" {
+		t.Errorf("gvisor sandbox: runtime class %v", ps.RuntimeClassName)
+	}
+	spec.Isolation = ""
+	if ps := b.sandboxObject(spec).Spec.PodTemplate.Spec; ps.RuntimeClassName == nil || *ps.RuntimeClassName != "runc-hardened" {
+		t.Errorf("container sandbox: runtime class %v", ps.RuntimeClassName)
+	}
+	if got := backend.Isolations(b.Capabilities()); !slices.Contains(got, sandbox.IsolationGVisor) {
+		t.Errorf("levels with a gVisor class: %v", got)
+	}
+	plain := testBackend(Config{})
+	spec.Isolation = sandbox.IsolationGVisor
+	if err := backend.CheckIsolation(plain.Capabilities(), spec); sandbox.ClassOf(err) != sandbox.ClassInvalid {
+		t.Errorf("gvisor without a class: %v, want class %s", err, sandbox.ClassInvalid)
 	}
 }

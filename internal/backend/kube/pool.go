@@ -246,6 +246,9 @@ func (b *Backend) CreateFromPool(ctx context.Context, pool string, spec sandbox.
 	if err := spec.ID.Validate(); err != nil {
 		return sandbox.Info{}, err
 	}
+	if err := backend.CheckIsolation(b.Capabilities(), spec); err != nil {
+		return sandbox.Info{}, err
+	}
 	if len(objectName(spec.ID)) > 63 || spec.AccessToken == "" {
 		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "sandbox %s: an id of at most 60 characters and an access token are required", spec.ID)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/units"
 )
@@ -43,6 +44,12 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		return sandbox.Info{}, err
 	}
 	if err := b.CheckTemplate(spec.Template); err != nil {
+		return sandbox.Info{}, err
+	}
+	if err := backend.CheckIsolation(b.Capabilities(), spec); err != nil {
+		return sandbox.Info{}, err
+	}
+	if err := b.checkGVisor(spec); err != nil {
 		return sandbox.Info{}, err
 	}
 	tmpl := spec.Template
@@ -106,7 +113,8 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		}
 		return fail(fmt.Errorf("create sandbox dir: %w", err))
 	}
-	if !b.rootless {
+	if !b.rootless && !isGVisor(spec) {
+		// A gVisor sandbox's ids are its own kernel's: it needs no range.
 		base, err := b.idRanges.alloc(spec.ID)
 		if err != nil {
 			return fail(err)
@@ -380,6 +388,10 @@ func hasPathPrefix(p, prefix string) bool {
 // recorded before ranges existed keep the mapping they were created with.
 func (b *Backend) idMap(rec record) idMap {
 	switch {
+	case isGVisor(rec.Spec):
+		// gVisor's kernel keeps its own ids; on the host its files belong
+		// to the ids the sandbox names (as a sandbox without a range).
+		return idMap{}
 	case b.rootless:
 		return idMap{userns: true, base: uint32(os.Geteuid()), gidBase: uint32(os.Getegid()), size: 1}
 	case rec.HostIDBase != 0:
@@ -602,6 +614,9 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 		if err := prepare(); err != nil {
 			return err
 		}
+	}
+	if isGVisor(spec) {
+		return b.bootGVisor(ctx, bx, oci, netnsPath)
 	}
 	var control string
 	if b.warmEligible(spec, tmpl) {

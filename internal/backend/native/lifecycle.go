@@ -106,7 +106,9 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 	bx.stopping = true
 	bx.warm, bx.statsZero = nil, nil
 	bx.closeLimitFiles() // their cgroups are removed below
-	if bx.container == nil {
+	if isGVisor(bx.rec.Spec) {
+		b.teardownGVisor(ctx, bx)
+	} else if bx.container == nil {
 		if c, err := libcontainer.Load(b.stateRoot, string(bx.id)); err == nil {
 			bx.container = c
 		}

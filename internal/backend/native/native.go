@@ -124,7 +124,12 @@ type Config struct {
 	// with favordynmods (see favordynmods.go), a host-wide setting that
 	// saves every create a wait for an RCU grace period.
 	LeaveCgroupMounts bool
-	Logger            *slog.Logger
+	// RunscPath is gVisor's runsc binary; set, sandboxes may ask for
+	// isolation "gvisor" (gvisor.go). RunscDebugDir, when set, gets
+	// runsc's debug logs.
+	RunscPath     string
+	RunscDebugDir string
+	Logger        *slog.Logger
 }
 
 // Backend is the native backend. Create it with New.
@@ -280,6 +285,19 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("native: agent binary %q not found (build it with make build)", agent)
 	}
 	cfg.AgentPath = agent
+	if cfg.RunscPath != "" {
+		if rootless {
+			return nil, errors.New("native: gVisor sandboxes (RUNSC_PATH) need a root daemon")
+		}
+		p, err := filepath.Abs(cfg.RunscPath)
+		if err != nil {
+			return nil, err
+		}
+		if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+			return nil, fmt.Errorf("native: runsc %q is not an executable file (build one with make runsc)", cfg.RunscPath)
+		}
+		cfg.RunscPath = p
+	}
 	cfg.Defaults = cfg.Defaults.WithDefaults(DefaultResources)
 	if cfg.IDBase == 0 {
 		cfg.IDBase = DefaultIDBase
@@ -482,7 +500,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	if b.rootless {
 		return backend.Capabilities{RootInUserNS: true, RootOnRequest: true, Templates: []string{"host"}, CgroupDriver: driver, Rootless: true}
 	}
-	return backend.Capabilities{
+	c := backend.Capabilities{
 		Pause:          true,
 		Snapshot:       true,
 		Recycle:        true,
@@ -493,4 +511,9 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Templates:      []string{sandbox.TemplateHost, sandbox.TemplateDir, sandbox.TemplateImage},
 		CgroupDriver:   driver,
 	}
+	if b.cfg.RunscPath != "" {
+		c.Isolation = []sandbox.Isolation{sandbox.IsolationContainer, sandbox.IsolationGVisor}
+		c.GVisor = gvisorLimits()
+	}
+	return c
 }

@@ -55,8 +55,13 @@ func (b *Backend) DialPort(ctx context.Context, id sandbox.ID, port int) (net.Co
 		return nil, err
 	}
 	bx.mu.Lock()
-	pid, stopped := bx.pid, bx.rec.Stopped
+	pid, stopped, gvisor := bx.pid, bx.rec.Stopped, isGVisor(bx.rec.Spec)
 	bx.mu.Unlock()
+	if gvisor {
+		// Its ports are in gVisor's network stack, not the host's
+		// namespace: nothing to dial from here.
+		return nil, errGVisor(id, "previews of its ports")
+	}
 	if stopped || pid == 0 {
 		return nil, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is not running", id)
 	}

@@ -37,6 +37,9 @@ func (b *Backend) Pause(ctx context.Context, id sandbox.ID) error {
 	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
+	if isGVisor(bx.rec.Spec) {
+		return errGVisor(id, "pause")
+	}
 	if bx.rec.Stopped || bx.container == nil {
 		return sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is stopped; start it to pause it", id)
 	}

@@ -128,6 +128,9 @@ func (b *Backend) recoverOne(ctx context.Context, id sandbox.ID) (sandbox.Info, 
 // reattach loads the libcontainer state of a running sandbox and checks that
 // its agent answers. It watches the init with a pidfd from then on.
 func (b *Backend) reattach(bx *box) bool {
+	if isGVisor(bx.rec.Spec) {
+		return b.reattachGVisor(bx)
+	}
 	c, err := libcontainer.Load(b.stateRoot, string(bx.id))
 	if err != nil {
 		return false
@@ -185,6 +188,7 @@ func (b *Backend) reattach(bx *box) bool {
 // removeOrphans removes libcontainer state, cgroups and mounts under the
 // backend's root that belong to no known sandbox.
 func (b *Backend) removeOrphans(known map[string]bool) {
+	b.removeOrphanRunsc(known)
 	if entries, err := os.ReadDir(b.stateRoot); err == nil {
 		for _, e := range entries {
 			if known[e.Name()] {

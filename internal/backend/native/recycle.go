@@ -43,6 +43,8 @@ func (b *Backend) Recycle(ctx context.Context, id sandbox.ID, req backend.Recycl
 	defer bx.mu.Unlock()
 	spec := bx.rec.Spec
 	switch {
+	case isGVisor(spec):
+		return errGVisor(id, "in-place recycle")
 	case b.rootless:
 		return sandbox.Errorf(sandbox.ClassUnavailable, "recycle needs per-sandbox disks (not rootless)")
 	case spec.WorkspaceDir != "":

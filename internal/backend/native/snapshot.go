@@ -57,6 +57,9 @@ func (b *Backend) SnapshotDiff(ctx context.Context, id sandbox.ID, w io.Writer) 
 	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
+	if isGVisor(bx.rec.Spec) {
+		return errGVisor(id, "snapshots")
+	}
 	switch bx.rec.Spec.Template.Kind {
 	case sandbox.TemplateHost:
 		return sandbox.Errorf(sandbox.ClassInvalid, "sandbox %s runs the host template, whose root filesystem is the host's /usr: only sandboxes of image templates can be snapshotted", id)

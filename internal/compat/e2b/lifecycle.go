@@ -161,6 +161,10 @@ func networkOf(in createIn) sandbox.Network {
 	return n
 }
 
+// isolationMetadata is the metadata key an E2B create names its
+// sandbox's isolation level with (docs/gvisor.md).
+const isolationMetadata = "agentbox.isolation"
+
 func (s *Server) create(w http.ResponseWriter, r *http.Request, user string) error {
 	var in createIn
 	if err := decodeBody(w, r, &in); err != nil {
@@ -177,6 +181,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, user string) err
 	}
 	if err := setAutoPause(&req, in.AutoPause); err != nil {
 		return err
+	}
+	// E2B has no isolation field: the metadata entry names the level
+	// (TEMPLATE_ISOLATION sets it per template without one).
+	if v, ok := in.Metadata[isolationMetadata]; ok {
+		if req.Isolation, err = sandbox.ParseIsolation(v); err != nil || req.Isolation == "" {
+			return sandbox.Invalid("metadata", "metadata %s must be \"container\" or \"gvisor\", not %q", isolationMetadata, v)
+		}
 	}
 	rec, err := s.m.Create(r.Context(), user, req)
 	if err != nil {

@@ -493,6 +493,7 @@ class AsyncSandbox:
         network: Optional[Network] = None,
         service: Optional[bool] = None,
         auto_pause: Optional[bool] = None,
+        isolation: Optional[str] = None,
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout: Optional[float] = None,
@@ -501,7 +502,7 @@ class AsyncSandbox:
         """Creates a sandbox; see :meth:`agentbox.Sandbox.create`."""
         b.seconds("timeout", timeout)
         body = b.create_body(template, timeout, env, metadata, cpus, memory, pids, disk, network, service,
-                             auto_pause)
+                             auto_pause, isolation)
         config = ConnectionConfig.resolve(url, api_key, request_timeout)
 
         async def make() -> AsyncSandbox:

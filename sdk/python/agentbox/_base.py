@@ -154,6 +154,7 @@ def create_body(
     network: Optional[Network],
     service: Optional[bool],
     auto_pause: Optional[bool] = None,
+    isolation: Optional[str] = None,
 ) -> Dict[str, Any]:
     body: Dict[str, Any] = {}
     if template is not None:
@@ -174,6 +175,10 @@ def create_body(
         body["service"] = service
     if auto_pause:
         body["auto_pause"] = True
+    if isolation is not None:
+        if isolation not in ("container", "gvisor"):
+            raise InvalidArgumentError(f'isolation must be "container" or "gvisor", got {isolation!r}', field="isolation")
+        body["isolation"] = isolation
     return body
 
 

@@ -497,6 +497,7 @@ class Sandbox:
         network: Optional[Network] = None,
         service: Optional[bool] = None,
         auto_pause: Optional[bool] = None,
+        isolation: Optional[str] = None,
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout: Optional[float] = None,
@@ -509,13 +510,15 @@ class Sandbox:
         ``timeout`` the seconds it lives, ``memory``/``disk`` bytes or
         strings like ``"512M"``, ``network`` a mode (``"none"``,
         ``"egress"``) or a :class:`~agentbox.NetworkPolicy`; ``auto_pause``
-        pauses the sandbox at its timeout instead of deleting it. ``url``,
+        pauses the sandbox at its timeout instead of deleting it;
+        ``isolation`` is ``"container"`` or ``"gvisor"`` (gVisor's user-space
+        kernel, where the server has it; default the server's). ``url``,
         ``api_key`` default to AGENTBOX_URL and AGENTBOX_API_KEY;
         ``http_client`` shares one connection pool between sandboxes (it is
         then not closed with the sandbox)."""
         b.seconds("timeout", timeout)
         body = b.create_body(template, timeout, env, metadata, cpus, memory, pids, disk, network, service,
-                             auto_pause)
+                             auto_pause, isolation)
         t = _Transport(ConnectionConfig.resolve(url, api_key, request_timeout), http_client)
         try:
             r = t.request("POST", "/v1/sandboxes", json_body=body)

@@ -91,6 +91,8 @@ class SandboxInfo:
     from_pool: bool = False
     #: Paused instead of deleted at its end time.
     auto_pause: bool = False
+    #: The isolation level it runs at: "container" or "gvisor".
+    isolation: str = "container"
     #: While paused: when it was paused, and the running time resume gives back.
     paused_at: Optional[datetime] = None
     remaining_seconds: Optional[float] = None
@@ -112,6 +114,7 @@ class SandboxInfo:
             session_key=d.get("session_key") or None,
             from_pool=bool(d.get("from_pool")),
             auto_pause=bool(d.get("auto_pause")),
+            isolation=str(d.get("isolation") or "container"),
             paused_at=_time(d.get("paused_at")),
             remaining_seconds=d.get("remaining_seconds"),
         )

@@ -130,3 +130,12 @@ def test_busy_retry_policy() -> None:
     assert _base.busy_delay(503, hdr, True, 0) is None
     assert _base.busy_delay(429, hdr, True, _base.BUSY_RETRY_BUDGET - 1) is None  # the budget is spent
     assert _base.replayable(b"x") and _base.replayable(None) and not _base.replayable(iter([b"x"]))
+
+
+def test_create_body_isolation() -> None:
+    body = _base.create_body(None, None, None, None, None, None, None, None, None, None, None, "gvisor")
+    assert body == {"isolation": "gvisor"}
+    with pytest.raises(agentbox.InvalidArgumentError):
+        _base.create_body(None, None, None, None, None, None, None, None, None, None, None, "vm")
+    assert agentbox.SandboxInfo.from_json({"id": "x", "isolation": "gvisor"}).isolation == "gvisor"
+    assert agentbox.SandboxInfo.from_json({"id": "x"}).isolation == "container"

@@ -1,0 +1,171 @@
+package native
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/backend/backendtest"
+	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/testutil"
+)
+
+// newGVisorBackend is newTestBackend with runsc: sandboxes may ask for
+// isolation gvisor.
+func newGVisorBackend(t testing.TB, dir string) *Backend {
+	t.Helper()
+	testutil.RequireRoot(t)
+	runsc := testutil.Runsc(t)
+	b, err := New(Config{Root: dir, AgentPath: testutil.AgentBinary(t), RunscPath: runsc, RunscDebugDir: os.Getenv("AGENTBOX_RUNSC_DEBUG")})
+	if err != nil {
+		t.Fatalf("native.New: %v", err)
+	}
+	t.Cleanup(func() {
+		b.abandoned.Store(true)
+		if err := b.Close(); err != nil {
+			t.Errorf("close backend: %v", err)
+		}
+	})
+	return b
+}
+
+// TestGVisorConformance runs the conformance suite on gVisor sandboxes,
+// skipping (each skip says why) only what Capabilities.GVisor declares.
+func TestGVisorConformance(t *testing.T) {
+	newB := func(t *testing.T, dir string) backend.Backend {
+		return backendtest.AtIsolation(newGVisorBackend(t, dir), sandbox.IsolationGVisor)
+	}
+	abandon := func(b backend.Backend) { backendtest.Unwrap(b).(*Backend).abandoned.Store(true) }
+	backendtest.Run(t, backendtest.Harness{
+		New: newB, StateDir: func(t *testing.T) string { return testutil.ShortTempDir(t) },
+		Template: sandbox.HostTemplate(), Abandon: abandon,
+	})
+	t.Run("DirTemplate", func(t *testing.T) {
+		rootfs := hostLikeRootfs(t)
+		backendtest.Run(t, backendtest.Harness{
+			New: newB, StateDir: func(t *testing.T) string { return testutil.ShortTempDir(t) },
+			Template: dirTemplate(rootfs), Abandon: abandon,
+		})
+	})
+}
+
+// TestGVisorSecurity runs the security checks every backend passes on a
+// gVisor sandbox, with the native guarantees that hold there: no state
+// path in mountinfo. (The agent's socket is in a directory of root's
+// inside the sandbox, not passed as a descriptor: AgentSocketHidden is a
+// guarantee of the container level only; TestGVisorAgentSocket checks
+// what holds instead.)
+func TestGVisorSecurity(t *testing.T) {
+	dir := testutil.ShortTempDir(t)
+	b := newGVisorBackend(t, dir)
+	backendtest.RunSecurity(t, backendtest.Security{
+		Backend:        backendtest.AtIsolation(b, sandbox.IsolationGVisor),
+		Template:       sandbox.HostTemplate(),
+		AgentInSandbox: agentPathInSandbox,
+		StateDir:       dir,
+	})
+}
+
+// TestGVisorKernel: a gVisor sandbox talks to gVisor's kernel, not the
+// host's: another kernel release and version string (dmesg needs root,
+// which the sandbox user is not), and a container sandbox of the same
+// backend still sees the host's.
+func TestGVisorKernel(t *testing.T) {
+	b := newGVisorBackend(t, testutil.ShortTempDir(t))
+	var host unix.Utsname
+	if err := unix.Uname(&host); err != nil {
+		t.Fatal(err)
+	}
+	hostRelease := unix.ByteSliceToString(host.Release[:])
+	g := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate(), Isolation: sandbox.IsolationGVisor})
+	hostVersion, err := os.ReadFile("/proc/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := backendtest.Exec(t, backendtest.Client(t, g, ""), "uname -r; cat /proc/version")
+	release, version, _ := strings.Cut(r.Stdout, "\n")
+	if release == hostRelease {
+		t.Errorf("uname -r in a gVisor sandbox = %q, the host's", release)
+	}
+	if version == string(hostVersion) || !strings.Contains(release, "gvisor") {
+		t.Errorf("a gVisor sandbox's kernel is not gVisor's: release %q, /proc/version %q", release, version)
+	}
+	c := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate()})
+	if got := strings.TrimSpace(backendtest.Exec(t, backendtest.Client(t, c, ""), "uname -r").Stdout); got != hostRelease {
+		t.Errorf("uname -r in a container sandbox = %q, want the host's %q", got, hostRelease)
+	}
+	if info, _ := b.Inspect(ctxT(t), g.ID); info.Spec.Isolation != sandbox.IsolationGVisor {
+		t.Errorf("Inspect: isolation %q, want gvisor", info.Spec.Isolation)
+	}
+}
+
+// TestGVisorAgentSocket: the agent's socket of a gVisor sandbox is in a
+// directory the sandbox user cannot enter, and the API refuses what the
+// level cannot do with ClassUnavailable.
+func TestGVisorAgentSocket(t *testing.T) {
+	b := newGVisorBackend(t, testutil.ShortTempDir(t))
+	g := backendtest.Create(t, b, sandbox.Spec{Template: sandbox.HostTemplate(), Isolation: sandbox.IsolationGVisor})
+	r := backendtest.Exec(t, backendtest.Client(t, g, ""), "id -u; ls "+agentRunInSandbox+" 2>&1; echo x > "+agentRunInSandbox+"/f 2>&1; true")
+	if !strings.HasPrefix(r.Stdout, "1000\n") || !strings.Contains(r.Stdout, "Permission denied") || strings.Contains(r.Stdout, agentSocketName) {
+		t.Errorf("the sandbox user reaches the agent's socket directory: %q", r.Stdout)
+	}
+	ctx := ctxT(t)
+	if err := b.Pause(ctx, g.ID); sandbox.ClassOf(err) != sandbox.ClassUnavailable {
+		t.Errorf("Pause of a gVisor sandbox: %v, want class %s", err, sandbox.ClassUnavailable)
+	}
+	if _, err := b.DialPort(ctx, g.ID, 80); sandbox.ClassOf(err) != sandbox.ClassUnavailable {
+		t.Errorf("DialPort of a gVisor sandbox: %v, want class %s", err, sandbox.ClassUnavailable)
+	}
+}
+
+// TestGVisorUnavailable: without runsc, isolation gvisor is refused as
+// invalid, and Capabilities lists the container level only.
+func TestGVisorUnavailable(t *testing.T) {
+	b := newTestBackend(t, testutil.ShortTempDir(t))
+	if got := backend.Isolations(b.Capabilities()); len(got) != 1 || got[0] != sandbox.IsolationContainer {
+		t.Errorf("isolation levels without runsc: %v", got)
+	}
+	_, err := b.Create(ctxT(t), sandbox.Spec{ID: sandbox.NewID(), Template: sandbox.HostTemplate(), Isolation: sandbox.IsolationGVisor})
+	if sandbox.ClassOf(err) != sandbox.ClassInvalid {
+		t.Errorf("create at isolation gvisor without runsc: %v, want class %s", err, sandbox.ClassInvalid)
+	}
+}
+
+// TestGVisorOrphanRemoved: a gVisor sandbox whose record is gone (a daemon
+// that died mid-create) is killed and deleted by the next Recover: no
+// runsc container, no sandbox process left.
+func TestGVisorOrphanRemoved(t *testing.T) {
+	dir := testutil.ShortTempDir(t)
+	b1 := newGVisorBackend(t, dir)
+	ctx := ctxT(t)
+	id := sandbox.NewID()
+	info, err := b1.Create(ctx, sandbox.Spec{ID: id, Template: sandbox.HostTemplate(), Isolation: sandbox.IsolationGVisor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b1.Destroy(context.Background(), id) })
+	b1.abandoned.Store(true)
+	if err := os.Remove(newBoxPaths(b1.sbRoot, b1.diskRoot, id).record); err != nil {
+		t.Fatal(err)
+	}
+	b2 := newGVisorBackend(t, dir)
+	infos, err := b2.Recover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range infos {
+		if in.ID == id {
+			t.Fatalf("the orphan was recovered: %+v", in)
+		}
+	}
+	if b2.runscKnows(ctx, string(id)) {
+		t.Errorf("runsc still has the orphan %s", id)
+	}
+	if err := unix.Kill(info.Pid, 0); err == nil {
+		t.Errorf("the orphan's runsc process %d still runs", info.Pid)
+	}
+}

@@ -63,6 +63,8 @@ type createBody struct {
 	Service *bool `json:"service"`
 	// AutoPause pauses the sandbox at its timeout instead of deleting it.
 	AutoPause bool `json:"auto_pause"`
+	// Volumes are the caller's volumes to mount.
+	Volumes []sandbox.VolumeMount `json:"volumes"`
 }
 
 // seconds converts a JSON seconds value to a duration, refusing nonsense.
@@ -83,7 +85,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	req := manager.CreateRequest{Template: body.Template, Timeout: timeout, Env: body.Env, Metadata: body.Metadata,
-		NoService: body.Service != nil && !*body.Service, AutoPause: body.AutoPause}
+		NoService: body.Service != nil && !*body.Service, AutoPause: body.AutoPause, Volumes: body.Volumes}
 	if body.Resources != nil {
 		req.Resources = sandbox.Resources{MemoryBytes: int64(body.Resources.Memory), CPUs: body.Resources.CPUs,
 			PIDs: body.Resources.PIDs, DiskBytes: int64(body.Resources.Disk)}
@@ -116,6 +118,8 @@ type sandboxOut struct {
 	AccessToken string            `json:"access_token"`
 	FromPool    bool              `json:"from_pool"`
 	AutoPause   bool              `json:"auto_pause"`
+	// Volumes are the volumes mounted at create.
+	Volumes []sandbox.VolumeMount `json:"volumes,omitempty"`
 	// PausedAt and RemainingSeconds are set while the sandbox is paused:
 	// when it was paused and the running time Resume gives back.
 	PausedAt         *time.Time `json:"paused_at,omitempty"`
@@ -144,6 +148,7 @@ func sandboxJSON(rec *store.Record) sandboxOut {
 			PIDs: rec.Resources.PIDs, Disk: rec.Resources.DiskBytes},
 		Network:    networkJSON{Mode: string(rec.Network.Mode), AllowOut: rec.Network.AllowOut, DenyOut: rec.Network.DenyOut},
 		SessionKey: rec.SessionKey, AccessToken: rec.AccessToken, FromPool: rec.FromPool, AutoPause: rec.AutoPause,
+		Volumes: rec.Volumes,
 	}
 	if rec.State == sandbox.StatePaused {
 		at, left := rec.PausedAt, rec.Remaining.Seconds()

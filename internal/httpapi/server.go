@@ -262,6 +262,7 @@ func (s *Server) routes() {
 	v1("POST /v1/sessions/{session_id}/connect", s.connectSession)
 	v1("POST /v1/sessions/{session_id}/release", s.releaseSession)
 	s.templatesRoutes(v1)
+	s.volumeRoutes(v1)
 	s.consoleRoutes(v1)
 	s.browserRoutes(v1)
 	s.desktopRoutes(v1)

@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/pool"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/volume"
 )
 
 // CreateRequest is what a caller asks for. Zero fields take the server's
@@ -48,6 +49,9 @@ type CreateRequest struct {
 	// NoService creates the sandbox without running its template's
 	// service (CMD, start_cmd, warm code context); implies NoPool.
 	NoService bool
+	// Volumes are the caller's volumes to mount (volumes.go); implies
+	// NoPool.
+	Volumes []sandbox.VolumeMount
 
 	// session binds the sandbox to a session key: set only by a held
 	// Session (sessions.go), so every binding is serialised with the
@@ -192,6 +196,14 @@ func (m *Manager) validate(req *CreateRequest) error {
 		}
 		req.workspaceDir = dir
 	}
+	if len(req.Volumes) > 0 {
+		if m.cfg.Volumes == nil {
+			return invalid("volumes", "this server has no volumes")
+		}
+		if err := volume.CheckMounts(req.Volumes); err != nil {
+			return err
+		}
+	}
 	return m.validateNetwork(&req.Network)
 }
 
@@ -286,7 +298,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 // sandboxes boot with the default resources, network mode and workspace;
 // env, metadata, timeout and the egress policy are applied at hand-over.
 func (m *Manager) poolEligible(req CreateRequest) bool {
-	return !req.NoPool && !req.NoService && req.Resources == (sandbox.Resources{}) &&
+	return !req.NoPool && !req.NoService && len(req.Volumes) == 0 && req.Resources == (sandbox.Resources{}) &&
 		req.Network.Mode == m.cfg.DefaultNetworkMode &&
 		req.Workspace == "" && m.cfg.DefaultMountDir == ""
 }
@@ -344,6 +356,7 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 		CreatedAt: now, EndAt: now.Add(req.Timeout), LastActive: now,
 		Metadata: req.Metadata, Env: req.Env, Network: req.Network,
 		AccessToken: newToken(), SessionKey: req.session, Pool: poolKey, Extra: req.Extra, AutoPause: req.AutoPause,
+		Volumes: req.Volumes,
 	}
 	if poolKey != "" {
 		rec.EndAt = time.Time{} // pooled sandboxes wait without a deadline
@@ -367,6 +380,14 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 		// (the native backend then moves it to the sandbox's own host ids).
 		_ = os.Chown(dir, 1000, 1000)
 		spec.WorkspaceDir = dir
+	}
+	if len(req.Volumes) > 0 {
+		vms, err := m.cfg.Volumes.Attach(ctx, owner, id, req.Volumes)
+		if err != nil {
+			m.unreserveShared(ctx, id)
+			return nil, err
+		}
+		spec.Mounts = append(append([]sandbox.Mount(nil), spec.Mounts...), vms...)
 	}
 	rec.WorkspaceDir = spec.WorkspaceDir
 	rec.Node = m.cfg.NodeID

@@ -245,6 +245,7 @@ func (s *Server) routes() {
 	v1("POST /v1/sandboxes/{id}/stop", s.stopSandbox)
 	v1("POST /v1/sandboxes/{id}/start", s.startSandbox)
 	v1("POST /v1/sandboxes/{id}/snapshot", s.snapshotSandbox)
+	v1("POST /v1/sandboxes/{id}/fork", s.forkSandbox)
 	v1("POST /v1/sandboxes/{id}/pause", s.pauseSandbox)
 	v1("POST /v1/sandboxes/{id}/resume", s.resumeSandbox)
 	v1("POST /v1/sandboxes/{id}/preview-tokens", s.createPreviewToken)

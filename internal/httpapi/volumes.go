@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"strconv"
 	"time"
@@ -26,6 +27,34 @@ func (s *Server) volumeRoutes(v1 func(string, func(http.ResponseWriter, *http.Re
 	v1("GET /v1/volumes/{name}/files/stat", s.volumeStat)
 	v1("GET /v1/volumes/{name}/files/list", s.volumeList)
 	v1("POST /v1/volumes/{name}/files/mkdir", s.volumeMkdir)
+}
+
+func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		Count   *int    `json:"count"`
+		Timeout float64 `json:"timeout"`
+	}
+	if err := decodeJSON(w, r, maxJSONBody, &body, true); err != nil {
+		return err
+	}
+	count := 1
+	if body.Count != nil {
+		count = *body.Count
+	}
+	timeout, err := seconds("timeout", body.Timeout)
+	if err != nil {
+		return err
+	}
+	recs, err := s.m.Fork(r.Context(), userOf(r), sandboxID(r), count, timeout)
+	if err != nil {
+		return err
+	}
+	out := make([]sandboxOut, 0, len(recs))
+	for _, rec := range recs {
+		out = append(out, sandboxJSON(rec))
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"sandboxes": out})
+	return nil
 }
 
 // volumeOut is the Volume schema of the spec.
@@ -111,10 +140,29 @@ func volumePath(r *http.Request) string {
 	return "/"
 }
 
+// volumeEntryJSON is the Entry schema, as a sandbox's files API gives it
+// (ids named as in every sandbox: 1000 is "user").
 func volumeEntryJSON(e volume.Entry) entryOut {
 	t := e.ModTime
-	return entryOut{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size, Mode: "0" + strconv.FormatUint(uint64(e.Mode), 8),
-		Owner: strconv.FormatUint(uint64(e.UID), 10), Group: strconv.FormatUint(uint64(e.GID), 10), ModifiedAt: &t, SymlinkTarget: e.Target}
+	mode := fs.FileMode(e.Mode).Perm()
+	switch e.Type {
+	case "dir":
+		mode |= fs.ModeDir
+	case "symlink":
+		mode |= fs.ModeSymlink
+	}
+	return entryOut{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size, Mode: mode.String(),
+		Owner: idName(e.UID), Group: idName(e.GID), ModifiedAt: &t, SymlinkTarget: e.Target}
+}
+
+func idName(id uint32) string {
+	switch id {
+	case 0:
+		return "root"
+	case 1000:
+		return "user"
+	}
+	return strconv.FormatUint(uint64(id), 10)
 }
 
 func (s *Server) volumeDownload(w http.ResponseWriter, r *http.Request) error {
@@ -188,7 +236,7 @@ func (s *Server) volumeList(w http.ResponseWriter, r *http.Request) error {
 	for _, e := range es {
 		out = append(out, volumeEntryJSON(e))
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, map[string]any{"entries": out})
 	return nil
 }
 

@@ -59,6 +59,9 @@ type CreateRequest struct {
 	session string
 	// workspaceDir is Workspace resolved by validate.
 	workspaceDir string
+	// forkOf makes the sandbox's disk a live copy of this sandbox's
+	// (fork.go).
+	forkOf sandbox.ID
 }
 
 const (
@@ -405,6 +408,9 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 		rec.FromPool = true
 		info, err = cp.backend.CreateFromPool(ctx, cp.name, spec)
 		m.metrics.phase("backend_claim", time.Since(bootStart))
+	} else if req.forkOf != "" {
+		info, err = m.backend.(backend.Forker).Fork(ctx, req.forkOf, spec)
+		m.metrics.phase("backend_fork", time.Since(bootStart))
 	} else {
 		info, err = m.backend.Create(ctx, spec)
 		m.metrics.phase("backend_create", time.Since(bootStart))

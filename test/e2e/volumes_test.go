@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -170,5 +171,63 @@ func TestVolumes(t *testing.T) {
 	deleteSandbox(t, d, alice, c)
 	if status, data := d.call(t, "GET", "/v1/volumes", alice, nil); status != 200 || strings.TrimSpace(string(data)) != "[]" {
 		t.Fatalf("list after delete: %d %s", status, data)
+	}
+}
+
+// TestFork: fork ×5 of a running sandbox gives five sandboxes that each
+// start with the source's files (written just before, still in its page
+// cache), env, metadata and limits, and are independent of it and of
+// each other; the source keeps running, its processes too.
+func TestFork(t *testing.T) {
+	const key = "fork-key"
+	d := startDaemon(t, "API_KEYS="+key+":alice")
+	status, data := d.call(t, "POST", "/v1/sandboxes", key, map[string]any{
+		"env": map[string]string{"FORK_ENV": "carried"}, "metadata": map[string]string{"team": "a"},
+		"resources": map[string]any{"memory": "300M", "disk": "640M"}})
+	if status != http.StatusCreated {
+		t.Fatalf("create: %d %s", status, data)
+	}
+	src := mustJSON(t, data)["id"].(string)
+	defer deleteSandbox(t, d, key, src)
+	if code, _, errs := volExec(t, d, key, src, "mkdir -p /workspace/proj && echo state-1 > /workspace/proj/f && echo home > ~/h && (sleep 600 >/dev/null 2>&1 &)"); code != 0 {
+		t.Fatalf("prepare: %s", errs)
+	}
+	status, data = d.call(t, "POST", "/v1/sandboxes/"+src+"/fork", key, map[string]any{"count": 5})
+	if status != http.StatusCreated {
+		t.Fatalf("fork: %d %s", status, data)
+	}
+	var forks []string
+	for _, f := range mustJSON(t, data)["sandboxes"].([]any) {
+		sb := f.(map[string]any)
+		forks = append(forks, sb["id"].(string))
+		if sb["metadata"].(map[string]any)["team"] != "a" || sb["resources"].(map[string]any)["memory"] != float64(300<<20) {
+			t.Errorf("fork %v lacks the source's metadata or limits", sb)
+		}
+	}
+	for _, id := range forks {
+		defer deleteSandbox(t, d, key, id)
+	}
+	if len(forks) != 5 {
+		t.Fatalf("%d forks", len(forks))
+	}
+	for i, id := range forks {
+		code, out, errs := volExec(t, d, key, id, fmt.Sprintf("cat /workspace/proj/f ~/h; echo $FORK_ENV; echo fork-%d > /workspace/proj/f; id -u; stat -c %%u /workspace/proj/f; pgrep -x sleep || echo no-sleep", i))
+		if code != 0 || out != "state-1\nhome\ncarried\n1000\n1000\nno-sleep\n" {
+			t.Fatalf("fork %d: %d %q %q", i, code, out, errs)
+		}
+	}
+	for i, id := range forks {
+		if _, out, _ := volExec(t, d, key, id, "cat /workspace/proj/f"); out != fmt.Sprintf("fork-%d\n", i) {
+			t.Errorf("fork %d sees %q: not independent", i, out)
+		}
+	}
+	if code, out, _ := volExec(t, d, key, src, "cat /workspace/proj/f; pgrep -x sleep >/dev/null && echo still-running"); code != 0 || out != "state-1\nstill-running\n" {
+		t.Fatalf("source after the forks: %d %q", code, out)
+	}
+	if status, data := d.call(t, "POST", "/v1/sandboxes/"+src+"/fork", "", map[string]any{"count": 1}); status != http.StatusUnauthorized {
+		t.Fatalf("fork without a key: %d %s", status, data)
+	}
+	if status, data := d.call(t, "POST", "/v1/sandboxes/"+src+"/fork", key, map[string]any{"count": 100}); status != http.StatusBadRequest {
+		t.Fatalf("fork ×100: %d %s", status, data)
 	}
 }

@@ -52,7 +52,9 @@ func (b *Backend) copyForkDisk(src sandbox.ID, spec sandbox.Spec, dst string) er
 	if sb.rec.Spec.Template.Ref != spec.Template.Ref || diskBucket(sb.rec.Spec.Resources.DiskBytes) != spec.Resources.DiskBytes {
 		return sandbox.Errorf(sandbox.ClassInvalid, "a fork of %s must have its template and disk size", src)
 	}
-	disk, err := os.Open(sb.paths.disk)
+	// The disk is mounted in the backend's private mount namespaces; the
+	// daemon holds its root open (diskPath).
+	disk, err := os.Open(sb.diskPath())
 	if err != nil {
 		return fmt.Errorf("fork: open the source's disk: %w", err)
 	}

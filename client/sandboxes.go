@@ -32,6 +32,8 @@ type CreateRequest struct {
 	// AutoPause pauses the sandbox at its timeout instead of destroying
 	// it; Resume brings it back.
 	AutoPause bool
+	// Volumes are the caller's volumes to mount (see CreateVolume).
+	Volumes []VolumeMount
 }
 
 // createBody is CreateRequest on the wire.
@@ -44,13 +46,14 @@ type createBody struct {
 	Network   *Network          `json:"network,omitempty"`
 	Service   *bool             `json:"service,omitempty"`
 	AutoPause bool              `json:"auto_pause,omitempty"`
+	Volumes   []VolumeMount     `json:"volumes,omitempty"`
 }
 
 // Create creates a sandbox and returns it running. It fails with
 // ErrQuotaExceeded when the caller has too many sandboxes.
 func (c *Client) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
 	body := createBody{Template: req.Template, Timeout: seconds(req.Timeout), Env: req.Env,
-		Metadata: req.Metadata, Resources: req.Resources, Network: req.Network, AutoPause: req.AutoPause}
+		Metadata: req.Metadata, Resources: req.Resources, Network: req.Network, AutoPause: req.AutoPause, Volumes: req.Volumes}
 	if req.NoService {
 		off := false
 		body.Service = &off

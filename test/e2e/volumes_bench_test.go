@@ -9,14 +9,16 @@ import (
 )
 
 // BenchmarkVolumes measures, through a daemon on this host:
+//
 //   - sequential write and read throughput of 256 MiB with dd in a
 //     sandbox, on a local volume and on the sandbox's own disk (both ext4
 //     on a loop device; the write ends with fsync, the read follows a
 //     drop of the page cache, so both reach the image file);
+//
 //   - the latency of one fork ×10 request of a running sandbox with
 //     64 MiB written in its /workspace.
 //
-//	go test -run '^$' -bench Volumes -benchtime 3x ./test/e2e/
+//     go test -run '^$' -bench Volumes -benchtime 3x ./test/e2e/
 func BenchmarkVolumes(b *testing.B) {
 	base := startBenchDaemon(b, "MAX_SANDBOXES_PER_USER=0", "STORAGE_QUOTA_PER_USER=0")
 	api := benchAPI{b: b, url: base}

@@ -15,8 +15,8 @@ func newVolumeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "volume",
 		Short: "Manage volumes: named stores of files that outlive sandboxes",
-		Long: "A volume is yours alone, mounted into sandboxes at create (agentbox create --volume NAME:PATH[:ro])\n" +
-			"into any number of them at once; its size is enforced by the kernel (docs/volumes.md).",
+		Long: "A volume is yours alone, mounted into sandboxes at create (\"volumes\" of POST /v1/sandboxes, or\n" +
+			"the SDKs) into any number of them at once; its size is enforced by the kernel (docs/volumes.md).",
 	}
 	cmd.AddCommand(newVolumeCreateCmd(), newVolumeLsCmd(), newVolumeRmCmd())
 	return cmd

@@ -36,6 +36,8 @@ type CreateRequest struct {
 	// where the server has it: GET /v1/info); empty means the
 	// server's default.
 	Isolation string
+	// Volumes are the caller's volumes to mount (see CreateVolume).
+	Volumes []VolumeMount
 }
 
 // createBody is CreateRequest on the wire.
@@ -49,13 +51,14 @@ type createBody struct {
 	Service   *bool             `json:"service,omitempty"`
 	AutoPause bool              `json:"auto_pause,omitempty"`
 	Isolation string            `json:"isolation,omitempty"`
+	Volumes   []VolumeMount     `json:"volumes,omitempty"`
 }
 
 // Create creates a sandbox and returns it running. It fails with
 // ErrQuotaExceeded when the caller has too many sandboxes.
 func (c *Client) Create(ctx context.Context, req CreateRequest) (*Sandbox, error) {
 	body := createBody{Template: req.Template, Timeout: seconds(req.Timeout), Env: req.Env,
-		Metadata: req.Metadata, Resources: req.Resources, Network: req.Network, AutoPause: req.AutoPause, Isolation: req.Isolation}
+		Metadata: req.Metadata, Resources: req.Resources, Network: req.Network, AutoPause: req.AutoPause, Isolation: req.Isolation, Volumes: req.Volumes}
 	if req.NoService {
 		off := false
 		body.Service = &off

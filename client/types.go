@@ -36,6 +36,8 @@ type Sandbox struct {
 	AutoPause   bool              `json:"auto_pause,omitempty"`
 	// Isolation is the level it runs at: "container" or "gvisor".
 	Isolation string `json:"isolation,omitempty"`
+	// Volumes are the volumes mounted at create.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 	// PausedAt and RemainingSeconds are set while the sandbox is paused:
 	// when it was paused and the running time Resume gives back (EndAt is
 	// then when the server deletes the paused sandbox; zero: never).

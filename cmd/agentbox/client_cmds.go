@@ -42,7 +42,7 @@ func addClientFlags(root *cobra.Command) {
 func addClientCommands(root *cobra.Command) {
 	root.AddCommand(
 		newCreateCmd(), newLsCmd(), newExecCmd(), newCpCmd(), newShellCmd(),
-		newKillCmd(), newLogsCmd(), newTimeoutCmd(), newStatsCmd(), newTemplateCmd(), newSnapshotCmd(),
+		newKillCmd(), newLogsCmd(), newTimeoutCmd(), newStatsCmd(), newTemplateCmd(), newSnapshotCmd(), newVolumeCmd(), newForkCmd(),
 		newPauseCmd(), newResumeCmd(), newE2BCmd(), newDaytonaCmd(),
 		newScreenshotCmd(),
 		newDesktopCmd(),

@@ -277,6 +277,17 @@ type Snapshotter interface {
 	SnapshotDiff(ctx context.Context, id sandbox.ID, w io.Writer) error
 }
 
+// Forker is implemented by backends that can start a sandbox from a live
+// copy of another's disk (fork).
+type Forker interface {
+	// Fork creates sandbox spec whose disk is a copy of running sandbox
+	// src's, taken with src's filesystem frozen (consistent, as after a
+	// crash at that instant: what src's processes had not written is not
+	// in it); src keeps running. spec must have src's template and disk
+	// size. Processes and memory are not carried: the fork boots fresh.
+	Fork(ctx context.Context, src sandbox.ID, spec sandbox.Spec) (sandbox.Info, error)
+}
+
 // WarmPooler is implemented by backends that keep warm pools themselves
 // (the kube backend: a SandboxWarmPool whose hits are SandboxClaims). The
 // manager's pool of a template such a backend pools is the backend's,

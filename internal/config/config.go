@@ -36,6 +36,7 @@ import (
 	"github.com/agentbox/agentbox/internal/settings"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/template"
+	"github.com/agentbox/agentbox/internal/volume"
 	"github.com/agentbox/agentbox/internal/webhook"
 )
 
@@ -54,6 +55,7 @@ type (
 	WebhookSettings    = webhook.Settings
 	HistorySettings    = history.Settings
 	AuditSettings      = audit.Settings
+	VolumeSettings     = volume.Settings
 	// RedisConfig is the REDIS_* settings.
 	RedisConfig = store.RedisSettings
 )
@@ -110,6 +112,7 @@ type Config struct {
 	WebhookSettings
 	HistorySettings
 	AuditSettings
+	VolumeSettings
 	DockerSettings
 	// Kube configures the Kubernetes backend (KUBE_BACKEND,
 	// CONTAINER_DEPLOYMENT=k8s, K8S_*).

@@ -344,7 +344,9 @@ func (s *server) buildControlPlane(context.Context) error {
 	}
 	s.openEvents()
 	s.openAudit()
+	vols := s.openVolumes()
 	s.m = manager.New(manager.Config{
+		Volumes:   vols,
 		Events:    s.events,
 		Templates: cfg.Templates, TemplateAdmins: cfg.TemplateAdmins, PoolTypes: cfg.DefaultTypes, PoolSize: cfg.PoolSize, PoolMaxUses: cfg.PoolMaxUses,
 		DefaultTimeout: cfg.DefaultTimeout, MaxTimeout: cfg.MaxTimeout, HeartbeatTimeout: cfg.HeartbeatTimeout,

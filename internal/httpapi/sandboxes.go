@@ -65,6 +65,8 @@ type createBody struct {
 	AutoPause bool `json:"auto_pause"`
 	// Isolation is "container" or "gvisor" ("": the server's default).
 	Isolation string `json:"isolation"`
+	// Volumes are the caller's volumes to mount.
+	Volumes []sandbox.VolumeMount `json:"volumes"`
 }
 
 // seconds converts a JSON seconds value to a duration, refusing nonsense.
@@ -89,7 +91,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("isolation", "isolation must be \"container\" or \"gvisor\", not %q", body.Isolation)
 	}
 	req := manager.CreateRequest{Template: body.Template, Timeout: timeout, Env: body.Env, Metadata: body.Metadata,
-		NoService: body.Service != nil && !*body.Service, AutoPause: body.AutoPause, Isolation: isolation}
+		NoService: body.Service != nil && !*body.Service, AutoPause: body.AutoPause, Isolation: isolation, Volumes: body.Volumes}
 	if body.Resources != nil {
 		req.Resources = sandbox.Resources{MemoryBytes: int64(body.Resources.Memory), CPUs: body.Resources.CPUs,
 			PIDs: body.Resources.PIDs, DiskBytes: int64(body.Resources.Disk)}
@@ -123,6 +125,8 @@ type sandboxOut struct {
 	FromPool    bool              `json:"from_pool"`
 	AutoPause   bool              `json:"auto_pause"`
 	Isolation   string            `json:"isolation"`
+	// Volumes are the volumes mounted at create.
+	Volumes []sandbox.VolumeMount `json:"volumes,omitempty"`
 	// PausedAt and RemainingSeconds are set while the sandbox is paused:
 	// when it was paused and the running time Resume gives back.
 	PausedAt         *time.Time `json:"paused_at,omitempty"`
@@ -152,6 +156,7 @@ func sandboxJSON(rec *store.Record) sandboxOut {
 		Network:    networkJSON{Mode: string(rec.Network.Mode), AllowOut: rec.Network.AllowOut, DenyOut: rec.Network.DenyOut},
 		SessionKey: rec.SessionKey, AccessToken: rec.AccessToken, FromPool: rec.FromPool, AutoPause: rec.AutoPause,
 		Isolation: string(rec.Isolation.Or(sandbox.IsolationContainer)),
+		Volumes:   rec.Volumes,
 	}
 	if rec.State == sandbox.StatePaused {
 		at, left := rec.PausedAt, rec.Remaining.Seconds()

@@ -104,4 +104,7 @@ func (m *Manager) claimExpiry(id sandbox.ID) bool {
 func (m *Manager) unreserveShared(ctx context.Context, id sandbox.ID) {
 	m.dropShared(ctx, id)
 	m.unreserve(id)
+	if m.cfg.Volumes != nil {
+		m.cfg.Volumes.Release(id) // a create that failed after its volumes were staged
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/agentbox/agentbox/internal/pool"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/volume"
 )
 
 // CreateRequest is what a caller asks for. Zero fields take the server's
@@ -51,6 +52,9 @@ type CreateRequest struct {
 	// NoService creates the sandbox without running its template's
 	// service (CMD, start_cmd, warm code context); implies NoPool.
 	NoService bool
+	// Volumes are the caller's volumes to mount (volumes.go); implies
+	// NoPool.
+	Volumes []sandbox.VolumeMount
 
 	// session binds the sandbox to a session key: set only by a held
 	// Session (sessions.go), so every binding is serialised with the
@@ -58,6 +62,9 @@ type CreateRequest struct {
 	session string
 	// workspaceDir is Workspace resolved by validate.
 	workspaceDir string
+	// forkOf makes the sandbox's disk a live copy of this sandbox's
+	// (fork.go).
+	forkOf sandbox.ID
 }
 
 const (
@@ -195,6 +202,14 @@ func (m *Manager) validate(req *CreateRequest) error {
 		}
 		req.workspaceDir = dir
 	}
+	if len(req.Volumes) > 0 {
+		if m.cfg.Volumes == nil {
+			return invalid("volumes", "this server has no volumes")
+		}
+		if err := volume.CheckMounts(req.Volumes); err != nil {
+			return err
+		}
+	}
 	return m.validateNetwork(&req.Network)
 }
 
@@ -294,7 +309,7 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 // sandboxes boot with the default resources, network mode and workspace;
 // env, metadata, timeout and the egress policy are applied at hand-over.
 func (m *Manager) poolEligible(req CreateRequest) bool {
-	return !req.NoPool && !req.NoService && req.Resources == (sandbox.Resources{}) &&
+	return !req.NoPool && !req.NoService && len(req.Volumes) == 0 && req.Resources == (sandbox.Resources{}) &&
 		req.Network.Mode == m.cfg.DefaultNetworkMode &&
 		req.Workspace == "" && m.cfg.DefaultMountDir == ""
 }
@@ -353,6 +368,7 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 		Metadata: req.Metadata, Env: req.Env, Network: req.Network,
 		AccessToken: newToken(), SessionKey: req.session, Pool: poolKey, Extra: req.Extra, AutoPause: req.AutoPause,
 		Isolation: req.Isolation,
+		Volumes:   req.Volumes,
 	}
 	if poolKey != "" {
 		rec.EndAt = time.Time{} // pooled sandboxes wait without a deadline
@@ -378,6 +394,14 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 		_ = os.Chown(dir, 1000, 1000)
 		spec.WorkspaceDir = dir
 	}
+	if len(req.Volumes) > 0 {
+		vms, err := m.cfg.Volumes.Attach(ctx, owner, id, req.Volumes)
+		if err != nil {
+			m.unreserveShared(ctx, id)
+			return nil, err
+		}
+		spec.Mounts = append(append([]sandbox.Mount(nil), spec.Mounts...), vms...)
+	}
 	rec.WorkspaceDir = spec.WorkspaceDir
 	rec.Node = m.cfg.NodeID
 	rec.Resources = spec.Resources
@@ -394,6 +418,9 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 		rec.FromPool = true
 		info, err = cp.backend.CreateFromPool(ctx, cp.name, spec)
 		m.metrics.phase("backend_claim", time.Since(bootStart))
+	} else if req.forkOf != "" {
+		info, err = m.backend.(backend.Forker).Fork(ctx, req.forkOf, spec)
+		m.metrics.phase("backend_fork", time.Since(bootStart))
 	} else {
 		info, err = m.backend.Create(ctx, spec)
 		m.metrics.phase("backend_create", time.Since(bootStart))

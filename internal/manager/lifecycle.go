@@ -76,6 +76,9 @@ func (m *Manager) destroy(ctx context.Context, id sandbox.ID, reason string) err
 		m.mu.Unlock()
 		return fmt.Errorf("destroy sandbox %s: %w", id, err)
 	}
+	if m.cfg.Volumes != nil && len(last.Volumes) > 0 {
+		m.cfg.Volumes.Release(id)
+	}
 	if err := m.store.Delete(context.WithoutCancel(ctx), id); err != nil {
 		m.log.Error("delete record; retrying when the store is back", "sandbox", id, "err", err)
 		m.deleteLater(id)

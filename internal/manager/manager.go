@@ -23,6 +23,7 @@ import (
 	"github.com/agentbox/agentbox/internal/pool"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/volume"
 )
 
 // Config holds the lifecycle rules.
@@ -117,6 +118,9 @@ type Config struct {
 	// PeerDestroy lets ReleaseSession destroy a session's sandboxes other
 	// replicas run (nil: none are reached).
 	PeerDestroy PeerDestroy
+
+	// Volumes are the tenants' volumes (nil: none on this server).
+	Volumes *volume.Service
 
 	// Events records the sandboxes' lifecycle events (nil: none).
 	Events *events.Log
@@ -231,6 +235,15 @@ func (m *Manager) Start(ctx context.Context) error {
 	go m.heartbeatLoop(loopCtx)
 	go m.lostSweepLoop(loopCtx)
 	m.startPools(loopCtx)
+	if m.cfg.Volumes != nil {
+		// Subpath mounts of sandboxes that ended while the daemon was away.
+		m.cfg.Volumes.Sweep(func(id sandbox.ID) bool {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			_, ok := m.entries[id]
+			return ok
+		})
+	}
 	m.ready.Store(true)
 	return nil
 }

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"slices"
 	"sync"
 
@@ -54,7 +55,17 @@ func (a *storageAccount) user(owner string) *storageUser {
 // storedUsage is what owner's content holds now, writes in progress not
 // included. (Volumes: add theirs here.)
 func (m *Manager) storedUsage(owner string) template.Usage {
-	return m.cfg.Committer.PrivateUsage(owner)
+	var u template.Usage
+	if m.cfg.Committer != nil {
+		u = m.cfg.Committer.PrivateUsage(owner)
+	}
+	if m.cfg.Volumes != nil {
+		// A volume holds its whole size (its blocks are reserved at create).
+		if n, err := m.cfg.Volumes.Bytes(context.Background(), owner); err == nil {
+			u.Bytes += n
+		}
+	}
+	return u
 }
 
 // storageCharge is one write in progress of owner's (a snapshot).

@@ -97,6 +97,20 @@ type Mount struct {
 	Source   string `json:"source"` // host path
 	Target   string `json:"target"` // path inside the sandbox
 	ReadOnly bool   `json:"read_only"`
+	// IDMapped says Source's files carry the sandbox's own ids (a volume:
+	// uid 1000 is the sandbox user in every sandbox that mounts it), so a
+	// backend that gives the sandbox a user namespace maps them through it.
+	IDMapped bool `json:"idmapped,omitempty"`
+}
+
+// VolumeMount asks for a volume in a sandbox: the caller's volume Name
+// at Path, read-only or not, its whole tree or only SubPath (a directory
+// of the volume, created when missing).
+type VolumeMount struct {
+	Name     string `json:"name"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+	SubPath  string `json:"subpath,omitempty"`
 }
 
 // Spec is everything a backend needs to create a sandbox.

@@ -50,6 +50,8 @@ type Record struct {
 	Remaining time.Duration `json:"remaining,omitempty"`
 	// Uses counts the users a recycled pooled sandbox served before.
 	Uses int `json:"uses,omitempty"`
+	// Volumes are the volumes mounted into the sandbox at create.
+	Volumes []sandbox.VolumeMount `json:"volumes,omitempty"`
 	// Extra is opaque data of protocol front-ends (agentscope's meta...).
 	Extra map[string]string `json:"extra,omitempty"`
 
@@ -66,6 +68,7 @@ func (r *Record) Clone() *Record {
 	c.Extra = cloneMap(r.Extra)
 	c.Network.AllowOut = append([]string(nil), r.Network.AllowOut...)
 	c.Network.DenyOut = append([]string(nil), r.Network.DenyOut...)
+	c.Volumes = append([]sandbox.VolumeMount(nil), r.Volumes...)
 	return &c
 }
 

@@ -40,6 +40,13 @@ func validateResources(r sandbox.Resources) error {
 
 // Create implements backend.Backend.
 func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {
+	return b.create(ctx, spec, "")
+}
+
+// create makes sandbox spec; its disk is a fresh copy of the formatted
+// template image, or, when fork is set, a frozen copy of sandbox fork's
+// (fork.go).
+func (b *Backend) create(ctx context.Context, spec sandbox.Spec, fork sandbox.ID) (sandbox.Info, error) {
 	if err := spec.ID.Validate(); err != nil {
 		return sandbox.Info{}, err
 	}
@@ -132,7 +139,11 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 			return fail(err)
 		}
 		bx.phases.mark("disk admission (statfs, stat of every disk)")
-		if err := b.copyDiskTemplate(spec.Resources.DiskBytes, bx.paths.image); err != nil {
+		if fork != "" {
+			if err := b.copyForkDisk(fork, spec, bx.paths.image); err != nil {
+				return fail(err)
+			}
+		} else if err := b.copyDiskTemplate(spec.Resources.DiskBytes, bx.paths.image); err != nil {
 			return fail(err)
 		}
 		bx.phases.mark("disk: sparse copy of the ext4 template")
@@ -157,6 +168,14 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		if spec.WorkspaceDir != "" && ids.userns && !b.rootless {
 			if err := b.reownTree(spec.WorkspaceDir, ids); err != nil {
 				return err
+			}
+		}
+		if fork != "" && ids.userns {
+			// The copy's files belong to the source's host id range.
+			for _, d := range diskDirs {
+				if err := b.reownTree(filepath.Join(bx.paths.disk, d.path), ids); err != nil {
+					return fmt.Errorf("fork: %w", err)
+				}
 			}
 		}
 		// Only the daemon may reach the agent's socket: root's, not mounted

@@ -345,7 +345,7 @@ func (b *Backend) mounts(spec sandbox.Spec, tmpl sandbox.Template, p boxPaths, i
 		// An image has its own /etc (accounts included) and homes: they
 		// live in its writable root, on the sandbox's disk through the
 		// overlay's upper layer.
-		return append(ms, extraMounts(spec, ro, rw)...)
+		return append(ms, extraMounts(spec, ro, rw, ids.userns && !b.rootless)...)
 	}
 	ms = append(ms, specs.Mount{Destination: sandboxHome, Type: "bind", Source: filepath.Join(p.disk, "home"), Options: rw})
 	if spec.Root || ids.userns {
@@ -353,16 +353,29 @@ func (b *Backend) mounts(spec sandbox.Spec, tmpl sandbox.Template, p boxPaths, i
 		// the sandbox user's).
 		ms = append(ms, specs.Mount{Destination: "/root", Type: "bind", Source: filepath.Join(p.disk, "roothome"), Options: rw})
 	}
-	return append(ms, extraMounts(spec, ro, rw)...)
+	return append(ms, extraMounts(spec, ro, rw, ids.userns && !b.rootless)...)
 }
 
-// extraMounts are the operator's extra host directories (READONLY_MOUNTS).
-func extraMounts(spec sandbox.Spec, ro, rw []string) []specs.Mount {
+// extraMounts are the operator's extra host directories (READONLY_MOUNTS)
+// and the sandbox's volumes. A volume's files carry the sandbox's own ids
+// (uid 1000 is the sandbox user in every sandbox), so with a user
+// namespace (idmap) it is mounted idmapped through it — one mount, not
+// recursive: a volume has no submounts — and every sandbox, whatever its
+// host id range, sees and writes the same owners.
+func extraMounts(spec sandbox.Spec, ro, rw []string, idmap bool) []specs.Mount {
 	var ms []specs.Mount
 	for _, m := range spec.Mounts {
 		opts := rw
 		if m.ReadOnly {
 			opts = ro
+		}
+		if m.IDMapped {
+			o := append([]string{"bind"}, opts[1:]...)
+			if idmap {
+				o = append(o, "idmap")
+			}
+			ms = append(ms, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: o})
+			continue
 		}
 		ms = append(ms, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: append([]string{"rbind"}, opts[1:]...)})
 	}

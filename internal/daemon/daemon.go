@@ -37,6 +37,7 @@ import (
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/template"
 	"github.com/agentbox/agentbox/internal/template/autobuild"
@@ -132,6 +133,7 @@ type server struct {
 	audit        *audit.Log          // nil: AUDIT_ENABLED=false
 	webhooks     *webhook.Registry   // nil without events
 	dispatcher   *webhook.Dispatcher // nil without events
+	vault        *secrets.Vault      // nil: the store keeps no documents
 	// mountDoors
 	api *httpapi.Server
 	srv *http.Server
@@ -285,6 +287,9 @@ func (s *server) openStores(ctx context.Context) error {
 	}
 	s.store, s.nodes = st, nodes
 	s.push("state store", func() error { closeStore(); return nil })
+	if s.vault, err = openVault(s.cfg.SecretsSettings, s.store, s.dataDir, s.log); err != nil {
+		return err
+	}
 	s.tmplDir = templateDir(s.cfg, s.dataDir)
 	if s.templates, err = openTemplateStore(ctx, s.cfg, s.tmplDir, s.templateUsers, s.log); err != nil {
 		return err
@@ -531,7 +536,7 @@ func (s *server) mountDoors(context.Context) error {
 		Builds:    &httpapi.BuildConfig{Builder: s.builder, Store: s.templates},
 		Tools:     tools.mcp,
 		Events:    s.events, Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate,
-		History: s.history, Audit: s.audit,
+		History: s.history, Audit: s.audit, Secrets: s.vault,
 		// The protocol front ends, in the order they claim refusals:
 		// agentscope's methods are any path at the root, so it is last.
 		Doors: []httpapi.Door{

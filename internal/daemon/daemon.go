@@ -25,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/backend/native"
+	"github.com/agentbox/agentbox/internal/broker"
 	"github.com/agentbox/agentbox/internal/cluster"
 	"github.com/agentbox/agentbox/internal/compat/agentscope"
 	"github.com/agentbox/agentbox/internal/compat/e2b"
@@ -134,6 +135,7 @@ type server struct {
 	webhooks     *webhook.Registry   // nil without events
 	dispatcher   *webhook.Dispatcher // nil without events
 	vault        *secrets.Vault      // nil: the store keeps no documents
+	brokerCA     *broker.CA          // nil: no egress broker
 	// mountDoors
 	api *httpapi.Server
 	srv *http.Server
@@ -240,6 +242,11 @@ func (s *server) openBackend(ctx context.Context) error {
 		LeaveCgroupMounts: !cfg.CgroupFavorDynmods}
 	if s.netMgr != nil {
 		ncfg.Network = s.netMgr
+		if cfg.NetworkBrokerPort != 0 {
+			if ncfg.CABundle, err = s.prepareBroker(); err != nil {
+				return err
+			}
+		}
 	}
 	nb, err := native.New(ncfg)
 	if err != nil {
@@ -364,6 +371,7 @@ func (s *server) buildControlPlane(context.Context) error {
 		ValidateNetwork: netpolicy.Validate, Resolver: resolver, TemplateNote: resolver.note, Committer: s.templates, NodeID: s.node, NodeMaxSandboxes: cfg.NodeMaxSandboxes,
 		StorageQuota: int64(cfg.StorageQuota), MaxPrivateTemplates: cfg.MaxPrivateTemplates, SnapshotMaxBytes: int64(cfg.SnapshotMaxBytes),
 		DiskReserve: int64(cfg.DiskReserve), Nodes: s.registry.List, PeerDestroy: peerDestroy,
+		CheckRules: s.checkRules,
 	}, s.backend, s.store)
 	// Closed in this order: the builds (they run sandboxes on the
 	// manager), the manager, then the registry, which keeps this replica
@@ -377,6 +385,9 @@ func (s *server) buildControlPlane(context.Context) error {
 		return nil
 	})
 	s.push("manager", s.shutdownManager)
+	if err := s.startBroker(); err != nil {
+		return err
+	}
 	s.openHistory()
 	s.push("built-in template builds", func() error {
 		if s.buildsStarted {
@@ -721,7 +732,7 @@ func startNetwork(ctx context.Context, cfg *config.Config, dataDir string, log *
 	m, err := netpolicy.New(ctx, netpolicy.Config{
 		Bridge: string(cfg.NetworkBridge), Subnet: cfg.NetworkSubnet.Prefix(), Upstream: cfg.NetworkDNS,
 		AllowHostPorts: cfg.NetworkHostPorts, AllowPrivate: cfg.NetworkPrivate,
-		BandwidthBits: uint64(cfg.NetworkBandwidth), MaxConns: cfg.NetworkMaxConns,
+		BandwidthBits: uint64(cfg.NetworkBandwidth), MaxConns: cfg.NetworkMaxConns, BrokerPort: cfg.NetworkBrokerPort,
 		StateDir: filepath.Join(dataDir, "net"), Logger: log,
 	})
 	if err != nil {

@@ -28,7 +28,7 @@ const (
 	setPrivate   = "private4"
 	setOpAllow   = "allowprivate4"
 	setHostPorts = "hostports"
-	setBrokered  = "brokered" // sandboxes whose HTTP(S) goes to the broker
+	setBrokered  = "brokered"        // sandboxes whose HTTP(S) goes to the broker
 	mapForward   = "sandbox_forward" // sandbox address -> goto its policy chain
 	mapDeny      = "sandbox_deny"    // sandbox address -> goto its reject chain
 

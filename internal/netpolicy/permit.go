@@ -163,4 +163,3 @@ func (m *Manager) cutDenied(src netip.Addr, p policy) error {
 	}
 	return nil
 }
-

@@ -277,7 +277,7 @@ func (b *Broker) handle(c net.Conn) {
 	_ = c.SetReadDeadline(time.Time{})
 	if err := b.cfg.Policy.Permit(src.Addr().Unmap(), dst.Addr(), name); err != nil {
 		b.log.Debug("broker: denied", "sandbox", target.ID, "dst", dst, "name", name)
-		_ = c.Close()
+		reset(c)
 		return
 	}
 	t := &tracked{conn: c, src: src.Addr().Unmap(), dst: dst, name: name}
@@ -319,6 +319,15 @@ func (b *Broker) passThrough(c net.Conn, dst netip.AddrPort) {
 	go func() { _, _ = io.Copy(c, up); closeWrite(c); done <- struct{}{} }()
 	<-done
 	<-done
+}
+
+// reset closes c with a TCP reset, as the firewall answers a denied
+// connection: the client fails at once.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
 }
 
 func closeWrite(c net.Conn) {

@@ -281,3 +281,62 @@ func TestEgressBroker(t *testing.T) {
 		t.Fatalf("delete: %d %s", status, data)
 	}
 }
+
+// TestEgressBrokerBench measures HTTPS request latency from inside a
+// sandbox to a test-internet upstream: direct egress (a sandbox without
+// rules), through the broker passed through by SNI (a sandbox with rules,
+// another host) and intercepted (the rule's host: TLS terminated, header
+// injected, upstream re-verified). Each request is a new curl and a new
+// connection (curl's time_total: connect, TLS, request, response).
+// docs/benchmarks.md. AGENTBOX_BENCH=1 runs it.
+func TestEgressBrokerBench(t *testing.T) {
+	if os.Getenv("AGENTBOX_BENCH") == "" {
+		t.Skip("a benchmark: AGENTBOX_BENCH=1 runs it (scripts/bench.sh)")
+	}
+	inet := newTestInternet(t, map[string]string{"api.test": "198.18.77.1", "evil.test": "198.18.77.3"})
+	ca := newTestCA(t)
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	if err := os.WriteFile(caFile, ca.pem, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var api, evil seen
+	inet.serveTLS(t, "198.18.77.1:443", "api.test", ca, &api)
+	inet.serveTLS(t, "198.18.77.3:443", "evil.test", ca, &evil)
+	suffix := inet.hostIf[len(inet.hostIf)-6:]
+	d := startDaemon(t, "NETWORK=on", "NETWORK_BRIDGE=abxb"+suffix, "NETWORK_DNS="+inet.addr,
+		"BEARER_TOKEN=key-a", "NETWORK_BROKER_CA_FILE="+caFile)
+	const key = "key-a"
+	if status, data := d.call(t, "PUT", "/v1/secrets/TOKEN", key, map[string]any{"value": "bench-value"}); status != 201 {
+		t.Fatalf("secret: %d %s", status, data)
+	}
+	rules := []map[string]any{{"host": "api.test", "headers": map[string]string{"Authorization": "Bearer ${secret:TOKEN}"}}}
+	plain := createRaw(t, d, key, map[string]any{"network": map[string]any{"mode": "egress"}})
+	brokered := createRaw(t, d, key, map[string]any{"network": map[string]any{"mode": "egress", "rules": rules}})
+	const n = 200
+	measure := func(id, url string) []time.Duration {
+		// -k: the upstream's CA is the test's, which only the broker trusts.
+		out := execIn(t, d, key, id, fmt.Sprintf(`for i in $(seq %d); do curl -sk -o /dev/null -w '%%{time_total}\n' %s; done`, n, url))
+		var ds []time.Duration
+		for _, f := range strings.Fields(out) {
+			var s float64
+			if _, err := fmt.Sscanf(f, "%g", &s); err == nil {
+				ds = append(ds, time.Duration(s*float64(time.Second)))
+			}
+		}
+		if len(ds) != n {
+			t.Fatalf("%s: %d samples: %q", url, len(ds), out)
+		}
+		return ds
+	}
+	for _, c := range []struct{ name, id, url string }{
+		{"direct (no rules, forwarded)", plain, "https://api.test/"},
+		{"broker pass-through (SNI, no rule)", brokered, "https://evil.test/"},
+		{"broker intercepted (rule, header injected)", brokered, "https://api.test/"},
+	} {
+		ds := measure(c.id, c.url)
+		t.Logf("%-44s n=%d p50=%.2fms p99=%.2fms", c.name, n, quantileMs(ds, 0.5), quantileMs(ds, 0.99))
+	}
+	if got := api.take(); !strings.Contains(got, "Bearer bench-value") {
+		t.Fatal("the intercepted requests lacked the header")
+	}
+}

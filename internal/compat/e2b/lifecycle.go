@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 

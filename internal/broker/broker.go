@@ -264,7 +264,7 @@ func (b *Broker) handle(c net.Conn) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	br := bufio.NewReader(c)
+	br := bufio.NewReaderSize(c, 16<<10+5) // one TLS record: a whole ClientHello
 	first, err := br.Peek(1)
 	if err != nil {
 		_ = c.Close()

@@ -143,8 +143,8 @@ func (v *Vault) Put(ctx context.Context, owner, name, value string) (m Meta, cre
 			return Meta{}, false, sandbox.Errorf(sandbox.ClassQuota, "user %q has %d secrets, the most SECRETS_MAX_PER_USER allows", owner, len(have))
 		}
 	}
-	nonce := make([]byte, v.aead.NonceSize())
-	if _, err := rand.Read(nonce); err != nil {
+	nonce, err := randomNonce(v.aead.NonceSize())
+	if err != nil {
 		return Meta{}, false, err
 	}
 	sealed := v.aead.Seal(nil, nonce, []byte(value), aad(owner, name))
@@ -167,6 +167,17 @@ func (v *Vault) Put(ctx context.Context, owner, name, value string) (m Meta, cre
 		return Meta{}, false, fmt.Errorf("store secret: %w", err)
 	}
 	return m, created, nil
+}
+
+// randomNonce returns a fresh random GCM nonce: one per seal, never
+// reused under the key (96 random bits, safe for far more secrets than a
+// store holds).
+func randomNonce(n int) ([]byte, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // newPlaceholder returns a placeholder for name: recognizable in logs and

@@ -16,6 +16,19 @@ type Network struct {
 	Mode     string   `json:"mode,omitempty"`      // "none" or "egress"
 	AllowOut []string `json:"allow_out,omitempty"` // CIDRs or domain names
 	DenyOut  []string `json:"deny_out,omitempty"`
+	// Rules send HTTPS to their hosts through the egress broker, which
+	// sets headers and replaces secrets' placeholders (docs/secrets.md).
+	Rules []EgressRule `json:"rules,omitempty"`
+}
+
+// EgressRule is one host's request transformation in the egress broker.
+// In header values, ${secret:NAME} is the caller's secret NAME.
+type EgressRule struct {
+	Host    string            `json:"host"`
+	Methods []string          `json:"methods,omitempty"`
+	Paths   []string          `json:"paths,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Secrets []string          `json:"secrets,omitempty"`
 }
 
 // Sandbox is a sandbox as the server describes it.

@@ -46,6 +46,7 @@ func addClientCommands(root *cobra.Command) {
 		newPauseCmd(), newResumeCmd(), newE2BCmd(), newDaytonaCmd(),
 		newScreenshotCmd(),
 		newDesktopCmd(),
+		newSecretCmd(), newNetworkCmd(),
 	)
 }
 

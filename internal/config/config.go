@@ -33,6 +33,7 @@ import (
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/settings"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/template"
@@ -56,6 +57,7 @@ type (
 	HistorySettings    = history.Settings
 	AuditSettings      = audit.Settings
 	VolumeSettings     = volume.Settings
+	SecretsSettings    = secrets.Settings
 	// RedisConfig is the REDIS_* settings.
 	RedisConfig = store.RedisSettings
 )
@@ -113,6 +115,7 @@ type Config struct {
 	HistorySettings
 	AuditSettings
 	VolumeSettings
+	SecretsSettings
 	DockerSettings
 	// Kube configures the Kubernetes backend (KUBE_BACKEND,
 	// CONTAINER_DEPLOYMENT=k8s, K8S_*).

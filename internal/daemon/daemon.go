@@ -25,6 +25,7 @@ import (
 	"github.com/agentbox/agentbox/internal/audit"
 	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/backend/native"
+	"github.com/agentbox/agentbox/internal/broker"
 	"github.com/agentbox/agentbox/internal/cluster"
 	"github.com/agentbox/agentbox/internal/compat/agentscope"
 	"github.com/agentbox/agentbox/internal/compat/e2b"
@@ -37,6 +38,7 @@ import (
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/netpolicy"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/template"
 	"github.com/agentbox/agentbox/internal/template/autobuild"
@@ -132,6 +134,8 @@ type server struct {
 	audit        *audit.Log          // nil: AUDIT_ENABLED=false
 	webhooks     *webhook.Registry   // nil without events
 	dispatcher   *webhook.Dispatcher // nil without events
+	vault        *secrets.Vault      // nil: the store keeps no documents
+	brokerCA     *broker.CA          // nil: no egress broker
 	// mountDoors
 	api *httpapi.Server
 	srv *http.Server
@@ -238,6 +242,11 @@ func (s *server) openBackend(ctx context.Context) error {
 		LeaveCgroupMounts: !cfg.CgroupFavorDynmods, RunscPath: string(cfg.RunscPath)}
 	if s.netMgr != nil {
 		ncfg.Network = s.netMgr
+		if cfg.NetworkBrokerPort != 0 {
+			if ncfg.CABundle, err = s.prepareBroker(); err != nil {
+				return err
+			}
+		}
 	}
 	nb, err := native.New(ncfg)
 	if err != nil {
@@ -285,6 +294,9 @@ func (s *server) openStores(ctx context.Context) error {
 	}
 	s.store, s.nodes = st, nodes
 	s.push("state store", func() error { closeStore(); return nil })
+	if s.vault, err = openVault(s.cfg.SecretsSettings, s.store, s.dataDir, s.log); err != nil {
+		return err
+	}
 	s.tmplDir = templateDir(s.cfg, s.dataDir)
 	if s.templates, err = openTemplateStore(ctx, s.cfg, s.tmplDir, s.templateUsers, s.log); err != nil {
 		return err
@@ -362,6 +374,7 @@ func (s *server) buildControlPlane(context.Context) error {
 		ValidateNetwork: netpolicy.Validate, Resolver: resolver, TemplateNote: resolver.note, Committer: s.templates, NodeID: s.node, NodeMaxSandboxes: cfg.NodeMaxSandboxes,
 		StorageQuota: int64(cfg.StorageQuota), MaxPrivateTemplates: cfg.MaxPrivateTemplates, SnapshotMaxBytes: int64(cfg.SnapshotMaxBytes),
 		DiskReserve: int64(cfg.DiskReserve), Nodes: s.registry.List, PeerDestroy: peerDestroy,
+		CheckRules: s.checkRules,
 	}, s.backend, s.store)
 	// Closed in this order: the builds (they run sandboxes on the
 	// manager), the manager, then the registry, which keeps this replica
@@ -375,6 +388,9 @@ func (s *server) buildControlPlane(context.Context) error {
 		return nil
 	})
 	s.push("manager", s.shutdownManager)
+	if err := s.startBroker(); err != nil {
+		return err
+	}
 	s.openHistory()
 	s.push("built-in template builds", func() error {
 		if s.buildsStarted {
@@ -534,7 +550,7 @@ func (s *server) mountDoors(context.Context) error {
 		Builds:    &httpapi.BuildConfig{Builder: s.builder, Store: s.templates},
 		Tools:     tools.mcp,
 		Events:    s.events, Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate,
-		History: s.history, Audit: s.audit,
+		History: s.history, Audit: s.audit, Secrets: s.vault,
 		// The protocol front ends, in the order they claim refusals:
 		// agentscope's methods are any path at the root, so it is last.
 		Doors: []httpapi.Door{
@@ -719,7 +735,7 @@ func startNetwork(ctx context.Context, cfg *config.Config, dataDir string, log *
 	m, err := netpolicy.New(ctx, netpolicy.Config{
 		Bridge: string(cfg.NetworkBridge), Subnet: cfg.NetworkSubnet.Prefix(), Upstream: cfg.NetworkDNS,
 		AllowHostPorts: cfg.NetworkHostPorts, AllowPrivate: cfg.NetworkPrivate,
-		BandwidthBits: uint64(cfg.NetworkBandwidth), MaxConns: cfg.NetworkMaxConns,
+		BandwidthBits: uint64(cfg.NetworkBandwidth), MaxConns: cfg.NetworkMaxConns, BrokerPort: cfg.NetworkBrokerPort,
 		StateDir: filepath.Join(dataDir, "net"), Logger: log,
 	})
 	if err != nil {

@@ -50,6 +50,8 @@ type networkJSON struct {
 	Mode     string   `json:"mode,omitempty"`
 	AllowOut []string `json:"allow_out,omitempty"`
 	DenyOut  []string `json:"deny_out,omitempty"`
+	// Rules are the egress broker's (docs/secrets.md).
+	Rules []sandbox.EgressRule `json:"rules,omitempty"`
 }
 
 type createBody struct {
@@ -98,7 +100,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	if body.Network != nil {
 		req.Network = sandbox.Network{Mode: sandbox.NetworkMode(body.Network.Mode),
-			AllowOut: body.Network.AllowOut, DenyOut: body.Network.DenyOut}
+			AllowOut: body.Network.AllowOut, DenyOut: body.Network.DenyOut, Rules: body.Network.Rules}
 	}
 	rec, err := s.m.Create(r.Context(), userOf(r), req)
 	if err != nil {
@@ -153,7 +155,7 @@ func sandboxJSON(rec *store.Record) sandboxOut {
 		CreatedAt: rec.CreatedAt, EndAt: rec.EndAt, Metadata: md, Env: env,
 		Resources: resourcesOut{Memory: rec.Resources.MemoryBytes, CPUs: rec.Resources.CPUs,
 			PIDs: rec.Resources.PIDs, Disk: rec.Resources.DiskBytes},
-		Network:    networkJSON{Mode: string(rec.Network.Mode), AllowOut: rec.Network.AllowOut, DenyOut: rec.Network.DenyOut},
+		Network:    networkJSON{Mode: string(rec.Network.Mode), AllowOut: rec.Network.AllowOut, DenyOut: rec.Network.DenyOut, Rules: rec.Network.Rules},
 		SessionKey: rec.SessionKey, AccessToken: rec.AccessToken, FromPool: rec.FromPool, AutoPause: rec.AutoPause,
 		Isolation: string(rec.Isolation.Or(sandbox.IsolationContainer)),
 		Volumes:   rec.Volumes,
@@ -216,7 +218,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	rec, err := s.m.UpdateNetwork(r.Context(), userOf(r), sandboxID(r), sandbox.Network{
-		Mode: sandbox.NetworkMode(body.Mode), AllowOut: body.AllowOut, DenyOut: body.DenyOut})
+		Mode: sandbox.NetworkMode(body.Mode), AllowOut: body.AllowOut, DenyOut: body.DenyOut, Rules: body.Rules})
 	if err != nil {
 		return err
 	}

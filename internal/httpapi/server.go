@@ -31,6 +31,7 @@ import (
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/mcpserver"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/template/autobuild"
 	"github.com/agentbox/agentbox/internal/version"
 	"github.com/agentbox/agentbox/internal/webhook"
@@ -110,7 +111,9 @@ type Config struct {
 	History *history.History
 	// Audit records every state-changing request and serves GET
 	// /v1/audit (nil: none recorded, the route answers 503).
-	Audit               *audit.Log
+	Audit *audit.Log
+	// Secrets serves /v1/secrets (nil: 503).
+	Secrets             *secrets.Vault
 	Webhooks            *webhook.Registry
 	WebhookDispatcher   *webhook.Dispatcher
 	WebhookAllowPrivate bool
@@ -269,6 +272,7 @@ func (s *Server) routes() {
 	s.desktopRoutes(v1)
 	s.recordRoutes(v1)
 	s.eventRoutes(v1)
+	s.secretRoutes(v1)
 	v1("GET /v1/info", s.info)
 	s.nodesRoutes(v1)
 	v1("GET /v1/openapi.yaml", func(w http.ResponseWriter, r *http.Request) error {

@@ -258,6 +258,9 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if err := m.validate(&req); err != nil {
 		return nil, err
 	}
+	if err := m.checkRules(ctx, owner, req.Network); err != nil {
+		return nil, err
+	}
 	template, typ, err := m.resolveTemplate(ctx, owner, req)
 	if err != nil {
 		return nil, err
@@ -572,7 +575,7 @@ func (m *Manager) handOver(ctx context.Context, id sandbox.ID, owner, typ string
 			return nil, fmt.Errorf("apply env to pooled sandbox: %w", err)
 		}
 	}
-	if len(req.Network.AllowOut)+len(req.Network.DenyOut) > 0 {
+	if len(req.Network.AllowOut)+len(req.Network.DenyOut)+len(req.Network.Rules) > 0 {
 		nu, ok := m.backend.(backend.NetworkUpdater)
 		if !ok {
 			return nil, sandbox.Errorf(sandbox.ClassUnavailable, "backend cannot set network policies")

@@ -97,6 +97,10 @@ type Config struct {
 	// ValidateNetwork checks a policy before anything is created (nil: only
 	// the mode is checked).
 	ValidateNetwork func(sandbox.Network) error
+	// CheckRules checks a policy's egress rules for owner (the secrets
+	// they use are owner's) before anything is created or changed (nil:
+	// rules are refused).
+	CheckRules func(ctx context.Context, owner string, n sandbox.Network) error
 
 	// MaxRequestsPerUser caps the heavy requests (exec, code, file
 	// transfers, snapshots) one user has in flight; 0 = no cap.

@@ -30,6 +30,18 @@ func (m *Manager) validateNetwork(n *sandbox.Network) error {
 	return nil
 }
 
+// checkRules refuses egress rules the server cannot serve or that use
+// secrets owner does not have.
+func (m *Manager) checkRules(ctx context.Context, owner string, n sandbox.Network) error {
+	if len(n.Rules) == 0 {
+		return nil
+	}
+	if m.cfg.CheckRules == nil {
+		return invalid("network.rules", "egress rules need the egress broker, which is off on this server")
+	}
+	return m.cfg.CheckRules(ctx, owner, n)
+}
+
 // UpdateNetwork replaces the egress policy of one of owner's running
 // sandboxes. The mode cannot change (conflict).
 func (m *Manager) UpdateNetwork(ctx context.Context, owner string, id sandbox.ID, n sandbox.Network) (*store.Record, error) {
@@ -38,6 +50,9 @@ func (m *Manager) UpdateNetwork(ctx context.Context, owner string, id sandbox.ID
 		return nil, err
 	}
 	if err := m.validateNetwork(&n); err != nil {
+		return nil, err
+	}
+	if err := m.checkRules(ctx, owner, n); err != nil {
 		return nil, err
 	}
 	nu, ok := m.backend.(backend.NetworkUpdater)
@@ -51,7 +66,7 @@ func (m *Manager) UpdateNetwork(ctx context.Context, owner string, id sandbox.ID
 	rec := e.rec.Clone()
 	rec.Network = n
 	e.rec = rec
-	e.logs.add("info", "network policy changed", map[string]any{"allow_out": n.AllowOut, "deny_out": n.DenyOut})
+	e.logs.add("info", "network policy changed", map[string]any{"allow_out": n.AllowOut, "deny_out": n.DenyOut, "rules": len(n.Rules)})
 	m.mu.Unlock()
 	if err := m.store.Put(ctx, rec); err != nil {
 		return nil, err

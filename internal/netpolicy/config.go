@@ -56,6 +56,10 @@ type Config struct {
 	// MaxConns limits each sandbox's concurrent outbound connections
 	// (conntrack entries it started). 0 means no limit.
 	MaxConns uint32
+	// BrokerPort is the TCP port on the bridge address the egress broker
+	// listens on; HTTP and HTTPS of sandboxes with egress rules are
+	// redirected to it. 0: no broker, rules are refused.
+	BrokerPort uint16
 
 	// StateDir holds the allocation file, which also records the bridge
 	// and subnet this manager uses: it is the manager's identity on the

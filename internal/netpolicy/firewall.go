@@ -21,12 +21,14 @@ type firewall struct {
 	allowPrivate []netip.Prefix
 	maxConns     uint32
 	hostNets     []netip.Prefix // the host's own networks, denied with the private ranges
+	brokerPort   uint16         // 0: no egress broker
 }
 
 const (
 	setPrivate   = "private4"
 	setOpAllow   = "allowprivate4"
 	setHostPorts = "hostports"
+	setBrokered  = "brokered"        // sandboxes whose HTTP(S) goes to the broker
 	mapForward   = "sandbox_forward" // sandbox address -> goto its policy chain
 	mapDeny      = "sandbox_deny"    // sandbox address -> goto its reject chain
 
@@ -46,6 +48,7 @@ func newFirewall(c Config) *firewall {
 		hostPorts:    c.AllowHostPorts,
 		allowPrivate: c.AllowPrivate,
 		maxConns:     c.MaxConns,
+		brokerPort:   c.BrokerPort,
 	}
 }
 
@@ -130,6 +133,7 @@ func (f *firewall) addGlobal(conn *nftables.Conn) error {
 		{&nftables.Set{Table: t, Name: setOpAllow, KeyType: nftables.TypeIPAddr, Interval: true},
 			intervalElements(mergePrefixes(f.allowPrivate))},
 		{&nftables.Set{Table: t, Name: setHostPorts, KeyType: nftables.TypeInetService}, portElements(f.hostPorts)},
+		{&nftables.Set{Table: t, Name: setBrokered, KeyType: nftables.TypeIPAddr}, nil},
 		{&nftables.Set{Table: t, Name: mapForward, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict, IsMap: true}, nil},
 		{&nftables.Set{Table: t, Name: mapDeny, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeVerdict, IsMap: true}, nil},
 	}
@@ -182,6 +186,12 @@ func (f *firewall) addGlobal(conn *nftables.Conn) error {
 			add(fromSB, ipv4, matchL4proto(proto), one(loadDport(), lookupSet(setHostPorts, false), accept()))
 		}
 	}
+	if f.brokerPort != 0 {
+		// Connections redirected to the egress broker (below), from the
+		// sandboxes it serves.
+		add(fromSB, ipv4, matchDaddr(f.bridgeIP), matchL4proto(unix.IPPROTO_TCP), matchDport(f.brokerPort),
+			one(loadSaddr(), lookupSet(setBrokered, false), accept()))
+	}
 	add(fromSB, ipv4, one(loadSaddr(), vmap(mapDeny)))
 	reject(fromSB)
 
@@ -193,6 +203,21 @@ func (f *firewall) addGlobal(conn *nftables.Conn) error {
 			&expr.Immediate{Register: 1, Data: ip4Bytes(f.bridgeIP)},
 			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1},
 		))
+	}
+
+	// HTTP and HTTPS of sandboxes with egress rules go to the broker,
+	// whatever address they were sent to (it reads the original one back
+	// with SO_ORIGINAL_DST and applies the sandbox's policy itself), so
+	// nothing inside needs proxy settings and nothing can bypass it.
+	if f.brokerPort != 0 {
+		for _, port := range []uint16{80, 443} {
+			add(pre, matchIifname(br), ipv4, one(loadSaddr(), lookupSet(setBrokered, false)),
+				matchL4proto(unix.IPPROTO_TCP), matchDport(port), one(
+					&expr.Immediate{Register: 1, Data: ip4Bytes(f.bridgeIP)},
+					&expr.Immediate{Register: 2, Data: []byte{byte(f.brokerPort >> 8), byte(f.brokerPort)}},
+					&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2},
+				))
+		}
 	}
 
 	// Masquerade sandbox traffic leaving through any other interface.

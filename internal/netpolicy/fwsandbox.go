@@ -107,6 +107,20 @@ func (f *firewall) setPolicy(conn *nftables.Conn, a netip.Addr, p policy, replac
 		}
 	}
 
+	brokered := []nftables.SetElement{{Key: ip4Bytes(a)}}
+	// Adding an element that is there is no error, deleting a missing one
+	// fails the transaction: add, then delete when the sandbox has no rules.
+	if p.broker || replace {
+		if err := conn.SetAddElements(f.set(setBrokered), brokered); err != nil {
+			return err
+		}
+	}
+	if !p.broker && replace {
+		if err := conn.SetDeleteElements(f.set(setBrokered), brokered); err != nil {
+			return err
+		}
+	}
+
 	rej := gotoChain(rejectChainName(a))
 	add := func(exprs ...expr.Any) {
 		conn.AddRule(&nftables.Rule{Table: t, Chain: chain, Exprs: exprs})
@@ -136,6 +150,13 @@ func (f *firewall) delSandbox(conn *nftables.Conn, a netip.Addr, present map[str
 	t := f.table
 	key := ip4Bytes(a)
 	if present["map:"+sandboxKey(a)] {
+		brokered := []nftables.SetElement{{Key: key}}
+		if err := conn.SetAddElements(f.set(setBrokered), brokered); err != nil {
+			return err
+		}
+		if err := conn.SetDeleteElements(f.set(setBrokered), brokered); err != nil {
+			return err
+		}
 		if err := conn.SetDeleteElements(f.set(mapForward), []nftables.SetElement{{Key: key}}); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/google/nftables"
@@ -37,6 +38,13 @@ type Manager struct {
 	// addresses under a policy that is being replaced.
 	pmu      sync.RWMutex
 	policies map[netip.Addr]policy
+	// learned remembers, per sandbox, the addresses the DNS filter handed
+	// out under the current policy and until when, for Permit (the
+	// kernel's copy is the dns set, read when this one misses: after a
+	// restart).
+	learned map[netip.Addr]map[netip.Addr]learnedName
+	// onPolicy is told a sandbox's new policy (SetPolicyHook).
+	onPolicy func(id sandbox.ID, n sandbox.Network)
 
 	bridge netlink.Link
 	claim  *claim // this manager's claim of its bridge, locked while it runs
@@ -48,6 +56,7 @@ type Manager struct {
 	stopPoll context.CancelFunc
 	pollDone chan struct{}
 
+	lmu       sync.Mutex // guards learned
 	hmu       sync.Mutex // serializes host network refreshes (fw.hostNets)
 	watchDone chan struct{}
 }
@@ -173,6 +182,7 @@ func claimNetwork(ctx context.Context, cfg Config) (*Manager, func(), error) {
 		fw:       newFirewall(cfg),
 		bridgeIP: bridgeAddr(cfg.Subnet),
 		policies: map[netip.Addr]policy{},
+		learned:  map[netip.Addr]map[netip.Addr]learnedName{},
 		picked:   ch,
 	}
 	if r := ch.reclaim; r != nil {
@@ -354,6 +364,9 @@ func (m *Manager) createKernelState(ctx context.Context, id sandbox.ID, addr net
 func (m *Manager) removeKernelState(id sandbox.ID, addr netip.Addr) error {
 	m.pmu.Lock()
 	delete(m.policies, addr)
+	m.lmu.Lock()
+	delete(m.learned, addr)
+	m.lmu.Unlock()
 	m.pmu.Unlock()
 	if m.dns != nil {
 		m.dns.limiter.forget(addr)
@@ -493,13 +506,34 @@ func (m *Manager) UpdatePolicy(ctx context.Context, id sandbox.ID, n sandbox.Net
 	if err := m.fw.setPolicy(conn, rec.Addr, p, true); err != nil {
 		return err
 	}
+	// Addresses learned for names the new policy still allows stay
+	// allowed (so are the connections to them); the others go.
+	kept := m.keepLearned(rec.Addr, p)
+	if len(kept) > 0 {
+		if err := conn.SetAddElements(m.fw.dnsSet(rec.Addr), kept); err != nil {
+			return err
+		}
+	}
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("update policy of %s: %w", id, err)
 	}
 	m.policies[rec.Addr] = p
 	rec.Network = n
 	m.st.Sandboxes[id] = rec
-	return m.st.save(m.cfg.StateDir)
+	if err := m.st.save(m.cfg.StateDir); err != nil {
+		return err
+	}
+	// Connections the new policy would not open are cut: their conntrack
+	// entries go, so their next packet is a new flow the policy rejects
+	// (a reset to the sandbox) and the peer's next packet finds no
+	// mapping on the host.
+	if err := m.cutDenied(rec.Addr, p); err != nil {
+		m.log.Warn("cut connections the new policy denies", "sandbox", id, "err", err)
+	}
+	if m.onPolicy != nil {
+		m.onPolicy(id, n)
+	}
+	return nil
 }
 
 // Denials returns how many packets of the sandbox were rejected (egress
@@ -533,6 +567,22 @@ func (m *Manager) learn(src netip.Addr, name string, addrs []learnedAddr) (bool,
 	if !p.learns() {
 		return true, nil
 	}
+	m.lmu.Lock()
+	l := m.learned[src]
+	if l == nil {
+		l = map[netip.Addr]learnedName{}
+		m.learned[src] = l
+	}
+	now := time.Now()
+	for a, ln := range l {
+		if now.After(ln.until) {
+			delete(l, a)
+		}
+	}
+	for _, a := range addrs {
+		l[a.addr] = learnedName{name: strings.TrimSuffix(strings.ToLower(name), "."), until: now.Add(a.ttl)}
+	}
+	m.lmu.Unlock()
 	return true, m.fw.learn(src, addrs)
 }
 

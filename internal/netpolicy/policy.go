@@ -18,6 +18,9 @@ type policy struct {
 	allowNames []namePattern
 	denyNets   []netip.Prefix
 	denyNames  []namePattern
+	// broker: the sandbox has egress rules, its HTTP and HTTPS go to the
+	// broker.
+	broker bool
 }
 
 // namePattern is an exact domain name, or with wildcard set every name
@@ -56,7 +59,62 @@ func parsePolicy(n sandbox.Network) (policy, error) {
 		p.denyNets = append(p.denyNets, nets...)
 		p.denyNames = append(p.denyNames, names...)
 	}
+	if len(n.Rules) > MaxRules {
+		return policy{}, sandbox.Errorf(sandbox.ClassInvalid, "rules: at most %d", MaxRules)
+	}
+	for i, r := range n.Rules {
+		if err := checkRule(r); err != nil {
+			return policy{}, sandbox.Errorf(sandbox.ClassInvalid, "rules[%d]: %v", i, err)
+		}
+	}
+	p.broker = len(n.Rules) > 0
 	return p, nil
+}
+
+// MaxRules is the most egress rules one sandbox may have.
+const MaxRules = 64
+
+func checkRule(r sandbox.EgressRule) error {
+	if _, err := parseNamePattern(r.Host); err != nil {
+		return fmt.Errorf("host: %v", err)
+	}
+	for _, m := range r.Methods {
+		if m == "" || strings.ToUpper(m) != m || strings.ContainsFunc(m, func(c rune) bool { return c < 'A' || c > 'Z' }) {
+			return fmt.Errorf("method %q: want an upper-case HTTP method", m)
+		}
+	}
+	for _, path := range r.Paths {
+		if !strings.HasPrefix(path, "/") {
+			return fmt.Errorf("path %q: a path prefix starts with /", path)
+		}
+	}
+	for k, v := range r.Headers {
+		if k == "" || strings.ContainsFunc(k, func(c rune) bool { return c <= ' ' || c >= 0x7f || strings.ContainsRune("()<>@,;:\\\"/[]?={}", c) }) {
+			return fmt.Errorf("header %q: not a header name", k)
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return fmt.Errorf("header %q: the value has a line break", k)
+		}
+		switch strings.ToLower(k) {
+		case "host", "content-length", "transfer-encoding", "connection":
+			return fmt.Errorf("header %q cannot be set by a rule", k)
+		}
+	}
+	for _, name := range r.Secrets {
+		if name == "" {
+			return fmt.Errorf("an empty secret name")
+		}
+	}
+	return nil
+}
+
+// RuleMatchesHost reports whether the rule's host pattern matches name.
+func RuleMatchesHost(r sandbox.EgressRule, name string) bool {
+	p, err := parseNamePattern(r.Host)
+	if err != nil {
+		return false
+	}
+	return p.match(strings.TrimSuffix(strings.ToLower(name), "."))
 }
 
 func parseEntry(e string, deny bool) ([]netip.Prefix, []namePattern, error) {

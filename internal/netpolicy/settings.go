@@ -20,6 +20,9 @@ type Settings struct {
 	NetworkPrivate   Prefixes  `env:"NETWORK_ALLOW_PRIVATE" envDefault:"" help:"private ranges and host networks sandboxes may reach, comma-separated CIDRs (default none)"`
 	NetworkBandwidth Bandwidth `env:"NETWORK_BANDWIDTH" envDefault:"0" help:"per-sandbox bandwidth limit in bits/s each way, e.g. 100M; 0 = unlimited"`
 	NetworkMaxConns  uint32    `env:"NETWORK_MAX_CONNS" envDefault:"0" min:"0" max:"1048576" help:"per-sandbox limit of concurrent outbound connections, 0 = unlimited"`
+	// The egress broker (internal/broker, docs/secrets.md).
+	NetworkBrokerPort   uint16 `env:"NETWORK_BROKER_PORT" envDefault:"15443" min:"0" max:"65535" help:"TCP port of the egress broker on the sandbox bridge address (each daemon has its own bridge address, so daemons side by side do not collide); HTTP and HTTPS of sandboxes with egress rules are redirected to it; 0 = no broker (rules refused)"`
+	NetworkBrokerCAFile string `env:"NETWORK_BROKER_CA_FILE" envDefault:"" help:"PEM file of extra CA certificates the egress broker trusts for upstream servers, besides the host's trust store"`
 }
 
 // Bridge is NETWORK_BRIDGE: a host interface name ("" picks a free one).

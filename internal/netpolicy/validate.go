@@ -8,8 +8,8 @@ import "github.com/agentbox/agentbox/internal/sandbox"
 func Validate(n sandbox.Network) error {
 	switch n.Mode {
 	case sandbox.NetworkNone:
-		if len(n.AllowOut)+len(n.DenyOut) > 0 {
-			return sandbox.Errorf(sandbox.ClassInvalid, "allow_out and deny_out need network mode egress")
+		if len(n.AllowOut)+len(n.DenyOut)+len(n.Rules) > 0 {
+			return sandbox.Errorf(sandbox.ClassInvalid, "allow_out, deny_out and rules need network mode egress")
 		}
 		return nil
 	case sandbox.NetworkEgress:

@@ -183,6 +183,30 @@ type Network struct {
 	Mode     NetworkMode `json:"mode,omitempty"`
 	AllowOut []string    `json:"allow_out,omitempty"` // CIDRs or domain names
 	DenyOut  []string    `json:"deny_out,omitempty"`
+	// Rules send HTTP and HTTPS to their hosts through the egress broker,
+	// which changes the requests as they say (internal/broker). They open
+	// nothing the allow and deny lists close.
+	Rules []EgressRule `json:"rules,omitempty"`
+}
+
+// EgressRule is one host's request transformation in the egress broker.
+// Secret references in header values are written ${secret:NAME}; the
+// sandbox never sees the values.
+type EgressRule struct {
+	// Host is an exact name ("api.example.com") or a wildcard
+	// ("*.example.com": names strictly below it).
+	Host string `json:"host"`
+	// Methods and Paths (path prefixes, each starting with "/") limit the
+	// requests whose headers are changed; empty: all.
+	Methods []string `json:"methods,omitempty"`
+	Paths   []string `json:"paths,omitempty"`
+	// Headers are set on matching requests, replacing any the sandbox
+	// sent under the same name.
+	Headers map[string]string `json:"headers,omitempty"`
+	// Secrets are the names whose placeholders the broker replaces by
+	// their values in requests to Host (header values and the URL); a
+	// placeholder sent anywhere else stays as it is.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // Endpoint tells how to reach a sandbox's agent.

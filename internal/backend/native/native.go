@@ -87,6 +87,12 @@ type Config struct {
 	Root string
 	// AgentPath is the host path of the static agentbox-agent binary.
 	AgentPath string
+	// CABundle, when set, is the host path of a PEM bundle (the host's CAs
+	// plus the egress broker's) mounted read-only into sandboxes with
+	// egress networking at /.agentbox/ca-bundle.pem, which the usual CA
+	// variables (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS,
+	// CURL_CA_BUNDLE) point at.
+	CABundle string
 	// Defaults fill zero fields of a spec's Resources.
 	Defaults sandbox.Resources
 	// IDBase is the first host uid/gid of the sandboxes' id ranges, IDRanges

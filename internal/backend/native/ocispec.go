@@ -18,6 +18,7 @@ import (
 const (
 	agentPathInSandbox = "/.agentbox/agent"
 	shimPathInSandbox  = "/.agentbox/shim"
+	caBundleInSandbox  = "/.agentbox/ca-bundle.pem"
 	agentRunDir        = "/run/agentbox" // reserved; nothing is mounted there any more
 	agentSocketName    = "agent.sock"
 	agentReadyFd       = 3
@@ -61,6 +62,10 @@ var maskedPaths = []string{
 	"/proc/config.gz", "/proc/cmdline",
 	"/sys/block", "/sys/class/block", "/sys/dev/block", "/sys/devices/virtual/block",
 }
+
+// caEnv are the variables OpenSSL (curl, Python's ssl), requests, Node
+// and curl read a CA bundle from.
+var caEnv = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE"}
 
 var readonlyPaths = []string{
 	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
@@ -161,6 +166,13 @@ func (b *Backend) ociSpec(spec sandbox.Spec, tmpl sandbox.Template, iu *imageUse
 		env["SHELL"] = "/bin/sh" // images may lack bash
 		for k, v := range imageEnv(tmpl.Config) {
 			env[k] = v
+		}
+	}
+	if b.cfg.CABundle != "" && spec.Network.Mode == sandbox.NetworkEgress {
+		// The egress broker's CA, for the hosts it intercepts; a request's
+		// own values win.
+		for _, k := range caEnv {
+			env[k] = caBundleInSandbox
 		}
 	}
 	for k, v := range spec.Env {
@@ -338,6 +350,9 @@ func (b *Backend) mounts(spec sandbox.Spec, tmpl sandbox.Template, p boxPaths, i
 		specs.Mount{Destination: workspaceInSandbox, Type: "bind", Source: workspace, Options: rw},
 		specs.Mount{Destination: agentPathInSandbox, Type: "bind", Source: b.cfg.AgentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 	)
+	if b.cfg.CABundle != "" && spec.Network.Mode == sandbox.NetworkEgress {
+		ms = append(ms, specs.Mount{Destination: caBundleInSandbox, Type: "bind", Source: b.cfg.CABundle, Options: []string{"bind", "ro", "nosuid", "nodev"}})
+	}
 	if b.shimPath != "" {
 		ms = append(ms, specs.Mount{Destination: shimPathInSandbox, Type: "bind", Source: b.shimPath, Options: []string{"bind", "ro", "nosuid", "nodev"}})
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,38 @@ const clientID = "agentbox"
 type networkIn struct {
 	AllowOut []string `json:"allowOut"`
 	DenyOut  []string `json:"denyOut"`
+	// Rules are E2B's per-domain transforms: host -> rules, each setting
+	// headers on HTTPS requests to the host (agentbox's egress broker).
+	Rules map[string][]ruleIn `json:"rules"`
+}
+
+type ruleIn struct {
+	Transform *struct {
+		Headers map[string]string `json:"headers"`
+	} `json:"transform"`
+}
+
+// rulesOf maps E2B's rules onto egress rules, one per host (E2B applies
+// the rules of one host together), in a stable order.
+func rulesOf(in map[string][]ruleIn) []sandbox.EgressRule {
+	hosts := make([]string, 0, len(in))
+	for h := range in {
+		hosts = append(hosts, h)
+	}
+	sort.Strings(hosts)
+	var out []sandbox.EgressRule
+	for _, h := range hosts {
+		r := sandbox.EgressRule{Host: strings.ToLower(h), Headers: map[string]string{}}
+		for _, rule := range in[h] {
+			if rule.Transform != nil {
+				for k, v := range rule.Transform.Headers {
+					r.Headers[k] = v
+				}
+			}
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 type createIn struct {
@@ -144,8 +177,9 @@ func stateOf(st sandbox.State) string {
 // loopback only unless the operator opened it).
 func networkOf(in createIn) sandbox.Network {
 	var n sandbox.Network
-	if in.Network != nil && (len(in.Network.AllowOut) > 0 || len(in.Network.DenyOut) > 0) {
-		n = sandbox.Network{Mode: sandbox.NetworkEgress, AllowOut: in.Network.AllowOut, DenyOut: in.Network.DenyOut}
+	if in.Network != nil && (len(in.Network.AllowOut) > 0 || len(in.Network.DenyOut) > 0 || len(in.Network.Rules) > 0) {
+		n = sandbox.Network{Mode: sandbox.NetworkEgress, AllowOut: in.Network.AllowOut, DenyOut: in.Network.DenyOut,
+			Rules: rulesOf(in.Network.Rules)}
 	}
 	if in.AllowInternetAccess != nil {
 		switch {
@@ -223,6 +257,28 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, user string)
 		return sandbox.Errorf(sandbox.ClassInvalid, "timeout is required")
 	}
 	if _, err := s.m.SetTimeout(r.Context(), user, sandboxID(r), d); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// updateNetwork serves PUT /sandboxes/{id}/network: the running sandbox's
+// allow and deny lists and rules are replaced (an omitted field clears
+// it); allow_internet_access false is denyOut 0.0.0.0/0. 204.
+func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, user string) error {
+	var in struct {
+		networkIn
+		AllowInternetAccess *bool `json:"allow_internet_access"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	n := sandbox.Network{Mode: sandbox.NetworkEgress, AllowOut: in.AllowOut, DenyOut: in.DenyOut, Rules: rulesOf(in.Rules)}
+	if in.AllowInternetAccess != nil && !*in.AllowInternetAccess {
+		n.DenyOut = append(n.DenyOut, "0.0.0.0/0")
+	}
+	if _, err := s.m.UpdateNetwork(r.Context(), user, sandboxID(r), n); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

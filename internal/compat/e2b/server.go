@@ -116,6 +116,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	h("GET /sandboxes/{id}", s.get)
 	h("DELETE /sandboxes/{id}", s.kill)
 	h("POST /sandboxes/{id}/timeout", s.setTimeout)
+	h("PUT /sandboxes/{id}/network", s.updateNetwork)
 	h("POST /sandboxes/{id}/refreshes", s.refresh)
 	h("POST /sandboxes/{id}/connect", s.connect)
 	h("POST /v2/sandboxes/{id}/connect", s.connect)

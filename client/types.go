@@ -34,6 +34,9 @@ type Sandbox struct {
 	AccessToken string            `json:"access_token"` // for the sandbox's data plane (X-Access-Token)
 	FromPool    bool              `json:"from_pool,omitempty"`
 	AutoPause   bool              `json:"auto_pause,omitempty"`
+	// Provider names the remote provider the sandbox runs at ("e2b"),
+	// empty for a sandbox of the server's host.
+	Provider string `json:"provider,omitempty"`
 	// PausedAt and RemainingSeconds are set while the sandbox is paused:
 	// when it was paused and the running time Resume gives back (EndAt is
 	// then when the server deletes the paused sandbox; zero: never).

@@ -85,6 +85,10 @@ type Capabilities struct {
 	Rootless     bool     `json:"rootless,omitempty"`
 	Templates    []string `json:"templates"` // template kinds: "host", "dir"
 	CgroupDriver string   `json:"cgroup_driver,omitempty"`
+	// Provider, when set, names the remote provider the sandboxes run at
+	// ("e2b"): they take none of this host's room (NODE_MAX_SANDBOXES,
+	// memory), and their records say where they are.
+	Provider string `json:"provider,omitempty"`
 }
 
 // KindCapabilities is implemented by backends whose capabilities depend

@@ -116,6 +116,8 @@ type sandboxOut struct {
 	AccessToken string            `json:"access_token"`
 	FromPool    bool              `json:"from_pool"`
 	AutoPause   bool              `json:"auto_pause"`
+	// Provider names the remote provider the sandbox runs at.
+	Provider string `json:"provider,omitempty"`
 	// PausedAt and RemainingSeconds are set while the sandbox is paused:
 	// when it was paused and the running time Resume gives back.
 	PausedAt         *time.Time `json:"paused_at,omitempty"`
@@ -144,6 +146,7 @@ func sandboxJSON(rec *store.Record) sandboxOut {
 			PIDs: rec.Resources.PIDs, Disk: rec.Resources.DiskBytes},
 		Network:    networkJSON{Mode: string(rec.Network.Mode), AllowOut: rec.Network.AllowOut, DenyOut: rec.Network.DenyOut},
 		SessionKey: rec.SessionKey, AccessToken: rec.AccessToken, FromPool: rec.FromPool, AutoPause: rec.AutoPause,
+		Provider: rec.Provider,
 	}
 	if rec.State == sandbox.StatePaused {
 		at, left := rec.PausedAt, rec.Remaining.Seconds()

@@ -1,0 +1,237 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/agentbox/agentbox/client"
+)
+
+// remoteProviderKey is the operator's key at the provider daemon (an
+// E2B-style key, as the SDKs want one).
+const remoteProviderKey = "e2b_0123456789abcdef0123456789abcdef"
+
+// startProvider starts an agentbox daemon playing the remote E2B
+// provider, on loopback with a data dir and port of its own.
+func startProvider(t *testing.T, settings ...string) *daemon {
+	t.Helper()
+	return startDaemon(t, append([]string{"NETWORK=off", "API_KEYS=" + remoteProviderKey + ":operator", "MAX_SANDBOXES_PER_USER=0"}, settings...)...)
+}
+
+// remoteSettings are the front daemon's settings for provider p.
+func remoteSettings(p *daemon, more ...string) []string {
+	return append([]string{"NETWORK=off", "API_KEYS=k1:alice,k2:bob", "SANDBOX_PROVIDER=e2b", "E2B_API_KEY=" + remoteProviderKey,
+		"E2B_API_URL=" + p.url, "E2B_SANDBOX_URL=" + p.url, "E2B_DOMAIN=localhost"}, more...)
+}
+
+// providerSandboxes lists the provider's sandboxes of the operator's key
+// through its E2B API: their E2B IDs and metadata.
+func providerSandboxes(t *testing.T, p *daemon) map[string]map[string]string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, p.url+"/v2/sandboxes?state=running,paused", nil)
+	req.Header.Set("X-API-Key", remoteProviderKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("provider list: %d %s", resp.StatusCode, body)
+	}
+	var list []struct {
+		SandboxID string            `json:"sandboxID"`
+		Metadata  map[string]string `json:"metadata"`
+		State     string            `json:"state"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]string{}
+	for _, s := range list {
+		s.Metadata["state"] = s.State
+		out[s.SandboxID] = s.Metadata
+	}
+	return out
+}
+
+// remoteOf returns the provider's sandbox carrying agentbox id.
+func remoteOf(t *testing.T, p *daemon, id string) (string, map[string]string) {
+	t.Helper()
+	for rid, md := range providerSandboxes(t, p) {
+		if md["agentbox-sandbox"] == id {
+			return rid, md
+		}
+	}
+	return "", nil
+}
+
+func TestRemoteE2BProvider(t *testing.T) {
+	prov := startProvider(t)
+	front := startDaemon(t, remoteSettings(prov)...)
+	c := front.sdk(t, "k1")
+	ctx := context.Background()
+
+	local, err := c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.Create(ctx, client.CreateRequest{Template: "e2b:base", Env: map[string]string{"GREETING": "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.Provider != "e2b" || sb.Template != "e2b:base" || local.Provider != "" {
+		t.Fatalf("provider: remote %q (template %q), local %q", sb.Provider, sb.Template, local.Provider)
+	}
+	rid, md := remoteOf(t, prov, sb.ID)
+	if rid == "" || md["agentbox-node"] == "" {
+		t.Fatalf("no sandbox at the provider labelled %s: %v", sb.ID, providerSandboxes(t, prov))
+	}
+	if len(providerSandboxes(t, prov)) != 1 {
+		t.Fatalf("the local sandbox reached the provider: %v", providerSandboxes(t, prov))
+	}
+
+	t.Run("exec", func(t *testing.T) {
+		r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo $GREETING; echo err >&2; exit 3"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Stdout != "hi\n" || r.Stderr != "err\n" || r.ExitCode != 3 {
+			t.Fatalf("exec: %+v", r)
+		}
+	})
+	t.Run("files", func(t *testing.T) {
+		data := bytes.Repeat([]byte("remote!"), 100000)
+		if _, err := c.Upload(ctx, sb.ID, "/tmp/f.bin", bytes.NewReader(data), int64(len(data)), nil); err != nil {
+			t.Fatal(err)
+		}
+		rc, _, err := c.Download(ctx, sb.ID, "/tmp/f.bin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(rc)
+		rc.Close()
+		if !bytes.Equal(got, data) {
+			t.Fatalf("download: %d bytes, want %d", len(got), len(data))
+		}
+		entries, err := c.ListFiles(ctx, sb.ID, "/tmp", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, e := range entries {
+			found = found || e.Name == "f.bin"
+		}
+		if !found {
+			t.Fatalf("list /tmp: %+v", entries)
+		}
+		// The file is at the provider, not in the local sandbox.
+		if _, err := c.Stat(ctx, local.ID, "/tmp/f.bin"); err == nil {
+			t.Fatal("the remote file is in the local sandbox")
+		}
+	})
+	t.Run("code", func(t *testing.T) {
+		cc, err := c.CreateCodeContext(ctx, sb.ID, "python", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := c.RunCode(ctx, sb.ID, client.CodeRequest{ContextID: cc.ID, Code: "x = 41\nprint('set')"}); err != nil || r.Error != nil || r.Stdout != "set\n" {
+			t.Fatalf("run code: %+v %v", r, err)
+		}
+		r, err := c.RunCode(ctx, sb.ID, client.CodeRequest{ContextID: cc.ID, Code: "x + 1"})
+		if err != nil || len(r.Results) == 0 || r.Results[0].Text != "42" {
+			t.Fatalf("state kept: %+v %v", r, err)
+		}
+	})
+	t.Run("e2b-door", func(t *testing.T) {
+		// A tenant's E2B client reaches the remote sandbox through this
+		// daemon's own E2B data plane, with this daemon's token.
+		body := `{"process":{"cmd":"/bin/sh","args":["-c","echo via-door"]}}`
+		req, _ := http.NewRequest(http.MethodPost, front.url+"/process.Process/Start", connectFrame(body))
+		req.Header.Set("Content-Type", "application/connect+json")
+		req.Header.Set("E2b-Sandbox-Id", sb.ID)
+		req.Header.Set("X-Access-Token", sb.AccessToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(out), "dmlhLWRvb3IK") { // base64 "via-door\n"
+			t.Fatalf("E2B door: %d %q", resp.StatusCode, out)
+		}
+	})
+	t.Run("provider-key-hidden", func(t *testing.T) {
+		r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := c.Get(ctx, sb.ID)
+		raw, _ := json.Marshal(got)
+		for what, s := range map[string]string{"sandbox env": r.Stdout, "API answer": string(raw)} {
+			if strings.Contains(s, remoteProviderKey) {
+				t.Fatalf("the provider key is in the %s", what)
+			}
+		}
+	})
+	t.Run("pause", func(t *testing.T) {
+		if _, err := c.Pause(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, md := remoteOf(t, prov, sb.ID); md["state"] != "paused" {
+			t.Fatalf("provider state after pause: %v", md)
+		}
+		if _, err := c.Resume(ctx, sb.ID, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, md := remoteOf(t, prov, sb.ID); md["state"] != "running" {
+			t.Fatalf("provider state after resume: %v", md)
+		}
+		r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"cat", "/tmp/f.bin"}})
+		if err != nil || !strings.HasPrefix(r.Stdout, "remote!") {
+			t.Fatalf("after resume: %v", err)
+		}
+	})
+	t.Run("list", func(t *testing.T) {
+		page, err := c.List(ctx, client.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		providers := map[string]string{}
+		for _, s := range page.Sandboxes {
+			providers[s.ID] = s.Provider
+		}
+		if p, ok := providers[sb.ID]; !ok || p != "e2b" || providers[local.ID] != "" {
+			t.Fatalf("list: %v", providers)
+		}
+		// Another tenant sees neither.
+		if p, err := front.sdk(t, "k2").List(ctx, client.ListOptions{}); err != nil || len(p.Sandboxes) != 0 {
+			t.Fatalf("bob's list: %+v %v", p, err)
+		}
+	})
+	t.Run("delete", func(t *testing.T) {
+		if err := c.Delete(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		if rid, _ := remoteOf(t, prov, sb.ID); rid != "" {
+			t.Fatalf("the provider still has %s", rid)
+		}
+		if err := c.Delete(ctx, local.ID); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// connectFrame is one enveloped Connect message with JSON body msg.
+func connectFrame(msg string) io.Reader {
+	b := make([]byte, 5+len(msg))
+	b[1], b[2], b[3], b[4] = byte(len(msg)>>24), byte(len(msg)>>16), byte(len(msg)>>8), byte(len(msg))
+	copy(b[5:], msg)
+	return bytes.NewReader(b)
+}
+

@@ -234,4 +234,3 @@ func connectFrame(msg string) io.Reader {
 	copy(b[5:], msg)
 	return bytes.NewReader(b)
 }
-

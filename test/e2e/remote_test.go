@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -233,4 +234,178 @@ func connectFrame(msg string) io.Reader {
 	b[1], b[2], b[3], b[4] = byte(len(msg)>>24), byte(len(msg)>>16), byte(len(msg)>>8), byte(len(msg))
 	copy(b[5:], msg)
 	return bytes.NewReader(b)
+}
+
+// createAtProvider creates a sandbox at the provider directly with
+// metadata md, as a daemon that crashed before recording it would have.
+func createAtProvider(t *testing.T, p *daemon, md map[string]string) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"templateID": "base", "timeout": 300, "metadata": md})
+	req, _ := http.NewRequest(http.MethodPost, p.url+"/sandboxes", bytes.NewReader(body))
+	req.Header.Set("X-API-Key", remoteProviderKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		SandboxID string `json:"sandboxID"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create at the provider: %d %v", resp.StatusCode, err)
+	}
+	return out.SandboxID
+}
+
+func TestRemoteOverflowPlacement(t *testing.T) {
+	prov := startProvider(t)
+	front := startDaemon(t, remoteSettings(prov, "NODE_MAX_SANDBOXES=1", `PROVIDER_ROUTES={"base":"overflow:e2b:base","gpu":"e2b:base"}`, "PROVIDER_MAX_PER_USER=2")...)
+	c := front.sdk(t, "k1")
+	ctx := context.Background()
+	first, err := c.Create(ctx, client.CreateRequest{Template: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Provider != "" {
+		t.Fatalf("first sandbox went to %q with room on the host", first.Provider)
+	}
+	// The host is full (NODE_MAX_SANDBOXES=1): base overflows.
+	second, err := c.Create(ctx, client.CreateRequest{Template: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Provider != "e2b" {
+		t.Fatalf("second sandbox: provider %q, want e2b (overflow)", second.Provider)
+	}
+	if rid, _ := remoteOf(t, prov, second.ID); rid == "" {
+		t.Fatal("the overflowed sandbox is not at the provider")
+	}
+	// A template without an overflow route is refused as before.
+	if _, err := c.Create(ctx, client.CreateRequest{Template: "host"}); err == nil || !strings.Contains(err.Error(), "NODE_MAX_SANDBOXES") {
+		t.Fatalf("host template on a full host: %v", err)
+	}
+	// An always-route goes to the provider, full host or not.
+	third, err := c.Create(ctx, client.CreateRequest{Template: "gpu"})
+	if err != nil || third.Provider != "e2b" {
+		t.Fatalf("always-routed template: %+v %v", third, err)
+	}
+	// PROVIDER_MAX_PER_USER=2: alice has two remote sandboxes.
+	if _, err := c.Create(ctx, client.CreateRequest{Template: "e2b:base"}); err == nil || !strings.Contains(err.Error(), "PROVIDER_MAX_PER_USER") {
+		t.Fatalf("third remote sandbox: %v", err)
+	}
+	// Bob has his own allowance.
+	bob, err := front.sdk(t, "k2").Create(ctx, client.CreateRequest{Template: "e2b:base"})
+	if err != nil || bob.Provider != "e2b" {
+		t.Fatalf("bob's remote sandbox: %+v %v", bob, err)
+	}
+	if n := len(providerSandboxes(t, prov)); n != 3 {
+		t.Fatalf("provider holds %d sandboxes, want 3", n)
+	}
+}
+
+func TestRemoteProviderDown(t *testing.T) {
+	prov := startProvider(t)
+	front := startDaemon(t, remoteSettings(prov)...)
+	c := front.sdk(t, "k1")
+	ctx := context.Background()
+	local, err := c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote, err := c.Create(ctx, client.CreateRequest{Template: "e2b:base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov.stop()
+	_, err = c.Create(ctx, client.CreateRequest{Template: "e2b:base"})
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusServiceUnavailable || !strings.Contains(apiErr.Message, "provider e2b does not answer") {
+		t.Fatalf("create with the provider down: %v", err)
+	}
+	if strings.Contains(err.Error(), remoteProviderKey) {
+		t.Fatal("the error shows the provider key")
+	}
+	// The remote sandbox's calls fail plainly; local sandboxes are as they were.
+	if _, err := c.Exec(ctx, remote.ID, client.ExecRequest{Cmd: []string{"true"}}); err == nil {
+		t.Fatal("exec in a sandbox of a provider that is down succeeded")
+	}
+	if r, err := c.Exec(ctx, local.ID, client.ExecRequest{Cmd: []string{"echo", "ok"}}); err != nil || r.Stdout != "ok\n" {
+		t.Fatalf("local exec with the provider down: %+v %v", r, err)
+	}
+	again, err := c.Create(ctx, client.CreateRequest{})
+	if err != nil {
+		t.Fatalf("local create with the provider down: %v", err)
+	}
+	// Deleting the remote sandbox works (the sweep finishes it at the
+	// provider once it answers).
+	if err := c.Delete(ctx, remote.ID); err != nil {
+		t.Fatalf("delete with the provider down: %v", err)
+	}
+	for _, id := range []string{local.ID, again.ID} {
+		if err := c.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRemoteRestartAndSweep(t *testing.T) {
+	prov := startProvider(t)
+	front := startDaemon(t, remoteSettings(prov, "AUTO_CLEANUP=false")...)
+	c := front.sdk(t, "k1")
+	ctx := context.Background()
+	sb, err := c.Create(ctx, client.CreateRequest{Template: "e2b:base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo kept > /tmp/state"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, md := remoteOf(t, prov, sb.ID)
+	node := md["agentbox-node"]
+
+	// A daemon restart re-lists the remote sandbox, still working.
+	front.stop()
+	front.start()
+	c = front.sdk(t, "k1")
+	got, err := c.Get(ctx, sb.ID)
+	if err != nil || got.Provider != "e2b" || got.State != "running" {
+		t.Fatalf("after restart: %+v %v", got, err)
+	}
+	if r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"cat", "/tmp/state"}}); err != nil || r.Stdout != "kept\n" {
+		t.Fatalf("exec after restart: %+v %v", r, err)
+	}
+
+	// A crash between the provider's create and the daemon's record left
+	// a labelled sandbox at the provider: the next start deletes it. A
+	// sandbox of another daemon (another node label) stays.
+	front.kill()
+	orphan := createAtProvider(t, prov, map[string]string{"agentbox-node": node, "agentbox-sandbox": "crashedcreate000000"})
+	other := createAtProvider(t, prov, map[string]string{"agentbox-node": "some-other-daemon", "agentbox-sandbox": "x"})
+	front.start()
+	c = front.sdk(t, "k1")
+	at := providerSandboxes(t, prov)
+	if _, ok := at[orphan]; ok {
+		t.Fatalf("the orphan %s is still at the provider after the start: %v", orphan, at)
+	}
+	if _, ok := at[other]; !ok {
+		t.Fatal("the sweep deleted another daemon's sandbox")
+	}
+	if _, err := c.Get(ctx, sb.ID); err != nil {
+		t.Fatalf("the recorded sandbox after the sweep: %v", err)
+	}
+
+	// A remote sandbox the provider lost is dropped at the next start.
+	front.stop()
+	rid, _ := remoteOf(t, prov, sb.ID)
+	req, _ := http.NewRequest(http.MethodDelete, prov.url+"/sandboxes/"+rid, nil)
+	req.Header.Set("X-API-Key", remoteProviderKey)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete at the provider: %v", err)
+	}
+	front.start()
+	c = front.sdk(t, "k1")
+	if _, err := c.Get(ctx, sb.ID); err == nil {
+		t.Fatal("a sandbox the provider no longer has is still listed")
+	}
 }

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/client"
 )
@@ -177,6 +179,57 @@ func TestRemoteE2BProvider(t *testing.T) {
 		for what, s := range map[string]string{"sandbox env": r.Stdout, "API answer": string(raw)} {
 			if strings.Contains(s, remoteProviderKey) {
 				t.Fatalf("the provider key is in the %s", what)
+			}
+		}
+	})
+	t.Run("pty", func(t *testing.T) {
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		pty, err := c.PTY(pctx, sb.ID, client.PTYOptions{Cols: 100, Rows: 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pty.Close()
+		if err := pty.Resize(120, 40); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pty.Write([]byte("stty size; echo marker-$((40+2)); exit 5\n")); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		buf := make([]byte, 4096)
+		for !strings.Contains(out.String(), "marker-42") {
+			n, err := pty.Read(buf)
+			out.Write(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+		if code, err := pty.Wait(); err != nil || code != 5 || !strings.Contains(out.String(), "40 120") {
+			t.Fatalf("pty: exit %d %v, output %q", code, err, out.String())
+		}
+	})
+	t.Run("preview", func(t *testing.T) {
+		server, _ := os.ReadFile("testdata/preview_server.py")
+		if _, err := c.Upload(ctx, sb.ID, "/tmp/server.py", bytes.NewReader(server), int64(len(server)), nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "nohup python3 /tmp/server.py 8080 >/tmp/server.log 2>&1 &"}}); err != nil {
+			t.Fatal(err)
+		}
+		var status int
+		var data []byte
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if status, data = front.call(t, "GET", "/v1/sandboxes/"+sb.ID+"/ports/8080/hello?x=1", "k1", nil); status == http.StatusOK {
+				break
+			}
+		}
+		if status != http.StatusOK || !strings.Contains(string(data), "path=/hello?x=1") {
+			t.Fatalf("preview of the remote sandbox: %d %s", status, data)
+		}
+		for _, secret := range []string{"k1", sb.AccessToken, remoteProviderKey} {
+			if strings.Contains(string(data), secret) {
+				t.Fatalf("a credential reached the sandbox's server: %s", data)
 			}
 		}
 	})

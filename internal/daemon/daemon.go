@@ -377,6 +377,11 @@ func (s *server) buildControlPlane(context.Context) error {
 		return nil
 	})
 	s.push("manager", s.shutdownManager)
+	if cfg.SandboxProvider == "e2b" && s.opts.Backend == nil {
+		s.metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentbox_sandboxes_remote",
+			Help: "Sandboxes this replica holds at a remote provider.", ConstLabels: prometheus.Labels{"provider": "e2b"}},
+			func() float64 { return float64(s.m.RemoteCount("e2b")) }))
+	}
 	s.openHistory()
 	s.push("built-in template builds", func() error {
 		if s.buildsStarted {

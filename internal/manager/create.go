@@ -287,7 +287,11 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 		m.metrics.createFailed()
 		return nil, err
 	}
-	m.metrics.created("cold", time.Since(start))
+	source := "cold"
+	if rec.Provider != "" {
+		source = "remote"
+	}
+	m.metrics.created(source, time.Since(start))
 	m.emit(rec, events.Created, api(owner), nil, nil)
 	return rec, nil
 }

@@ -123,3 +123,17 @@ func (m *Manager) place(ctx context.Context, owner, name string, t sandbox.Templ
 	m.log.Info("local host full: creating at the provider", "template", name, "route", route, "provider", p)
 	return rt, release, nil
 }
+
+// RemoteCount is the number of sandboxes this daemon holds at provider,
+// for the agentbox_sandboxes_remote gauge.
+func (m *Manager) RemoteCount(provider string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, e := range m.entries {
+		if !e.creating && e.rec.Provider == provider {
+			n++
+		}
+	}
+	return n
+}

@@ -168,6 +168,21 @@ func TestRemoteE2BProvider(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(out), "dmlhLWRvb3IK") { // base64 "via-door\n"
 			t.Fatalf("E2B door: %d %q", resp.StatusCode, out)
 		}
+		// The code interpreter's port goes to the provider's.
+		req, _ = http.NewRequest(http.MethodPost, front.url+"/execute", strings.NewReader(`{"code":"6*7"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("E2b-Sandbox-Id", sb.ID)
+		req.Header.Set("E2b-Sandbox-Port", "49999")
+		req.Header.Set("X-Access-Token", sb.AccessToken)
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(out), `"text":"42"`) {
+			t.Fatalf("E2B door, code port: %d %q", resp.StatusCode, out)
+		}
 	})
 	t.Run("provider-key-hidden", func(t *testing.T) {
 		r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'"}})

@@ -8,11 +8,14 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentbox/agentbox/client"
+	"github.com/agentbox/agentbox/internal/testutil"
 )
 
 // remoteProviderKey is the operator's key at the provider daemon (an
@@ -475,5 +478,48 @@ func TestRemoteRestartAndSweep(t *testing.T) {
 	c = front.sdk(t, "k1")
 	if _, err := c.Get(ctx, sb.ID); err == nil {
 		t.Fatal("a sandbox the provider no longer has is still listed")
+	}
+}
+
+// TestRemoteE2BSDK drives a remote sandbox with the unmodified E2B
+// code-interpreter SDK against the front daemon.
+func TestRemoteE2BSDK(t *testing.T) {
+	testutil.RequireRoot(t)
+	ctx := waitCtx(t, 10*time.Minute)
+	sdk := e2bSDK(t, ctx)
+	const key = "e2b_00112233445566778899aabbccddeeff"
+	prov := startProvider(t)
+	front := startDaemon(t, append(remoteSettings(prov), "API_KEYS="+key+":alice")...)
+	bin, _ := binaries(t)
+	out, err := exec.CommandContext(ctx, bin, "e2b", "env", "--url", front.url, "--api-key", key).Output()
+	if err != nil {
+		t.Fatalf("agentbox e2b env: %v", err)
+	}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "NODE_PATH=" + filepath.Join(sdk, "node_modules"), "TEMPLATE=e2b:base"}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		k, v, _ := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		env = append(env, k+"="+strings.Trim(v, "'"))
+	}
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := exec.CommandContext(ctx, "node", filepath.Join(root, "test", "e2e", "testdata", "e2b_remote.cjs"))
+	node.Env = env
+	var stderr bytes.Buffer
+	node.Stderr = &stderr
+	res, err := node.Output()
+	if err != nil {
+		t.Fatalf("the SDK script: %v\n%s", err, stderr.String())
+	}
+	r := mustJSON(t, res)
+	if r["stdout"] != "sdk-42\n" || r["file"] != "hello from the sdk" || r["code"] != "42" {
+		t.Fatalf("SDK results: %s", res)
+	}
+	if ids, _ := r["listed"].([]any); len(ids) != 1 || ids[0] != r["id"] {
+		t.Fatalf("SDK list: %s", res)
+	}
+	if n := len(providerSandboxes(t, prov)); n != 0 {
+		t.Fatalf("the provider holds %d sandboxes after the SDK's kill", n)
 	}
 }

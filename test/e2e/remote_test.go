@@ -373,6 +373,11 @@ func TestRemoteOverflowPlacement(t *testing.T) {
 	if n := len(providerSandboxes(t, prov)); n != 3 {
 		t.Fatalf("provider holds %d sandboxes, want 3", n)
 	}
+	// AUTO_CLEANUP's shutdown deletes them at the provider too.
+	front.stop()
+	if at := providerSandboxes(t, prov); len(at) != 0 {
+		t.Fatalf("the provider holds %v after the front's shutdown", at)
+	}
 }
 
 func TestRemoteProviderDown(t *testing.T) {

@@ -51,6 +51,9 @@ type Sandbox struct {
 	Isolation string `json:"isolation,omitempty"`
 	// Volumes are the volumes mounted at create.
 	Volumes []VolumeMount `json:"volumes,omitempty"`
+	// Provider names the remote provider the sandbox runs at ("e2b"),
+	// empty for a sandbox of the server's host.
+	Provider string `json:"provider,omitempty"`
 	// PausedAt and RemainingSeconds are set while the sandbox is paused:
 	// when it was paused and the running time Resume gives back (EndAt is
 	// then when the server deletes the paused sandbox; zero: never).

@@ -98,6 +98,10 @@ type Capabilities struct {
 	// fields above promise (nil: no gVisor level). A backend refuses such
 	// a request for a gVisor sandbox with sandbox.ClassUnavailable.
 	GVisor *GVisorLimits `json:"gvisor,omitempty"`
+	// Provider, when set, names the remote provider the sandboxes run at
+	// ("e2b"): they take none of this host's room (NODE_MAX_SANDBOXES,
+	// memory), and their records say where they are.
+	Provider string `json:"provider,omitempty"`
 }
 
 // GVisorLimits are the features that do not hold for gVisor sandboxes.

@@ -117,6 +117,7 @@ type Config struct {
 	VolumeSettings
 	SecretsSettings
 	DockerSettings
+	ProviderSettings
 	// Kube configures the Kubernetes backend (KUBE_BACKEND,
 	// CONTAINER_DEPLOYMENT=k8s, K8S_*).
 	Kube KubeConfig
@@ -215,6 +216,9 @@ func (c *Config) validate() error {
 		if t == "" || len(t) > 64 || strings.Trim(strings.ToLower(t), "abcdefghijklmnopqrstuvwxyz0123456789_.-") != "" {
 			return fmt.Errorf("setting DEFAULT_SANDBOX_TYPE: type %q: want a name such as base or browser", t)
 		}
+	}
+	if err := c.ProviderSettings.validate(); err != nil {
+		return err
 	}
 	if c.DefaultTimeout > c.MaxTimeout {
 		return fmt.Errorf("setting DEFAULT_TIMEOUT: larger than MAX_TIMEOUT")

@@ -187,3 +187,30 @@ KUBECONFIG_PATH=
 		}
 	}
 }
+
+func TestProviderSettings(t *testing.T) {
+	c, err := Load("", nil, map[string]string{"SANDBOX_PROVIDER": "e2b", "E2B_API_KEY": "e2b_k", "E2B_API_URL": "http://127.0.0.1:9/",
+		"PROVIDER_ROUTES": `{"gpu":"e2b:gpu","base":"overflow:e2b:base"}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ProviderAPI() != "http://127.0.0.1:9" || c.ProviderRoutes.Always()["gpu"] != "e2b:gpu" || c.ProviderRoutes.Overflow()["base"] != "e2b:base" ||
+		len(c.ProviderRoutes.Always()) != 1 {
+		t.Fatalf("resolved: %q %v %v", c.ProviderAPI(), c.ProviderRoutes.Always(), c.ProviderRoutes.Overflow())
+	}
+	if c, err := Load("", nil, map[string]string{"SANDBOX_PROVIDER": "e2b", "E2B_API_KEY": "k"}); err != nil || c.ProviderAPI() != "https://api.e2b.app" {
+		t.Fatalf("default API: %v", err)
+	}
+	for _, bad := range []map[string]string{
+		{"SANDBOX_PROVIDER": "e2b"}, // no key
+		{"SANDBOX_PROVIDER": "daytona"},
+		{"PROVIDER_ROUTES": `{"base":"e2b:base"}`}, // no provider
+		{"SANDBOX_PROVIDER": "e2b", "E2B_API_KEY": "k", "PROVIDER_ROUTES": `{"base":"host"}`},
+		{"SANDBOX_PROVIDER": "e2b", "E2B_API_KEY": "k", "E2B_API_URL": "ftp://x"},
+		{"SANDBOX_PROVIDER": "e2b", "E2B_API_KEY": "k", "PROVIDER_LEASE": "10"},
+	} {
+		if _, err := Load("", nil, bad); err == nil {
+			t.Errorf("%v: accepted", bad)
+		}
+	}
+}

@@ -267,6 +267,9 @@ func (s *server) openBackend(ctx context.Context) error {
 	if s.built, err = withKube(ctx, cfg, s.built, log); err != nil {
 		return err
 	}
+	if s.built, err = withRemote(cfg, s.dataDir, s.built, log); err != nil {
+		return err
+	}
 	s.backend = s.built
 	return nil
 }
@@ -344,8 +347,9 @@ func (s *server) buildControlPlane(context.Context) error {
 	// yet (autobuild.go).
 	types := typeTemplates(cfg)
 	resolver := &builtinResolver{types: types, states: s.builtins,
-		next: typeResolver{types: types, next: kubeResolver{enabled: cfg.Kube.Enabled && s.opts.Backend == nil, next: dockerResolver{enabled: cfg.DockerEnabled && s.opts.Backend == nil,
-			next: newAutoPull(s.templates, cfg.TemplateAutoPull, s.templateGate, log)}}}}
+		next: typeResolver{types: types, next: remoteResolver{enabled: cfg.SandboxProvider == "e2b" && s.opts.Backend == nil,
+			next: kubeResolver{enabled: cfg.Kube.Enabled && s.opts.Backend == nil, next: dockerResolver{enabled: cfg.DockerEnabled && s.opts.Backend == nil,
+				next: newAutoPull(s.templates, cfg.TemplateAutoPull, s.templateGate, log)}}}}}
 	s.registry = cluster.New(s.nodes, s.nodeSelf, cluster.DefaultTTL, log)
 	s.forwarder = forwarder(cfg, s.node, s.store, s.registry, s.hosts, log)
 	var peerDestroy manager.PeerDestroy
@@ -371,7 +375,8 @@ func (s *server) buildControlPlane(context.Context) error {
 		MaxRequestsPerUser: cfg.MaxRequestsPerUser, RequestMemory: cfg.RequestMemory,
 		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: s.netMgr != nil,
 		DefaultIsolation: sandbox.Isolation(cfg.DefaultIsolation), TemplateIsolation: cfg.TemplateIsolation, IsolationByUser: cfg.IsolationByUser,
-		ValidateNetwork: netpolicy.Validate, Resolver: resolver, TemplateNote: resolver.note, Committer: s.templates, NodeID: s.node, NodeMaxSandboxes: cfg.NodeMaxSandboxes,
+		ValidateNetwork: netpolicy.Validate, Resolver: routeResolver{routes: cfg.ProviderRoutes.Always(), next: resolver}, TemplateNote: resolver.note,
+		NodeMaxMemory: int64(cfg.NodeMaxMemory), Overflow: cfg.ProviderRoutes.Overflow(), RemoteMaxPerUser: cfg.ProviderMaxUser, Committer: s.templates, NodeID: s.node, NodeMaxSandboxes: cfg.NodeMaxSandboxes,
 		StorageQuota: int64(cfg.StorageQuota), MaxPrivateTemplates: cfg.MaxPrivateTemplates, SnapshotMaxBytes: int64(cfg.SnapshotMaxBytes),
 		DiskReserve: int64(cfg.DiskReserve), Nodes: s.registry.List, PeerDestroy: peerDestroy,
 		CheckRules: s.checkRules,
@@ -390,6 +395,11 @@ func (s *server) buildControlPlane(context.Context) error {
 	s.push("manager", s.shutdownManager)
 	if err := s.startBroker(); err != nil {
 		return err
+	}
+	if cfg.SandboxProvider == "e2b" && s.opts.Backend == nil {
+		s.metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentbox_sandboxes_remote",
+			Help: "Sandboxes this replica holds at a remote provider.", ConstLabels: prometheus.Labels{"provider": "e2b"}},
+			func() float64 { return float64(s.m.RemoteCount("e2b")) }))
 	}
 	s.openHistory()
 	s.push("built-in template builds", func() error {

@@ -67,6 +67,12 @@ func (r *Request) EnvdTarget() (base *url.URL, transport http.RoundTripper, toke
 	return r.client.ProxyTarget()
 }
 
+// CodeTarget is EnvdTarget of the code interpreter's routes (E2B's port
+// 49999): the agent's own on this host, a port of its own at a provider.
+func (r *Request) CodeTarget() (base *url.URL, transport http.RoundTripper, token string) {
+	return r.client.CodeProxyTarget()
+}
+
 // MarkE2B marks a request passed to EnvdTarget as E2B's: the agent then
 // keeps E2B's conventions (one working directory, the user's home, for
 // commands and files) instead of agentbox's /workspace default.

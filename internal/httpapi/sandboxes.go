@@ -129,6 +129,8 @@ type sandboxOut struct {
 	Isolation   string            `json:"isolation"`
 	// Volumes are the volumes mounted at create.
 	Volumes []sandbox.VolumeMount `json:"volumes,omitempty"`
+	// Provider names the remote provider the sandbox runs at.
+	Provider string `json:"provider,omitempty"`
 	// PausedAt and RemainingSeconds are set while the sandbox is paused:
 	// when it was paused and the running time Resume gives back.
 	PausedAt         *time.Time `json:"paused_at,omitempty"`
@@ -159,6 +161,7 @@ func sandboxJSON(rec *store.Record) sandboxOut {
 		SessionKey: rec.SessionKey, AccessToken: rec.AccessToken, FromPool: rec.FromPool, AutoPause: rec.AutoPause,
 		Isolation: string(rec.Isolation.Or(sandbox.IsolationContainer)),
 		Volumes:   rec.Volumes,
+		Provider:  rec.Provider,
 	}
 	if rec.State == sandbox.StatePaused {
 		at, left := rec.PausedAt, rec.Remaining.Seconds()

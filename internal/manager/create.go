@@ -272,13 +272,23 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	if err := m.stateReady(ctx); err != nil {
 		return nil, err
 	}
-	release, err := m.admitNode()
+	name := req.Template
+	if name == "" {
+		name = req.Type
+	}
+	if name == "" {
+		name = "base"
+		if len(m.cfg.PoolTypes) > 0 {
+			name = m.cfg.PoolTypes[0]
+		}
+	}
+	template, release, err := m.place(ctx, owner, name, template, req)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	// Pooled sandboxes boot at their template's level.
-	if m.poolEligible(req) && req.Isolation == poolIsolation {
+	// Pooled sandboxes boot at their template's level, and only here.
+	if m.poolEligible(req) && req.Isolation == poolIsolation && m.providerOf(template.Kind) == "" {
 		if cp := m.claimPoolFor(template.Ref); cp != nil {
 			if rec, ok, err := m.createClaimed(ctx, cp, owner, typ, template, req); ok || err != nil {
 				if err == nil {
@@ -303,7 +313,11 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 		m.metrics.createFailed()
 		return nil, err
 	}
-	m.metrics.created("cold", time.Since(start))
+	source := "cold"
+	if rec.Provider != "" {
+		source = "remote"
+	}
+	m.metrics.created(source, time.Since(start))
 	m.emit(rec, events.Created, api(owner), nil, nil)
 	return rec, nil
 }
@@ -407,6 +421,7 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 	}
 	rec.WorkspaceDir = spec.WorkspaceDir
 	rec.Node = m.cfg.NodeID
+	rec.Provider = m.providerOf(template.Kind)
 	rec.Resources = spec.Resources
 	svc, err := serviceFor(template, req)
 	if err != nil {
@@ -442,6 +457,9 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 	}
 	if d := info.Spec.Resources.DiskBytes; d > 0 {
 		rec.Resources.DiskBytes = d // the backend may round the size up
+	}
+	if rec.Provider != "" && info.Spec.Resources != (sandbox.Resources{}) {
+		rec.Resources = info.Spec.Resources // what the provider gave it
 	}
 	complete := func() {
 		m.mu.Lock()

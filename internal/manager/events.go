@@ -15,6 +15,15 @@ func (m *Manager) emit(rec *store.Record, typ events.Type, cause events.Cause, e
 	if m.cfg.Events == nil || rec == nil || rec.Pool != "" || rec.Owner == "" {
 		return
 	}
+	if rec.Provider != "" {
+		// Where it runs, on every event of a remote sandbox.
+		d := make(map[string]any, len(data)+1)
+		for k, v := range data {
+			d[k] = v
+		}
+		d["provider"] = rec.Provider
+		data = d
+	}
 	m.cfg.Events.Emit(events.Event{Type: typ, SandboxID: string(rec.ID), Owner: rec.Owner, Template: rec.Template,
 		Cause: cause, Exit: exit, Data: data})
 }

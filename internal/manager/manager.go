@@ -116,6 +116,17 @@ type Config struct {
 	// (pooled ones not counted); 0: no cap. Unlike MaxInstances it is this
 	// replica's own room, whatever the others run.
 	NodeMaxSandboxes int
+	// NodeMaxMemory caps the memory limits of this replica's local
+	// sandboxes together (NODE_MAX_MEMORY); 0: no cap.
+	NodeMaxMemory int64
+	// Overflow maps a template or type name to the remote template
+	// (e2b:NAME) its creates go to when this host is full
+	// (NODE_MAX_SANDBOXES, NODE_MAX_MEMORY): PROVIDER_ROUTES' overflow
+	// entries.
+	Overflow map[string]string
+	// RemoteMaxPerUser caps the sandboxes each owner holds at remote
+	// providers (PROVIDER_MAX_PER_USER); 0: no cap beyond MaxPerUser.
+	RemoteMaxPerUser int
 	// Nodes lists the live replicas, so the manager can tell a live
 	// replica's sandbox from a lost one (nil: a lone daemon).
 	Nodes NodeLister
@@ -146,7 +157,11 @@ type Manager struct {
 	entries map[sandbox.ID]*entry
 	// nodeCreates counts creates holding a NodeMaxSandboxes slot (node.go).
 	nodeCreates int
-	pools       map[string]*pool.Pool // by template name (Template.Ref)
+	// creatingMemory is the memory of the local creates under way, and
+	// remoteCreates the remote ones per owner (placement.go).
+	creatingMemory int64
+	remoteCreates  map[string]int
+	pools          map[string]*pool.Pool // by template name (Template.Ref)
 	// claimPools are the pools the backend keeps itself (claimpool.go).
 	claimPools map[string]*claimPool
 
@@ -449,7 +464,7 @@ func (m *Manager) entryFor(owner string, id sandbox.ID) (*entry, error) {
 // clientLocked returns the entry's agent client, creating it on first use.
 func (m *Manager) clientLocked(e *entry) *agentclient.Client {
 	if e.client == nil {
-		e.client = agentclient.New(agentclient.Endpoint{Network: e.agent.Network, Address: e.agent.Address, Pid: e.agent.Pid}, e.rec.AccessToken)
+		e.client = agentclient.Of(e.agent, e.rec.AccessToken)
 	}
 	return e.client
 }

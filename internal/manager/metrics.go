@@ -28,7 +28,7 @@ var latencyBuckets = []float64{.0005, .001, .002, .005, .01, .02, .03, .05, .1, 
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		createdTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "agentbox_sandboxes_created_total", Help: "Sandboxes handed to callers, by source (pool or cold).",
+			Name: "agentbox_sandboxes_created_total", Help: "Sandboxes handed to callers, by source (pool, cold or remote: at a provider).",
 		}, []string{"source"}),
 		createFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentbox_sandbox_create_failures_total", Help: "Create requests that failed.",

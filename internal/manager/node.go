@@ -64,7 +64,7 @@ func (m *Manager) admitNode() (release func(), err error) {
 	defer m.mu.Unlock()
 	n := m.nodeCreates
 	for _, e := range m.entries {
-		if !e.creating && e.rec.Pool == "" {
+		if !e.creating && e.rec.Pool == "" && e.rec.Provider == "" {
 			n++
 		}
 	}

@@ -211,12 +211,22 @@ type EgressRule struct {
 
 // Endpoint tells how to reach a sandbox's agent.
 type Endpoint struct {
-	Network string `json:"network"` // "unix" or "tcp"
-	Address string `json:"address"` // socket path or host:port
+	Network string `json:"network"` // "unix", "tcp" or "http" (a provider's envd)
+	Address string `json:"address"` // socket path, host:port or base URL
 	// Pid, when set, is the host pid that listens on a unix socket: a
 	// client connects only to a socket that process listens on (the Docker
 	// backend's sandboxes can replace their agent's socket).
 	Pid int `json:"pid,omitempty"`
+	// Header is sent with every request of an "http" endpoint (the
+	// provider's routing headers); CodeAddress and CodeHeader, when set,
+	// are where its code interpreter answers instead.
+	Header      map[string]string `json:"header,omitempty"`
+	CodeAddress string            `json:"code_address,omitempty"`
+	CodeHeader  map[string]string `json:"code_header,omitempty"`
+	// Token, when set, is the token the agent wants instead of the
+	// sandbox's access token: a provider's envd token, an operator
+	// secret that no tenant sees.
+	Token string `json:"-"`
 }
 
 // Info is what a backend reports about one sandbox.

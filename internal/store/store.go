@@ -58,6 +58,9 @@ type Record struct {
 	// Node is the daemon that runs the sandbox (NODE_ID), so replicas that
 	// share a store each recover only their own sandboxes.
 	Node string `json:"node,omitempty"`
+	// Provider names the remote provider the sandbox runs at ("e2b"),
+	// empty for a sandbox of this daemon's host.
+	Provider string `json:"provider,omitempty"`
 }
 
 // Clone returns a deep copy, so callers can hand records out without sharing maps.

@@ -20,15 +20,24 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/api/proto/process/processconnect"
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // Endpoint is where an agent listens.
 type Endpoint struct {
-	Network string // "unix" or "tcp"
-	Address string // socket path, or host:port
+	Network string // "unix", "tcp", or "http" (an envd a provider serves)
+	Address string // socket path, host:port, or a base URL (http: or https:)
 	// Pid, when set, is the host pid that must be listening on the unix
 	// socket (see dialUnix).
 	Pid int
+	// Header is sent with every request to an "http" endpoint: the
+	// provider's routing headers (E2b-Sandbox-Id, E2b-Sandbox-Port).
+	Header http.Header
+	// CodeAddress and CodeHeader, when set, are where an "http"
+	// endpoint's code interpreter answers (E2B serves it on a port of its
+	// own); by default the code routes go to Address with Header.
+	CodeAddress string
+	CodeHeader  http.Header
 }
 
 // Client talks to one agent. It is safe for concurrent use.
@@ -42,12 +51,19 @@ type Client struct {
 	proc processconnect.ProcessClient
 	// roots confine the filesystem calls (see Confined); nil: none.
 	roots []string
+	// codeBase and codeHeader are where the code routes go (the base URL
+	// and no header of their own, unless the endpoint says otherwise).
+	codeBase   string
+	codeHeader http.Header
 }
 
 // New returns a client for the agent at ep. accessToken is sent as
 // X-Access-Token when not empty. No connection is made until the first
 // call.
 func New(ep Endpoint, accessToken string) *Client {
+	if ep.Network == "http" {
+		return newHTTP(ep, accessToken)
+	}
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
 	tr := newTransport(func(ctx context.Context, _, _ string) (net.Conn, error) {
 		if ep.Network == "unix" {
@@ -65,11 +81,26 @@ func New(ep Endpoint, accessToken string) *Client {
 // NewVia returns a client for an agent reached through an HTTP proxy at
 // baseURL, such as an agentbox daemon's data plane: every request also
 // carries header (the daemon routes on E2b-Sandbox-Id), and accessToken as
-// X-Access-Token. ProxyTarget of such a client is not meant for use.
+// X-Access-Token.
 func NewVia(baseURL string, header http.Header, accessToken string) *Client {
 	tr := newTransport((&net.Dialer{Timeout: 5 * time.Second}).DialContext)
 	tr.Proxy = http.ProxyFromEnvironment
 	return newClient(strings.TrimRight(baseURL, "/"), tr, headerTransport{header: header, next: tr}, accessToken)
+}
+
+// newHTTP is New of an "http" endpoint: an envd a provider serves at a
+// base URL, reached through the environment's proxy settings (loopback
+// never is), every request carrying the endpoint's headers.
+func newHTTP(ep Endpoint, accessToken string) *Client {
+	tr := newTransport((&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext)
+	tr.Proxy = http.ProxyFromEnvironment
+	tr.TLSHandshakeTimeout = 10 * time.Second
+	c := newClient(strings.TrimRight(ep.Address, "/"), tr, headerTransport{header: ep.Header, next: tr}, accessToken)
+	if ep.CodeAddress != "" {
+		c.codeBase = strings.TrimRight(ep.CodeAddress, "/")
+	}
+	c.codeHeader = ep.CodeHeader
+	return c
 }
 
 // newTransport is the HTTP/1.1 transport of a client, dialling with dial.
@@ -92,24 +123,31 @@ func newTransport(dial func(ctx context.Context, network, addr string) (net.Conn
 func newClient(base string, tr *http.Transport, rt http.RoundTripper, accessToken string) *Client {
 	hc := &http.Client{Transport: rt}
 	return &Client{
-		token:   accessToken,
-		baseURL: base,
-		tr:      tr,
-		http:    hc,
-		proc:    processconnect.NewProcessClient(hc, base),
+		token:    accessToken,
+		baseURL:  base,
+		codeBase: base,
+		tr:       tr,
+		http:     hc,
+		proc:     processconnect.NewProcessClient(hc, base),
 	}
 }
 
-// headerTransport adds header to every request.
+// headerTransport adds header to every request, but for the names the
+// request sets itself (a code route's port).
 type headerTransport struct {
 	header http.Header
 	next   http.RoundTripper
 }
 
 func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if len(t.header) == 0 {
+		return t.next.RoundTrip(r)
+	}
 	r = r.Clone(r.Context())
 	for k, v := range t.header {
-		r.Header[k] = v
+		if _, ok := r.Header[k]; !ok {
+			r.Header[k] = v
+		}
 	}
 	return t.next.RoundTrip(r)
 }
@@ -207,4 +245,25 @@ func (c *Client) postInit(ctx context.Context, body map[string]any) error {
 	}
 	resp.Body.Close()
 	return nil
+}
+
+// Of returns a client for the agent at a backend's endpoint ep, with
+// accessToken unless ep names a token of its own (a provider's envd).
+func Of(ep sandbox.Endpoint, accessToken string) *Client {
+	if ep.Token != "" {
+		accessToken = ep.Token
+	}
+	return New(Endpoint{Network: ep.Network, Address: ep.Address, Pid: ep.Pid,
+		Header: toHeader(ep.Header), CodeAddress: ep.CodeAddress, CodeHeader: toHeader(ep.CodeHeader)}, accessToken)
+}
+
+func toHeader(m map[string]string) http.Header {
+	if len(m) == 0 {
+		return nil
+	}
+	h := make(http.Header, len(m))
+	for k, v := range m {
+		h.Set(k, v)
+	}
+	return h
 }

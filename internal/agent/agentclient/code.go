@@ -157,9 +157,12 @@ func (c *Client) RunCode(ctx context.Context, req ExecuteRequest) (*Execution, e
 // text (E2B's code-interpreter server does), which becomes the message of
 // a classified error.
 func (c *Client) codeDo(ctx context.Context, method, path string, hdr http.Header, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.baseURL+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, c.codeBase+path, body)
 	if err != nil {
 		return nil, mapError(path, err)
+	}
+	for k, v := range c.codeHeader {
+		req.Header[k] = v
 	}
 	for k, v := range hdr {
 		req.Header[k] = v

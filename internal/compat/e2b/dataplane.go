@@ -117,6 +117,9 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 		dr.End()
 	}
 	base, rt, token := dr.EnvdTarget()
+	if port == JupyterPort {
+		base, rt, token = dr.CodeTarget()
+	}
 	if r.Method == http.MethodPost && r.URL.Path == "/files" {
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes)
 	}

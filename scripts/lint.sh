@@ -18,4 +18,6 @@ if [[ ! -x $bin ]]; then
   GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-mod=mod go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$version"
   mv "$tmp/golangci-lint" "$bin"
 fi
-exec "$bin" run "$@" ./...
+# Several checkouts on one machine (worktrees, a second clone) run lint at
+# once: wait for another run's lock rather than fail.
+exec "$bin" run --allow-parallel-runners "$@" ./...

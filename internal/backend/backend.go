@@ -317,3 +317,14 @@ type WarmPooler interface {
 	// Pools lists the names of this daemon's pools.
 	Pools(ctx context.Context) ([]string, error)
 }
+
+// RefuseEgressRules refuses a spec with egress broker rules on a backend
+// whose sandboxes' traffic does not pass this host's broker (docker,
+// kube, remote providers): rules there would be accepted and inject
+// nothing.
+func RefuseEgressRules(backendName string, spec sandbox.Spec) error {
+	if len(spec.Network.Rules) == 0 {
+		return nil
+	}
+	return sandbox.Errorf(sandbox.ClassInvalid, "network rules (the egress broker) are not available on the %s backend", backendName)
+}

@@ -68,6 +68,9 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if err := spec.ID.Validate(); err != nil {
 		return sandbox.Info{}, err
 	}
+	if err := backend.RefuseEgressRules(b.Name(), spec); err != nil {
+		return sandbox.Info{}, err
+	}
 	if err := backend.CheckIsolation(b.Capabilities(), spec); err != nil {
 		return sandbox.Info{}, err
 	}

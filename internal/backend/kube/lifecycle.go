@@ -42,6 +42,9 @@ func apiErr(err error, what string) error {
 // its NetworkPolicy exists: the Sandbox is created suspended, its Secret
 // and NetworkPolicy (owned by it) next, and only then it is set running.
 func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {
+	if err := backend.RefuseEgressRules(b.Name(), spec); err != nil {
+		return sandbox.Info{}, err
+	}
 	if err := backend.CheckIsolation(b.Capabilities(), spec); err != nil {
 		return sandbox.Info{}, err
 	}

@@ -246,6 +246,9 @@ func (b *Backend) CreateFromPool(ctx context.Context, pool string, spec sandbox.
 	if err := spec.ID.Validate(); err != nil {
 		return sandbox.Info{}, err
 	}
+	if err := backend.RefuseEgressRules(b.Name(), spec); err != nil {
+		return sandbox.Info{}, err
+	}
 	if err := backend.CheckIsolation(b.Capabilities(), spec); err != nil {
 		return sandbox.Info{}, err
 	}

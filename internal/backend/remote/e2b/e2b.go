@@ -185,9 +185,8 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	if len(spec.Mounts) > 0 {
 		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "a sandbox at the %s provider cannot mount host directories or volumes", b.cfg.Provider)
 	}
-	if len(spec.Network.Rules) > 0 {
-		// The egress broker that injects secrets is this host's.
-		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "network rules (the egress broker) are not available to a sandbox at the %s provider", b.cfg.Provider)
+	if err := backend.RefuseEgressRules(b.Name(), spec); err != nil {
+		return sandbox.Info{}, err
 	}
 	if err := backend.CheckIsolation(b.Capabilities(), spec); err != nil {
 		return sandbox.Info{}, err

@@ -67,6 +67,11 @@ type CodeContext struct {
 	ID       string `json:"id"`
 	Language string `json:"language"`
 	Cwd      string `json:"cwd"`
+	// Default marks the language's default context (made by the first
+	// execution that names no context).
+	Default bool `json:"default,omitempty"`
+	// Created is when the context was made.
+	Created time.Time `json:"created,omitempty"`
 }
 
 // codeEvent is one line of the code execution stream.

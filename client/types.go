@@ -92,6 +92,16 @@ type ServerInfo struct {
 	Templates    map[string]string `json:"templates,omitempty"`
 	Pools        map[string]int    `json:"pools,omitempty"` // ready sandboxes per warm pool (by template)
 	User         string            `json:"user,omitempty"`  // the user the API key belongs to
+	// Isolation is the isolation levels the server creates sandboxes at
+	// and the one a create of this user naming none gets.
+	Isolation *IsolationInfo `json:"isolation,omitempty"`
+}
+
+// IsolationInfo is the server's isolation levels ("container",
+// "gvisor") and the caller's default.
+type IsolationInfo struct {
+	Levels  []string `json:"levels"`
+	Default string   `json:"default"`
 }
 
 // Entry is a file, directory or other filesystem entry inside a sandbox.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/agent/codeinterp"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -106,4 +107,29 @@ func (r *Request) RestartCodeContext(ctx context.Context, contextID string) erro
 // DeleteCodeContext removes a code context and kills its interpreter.
 func (r *Request) DeleteCodeContext(ctx context.Context, contextID string) error {
 	return r.client.DeleteContext(ctx, contextID)
+}
+
+// CodeEvent is one event of an execution stream.
+type CodeEvent = agentclient.CodeEvent
+
+// ExecutionStream reads the events of one execution (ExecuteCodeEvents).
+type ExecutionStream = agentclient.ExecutionStream
+
+// The event types of an execution stream.
+const (
+	CodeStdout         = codeinterp.TypeStdout
+	CodeStderr         = codeinterp.TypeStderr
+	CodeResult         = codeinterp.TypeResult
+	CodeError          = codeinterp.TypeError
+	CodeEndOfExecution = codeinterp.TypeEndOfExecution
+)
+
+// ExecuteCodeEvents is ExecuteCode with the stream parsed: Next returns
+// each event, end_of_execution last, then io.EOF.
+func (r *Request) ExecuteCodeEvents(ctx context.Context, req CodeExecRequest) (*ExecutionStream, error) {
+	body, err := r.ExecuteCode(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return agentclient.NewExecutionStream(body), nil
 }

@@ -10,8 +10,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/agentbox/agentbox/internal/agent/agentclient"
-	"github.com/agentbox/agentbox/internal/agent/codeinterp"
 	"github.com/agentbox/agentbox/internal/dataplane"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
@@ -134,7 +132,7 @@ func (s *Server) interpret(w http.ResponseWriter, r *http.Request, req *dataplan
 	// answered, and the client's close cancels the execution.
 	ctx = conn.CloseRead(ctx)
 
-	stream, err := req.ExecuteCode(ctx, in)
+	events, err := req.ExecuteCodeEvents(ctx, in)
 	if err != nil {
 		status := websocket.StatusInternalError
 		if c := sandbox.ClassOf(err); c == sandbox.ClassInvalid || c == sandbox.ClassNotFound {
@@ -143,7 +141,6 @@ func (s *Server) interpret(w http.ResponseWriter, r *http.Request, req *dataplan
 		_ = conn.Close(status, closeReason(err))
 		return nil
 	}
-	events := agentclient.NewExecutionStream(stream)
 	defer events.Close()
 	timedOut := false
 	for {
@@ -159,7 +156,7 @@ func (s *Server) interpret(w http.ResponseWriter, r *http.Request, req *dataplan
 		if !ok {
 			continue
 		}
-		if ev.Type == codeinterp.TypeError && frame.Name == "TimeoutError" {
+		if ev.Type == dataplane.CodeError && frame.Name == "TimeoutError" {
 			timedOut = true
 		}
 		if err := writeFrame(ctx, conn, frame); err != nil {
@@ -201,7 +198,7 @@ func readInterpretRequest(ctx context.Context, conn *websocket.Conn) (dataplane.
 // frameOf maps an agent event to Daytona's frame; results, counters and
 // keepalives have no Daytona counterpart (its interpreter streams output
 // only) and are dropped.
-func frameOf(ev agentclient.CodeEvent) (interpretFrame, bool) {
+func frameOf(ev dataplane.CodeEvent) (interpretFrame, bool) {
 	str := func(p *string) string {
 		if p == nil {
 			return ""
@@ -209,9 +206,9 @@ func frameOf(ev agentclient.CodeEvent) (interpretFrame, bool) {
 		return *p
 	}
 	switch ev.Type {
-	case codeinterp.TypeStdout, codeinterp.TypeStderr:
+	case dataplane.CodeStdout, dataplane.CodeStderr:
 		return interpretFrame{Type: ev.Type, Text: str(ev.Text)}, true
-	case codeinterp.TypeError:
+	case dataplane.CodeError:
 		return interpretFrame{Type: "error", Name: str(ev.Name), Value: str(ev.Value), Traceback: str(ev.Traceback)}, true
 	}
 	return interpretFrame{}, false

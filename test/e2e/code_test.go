@@ -315,6 +315,7 @@ func startBenchDaemon(b *testing.B, settings ...string) string {
 		b.Skip("set AGENTBOX_BIN (make build) to benchmark through a daemon")
 	}
 	testutil.RequireRoot(b)
+	settings = withSharedSecretsKey(settings)
 	lockCachedTemplates(b, settings)
 	agentBin := testutil.AgentBinary(b)
 	dir := testutil.ShortTempDir(b)

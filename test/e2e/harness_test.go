@@ -125,6 +125,7 @@ func startDaemonArgs(t *testing.T, dataDir string, args []string, settings ...st
 	lockCachedTemplates(t, settings)
 	d := &daemon{t: t, dataDir: dataDir, args: args}
 	d.env = append([]string{"HOST=127.0.0.1", "AGENTBOX_DATA_DIR=" + d.dataDir, "LOG_LEVEL=debug"}, settings...)
+	d.env = withSharedSecretsKey(d.env)
 	d.start()
 	t.Cleanup(func() {
 		d.stop()
@@ -324,4 +325,26 @@ func execCommand(bin string, args ...string) *exec.Cmd {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = cleanEnv()
 	return cmd
+}
+
+// testSecretsKey is the secrets key of test daemons on a shared (Redis)
+// store, which refuse to start without one (docs/secrets.md).
+var testSecretsKey = strings.Repeat("a7", 32)
+
+// withSharedSecretsKey gives env the test secrets key when it puts the
+// daemon on Redis and names no key of its own.
+func withSharedSecretsKey(env []string) []string {
+	redis := false
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "SECRETS_KEY") {
+			return env
+		}
+		if v, ok := strings.CutPrefix(kv, "REDIS_ENABLED="); ok {
+			redis = strings.EqualFold(v, "true") || v == "1"
+		}
+	}
+	if !redis {
+		return env
+	}
+	return append(env, "SECRETS_KEY="+testSecretsKey)
 }

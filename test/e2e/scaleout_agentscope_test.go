@@ -253,7 +253,8 @@ REDIS_CONTAINER_POOL_KEY=_agent_runtime_container_container_pool
 		t.Fatalf("a wrong REDIS_PASSWORD: %v\n%s", err, out)
 	}
 
-	extra := []string{"API_KEYS=" + asOtherToken + ":bob", "CLUSTER_SECRET=" + clusterSecret, fmt.Sprintf("MAX_SANDBOX_INSTANCES=%d", asMax)}
+	extra := []string{"API_KEYS=" + asOtherToken + ":bob", "CLUSTER_SECRET=" + clusterSecret, fmt.Sprintf("MAX_SANDBOX_INSTANCES=%d", asMax),
+		"SECRETS_KEY=" + testSecretsKey}
 	a := startDaemonArgs(t, testutil.ShortTempDir(t), []string{"--config", envFile}, append(extra, "NODE_ID=r0")...)
 	b := startDaemonArgs(t, testutil.ShortTempDir(t), []string{"--config", envFile}, append(extra, "NODE_ID=r1")...)
 	if !strings.Contains(a.logs.String(), "REDIS_PORT_KEY") {

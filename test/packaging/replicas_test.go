@@ -27,7 +27,7 @@ func TestComposeReplicas(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not found (scripts/install-deps.sh installs it): %v", err)
 	}
-	rep := readCompose(t, "replicas.yaml", map[string]string{"API_KEYS": "k1:alice", "CLUSTER_SECRET": strings.Repeat("5e", 32)})
+	rep := readCompose(t, "replicas.yaml", map[string]string{"API_KEYS": "k1:alice", "CLUSTER_SECRET": strings.Repeat("5e", 32), "SECRETS_KEY": strings.Repeat("a7", 32)})
 
 	var b [4]byte
 	_, _ = rand.Read(b[:])

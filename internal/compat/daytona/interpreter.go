@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -224,11 +225,12 @@ func writeFrame(ctx context.Context, conn *websocket.Conn, f interpretFrame) err
 	return conn.Write(wctx, websocket.MessageText, data)
 }
 
-// closeReason fits err's message in a close frame (at most 123 bytes).
+// closeReason fits err's message in a close frame (at most 123 bytes of
+// UTF-8: a cut through a character drops it).
 func closeReason(err error) string {
 	msg := err.Error()
 	if len(msg) > 120 {
-		msg = msg[:120]
+		msg = strings.ToValidUTF8(msg[:120], "")
 	}
 	return msg
 }

@@ -55,6 +55,11 @@ type ptySessionInfo struct {
 	LazyStart bool              `json:"lazyStart"`
 }
 
+// maxPTYInfos bounds the sessions a replica remembers the size of (a
+// sandbox that ends without a Daytona delete leaves its entries until a
+// listing prunes them); past it, info answers the defaults.
+const maxPTYInfos = 10000
+
 // ptySizes remembers what the agent does not report of a session: its
 // size and creation time, on the replica that made or resized it (others
 // answer the defaults).
@@ -75,6 +80,9 @@ func (p *ptySizes) put(key string, i ptySessionInfo) {
 	defer p.mu.Unlock()
 	if p.m == nil {
 		p.m = map[string]ptySessionInfo{}
+	}
+	if _, known := p.m[key]; !known && len(p.m) >= maxPTYInfos {
+		return
 	}
 	p.m[key] = i
 }
@@ -116,6 +124,7 @@ type ptyCreateIn struct {
 	LazyStart bool              `json:"lazyStart"`
 }
 
+// checkPTYSize gives a create's size its defaults (80×24) and bounds it.
 func checkPTYSize(cols, rows int) (int, int, error) {
 	if cols == 0 {
 		cols = 80
@@ -123,10 +132,14 @@ func checkPTYSize(cols, rows int) (int, int, error) {
 	if rows == 0 {
 		rows = 24
 	}
+	return cols, rows, boundPTYSize(cols, rows)
+}
+
+func boundPTYSize(cols, rows int) error {
 	if cols < 1 || rows < 1 || cols > maxPTYSize || rows > maxPTYSize {
-		return 0, 0, sandbox.Invalid("cols", "cols and rows must be between 1 and %d", maxPTYSize)
+		return sandbox.Invalid("cols", "cols and rows must be between 1 and %d", maxPTYSize)
 	}
-	return cols, rows, nil
+	return nil
 }
 
 func ptyKey(r *http.Request, id string) string { return r.PathValue("sandbox") + "/" + id }
@@ -398,8 +411,8 @@ func (s *Server) resizePTY(w http.ResponseWriter, r *http.Request, req *dataplan
 	if err := decodeBody(w, r, &in); err != nil {
 		return err
 	}
-	if in.Cols < 1 || in.Rows < 1 || in.Cols > maxPTYSize || in.Rows > maxPTYSize {
-		return sandbox.Invalid("cols", "cols and rows must be between 1 and %d", maxPTYSize)
+	if err := boundPTYSize(in.Cols, in.Rows); err != nil {
+		return err
 	}
 	info, err := s.findPTY(r, req)
 	if err != nil {

@@ -148,10 +148,10 @@ func privileges(s composeService) []any {
 // TestComposeFiles: both compose files read as compose reads them (their
 // required variables named); the replicas file's two daemons have exactly
 // the one-daemon file's privileges (which TestImage runs the image with),
-// share Redis, keys and cluster secret, and differ in node id, address,
+// share Redis, keys, cluster secret and secrets key, and differ in node id, address,
 // port and data volume; and the seccomp profile they name is current.
 func TestComposeFiles(t *testing.T) {
-	vars := map[string]string{"API_KEYS": "k1:alice", "CLUSTER_SECRET": "s3cret"}
+	vars := map[string]string{"API_KEYS": "k1:alice", "CLUSTER_SECRET": "s3cret", "SECRETS_KEY": strings.Repeat("a7", 32)}
 	one := readCompose(t, "agentbox.yaml", vars)
 	d, ok := one.Services["agentbox"]
 	if !ok || len(one.Services) != 1 {
@@ -173,7 +173,7 @@ func TestComposeFiles(t *testing.T) {
 		if got, want := privileges(s), privileges(d); !reflect.DeepEqual(got, want) {
 			t.Errorf("replicas.yaml %s privileges %v, want agentbox.yaml's %v", name, got, want)
 		}
-		for _, k := range []string{"API_KEYS", "REDIS_ENABLED", "REDIS_SERVER", "CLUSTER_SECRET", "AUTO_CLEANUP"} {
+		for _, k := range []string{"API_KEYS", "REDIS_ENABLED", "REDIS_SERVER", "CLUSTER_SECRET", "SECRETS_KEY", "AUTO_CLEANUP"} {
 			if s.Environment[k] == "" {
 				t.Errorf("replicas.yaml %s: %s unset", name, k)
 			}

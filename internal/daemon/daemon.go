@@ -330,6 +330,9 @@ func (s *server) buildControlPlane(context.Context) error {
 		return fmt.Errorf("setting DEFAULT_NETWORK_MODE=egress: sandbox networking is unavailable (see NETWORK)")
 	}
 	s.node = nodeID(cfg, s.dataDir)
+	if err := s.setUpTracing(); err != nil {
+		return err
+	}
 	s.metrics = prometheus.NewRegistry()
 	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.templateGate = httpapi.NewTemplateGate(cfg.TemplateMaxPulls)

@@ -68,6 +68,11 @@ func (m *Manager) Fork(ctx context.Context, owner string, id sandbox.ID, count i
 		out = append(out, rec)
 	}
 	m.log.Info("sandbox forked", "sandbox", id, "forks", count)
+	forks := make([]string, len(out))
+	for i, r := range out {
+		forks[i] = string(r.ID)
+	}
+	m.emit(src, events.Forked, api(owner), nil, map[string]any{"forks": forks})
 	return out, nil
 }
 

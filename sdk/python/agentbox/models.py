@@ -501,6 +501,8 @@ class SandboxStats:
     disk_used_bytes: Optional[int] = None
     disk_total_bytes: Optional[int] = None
     network_denials: Optional[int] = None
+    network_tx_bytes: Optional[int] = None
+    network_rx_bytes: Optional[int] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxStats":

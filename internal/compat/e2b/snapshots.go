@@ -79,9 +79,14 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request, user str
 	return nil
 }
 
-// isSnapshotOf reports whether info is one of user's snapshots.
-func isSnapshotOf(info template.Info, user string) bool {
-	return strings.HasPrefix(info.Source, snapshotSourcePrefix) && template.IsPrivate(info.Name) && template.VisibleTo(info.Name, user)
+// isSnapshotOf reports whether info is a snapshot user lists: its own
+// (private), and for a template admin, whose snapshots are shared
+// templates, the shared ones too.
+func (s *Server) isSnapshotOf(info template.Info, user string) bool {
+	if !strings.HasPrefix(info.Source, snapshotSourcePrefix) || !template.VisibleTo(info.Name, user) {
+		return false
+	}
+	return template.IsPrivate(info.Name) || slices.Contains(s.cfg.TemplateAdmins, user)
 }
 
 // listSnapshots serves GET /snapshots?sandboxID=&name=&limit=&nextToken=:
@@ -112,7 +117,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request, user stri
 		}
 		sid, name := q.Get("sandboxID"), q.Get("name")
 		for _, info := range list {
-			if !isSnapshotOf(info, user) {
+			if !s.isSnapshotOf(info, user) {
 				continue
 			}
 			if sid != "" && info.Source != snapshotSourcePrefix+sid {

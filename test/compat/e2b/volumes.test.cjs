@@ -90,7 +90,7 @@ test('a snapshot: create from it keeps files; listed, deleted; another tenant ca
   let snap
   try {
     await sbx.files.write('/home/user/kept.txt', 'snapshotted')
-    await sbx.commands.run('mkdir -p /workspace/p && echo ws > /workspace/p/f')
+    await sbx.commands.run('mkdir -p /home/user/p && echo proj > /home/user/p/f')
     snap = await sbx.createSnapshot()
     assert.ok(snap.snapshotId)
     assert.deepEqual(snap.names, [snap.snapshotId])
@@ -103,7 +103,7 @@ test('a snapshot: create from it keeps files; listed, deleted; another tenant ca
 
     fromSnap = await Sandbox.create(snap.snapshotId, { ...as, timeoutMs: 120_000 })
     assert.equal(await fromSnap.files.read('/home/user/kept.txt'), 'snapshotted')
-    assert.equal(await sh(fromSnap, 'cat /workspace/p/f'), 'ws\n')
+    assert.equal(await sh(fromSnap, 'cat /home/user/p/f'), 'proj\n')
 
     // Another tenant: not listed, cannot start from it or delete it.
     assert.ok(!(await Sandbox.listSnapshots(asStranger).nextItems()).some((s) => s.snapshotId === snap.snapshotId))

@@ -12,8 +12,8 @@ package e2b
 import (
 	"crypto/rand"
 	"encoding/json"
-	"fmt"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"

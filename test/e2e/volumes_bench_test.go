@@ -98,7 +98,7 @@ func BenchmarkVolumes(b *testing.B) {
 
 // BenchmarkSnapshotSize measures one snapshot of a running sandbox of the
 // built-in base template with 10 MB and with 500 MB of random data written
-// to its root filesystem (the snapshot's own layer), through a daemon on
+// to its home (the snapshot's own layer), through a daemon on
 // the test cache's template store (run TestE2BSDK or make templates
 // first): the request until the template is stored, and the layer's size.
 //
@@ -120,7 +120,7 @@ func BenchmarkSnapshotSize(b *testing.B) {
 			var layer int64
 			for i := 0; i < b.N; i++ {
 				api.do("POST", "/v1/sandboxes/"+sb.ID+"/exec", map[string]any{"cmd": []string{"/bin/sh", "-c",
-					"rm -f /opt/blob && head -c " + strconv.Itoa(mb) + "000000 /dev/urandom > /opt/blob && sync"}, "timeout": 300})
+					"rm -f ~/blob && head -c " + strconv.Itoa(mb) + "000000 /dev/urandom > ~/blob && sync"}, "timeout": 300})
 				name := "bench-snap-" + strconv.Itoa(mb) + "-" + strconv.Itoa(i)
 				start := time.Now()
 				var t struct {

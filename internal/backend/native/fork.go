@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"unsafe"
 
@@ -123,7 +124,6 @@ func usedRanges(f *os.File) ([][2]int64, error) {
 		hi[i] = 0xff
 	}
 	var free [][2]int64
-	end := int64(0)
 	for round := 0; ; round++ {
 		if round >= maxFsmapRounds {
 			return nil, errors.New("getfsmap: too many records")
@@ -140,9 +140,6 @@ func usedRanges(f *os.File) ([][2]int64, error) {
 		for i := 0; i < n; i++ {
 			r := buf[fsmapHeadSize+i*fsmapRecSize:]
 			flags, phys, owner, length := le.Uint32(r[4:]), int64(le.Uint64(r[8:])), le.Uint64(r[16:]), int64(le.Uint64(r[32:]))
-			if phys+length > end {
-				end = phys + length
-			}
 			if owner == fmrOwnFree && length > 0 {
 				free = append(free, [2]int64{phys, phys + length})
 			}
@@ -169,8 +166,8 @@ func usedRanges(f *os.File) ([][2]int64, error) {
 			pos = fr[1]
 		}
 	}
-	if end > pos {
-		used = append(used, [2]int64{pos, end})
-	}
+	// Everything after the last free extent is copied, whatever the map
+	// says of it (the copy stops at the image's end).
+	used = append(used, [2]int64{pos, math.MaxInt64})
 	return used, nil
 }

@@ -47,7 +47,12 @@ type command struct {
 	// input writes to the stdin of a running async command (nil before
 	// it started and after it ended, and for sync commands).
 	input func(ctx context.Context, data []byte) error
+	// started is closed once the command started or failed to.
+	started     chan struct{}
+	startedOnce sync.Once
 }
+
+func (c *command) markStarted() { c.startedOnce.Do(func() { close(c.started) }) }
 
 // logChunk is a piece of a command's output and the stream it came on.
 type logChunk struct {
@@ -238,7 +243,7 @@ func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, req *datapl
 	if err != nil {
 		return err
 	}
-	c := &command{ID: newID(), Command: in.Command, done: make(chan struct{}), grown: make(chan struct{})}
+	c := &command{ID: newID(), Command: in.Command, done: make(chan struct{}), grown: make(chan struct{}), started: make(chan struct{})}
 	g := s.sessions
 	g.mu.Lock()
 	if len(ss.commands) >= maxSessionCommands {
@@ -280,6 +285,7 @@ func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, req *datapl
 // server's output limit) and its exit code.
 func (s *Server) runCommand(ctx context.Context, req *dataplane.Request, c *command, ex dataplane.ExecRequest) {
 	defer close(c.done)
+	defer c.markStarted()
 	limit := int(s.cfg.MaxOutput)
 	g := s.sessions
 	if err := req.Reserve(3 * s.cfg.MaxOutput); err != nil {
@@ -302,6 +308,7 @@ func (s *Server) runCommand(ctx context.Context, req *dataplane.Request, c *comm
 		switch ev.Type {
 		case "start":
 			c.input = ev.Input
+			c.markStarted()
 		case "stdout":
 			c.stdout, c.output = keep(c.stdout, ev.Data), keep(c.output, ev.Data)
 		case "stderr":
@@ -450,6 +457,13 @@ func (s *Server) commandInput(w http.ResponseWriter, r *http.Request, _ *datapla
 	c, err := s.findCommand(r)
 	if err != nil {
 		return err
+	}
+	// Input may come before the command's process started.
+	wait, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	select {
+	case <-c.started:
+	case <-wait.Done():
 	}
 	s.sessions.mu.Lock()
 	input, ended := c.input, c.ExitCode != nil

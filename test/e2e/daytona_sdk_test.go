@@ -156,7 +156,7 @@ func TestDaytonaSDKTwoReplicas(t *testing.T) {
 	}
 	srv := testutil.StartRedis(t)
 	settings := []string{"REDIS_ENABLED=true", "REDIS_SERVER=127.0.0.1", fmt.Sprintf("REDIS_PORT=%d", srv.Port),
-		"API_KEYS=" + key + ":alice," + otherKey + ":bob", "CLUSTER_SECRET=" + clusterSecret, "NETWORK=off"}
+		"API_KEYS=" + key + ":alice," + otherKey + ":bob,ko:ops", "TEMPLATE_ADMIN_USERS=ops", "CLUSTER_SECRET=" + clusterSecret, "NETWORK=off"}
 	a := startDaemon(t, append(settings, "NODE_ID=r0", "TEMPLATE_DIR="+tmplDir)...)
 	b := startDaemon(t, append(settings, "NODE_ID=r1", "TEMPLATE_DIR="+copyDir)...)
 	waitNodes(t, a, 2)

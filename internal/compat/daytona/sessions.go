@@ -49,7 +49,7 @@ type command struct {
 	input func(ctx context.Context, data []byte) error
 	// started is closed once the command started or failed to.
 	started     chan struct{}
-	startedOnce sync.Once
+	startedOnce *sync.Once
 }
 
 func (c *command) markStarted() { c.startedOnce.Do(func() { close(c.started) }) }
@@ -243,7 +243,7 @@ func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, req *datapl
 	if err != nil {
 		return err
 	}
-	c := &command{ID: newID(), Command: in.Command, done: make(chan struct{}), grown: make(chan struct{}), started: make(chan struct{})}
+	c := &command{ID: newID(), Command: in.Command, done: make(chan struct{}), grown: make(chan struct{}), started: make(chan struct{}), startedOnce: new(sync.Once)}
 	g := s.sessions
 	g.mu.Lock()
 	if len(ss.commands) >= maxSessionCommands {

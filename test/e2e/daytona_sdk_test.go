@@ -131,6 +131,19 @@ func TestDaytonaSDKNetwork(t *testing.T) {
 	runDaytonaSuite(t, ctx, daytonaEnv(t, ctx, sdk, d.url, key), "network.egress.cjs")
 }
 
+// TestDaytonaSDKAutoStop: a sandbox's auto-stop pauses it on the native
+// backend (Daytona's stop that keeps the sandbox), and start resumes it
+// with its memory: test/compat/daytona/autostop.short.cjs against a
+// daemon whose MAX_TIMEOUT is five seconds.
+func TestDaytonaSDKAutoStop(t *testing.T) {
+	testutil.RequireRoot(t)
+	ctx := waitCtx(t, 5*time.Minute)
+	sdk := daytonaSDK(t, ctx)
+	const key = "dtn_0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+	d := startDaemon(t, "API_KEYS="+key+":alice", "MAX_TIMEOUT=5", "DEFAULT_TIMEOUT=5")
+	runDaytonaSuite(t, ctx, daytonaEnv(t, ctx, sdk, d.url, key), "autostop.short.cjs")
+}
+
 // TestDaytonaSDKTwoReplicas: the Daytona SDK suite through a round-robin
 // balancer over two replicas on one Redis: creates are placed on either,
 // and the control plane (by ID and by name), the toolbox and its

@@ -322,7 +322,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, user string) error
 				return true
 			}
 			for _, st := range states {
-				if st == stateOf(rec.State) {
+				if st == daytonaState(rec) {
 					return true
 				}
 			}

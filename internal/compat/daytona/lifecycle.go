@@ -69,9 +69,16 @@ func setLifecycleOut(o *sandboxOut, rec *store.Record) {
 	if v, err := strconv.Atoi(rec.Extra[extraAutoDelete]); err == nil {
 		o.AutoDeleteInterval = v
 	}
+	o.State = daytonaState(rec)
+}
+
+// daytonaState is the record's state as Daytona names it (archived: a
+// stopped sandbox marked so).
+func daytonaState(rec *store.Record) string {
 	if rec.Extra[extraArchived] != "" && rec.State == sandbox.StateStopped {
-		o.State = "archived"
+		return "archived"
 	}
+	return stateOf(rec.State)
 }
 
 // stoppedLife is what a sandbox stopped through the API has left to

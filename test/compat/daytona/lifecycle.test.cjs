@@ -28,7 +28,8 @@ async function native(id) {
 }
 
 test('archive and recover; auto-archive and auto-delete intervals; auto-stop pauses', async () => {
-  const sb = await make({ autoArchiveInterval: 60, autoDeleteInterval: 30, autoStopInterval: 20 })
+  const tag = `t${Date.now()}`
+  const sb = await make({ labels: { suite: tag }, autoArchiveInterval: 60, autoDeleteInterval: 30, autoStopInterval: 20 })
   assert.equal(sb.autoArchiveInterval, 60)
   assert.equal(sb.autoDeleteInterval, 30)
   assert.equal(sb.autoStopInterval, 20)
@@ -45,6 +46,10 @@ test('archive and recover; auto-archive and auto-delete intervals; auto-stop pau
   await sb.archive()
   assert.equal(sb.state, 'archived')
   assert.equal((await daytona.get(sb.id)).state, 'archived')
+  const archived = []
+  for await (const x of daytona.list({ labels: { suite: tag }, states: ['archived'] })) archived.push(x.id)
+  assert.deepEqual(archived, [sb.id])
+  for await (const x of daytona.list({ labels: { suite: tag }, states: ['stopped'] })) assert.fail(`listed as stopped: ${x.id}`)
   await sb.start()
   assert.equal(sb.state, 'started')
   assert.equal((await sb.fs.downloadFile('/home/user/kept.txt')).toString(), 'kept', 'the filesystem outlives the archive')

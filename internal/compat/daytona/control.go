@@ -369,17 +369,22 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, user string) erro
 	if err != nil {
 		return err
 	}
+	booted := true
 	switch rec.State {
 	case sandbox.StateStopped:
 		rec, err = s.m.StartSandbox(r.Context(), user, rec.ID)
 	case sandbox.StatePaused:
 		rec, err = s.m.Resume(r.Context(), user, rec.ID, 0)
+	default:
+		booted = false
 	}
 	if err != nil {
 		return err
 	}
-	if rec, err = s.afterStart(r, user, rec); err != nil {
-		return err
+	if booted {
+		if rec, err = s.afterStart(r, user, rec); err != nil {
+			return err
+		}
 	}
 	writeJSON(w, http.StatusOK, s.out(r, rec))
 	return nil

@@ -633,6 +633,16 @@ func (f *Forwarder) target(r *http.Request) target {
 		return pathTarget(r.Method, strings.TrimPrefix(p, "/v2/sandboxes/"))
 	case strings.HasPrefix(p, "/sandboxes/"):
 		return pathTarget(r.Method, strings.TrimPrefix(p, "/sandboxes/"))
+	case r.Method == http.MethodPost && p == "/api/sandbox":
+		// Daytona's create.
+		return target{create: true}
+	case strings.HasPrefix(p, "/api/sandbox/"):
+		// Daytona's control plane by sandbox ID (a name is resolved by
+		// the Daytona front end, which forwards through ServeBy).
+		return pathTarget(r.Method, strings.TrimPrefix(p, "/api/sandbox/"))
+	case strings.HasPrefix(p, "/api/toolbox/"):
+		// Daytona's toolbox (its sessions live on the sandbox's replica).
+		return pathTarget(r.Method, strings.TrimPrefix(p, "/api/toolbox/"))
 	case strings.HasPrefix(p, "/proxy/"):
 		rest := strings.TrimPrefix(p, "/proxy/")
 		ident, _, _ := strings.Cut(rest, "/")

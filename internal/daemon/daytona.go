@@ -13,8 +13,14 @@ import (
 // under /api/toolbox/{id}) over the manager and the shared data plane.
 func (s *server) daytonaDoor(dp *dataplane.Service) *daytona.Server {
 	cfg := s.cfg
-	return daytona.New(daytona.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxTimeout: cfg.MaxTimeout,
-		MaxOutput: cfg.MaxExecOutputBytes, Logger: s.log, PreviewToken: s.previewToken}, s.m)
+	dcfg := daytona.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxTimeout: cfg.MaxTimeout,
+		MaxOutput: cfg.MaxExecOutputBytes, Logger: s.log, PreviewToken: s.previewToken}
+	if shared(s.store) {
+		// A sandbox addressed by name is served by the replica that runs
+		// it (by ID the forwarder routes it before the door).
+		dcfg.Peers = s.forwarder
+	}
+	return daytona.New(dcfg, s.m)
 }
 
 // previewToken is the shared server's (made after its doors).

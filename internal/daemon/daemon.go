@@ -567,7 +567,7 @@ func (s *server) mountDoors(context.Context) error {
 			e2b.New(e2b.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: s.templates,
 				Builtins:       s.builtins.Statuses,
 				TemplateAdmins: cfg.TemplateAdmins, Builder: s.builder, BuildDir: filepath.Join(s.tmplDir, "tmp"), Logger: log, Events: s.events,
-				Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate, History: s.history}, m),
+				Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate, History: s.history, Secrets: s.vault}, m),
 			s.daytonaDoor(dp), // everything under /api
 			as,
 		},

@@ -24,6 +24,7 @@ import (
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/template/autobuild"
 	"github.com/agentbox/agentbox/internal/webhook"
 )
@@ -76,6 +77,9 @@ type Config struct {
 	// History answers getMetrics with the sampled points in the range
 	// (nil: one sample, now).
 	History *history.History
+	// Secrets is the tenants' secrets vault, for the Secret API (nil:
+	// those routes answer 503).
+	Secrets *secrets.Vault
 	Logger  *slog.Logger
 }
 
@@ -133,6 +137,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	h("PATCH /events/webhooks/{webhookID}", s.updateWebhook)
 	h("DELETE /events/webhooks/{webhookID}", s.deleteWebhook)
 	s.registerTemplates(h)
+	s.registerSecrets(h)
 	s.registerUploads(mux)
 	s.registerSigned(mux)
 }

@@ -16,10 +16,11 @@ Sync and asyncio APIs of the same shape::
 Episode environments for RL and agent loops are in :mod:`agentbox.envs`.
 """
 
-from ._async import AsyncCode, AsyncCommands, AsyncFiles, AsyncPty, AsyncSandbox, AsyncTemplates, AsyncWatchHandle
+from ._async import (AsyncCode, AsyncCommands, AsyncFiles, AsyncPty, AsyncSandbox, AsyncSecrets, AsyncTemplates,
+                     AsyncWatchHandle)
 from ._base import ConnectionConfig
 from ._pty import AsyncPtySession, PtySession
-from ._sync import Code, Commands, Files, Pty, Sandbox, Templates, WatchHandle
+from ._sync import Code, Commands, Files, Pty, Sandbox, Secrets, Templates, WatchHandle
 from .errors import (
     AgentboxError,
     CommandExitError,
@@ -42,6 +43,7 @@ from .models import (
     CodeContext,
     CommandEvent,
     CommandResult,
+    EgressRule,
     EntryInfo,
     Execution,
     FilesystemEvent,
@@ -55,6 +57,7 @@ from .models import (
     Result,
     SandboxInfo,
     SandboxStats,
+    SecretInfo,
     ServerInfo,
     Template,
 )
@@ -63,13 +66,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Sandbox", "AsyncSandbox", "Commands", "AsyncCommands", "Code", "AsyncCode", "Files", "AsyncFiles",
-    "Pty", "AsyncPty", "PtySession", "AsyncPtySession", "Templates", "AsyncTemplates", "ConnectionConfig",
+    "Pty", "AsyncPty", "PtySession", "AsyncPtySession", "Templates", "AsyncTemplates", "Secrets", "AsyncSecrets",
+    "ConnectionConfig",
     "WatchHandle", "AsyncWatchHandle", "FilesystemEvent",
     "AgentboxError", "CommandExitError", "ConflictError", "DeadlineExceededError", "InsufficientSpaceError",
     "InternalError", "InvalidArgumentError", "NotFoundError", "PermissionDeniedError", "QuotaExceededError",
     "StartTimeoutError", "StepTimeoutError", "TooLargeError", "TransportError", "UnauthenticatedError",
     "UnavailableError",
-    "CodeContext", "CommandEvent", "CommandResult", "EntryInfo", "Execution", "ExecutionError", "LogEntry",
+    "CodeContext", "CommandEvent", "CommandResult", "EgressRule", "EntryInfo", "Execution", "ExecutionError", "LogEntry",
     "Logs", "NetworkPolicy", "OutputMessage", "PreviewToken", "Resources", "Result", "SandboxInfo",
-    "SandboxStats", "ServerInfo", "Template",
+    "SandboxStats", "SecretInfo", "ServerInfo", "Template",
 ]

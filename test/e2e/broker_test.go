@@ -14,6 +14,7 @@ import (
 	"math/big"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -390,9 +391,31 @@ func TestEgressBroker(t *testing.T) {
 		t.Fatalf("policy back: %d %s", status, data)
 	}
 
-	// A restart loses nothing: CA, key, secrets, rules.
+	// While the daemon is down the kernel still sends the sandbox's HTTPS
+	// to the broker's port, where nobody listens: refused, nothing goes
+	// out around the broker (-k: a direct connection would succeed).
+	down := true
+	t.Cleanup(func() { // the sandboxes' cleanups need the daemon
+		if down {
+			d.start()
+		}
+	})
 	d.stop()
+	nsPath := filepath.Join("/run/agentbox/netns", "abxb"+suffix, id)
+	out, err := exec.Command("nsenter", "--net="+nsPath, "curl", "-sSk", "-m", "5", "--resolve", "api.test:443:198.18.77.1",
+		"https://api.test/daemon-down").CombinedOutput()
+	if err == nil || strings.Contains(string(out), "upstream") {
+		t.Fatalf("HTTPS of a sandbox with rules while the daemon is down: %v %q", err, out)
+	}
+	if !strings.Contains(string(out), "(7)") && !strings.Contains(string(out), "(56)") && !strings.Contains(string(out), "(35)") {
+		t.Fatalf("HTTPS of a sandbox with rules while the daemon is down was not refused: %q", out)
+	}
+	if got := api.take(); got != "" {
+		t.Fatalf("a request went out while the daemon was down:\n%s", got)
+	}
+	// A restart loses nothing: CA, key, secrets, rules.
 	d.start()
+	down = false
 	check("after a restart")
 	if status, data = d.call(t, "DELETE", "/v1/sandboxes/"+id, keyA, nil); status != 204 && status != 200 {
 		t.Fatalf("delete: %d %s", status, data)

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -389,6 +390,46 @@ func TestEgressBroker(t *testing.T) {
 	status, data = d.call(t, "PUT", "/v1/sandboxes/"+id+"/network", keyA, map[string]any{"mode": "egress", "rules": rules})
 	if status != 200 {
 		t.Fatalf("policy back: %d %s", status, data)
+	}
+
+	// The CLI: a secret set from stdin, listed without its value, bound by
+	// a rule from a file with `agentbox network`, then removed.
+	bin, _ := binaries(t)
+	cliRun := func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"--url", d.url, "--api-key", keyA}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("agentbox %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	cliValue := "cli-" + secret
+	if out := cliRun(cliValue+"\n", "secret", "set", "CLI_TOKEN"); !strings.Contains(out, "CLI_TOKEN\tversion 1\tplaceholder agentbox-secret-CLI_TOKEN-") {
+		t.Fatalf("agentbox secret set: %q", out)
+	}
+	if out := cliRun("", "secret", "ls"); !strings.Contains(out, "CLI_TOKEN") || !strings.Contains(out, "API_TOKEN") || strings.Contains(out, secret) {
+		t.Fatalf("agentbox secret ls: %q", out)
+	}
+	rulesFile := filepath.Join(t.TempDir(), "rules.json")
+	cliRules := append([]map[string]any{{"host": "api.test", "headers": map[string]string{"X-Cli": "${secret:CLI_TOKEN}"}}}, rules...)
+	if data, err := json.Marshal(cliRules); err != nil || os.WriteFile(rulesFile, data, 0o600) != nil {
+		t.Fatal(err)
+	}
+	if out := cliRun("", "network", id, "--rules", rulesFile); strings.TrimSpace(out) != id {
+		t.Fatalf("agentbox network: %q", out)
+	}
+	execIn(t, d, keyA, id, `curl -sS https://api.test/cli`)
+	if got := api.take(); !strings.Contains(got, "X-Cli="+cliValue) || !strings.Contains(got, "Bearer "+secret) {
+		t.Fatalf("after agentbox network:\n%s", got)
+	}
+	if status, data = d.call(t, "PUT", "/v1/sandboxes/"+id+"/network", keyA, map[string]any{"mode": "egress", "rules": rules}); status != 200 {
+		t.Fatalf("policy back: %d %s", status, data)
+	}
+	cliRun("", "secret", "rm", "CLI_TOKEN")
+	if out := cliRun("", "secret", "ls"); strings.Contains(out, "CLI_TOKEN") {
+		t.Fatalf("agentbox secret rm left it: %q", out)
 	}
 
 	// While the daemon is down the kernel still sends the sandbox's HTTPS

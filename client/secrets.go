@@ -9,7 +9,13 @@ import (
 
 // Secret is a stored secret as the server describes it: never its value.
 type Secret struct {
+	// ID identifies the secret (sec_...) while it exists.
+	ID   string `json:"id"`
 	Name string `json:"name"`
+	// Version counts the values stored: 1 when created, one more at each
+	// replacement.
+	Version  int               `json:"version"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 	// Placeholder is what a sandbox may carry instead of the value; the
 	// egress broker replaces it in requests to the hosts the secret is
 	// bound to.

@@ -38,7 +38,7 @@ the process list and shell history), one trailing newline removed:
 			if x.json {
 				return x.printJSON(s)
 			}
-			fmt.Fprintf(x.out, "%s\tplaceholder %s\n", s.Name, s.Placeholder)
+			fmt.Fprintf(x.out, "%s\tversion %d\tplaceholder %s\n", s.Name, s.Version, s.Placeholder)
 			return nil
 		}),
 	}
@@ -54,9 +54,9 @@ the process list and shell history), one trailing newline removed:
 				return x.printJSON(list)
 			}
 			tw := tabwriter.NewWriter(x.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tPLACEHOLDER\tUPDATED")
+			fmt.Fprintln(tw, "NAME\tVERSION\tPLACEHOLDER\tUPDATED")
 			for _, s := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, s.Placeholder, s.UpdatedAt.Format("2006-01-02 15:04:05"))
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", s.Name, s.Version, s.Placeholder, s.UpdatedAt.Format("2006-01-02 15:04:05"))
 			}
 			return tw.Flush()
 		}),

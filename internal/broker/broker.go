@@ -241,7 +241,9 @@ func (b *Broker) PolicyChanged(id sandbox.ID, _ sandbox.Network) {
 	}
 	for _, t := range check {
 		if err := b.cfg.Policy.Permit(t.src, t.dst.Addr(), t.name); err != nil {
-			_ = t.conn.Close()
+			// A reset: the sandbox's client fails at once rather than
+			// reading an end of stream as a complete answer.
+			reset(t.conn)
 		}
 	}
 }

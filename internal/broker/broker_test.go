@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -106,5 +108,67 @@ func TestCALeaf(t *testing.T) {
 	}
 	if _, err := leaf.Leaf.Verify(x509.VerifyOptions{DNSName: "other.test", Roots: pool}); err == nil {
 		t.Fatal("a leaf verified for another name")
+	}
+}
+
+// TestTransformBody: a bound placeholder in a body of known length is
+// replaced (the length follows); a body of unknown length, a compressed
+// one, or one over MaxBodySubstitution goes as it was.
+func TestTransformBody(t *testing.T) {
+	b := &Broker{cfg: Config{Secrets: fakeSecrets{"alice/TOK": "s3cret-longer-than-the-placeholder"}}}
+	info := &connInfo{owner: "alice", name: "api.test"}
+	rules := []sandbox.EgressRule{{Host: "api.test", Secrets: []string{"TOK"}}}
+	read := func(out *http.Request) string {
+		t.Helper()
+		data, err := io.ReadAll(out.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+
+	r := httptest.NewRequest("POST", "https://api.test/v1", strings.NewReader(`{"key":"ph-TOK","again":"ph-TOK"}`))
+	out, used, err := b.transform(r, info, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"key":"s3cret-longer-than-the-placeholder","again":"s3cret-longer-than-the-placeholder"}`
+	if got := read(out); got != want || out.ContentLength != int64(len(want)) || len(used) != 1 {
+		t.Errorf("body %q length %d used %v", got, out.ContentLength, used)
+	}
+
+	for name, mk := range map[string]func() *http.Request{
+		"chunked": func() *http.Request {
+			r := httptest.NewRequest("POST", "https://api.test/v1", strings.NewReader("ph-TOK"))
+			r.ContentLength = -1
+			return r
+		},
+		"gzip": func() *http.Request {
+			r := httptest.NewRequest("POST", "https://api.test/v1", strings.NewReader("ph-TOK"))
+			r.Header.Set("Content-Encoding", "gzip")
+			return r
+		},
+		"large": func() *http.Request {
+			return httptest.NewRequest("POST", "https://api.test/v1", strings.NewReader("ph-TOK"+strings.Repeat("x", MaxBodySubstitution)))
+		},
+	} {
+		r := mk()
+		out, used, err := b.transform(r, info, rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Body != nil || len(used) != 0 {
+			t.Errorf("%s: the body was changed (used %v)", name, used)
+		}
+		if got := read(r); !strings.HasPrefix(got, "ph-TOK") {
+			t.Errorf("%s: the body lost its start: %.20q", name, got)
+		}
+	}
+
+	// Not bound (a header rule only): the body is not touched.
+	r = httptest.NewRequest("POST", "https://api.test/v1", strings.NewReader("ph-TOK"))
+	out, _, err = b.transform(r, info, []sandbox.EgressRule{{Host: "api.test", Headers: map[string]string{"A": "${secret:TOK}"}}})
+	if err != nil || out.Body != nil {
+		t.Errorf("an unbound secret's placeholder was looked for in the body: %v", err)
 	}
 }

@@ -1,14 +1,18 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -110,6 +114,9 @@ func (b *Broker) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			pr.Out.URL = out.URL
 			pr.Out.Host = r.Host
 			pr.Out.Header = out.Header
+			if out.Body != nil {
+				pr.Out.Body, pr.Out.ContentLength = out.Body, out.ContentLength
+			}
 		},
 		Transport: b.transport(target.ID, info),
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
@@ -146,7 +153,8 @@ func (b *Broker) transform(r *http.Request, info *connInfo, rules []sandbox.Egre
 		used = append(used, name)
 	}
 	// Placeholders of the secrets bound to this host, wherever the
-	// sandbox put them in the header values or the URL.
+	// sandbox put them in the header values, the URL or the body.
+	bound := map[string]boundSecret{}
 	for _, rule := range rules {
 		for _, name := range rule.Secrets {
 			v, ph, err := reveal(name)
@@ -171,6 +179,16 @@ func (b *Broker) transform(r *http.Request, info *connInfo, rules []sandbox.Egre
 			if hit {
 				mark(name)
 			}
+			bound[ph] = boundSecret{name: name, value: v}
+		}
+	}
+	if len(bound) > 0 {
+		hits, err := substituteBody(r, out, bound)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, name := range hits {
+			mark(name)
 		}
 	}
 	// Headers the rules set, for the methods and paths they name.
@@ -200,6 +218,39 @@ func (b *Broker) transform(r *http.Request, info *connInfo, rules []sandbox.Egre
 		}
 	}
 	return out, used, nil
+}
+
+// MaxBodySubstitution is the largest request body in which the
+// placeholders of bound secrets are replaced. A larger one, one of unknown
+// length (chunked: it may be a stream the client feeds as answers come)
+// or one with a Content-Encoding goes upstream as the sandbox sent it:
+// placeholders stay placeholders, nothing leaks.
+const MaxBodySubstitution = 1 << 20
+
+type boundSecret struct{ name, value string }
+
+// substituteBody replaces bound placeholders in r's body when its length
+// is known, small, and it is not compressed, setting out's body and
+// length to the result; it returns the names of the secrets put in.
+func substituteBody(r *http.Request, out *http.Request, bound map[string]boundSecret) ([]string, error) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength <= 0 || r.ContentLength > MaxBodySubstitution ||
+		r.Header.Get("Content-Encoding") != "" {
+		return nil, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, r.ContentLength))
+	if err != nil {
+		return nil, fmt.Errorf("read the request body: %w", err)
+	}
+	var hits []string
+	for ph, sec := range bound {
+		if bytes.Contains(body, []byte(ph)) {
+			body = bytes.ReplaceAll(body, []byte(ph), []byte(sec.value))
+			hits = append(hits, sec.name)
+		}
+	}
+	sort.Strings(hits)
+	out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	return hits, nil
 }
 
 // transport returns the sandbox's upstream client: it dials the address

@@ -571,7 +571,7 @@ func (s *server) mountDoors(context.Context) error {
 				Builtins:       s.builtins.Statuses,
 				TemplateAdmins: cfg.TemplateAdmins, Builder: s.builder, BuildDir: filepath.Join(s.tmplDir, "tmp"), Logger: log, Events: s.events,
 				Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate, History: s.history,
-				VolumeTokenKey: secret}, m),
+				VolumeTokenKey: secret, Secrets: s.vault}, m),
 			s.daytonaDoor(dp), // everything under /api
 			as,
 		},

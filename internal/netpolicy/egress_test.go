@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
 // mustReach fails unless the sandbox gets the test host's page at addr.
@@ -234,9 +236,27 @@ func TestPolicyUpdateOnLiveSandbox(t *testing.T) {
 	mustReach(t, path, n.serverIP)
 	mustReach(t, path, n.otherIP)
 
+	// The hook (the broker's) asks Permit and Source, as the broker does
+	// for its own connections: it runs outside the manager's locks.
+	var hooked []sandbox.ID
+	m.SetPolicyHook(func(id sandbox.ID, _ sandbox.Network) {
+		_, _ = m.Source(n.serverIP)
+		_ = m.Permit(n.serverIP, n.otherIP, "")
+		hooked = append(hooked, id)
+	})
 	ctx := context.Background()
-	if err := m.UpdatePolicy(ctx, id, sandboxNetwork(nil, []string{n.serverIP.String()})); err != nil {
-		t.Fatal(err)
+	done := make(chan error, 1)
+	go func() { done <- m.UpdatePolicy(ctx, id, sandboxNetwork(nil, []string{n.serverIP.String()})) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("UpdatePolicy never returned: its hook deadlocked on the manager's locks")
+	}
+	if len(hooked) != 1 || hooked[0] != id {
+		t.Fatalf("the policy hook was told %v", hooked)
 	}
 	mustBeRejected(t, path, netip.AddrPortFrom(n.serverIP, 80))
 	mustReach(t, path, n.otherIP)

@@ -477,10 +477,23 @@ func (m *Manager) Teardown(ctx context.Context, id sandbox.ID) error {
 }
 
 // UpdatePolicy replaces the egress policy of a running sandbox. New
-// connections follow it at once; connections already established under
-// the old policy are left alone. DNS-learned addresses are dropped, since
-// the allowed names may have changed.
+// connections follow it at once; established ones it denies are cut (the
+// kernel's conntrack entries, and through the policy hook the broker's
+// connections). DNS-learned addresses of names it no longer allows are
+// dropped.
 func (m *Manager) UpdatePolicy(ctx context.Context, id sandbox.ID, n sandbox.Network) error {
+	if err := m.updatePolicy(id, n); err != nil {
+		return err
+	}
+	// Outside the locks: the hook asks Permit and Source about the
+	// sandbox's connections.
+	if m.onPolicy != nil {
+		m.onPolicy(id, n)
+	}
+	return nil
+}
+
+func (m *Manager) updatePolicy(id sandbox.ID, n sandbox.Network) error {
 	if err := id.Validate(); err != nil {
 		return err
 	}
@@ -529,9 +542,6 @@ func (m *Manager) UpdatePolicy(ctx context.Context, id sandbox.ID, n sandbox.Net
 	// mapping on the host.
 	if err := m.cutDenied(rec.Addr, p); err != nil {
 		m.log.Warn("cut connections the new policy denies", "sandbox", id, "err", err)
-	}
-	if m.onPolicy != nil {
-		m.onPolicy(id, n)
 	}
 	return nil
 }

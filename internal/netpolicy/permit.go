@@ -145,6 +145,14 @@ func (f deniedFlows) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 	if d == f.m.bridgeIP {
 		return false // DNS and the broker: they apply the policy themselves
 	}
+	// A connection redirected to the broker (its replies come from the
+	// bridge address): the broker cuts it itself, with a reset that still
+	// finds its mapping back to the sandbox. Deleting the entry first
+	// would leave the sandbox's end waiting on a peer it can no longer
+	// hear from.
+	if r, ok := netip.AddrFromSlice(flow.Reverse.SrcIP); ok && r.Unmap() == f.m.bridgeIP {
+		return false
+	}
 	return !f.m.permitAddr(f.src, d, f.p)
 }
 

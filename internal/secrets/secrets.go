@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -35,7 +36,15 @@ const MaxValue = 16 << 10
 
 // Meta is what the API says about a secret: everything but its value.
 type Meta struct {
+	// ID is the secret's identifier (sec_...), stable while it exists; a
+	// secret deleted and created again has a new one.
+	ID   string `json:"id"`
 	Name string `json:"name"`
+	// Version counts the values stored: 1 when created, one more at each
+	// replacement (rotation).
+	Version int `json:"version"`
+	// Metadata is the caller's, stored in clear beside the sealed value.
+	Metadata map[string]string `json:"metadata,omitempty"`
 	// Placeholder is the text a sandbox may carry instead of the value:
 	// the broker replaces it by the value in requests to the hosts the
 	// sandbox's rules bind the secret to, and nowhere else.
@@ -46,18 +55,66 @@ type Meta struct {
 
 // record is a secret as stored.
 type record struct {
-	Owner       string    `json:"owner"`
-	Name        string    `json:"name"`
-	Placeholder string    `json:"placeholder"`
-	KeyID       string    `json:"key_id"` // which key sealed it
-	Nonce       []byte    `json:"nonce"`
-	Sealed      []byte    `json:"sealed"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	Owner       string            `json:"owner"`
+	Name        string            `json:"name"`
+	ID          string            `json:"id,omitempty"`
+	Version     int               `json:"version,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	Placeholder string            `json:"placeholder"`
+	KeyID       string            `json:"key_id"` // which key sealed it
+	Nonce       []byte            `json:"nonce"`
+	Sealed      []byte            `json:"sealed"`
+	CreatedAt   time.Time         `json:"created_at"`
+	UpdatedAt   time.Time         `json:"updated_at"`
 }
 
 func (r *record) meta() Meta {
-	return Meta{Name: r.Name, Placeholder: r.Placeholder, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	m := Meta{ID: r.ID, Name: r.Name, Version: r.Version, Placeholder: r.Placeholder, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	if len(r.Metadata) > 0 {
+		m.Metadata = make(map[string]string, len(r.Metadata))
+		for k, v := range r.Metadata {
+			m.Metadata[k] = v
+		}
+	}
+	// Records written before IDs and versions were kept: an ID derived
+	// from what identifies the record, version 1.
+	if m.ID == "" {
+		sum := sha256.Sum256([]byte("agentbox secret id\x00" + r.Owner + "\x00" + r.Name + "\x00" + r.CreatedAt.Format(time.RFC3339Nano)))
+		m.ID = IDPrefix + hex.EncodeToString(sum[:12])
+	}
+	if m.Version == 0 {
+		m.Version = 1
+	}
+	return m
+}
+
+// IDPrefix starts every secret ID; names cannot start with it.
+const IDPrefix = "sec_"
+
+// Metadata limits (E2B's, whose Secret API shares the vault).
+const (
+	maxMetaEntries = 32
+	maxMetaKey     = 128
+	maxMetaValue   = 1024
+	maxMetaTotal   = 8192
+)
+
+// CheckMetadata validates a secret's metadata.
+func CheckMetadata(md map[string]string) error {
+	if len(md) > maxMetaEntries {
+		return sandbox.Invalid("metadata", "a secret has at most %d metadata entries", maxMetaEntries)
+	}
+	total := 0
+	for k, v := range md {
+		if k == "" || len(k) > maxMetaKey || len(v) > maxMetaValue {
+			return sandbox.Invalid("metadata", "metadata keys are 1 to %d bytes, values at most %d", maxMetaKey, maxMetaValue)
+		}
+		total += len(k) + len(v)
+	}
+	if total > maxMetaTotal {
+		return sandbox.Invalid("metadata", "a secret's metadata is at most %d bytes", maxMetaTotal)
+	}
+	return nil
 }
 
 const kind = "secret"
@@ -99,6 +156,9 @@ func CheckName(name string) error {
 	if name == "" || len(name) > 64 {
 		return sandbox.Invalid("name", "a secret name is 1 to 64 characters")
 	}
+	if strings.HasPrefix(strings.ToLower(name), IDPrefix) {
+		return sandbox.Invalid("name", "secret names cannot start with %q (the prefix of secret IDs)", IDPrefix)
+	}
 	for i, r := range name {
 		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '_' || (i > 0 && (r >= '0' && r <= '9' || r == '-'))
 		if !ok {
@@ -119,8 +179,42 @@ func notFound(name string) error {
 }
 
 // Put stores value as owner's secret name, creating it (created true) or
-// replacing its value; the placeholder and creation time stay on update.
+// replacing its value; the ID, placeholder, metadata and creation time
+// stay on update.
 func (v *Vault) Put(ctx context.Context, owner, name, value string) (m Meta, created bool, err error) {
+	return v.put(ctx, owner, name, value, putAny, nil)
+}
+
+// Create stores a new secret with its metadata; one of that name already
+// is ClassConflict.
+func (v *Vault) Create(ctx context.Context, owner, name, value string, metadata map[string]string) (Meta, error) {
+	if metadata == nil {
+		metadata = map[string]string{}
+	}
+	m, _, err := v.put(ctx, owner, name, value, putCreate, metadata)
+	return m, err
+}
+
+// Update replaces the value of an existing secret (ClassNotFound when
+// there is none) and, when metadata is not nil, its metadata.
+func (v *Vault) Update(ctx context.Context, owner, name, value string, metadata map[string]string) (Meta, error) {
+	m, _, err := v.put(ctx, owner, name, value, putUpdate, metadata)
+	return m, err
+}
+
+type putMode int
+
+const (
+	putAny putMode = iota
+	putCreate
+	putUpdate
+)
+
+// errExists and errMissing end an UpdateDoc whose record is not in the
+// state the mode needs.
+var errExists, errMissing = errors.New("exists"), errors.New("missing")
+
+func (v *Vault) put(ctx context.Context, owner, name, value string, mode putMode, metadata map[string]string) (m Meta, created bool, err error) {
 	if err := CheckName(name); err != nil {
 		return Meta{}, false, err
 	}
@@ -130,7 +224,10 @@ func (v *Vault) Put(ctx context.Context, owner, name, value string) (m Meta, cre
 	if len(value) > MaxValue {
 		return Meta{}, false, sandbox.Invalid("value", "a secret's value is at most %d bytes", MaxValue)
 	}
-	if v.maxUser > 0 {
+	if err := CheckMetadata(metadata); err != nil {
+		return Meta{}, false, err
+	}
+	if v.maxUser > 0 && mode != putUpdate {
 		have, err := v.List(ctx, owner)
 		if err != nil {
 			return Meta{}, false, err
@@ -150,11 +247,24 @@ func (v *Vault) Put(ctx context.Context, owner, name, value string) (m Meta, cre
 	sealed := v.aead.Seal(nil, nonce, []byte(value), aad(owner, name))
 	now := time.Now().UTC()
 	err = v.docs.UpdateDoc(ctx, kind, url.PathEscape(owner), docKey(owner, name), func(old []byte) ([]byte, time.Duration, error) {
-		r := record{Owner: owner, Name: name, KeyID: v.keyID, Nonce: nonce, Sealed: sealed, CreatedAt: now, UpdatedAt: now}
+		r := record{Owner: owner, Name: name, KeyID: v.keyID, Nonce: nonce, Sealed: sealed, CreatedAt: now, UpdatedAt: now,
+			Version: 1, Metadata: metadata}
 		created = true
 		var prev record
 		if old != nil && json.Unmarshal(old, &prev) == nil && prev.Owner == owner && prev.Name == name {
-			r.CreatedAt, r.Placeholder, created = prev.CreatedAt, prev.Placeholder, false
+			if mode == putCreate {
+				return nil, 0, errExists
+			}
+			pm := prev.meta()
+			r.ID, r.Version, r.CreatedAt, r.Placeholder, created = pm.ID, pm.Version+1, prev.CreatedAt, prev.Placeholder, false
+			if metadata == nil {
+				r.Metadata = prev.Metadata
+			}
+		} else if mode == putUpdate {
+			return nil, 0, errMissing
+		}
+		if r.ID == "" {
+			r.ID = newID()
 		}
 		if r.Placeholder == "" {
 			r.Placeholder = newPlaceholder(name)
@@ -163,10 +273,21 @@ func (v *Vault) Put(ctx context.Context, owner, name, value string) (m Meta, cre
 		data, err := json.Marshal(r)
 		return data, 0, err
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, errExists):
+		return Meta{}, false, sandbox.Errorf(sandbox.ClassConflict, "a secret %q exists already", name)
+	case errors.Is(err, errMissing):
+		return Meta{}, false, notFound(name)
+	case err != nil:
 		return Meta{}, false, fmt.Errorf("store secret: %w", err)
 	}
 	return m, created, nil
+}
+
+func newID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return IDPrefix + hex.EncodeToString(b)
 }
 
 // randomNonce returns a fresh random GCM nonce: one per seal, never
@@ -210,6 +331,23 @@ func (v *Vault) Get(ctx context.Context, owner, name string) (Meta, error) {
 		return Meta{}, err
 	}
 	return r.meta(), nil
+}
+
+// Lookup returns owner's secret by ID (sec_...) or name.
+func (v *Vault) Lookup(ctx context.Context, owner, ref string) (Meta, error) {
+	if !strings.HasPrefix(ref, IDPrefix) {
+		return v.Get(ctx, owner, ref)
+	}
+	list, err := v.List(ctx, owner)
+	if err != nil {
+		return Meta{}, err
+	}
+	for _, m := range list {
+		if m.ID == ref {
+			return m, nil
+		}
+	}
+	return Meta{}, sandbox.Errorf(sandbox.ClassNotFound, "no secret %q", ref)
 }
 
 // List returns owner's secrets, by name, without values.

@@ -150,3 +150,65 @@ func TestLoadKey(t *testing.T) {
 		t.Fatal("a short key was accepted")
 	}
 }
+
+// Create, Update and Lookup (E2B's Secret API): an ID and a version per
+// secret, metadata kept, a second create refused, an update of nothing
+// refused.
+func TestVaultCreateUpdateLookup(t *testing.T) {
+	ctx := context.Background()
+	db, _ := boltDocs(t)
+	v, err := New(db, testKey(3), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := v.Create(ctx, "alice", "openai-key", "v1", map[string]string{"team": "ml"})
+	if err != nil || m.Version != 1 || !strings.HasPrefix(m.ID, IDPrefix) || m.Metadata["team"] != "ml" {
+		t.Fatalf("create: %+v %v", m, err)
+	}
+	if _, err := v.Create(ctx, "alice", "openai-key", "v2", nil); sandbox.ClassOf(err) != sandbox.ClassConflict {
+		t.Fatalf("second create: %v", err)
+	}
+	if _, err := v.Update(ctx, "alice", "missing", "v", nil); sandbox.ClassOf(err) != sandbox.ClassNotFound {
+		t.Fatalf("update of nothing: %v", err)
+	}
+	u, err := v.Update(ctx, "alice", "openai-key", "v2", nil)
+	if err != nil || u.Version != 2 || u.ID != m.ID || u.Metadata["team"] != "ml" || u.Placeholder != m.Placeholder {
+		t.Fatalf("update: %+v %v", u, err)
+	}
+	u, err = v.Update(ctx, "alice", "openai-key", "v3", map[string]string{})
+	if err != nil || u.Version != 3 || len(u.Metadata) != 0 {
+		t.Fatalf("update clearing metadata: %+v %v", u, err)
+	}
+	if val, _, _ := v.Reveal(ctx, "alice", "openai-key"); val != "v3" {
+		t.Fatalf("value after updates %q", val)
+	}
+	// Put (the native API's create-or-replace) counts versions too.
+	if p, created, err := v.Put(ctx, "alice", "openai-key", "v4"); err != nil || created || p.Version != 4 {
+		t.Fatalf("put: %+v %v %v", p, created, err)
+	}
+	for _, ref := range []string{m.ID, "openai-key"} {
+		if got, err := v.Lookup(ctx, "alice", ref); err != nil || got.Name != "openai-key" {
+			t.Fatalf("lookup %s: %+v %v", ref, got, err)
+		}
+	}
+	if _, err := v.Lookup(ctx, "bob", m.ID); sandbox.ClassOf(err) != sandbox.ClassNotFound {
+		t.Fatalf("bob looks up alice's secret by ID: %v", err)
+	}
+	if _, err := v.Create(ctx, "alice", "sec_x", "v", nil); sandbox.ClassOf(err) != sandbox.ClassInvalid {
+		t.Fatalf("a name with the ID prefix: %v", err)
+	}
+	big := map[string]string{}
+	for i := range 33 {
+		big[string(rune('a'+i%26))+strings.Repeat("k", i)] = "v"
+	}
+	if _, err := v.Create(ctx, "alice", "many", "v", big); sandbox.ClassOf(err) != sandbox.ClassInvalid {
+		t.Fatalf("33 metadata entries: %v", err)
+	}
+	// A deleted and re-created secret has a new ID.
+	if err := v.Delete(ctx, "alice", "openai-key"); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := v.Create(ctx, "alice", "openai-key", "v", nil); err != nil || again.ID == m.ID || again.Version != 1 {
+		t.Fatalf("re-created: %+v %v", again, err)
+	}
+}

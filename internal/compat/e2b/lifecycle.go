@@ -225,6 +225,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, user string) err
 	for _, vm := range in.VolumeMounts {
 		req.Volumes = append(req.Volumes, sandbox.VolumeMount{Name: vm.Name, Path: vm.Path})
 	}
+	if err := s.secretRefs(r.Context(), user, req.Network.Rules); err != nil {
+		return err
+	}
 	if in.TemplateID != "" && in.TemplateID != req.Template {
 		req.Extra = map[string]string{extraTemplate: in.TemplateID}
 	}
@@ -292,6 +295,9 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request, user stri
 	n := sandbox.Network{Mode: sandbox.NetworkEgress, AllowOut: in.AllowOut, DenyOut: in.DenyOut, Rules: rulesOf(in.Rules)}
 	if in.AllowInternetAccess != nil && !*in.AllowInternetAccess {
 		n.DenyOut = append(n.DenyOut, "0.0.0.0/0")
+	}
+	if err := s.secretRefs(r.Context(), user, n.Rules); err != nil {
+		return err
 	}
 	if _, err := s.m.UpdateNetwork(r.Context(), user, sandboxID(r), n); err != nil {
 		return err

@@ -26,6 +26,7 @@ import (
 	"github.com/agentbox/agentbox/internal/httpapi"
 	"github.com/agentbox/agentbox/internal/manager"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/secrets"
 	"github.com/agentbox/agentbox/internal/template/autobuild"
 	"github.com/agentbox/agentbox/internal/webhook"
 )
@@ -82,7 +83,10 @@ type Config struct {
 	// (volumes.go); every replica that serves a volume's content needs the
 	// same. Empty: a random key, so tokens end with the process.
 	VolumeTokenKey []byte
-	Logger         *slog.Logger
+	// Secrets is the tenants' secrets vault, for the Secret API (nil:
+	// those routes answer 503).
+	Secrets *secrets.Vault
+	Logger  *slog.Logger
 }
 
 // Server is the E2B front-end.
@@ -153,6 +157,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	h("POST /sandboxes/{id}/fork", s.fork)
 	s.registerVolumes(mux, h)
 	s.registerTemplates(h)
+	s.registerSecrets(h)
 	s.registerUploads(mux)
 	s.registerSigned(mux)
 }

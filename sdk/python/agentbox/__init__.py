@@ -16,11 +16,11 @@ Sync and asyncio APIs of the same shape::
 Episode environments for RL and agent loops are in :mod:`agentbox.envs`.
 """
 
-from ._async import (AsyncCode, AsyncCommands, AsyncFiles, AsyncPty, AsyncSandbox, AsyncTemplates, AsyncVolumes,
-                     AsyncWatchHandle)
+from ._async import (AsyncCode, AsyncCommands, AsyncFiles, AsyncPty, AsyncSandbox, AsyncSecrets, AsyncTemplates,
+                     AsyncVolumes, AsyncWatchHandle)
 from ._base import ConnectionConfig
 from ._pty import AsyncPtySession, PtySession
-from ._sync import Code, Commands, Files, Pty, Sandbox, Templates, Volumes, WatchHandle
+from ._sync import Code, Commands, Files, Pty, Sandbox, Secrets, Templates, Volumes, WatchHandle
 from .errors import (
     AgentboxError,
     CommandExitError,
@@ -43,6 +43,7 @@ from .models import (
     CodeContext,
     CommandEvent,
     CommandResult,
+    EgressRule,
     EntryInfo,
     Execution,
     FilesystemEvent,
@@ -56,6 +57,7 @@ from .models import (
     Result,
     SandboxInfo,
     SandboxStats,
+    SecretInfo,
     ServerInfo,
     Template,
     Volume,
@@ -66,13 +68,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Sandbox", "AsyncSandbox", "Commands", "AsyncCommands", "Code", "AsyncCode", "Files", "AsyncFiles",
-    "Pty", "AsyncPty", "PtySession", "AsyncPtySession", "Templates", "AsyncTemplates", "Volumes", "AsyncVolumes", "ConnectionConfig",
+    "Pty", "AsyncPty", "PtySession", "AsyncPtySession", "Templates", "AsyncTemplates", "Volumes", "AsyncVolumes",
+    "Secrets", "AsyncSecrets", "ConnectionConfig",
     "WatchHandle", "AsyncWatchHandle", "FilesystemEvent",
     "AgentboxError", "CommandExitError", "ConflictError", "DeadlineExceededError", "InsufficientSpaceError",
     "InternalError", "InvalidArgumentError", "NotFoundError", "PermissionDeniedError", "QuotaExceededError",
     "StartTimeoutError", "StepTimeoutError", "TooLargeError", "TransportError", "UnauthenticatedError",
     "UnavailableError",
-    "CodeContext", "CommandEvent", "CommandResult", "EntryInfo", "Execution", "ExecutionError", "LogEntry",
+    "CodeContext", "CommandEvent", "CommandResult", "EgressRule", "EntryInfo", "Execution", "ExecutionError", "LogEntry",
     "Logs", "NetworkPolicy", "OutputMessage", "PreviewToken", "Resources", "Result", "SandboxInfo",
-    "SandboxStats", "ServerInfo", "Template", "Volume", "VolumeMount",
+    "SandboxStats", "SecretInfo", "ServerInfo", "Template", "Volume", "VolumeMount",
 ]

@@ -22,6 +22,7 @@ from .models import (
     CodeContext,
     CommandEvent,
     CommandResult,
+    EgressRule,
     EntryInfo,
     Execution,
     FilesystemEvent,
@@ -32,6 +33,7 @@ from .models import (
     Result,
     SandboxInfo,
     SandboxStats,
+    SecretInfo,
     ServerInfo,
     Template,
     Volume,
@@ -655,9 +657,10 @@ class AsyncSandbox:
         return [LogEntry.from_json(e) for e in data.get("logs", [])]
 
     async def update_network(
-        self, *, allow_out: Optional[Iterable[str]] = None, deny_out: Optional[Iterable[str]] = None
+        self, *, allow_out: Optional[Iterable[str]] = None, deny_out: Optional[Iterable[str]] = None,
+        rules: Optional[Iterable[Union[EgressRule, Mapping[str, Any]]]] = None, internet: Optional[bool] = None,
     ) -> SandboxInfo:
-        body: Dict[str, Any] = {"mode": "egress", "allow_out": list(allow_out or []), "deny_out": list(deny_out or [])}
+        body = b.network_update_body(allow_out, deny_out, rules, internet)
         return self._update(await self._t.request("PUT", self._path("/network"), json_body=body))
 
     def preview_url(self, port: int, path: str = "") -> str:
@@ -687,6 +690,48 @@ class AsyncSandbox:
         return await self.code.run(code, language=language, context=context, env_vars=env_vars, timeout=timeout,
                                    max_output_bytes=max_output_bytes, on_stdout=on_stdout, on_stderr=on_stderr,
                                    on_result=on_result, on_error=on_error)
+
+
+class AsyncSecrets:
+    """Your secrets, asyncio form (see :class:`agentbox.Secrets`)."""
+
+    def __init__(self, *, url: Optional[str] = None, api_key: Optional[str] = None,
+                 http_client: Optional[httpx.AsyncClient] = None) -> None:
+        self._t = _AsyncTransport(ConnectionConfig.resolve(url, api_key), http_client)
+
+    async def __aenter__(self) -> "AsyncSecrets":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._t.close()
+
+    async def put(self, name: str, value: str) -> SecretInfo:
+        r = await self._t.request("PUT", b.secret_path(name), json_body=b.secret_value(value))
+        return SecretInfo.from_json(r.json())
+
+    async def create(self, name: str, value: str) -> SecretInfo:
+        return await self.put(name, value)
+
+    async def update(self, name: str, value: str) -> SecretInfo:
+        await self.get(name)
+        return await self.put(name, value)
+
+    async def get(self, name: str) -> SecretInfo:
+        return SecretInfo.from_json((await self._t.request("GET", b.secret_path(name))).json())
+
+    async def list(self) -> List[SecretInfo]:
+        r = await self._t.request("GET", "/v1/secrets")
+        return [SecretInfo.from_json(x) for x in r.json().get("secrets", [])]
+
+    async def delete(self, name: str) -> bool:
+        try:
+            await self._t.request("DELETE", b.secret_path(name))
+            return True
+        except NotFoundError:
+            return False
 
 
 class AsyncTemplates:

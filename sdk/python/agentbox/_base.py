@@ -7,11 +7,11 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 from urllib.parse import quote, urlsplit
 
 from .errors import InvalidArgumentError
-from .models import NetworkPolicy
+from .models import EgressRule, NetworkPolicy
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_REQUEST_TIMEOUT = 60.0
@@ -130,6 +130,39 @@ def volume_mounts(volumes: Optional[Sequence[Any]]) -> Optional[List[Dict[str, A
     for v in volumes:
         out.append(v.to_json() if hasattr(v, "to_json") else dict(v))
     return out
+
+
+def secret_path(name: str) -> str:
+    if not isinstance(name, str) or not name or len(name) > 64:
+        raise InvalidArgumentError(f"not a secret name: {name!r}", field="name")
+    return "/v1/secrets/" + quote(name, safe="")
+
+
+def secret_value(value: str) -> Dict[str, Any]:
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError("a secret's value is a non-empty string", field="value")
+    return {"value": value}
+
+
+def network_update_body(allow_out: Optional[Iterable[str]], deny_out: Optional[Iterable[str]],
+                        rules: Optional[Iterable[Any]], internet: Optional[bool]) -> Dict[str, Any]:
+    """The body of PUT /v1/sandboxes/{id}/network: the whole egress policy,
+    what is left out is cleared. ``internet=False`` without an allow list
+    denies every destination (0.0.0.0/0); with one, only its entries are
+    reachable anyway."""
+    allow = [str(a) for a in allow_out or []]
+    deny = [str(d) for d in deny_out or []]
+    if internet is False and not allow and "0.0.0.0/0" not in deny:
+        deny.append("0.0.0.0/0")
+    out: List[Dict[str, Any]] = []
+    for r in rules or []:
+        if isinstance(r, EgressRule):
+            out.append(r.to_json())
+        elif isinstance(r, Mapping):
+            out.append(dict(r))
+        else:
+            raise InvalidArgumentError(f"a rule is an EgressRule or a dict, got {type(r).__name__}", field="rules")
+    return {"mode": "egress", "allow_out": allow, "deny_out": deny, "rules": out}
 
 
 def template_path(name: str, suffix: str = "") -> str:

@@ -20,6 +20,7 @@ from .models import (
     CodeContext,
     CommandEvent,
     CommandResult,
+    EgressRule,
     EntryInfo,
     Execution,
     FilesystemEvent,
@@ -29,6 +30,7 @@ from .models import (
     PreviewToken,
     Result,
     SandboxInfo,
+    SecretInfo,
     SandboxStats,
     ServerInfo,
     Template,
@@ -694,10 +696,15 @@ class Sandbox:
         return [LogEntry.from_json(e) for e in data.get("logs", [])]
 
     def update_network(
-        self, *, allow_out: Optional[Iterable[str]] = None, deny_out: Optional[Iterable[str]] = None
+        self, *, allow_out: Optional[Iterable[str]] = None, deny_out: Optional[Iterable[str]] = None,
+        rules: Optional[Iterable[Union[EgressRule, Mapping[str, Any]]]] = None, internet: Optional[bool] = None,
     ) -> SandboxInfo:
-        """Replaces the egress policy of an ``egress`` sandbox (the mode itself is fixed)."""
-        body: Dict[str, Any] = {"mode": "egress", "allow_out": list(allow_out or []), "deny_out": list(deny_out or [])}
+        """Replaces the egress policy of a running ``egress`` sandbox (the mode
+        itself is fixed): allow and deny lists and the broker's ``rules``, what
+        is not given is cleared. ``internet=False`` cuts it off (without an
+        allow list: every destination denied). Established connections the
+        new policy denies are cut."""
+        body = b.network_update_body(allow_out, deny_out, rules, internet)
         return self._update(self._t.request("PUT", self._path("/network"), json_body=body))
 
     # --- previews -----------------------------------------------------
@@ -751,6 +758,62 @@ def _list_params(metadata: Optional[Mapping[str, str]], state: Optional[Union[st
     if token:
         p["next_token"] = token
     return p
+
+
+class Secrets:
+    """Your secrets (``/v1/secrets``): values the egress broker puts into
+    requests leaving your sandboxes, which the sandboxes never hold. A value
+    is written and never read back::
+
+        with Secrets() as secrets:
+            secrets.put("OPENAI_KEY", "sk-...")
+            Sandbox.create(network=NetworkPolicy(mode="egress", rules=[EgressRule(
+                host="api.openai.com", headers={"Authorization": "Bearer ${secret:OPENAI_KEY}"})]))
+    """
+
+    def __init__(self, *, url: Optional[str] = None, api_key: Optional[str] = None,
+                 http_client: Optional[httpx.Client] = None) -> None:
+        self._t = _Transport(ConnectionConfig.resolve(url, api_key), http_client)
+
+    def __enter__(self) -> "Secrets":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._t.close()
+
+    def put(self, name: str, value: str) -> SecretInfo:
+        """Creates secret ``name`` or replaces its value (rotation: the next
+        request of every sandbox uses the new one)."""
+        return SecretInfo.from_json(self._t.request("PUT", b.secret_path(name), json_body=b.secret_value(value)).json())
+
+    def create(self, name: str, value: str) -> SecretInfo:
+        """Same as :meth:`put`: a name you already have gets the new value."""
+        return self.put(name, value)
+
+    def update(self, name: str, value: str) -> SecretInfo:
+        """Same as :meth:`put`, for a secret you have (NotFoundError otherwise;
+        a secret deleted meanwhile is created again)."""
+        self.get(name)
+        return self.put(name, value)
+
+    def get(self, name: str) -> SecretInfo:
+        return SecretInfo.from_json(self._t.request("GET", b.secret_path(name)).json())
+
+    def list(self) -> List[SecretInfo]:
+        """Your secrets by name, without values."""
+        return [SecretInfo.from_json(x) for x in self._t.request("GET", "/v1/secrets").json().get("secrets", [])]
+
+    def delete(self, name: str) -> bool:
+        """Deletes secret ``name`` (rules using it stop injecting at once:
+        their requests are answered 502); False when there was none."""
+        try:
+            self._t.request("DELETE", b.secret_path(name))
+            return True
+        except NotFoundError:
+            return False
 
 
 class Templates:

@@ -33,18 +33,57 @@ def _str_map(v: Any) -> Dict[str, str]:
 
 
 @dataclass
+class EgressRule:
+    """What the egress broker does to HTTPS requests for ``host`` (an exact
+    name or ``*.example.com``): ``headers`` set on matching requests, where
+    ``${secret:NAME}`` is your secret NAME (the sandbox never sees it);
+    ``methods`` and ``paths`` (prefixes) narrow which requests, empty meaning
+    all; ``secrets`` binds secrets whose placeholders the broker replaces in
+    requests to this host only (docs/secrets.md). A rule opens nothing: the
+    host must also pass the allow and deny lists."""
+
+    host: str
+    headers: Dict[str, str] = field(default_factory=dict)
+    methods: List[str] = field(default_factory=list)
+    paths: List[str] = field(default_factory=list)
+    secrets: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: Any) -> "EgressRule":
+        d = d if isinstance(d, dict) else {}
+        return cls(host=str(d.get("host", "")), headers=dict(d.get("headers") or {}),
+                   methods=list(d.get("methods") or []), paths=list(d.get("paths") or []),
+                   secrets=list(d.get("secrets") or []))
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"host": self.host}
+        if self.headers:
+            out["headers"] = dict(self.headers)
+        if self.methods:
+            out["methods"] = list(self.methods)
+        if self.paths:
+            out["paths"] = list(self.paths)
+        if self.secrets:
+            out["secrets"] = list(self.secrets)
+        return out
+
+
+@dataclass
 class NetworkPolicy:
     """A sandbox's network: ``mode`` ``"none"`` (loopback only) or ``"egress"``
-    with optional allow/deny lists of CIDRs or domain names."""
+    with optional allow/deny lists of CIDRs or domain names, and the egress
+    broker's ``rules`` (:class:`EgressRule`)."""
 
     mode: Optional[str] = None
     allow_out: List[str] = field(default_factory=list)
     deny_out: List[str] = field(default_factory=list)
+    rules: List[EgressRule] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: Any) -> "NetworkPolicy":
         d = d if isinstance(d, dict) else {}
-        return cls(mode=d.get("mode"), allow_out=list(d.get("allow_out") or []), deny_out=list(d.get("deny_out") or []))
+        return cls(mode=d.get("mode"), allow_out=list(d.get("allow_out") or []), deny_out=list(d.get("deny_out") or []),
+                   rules=[EgressRule.from_json(r) for r in d.get("rules") or []])
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
@@ -54,7 +93,31 @@ class NetworkPolicy:
             out["allow_out"] = list(self.allow_out)
         if self.deny_out:
             out["deny_out"] = list(self.deny_out)
+        if self.rules:
+            out["rules"] = [r.to_json() for r in self.rules]
         return out
+
+
+@dataclass
+class SecretInfo:
+    """One of your secrets as the server describes it (schema ``Secret``):
+    never its value. ``placeholder`` is text a sandbox may carry instead of
+    the value; the broker replaces it in requests to the hosts a rule binds
+    the secret to, and nowhere else."""
+
+    name: str
+    id: str = ""
+    version: int = 0
+    placeholder: str = ""
+    metadata: Dict[str, str] = field(default_factory=dict)
+    created_at: Optional[datetime] = None
+    updated_at: Optional[datetime] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SecretInfo":
+        return cls(name=str(d.get("name", "")), id=str(d.get("id", "")), version=int(d.get("version") or 0),
+                   placeholder=str(d.get("placeholder", "")), metadata=dict(d.get("metadata") or {}),
+                   created_at=_time(d.get("created_at")), updated_at=_time(d.get("updated_at")))
 
 
 @dataclass

@@ -173,3 +173,22 @@ async def test_templates() -> None:
             await t.get("nope-nope")
         with pytest.raises(agentbox.NotFoundError):
             await t.delete("nope-nope")
+
+
+async def test_secrets_and_network_update() -> None:
+    name = "PYASYNC_" + os.urandom(4).hex().upper()
+    async with agentbox.AsyncSecrets() as secrets:
+        s = await secrets.put(name, "async-" + os.urandom(8).hex())
+        try:
+            assert s.version == 1 and name in {x.name for x in await secrets.list()}
+            assert (await secrets.update(name, "async-rotated")).version == 2
+            async with AsyncSandbox.create(network="egress") as sbx:
+                rule = agentbox.EgressRule(host="api.example.com", headers={"Authorization": "Bearer ${secret:%s}" % name})
+                info = await sbx.update_network(allow_out=["api.example.com"], rules=[rule])
+                assert info.network.rules == [rule] and info.network.allow_out == ["api.example.com"]
+                info = await sbx.update_network(internet=False)
+                assert info.network.deny_out == ["0.0.0.0/0"] and info.network.rules == []
+        finally:
+            assert await secrets.delete(name) is True
+        with pytest.raises(agentbox.NotFoundError):
+            await secrets.get(name)

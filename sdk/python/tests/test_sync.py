@@ -173,6 +173,64 @@ def test_network_policy() -> None:
         assert sbx.get_info().network.allow_out == ["192.0.2.0/24"]
 
 
+def test_secrets_and_rules() -> None:
+    """Secrets are written, listed and deleted, never read back; rules bind
+    them to hosts, on create and at run time; another tenant sees and binds
+    none of them."""
+    name = "PYSDK_" + os.urandom(4).hex().upper()
+    value = "py-secret-" + os.urandom(8).hex()
+    other = os.environ.get("AGENTBOX_OTHER_API_KEY")
+    assert other, "the suite needs a second tenant's key"
+    with agentbox.Secrets() as secrets:
+        s = secrets.create(name, value)
+        try:
+            assert s.name == name and s.version == 1 and s.id.startswith("sec_") and s.placeholder.startswith("agentbox-secret-")
+            assert value not in repr(s)
+            got = secrets.get(name)
+            assert (got.id, got.placeholder) == (s.id, s.placeholder)
+            assert name in {x.name for x in secrets.list()}
+            rotated = secrets.update(name, value + "-2")
+            assert rotated.version == 2 and rotated.placeholder == s.placeholder and rotated.id == s.id
+            with pytest.raises(agentbox.NotFoundError):
+                secrets.update(name + "_NONE", "v")
+            with pytest.raises(agentbox.InvalidArgumentError):
+                secrets.put("bad name", "v")
+            with agentbox.Secrets(api_key=other) as bob:
+                assert name not in {x.name for x in bob.list()}
+                with pytest.raises(agentbox.NotFoundError):
+                    bob.get(name)
+                assert bob.delete(name) is False
+            rule = agentbox.EgressRule(host="api.example.com", headers={"Authorization": "Bearer ${secret:%s}" % name},
+                                       methods=["POST"], paths=["/v1/"], secrets=[name])
+            policy = agentbox.NetworkPolicy(mode="egress", allow_out=["api.example.com"], rules=[rule])
+            # Bob cannot bind Alice's secret.
+            with pytest.raises(agentbox.InvalidArgumentError):
+                Sandbox.create(network=policy, api_key=other)
+            with Sandbox.create(network=policy, env={"TOKEN": s.placeholder}) as sbx:
+                assert sbx.info.network.rules == [rule]
+                out = sbx.commands.run("env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'").stdout
+                assert s.placeholder in out and value not in out
+                # At run time: rules replaced, then the internet cut off.
+                other_rule = {"host": "*.example.org", "headers": {"X-Key": "${secret:%s}" % name}}
+                info = sbx.update_network(deny_out=["192.0.2.0/24"], rules=[other_rule])
+                assert info.network.deny_out == ["192.0.2.0/24"]
+                assert info.network.rules == [agentbox.EgressRule(host="*.example.org", headers=other_rule["headers"])]
+                info = sbx.update_network(internet=False)
+                assert info.network.deny_out == ["0.0.0.0/0"] and info.network.rules == []
+                assert sbx.get_info().network.deny_out == ["0.0.0.0/0"]
+                info = sbx.update_network(allow_out=["api.example.com"], internet=False, rules=[rule])
+                assert info.network.allow_out == ["api.example.com"] and info.network.deny_out == []
+                # A rule naming a secret one does not have is refused.
+                with pytest.raises(agentbox.InvalidArgumentError):
+                    sbx.update_network(rules=[{"host": "a.example.com", "headers": {"A": "${secret:NO_SUCH_SECRET}"}}])
+                assert sbx.get_info().network.rules == [rule]
+        finally:
+            assert secrets.delete(name) is True
+        assert secrets.delete(name) is False
+        with pytest.raises(agentbox.NotFoundError):
+            secrets.get(name)
+
+
 def test_auth_and_tenants(sbx: Sandbox) -> None:
     with pytest.raises(agentbox.UnauthenticatedError):
         Sandbox.list(api_key="wrong-key")

@@ -158,3 +158,33 @@ def test_volume_bodies_and_snapshot_sizes() -> None:
     assert (t.is_snapshot, t.snapshot_of, t.own_size, t.shared_size) == (True, "sb-1", 100, 1000)
     base = agentbox.Template.from_json({"name": "base", "tag": "latest", "kind": "image", "source": "build"})
     assert (base.is_snapshot, base.snapshot_of, base.own_size, base.shared_size) == (False, None, 0, 0)
+
+
+def test_network_update_body() -> None:
+    rule = agentbox.EgressRule(host="api.example.com", headers={"Authorization": "Bearer ${secret:K}"}, secrets=["K"])
+    body = _base.network_update_body(["api.example.com"], None, [rule, {"host": "b.example.com"}], None)
+    assert body == {"mode": "egress", "allow_out": ["api.example.com"], "deny_out": [],
+                    "rules": [{"host": "api.example.com", "headers": {"Authorization": "Bearer ${secret:K}"}, "secrets": ["K"]},
+                              {"host": "b.example.com"}]}
+    # The internet off: everything denied, unless an allow list already
+    # limits the sandbox to its entries.
+    assert _base.network_update_body(None, ["192.0.2.0/24"], None, False)["deny_out"] == ["192.0.2.0/24", "0.0.0.0/0"]
+    assert _base.network_update_body(["a.example.com"], None, None, False)["deny_out"] == []
+    assert _base.network_update_body(None, None, None, True)["deny_out"] == []
+    with pytest.raises(agentbox.InvalidArgumentError):
+        _base.network_update_body(None, None, ["not a rule"], None)
+    # Rules round-trip through a sandbox record.
+    p = agentbox.NetworkPolicy.from_json({"mode": "egress", "rules": [rule.to_json()]})
+    assert p.rules == [rule] and p.to_json()["rules"] == [rule.to_json()]
+
+
+def test_secret_paths_and_values() -> None:
+    assert _base.secret_path("A/B") == "/v1/secrets/A%2FB"
+    for bad in ("", "x" * 65):
+        with pytest.raises(agentbox.InvalidArgumentError):
+            _base.secret_path(bad)
+    with pytest.raises(agentbox.InvalidArgumentError):
+        _base.secret_value("")
+    info = agentbox.SecretInfo.from_json({"id": "sec_1", "name": "K", "version": 3, "placeholder": "p",
+                                          "created_at": "2026-01-02T03:04:05.123456789Z"})
+    assert (info.id, info.version, info.metadata) == ("sec_1", 3, {}) and info.created_at is not None

@@ -55,6 +55,13 @@ require github.com/bmatcuk/doublestar/v4 v4.10.4
 require github.com/caarlos0/env/v11 v11.4.2
 
 require (
+	github.com/compose-spec/compose-go/v2 v2.16.2
+	github.com/go-viper/mapstructure/v2 v2.5.0 // indirect
+	github.com/mattn/go-shellwords v1.0.12 // indirect
+	github.com/xhit/go-str2duration/v2 v2.1.0 // indirect
+)
+
+require (
 	cel.dev/expr v0.25.2 // indirect
 	cyphar.com/go-pathrs v0.2.6 // indirect
 	github.com/Microsoft/go-winio v0.6.3-0.20251027160822-ad3df93bed29 // indirect

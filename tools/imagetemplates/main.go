@@ -62,7 +62,9 @@ func run(ctx context.Context, store, bin, out string, wait time.Duration, names 
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(store, 0o700); err != nil {
+	// Sandboxes' unprivileged ids pass through to the layers (as through
+	// a data dir: agentbox doctor's data-dir check).
+	if err := os.MkdirAll(store, 0o711); err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -118,6 +120,9 @@ func build(ctx context.Context, store, bin string, names []string, wait time.Dur
 		return err
 	}
 	defer os.RemoveAll(data)
+	if err := os.Chmod(data, 0o711); err != nil {
+		return err
+	}
 	port, err := freePort()
 	if err != nil {
 		return err

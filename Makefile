@@ -201,7 +201,9 @@ uninstall:
 
 # The daemon's container image for one host (deploy/docker): FROM a Debian
 # root filesystem bootstrapped from this host's apt sources (no registry),
-# cached in IMAGE_CACHE. Run it as deploy/compose shows.
+# cached in IMAGE_CACHE, with base and code-interpreter from the template
+# store IMAGE_TEMPLATES (default IMAGE_CACHE/templates; built there first
+# when it lacks them). Run it as deploy/compose shows.
 IMAGE       ?= agentbox:$(VERSION)
 IMAGE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox
 image: build

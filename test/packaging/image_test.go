@@ -134,6 +134,7 @@ func TestImage(t *testing.T) {
 		dockerRunArgs(t, svc, filepath.Join(root, "deploy", "compose"))...)
 	args = append(args, image)
 	args = append(args, svc.Command...)
+	started := time.Now()
 	cid := strings.TrimSpace(run(t, root, nil, "docker", args...))
 
 	// The published port: Docker picks another one at each start.
@@ -149,6 +150,7 @@ func TestImage(t *testing.T) {
 		return run(t, root, []string{"AGENTBOX_URL=" + url, "AGENTBOX_API_KEY=k1"}, filepath.Join(bin, "agentbox"), args...)
 	}
 	ready()
+	t.Logf("first start (the templates unpacked) to ready: %s", time.Since(started).Round(100*time.Millisecond))
 	// NETWORK=auto falls back to loopback-only sandboxes with a warning
 	// when the container cannot make the bridge (no NET_ADMIN).
 	if logs := containerLogs(t, name); !strings.Contains(logs, `msg="sandbox network ready"`) {

@@ -136,8 +136,10 @@ func build(ctx context.Context, store, bin string, names []string, wait time.Dur
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", bin, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// exited closes once the daemon has ended; waitErr is then its end.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	defer func() {
 		select {
 		case <-exited:
@@ -163,9 +165,8 @@ func build(ctx context.Context, store, bin string, names []string, wait time.Dur
 	var last error
 	for {
 		select {
-		case err := <-exited:
-			exited <- err
-			return fmt.Errorf("the daemon building the templates exited: %v", err)
+		case <-exited:
+			return fmt.Errorf("the daemon building the templates exited: %v", waitErr)
 		case <-ctx.Done():
 			return fmt.Errorf("templates %s not built: %w (last answer: %v)", strings.Join(names, ", "), ctx.Err(), last)
 		case <-tick.C:

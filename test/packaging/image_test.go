@@ -57,7 +57,8 @@ func testImage(t *testing.T, bin string) string {
 		cache = filepath.Join(os.TempDir(), "agentbox-test-cache")
 	}
 	store := filepath.Join(cache, "templates")
-	lockFile(t, store+".lock", 40*time.Minute)
+	unlock := lockFile(t, store+".lock", 40*time.Minute)
+	defer unlock() // the image holds a copy: the store is free again
 	digests := run(t, root, nil, "go", "run", "./tools/imagetemplates", "-store", store, "-bin", filepath.Join(bin, "agentbox"), "base", "code-interpreter")
 	h := sha256.New()
 	fmt.Fprintf(h, "templates\n%s", digests)
@@ -269,24 +270,24 @@ func cgroupMounts(t *testing.T) []string {
 	return dirs
 }
 
-// lockFile holds an exclusive flock on path until the test ends, waiting
-// (once a second, up to wait) while another run holds it: the test cache's
-// template store is opened by one daemon at a time (test/e2e lockCache
-// takes the same lock).
-func lockFile(t *testing.T, path string, wait time.Duration) {
+// lockFile takes an exclusive flock on path, waiting (once a second, up to
+// wait) while another run holds it, and returns its release: the test
+// cache's template store is opened by one process at a time (test/e2e
+// lockCache takes the same lock).
+func lockFile(t *testing.T, path string, wait time.Duration) (unlock func()) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { f.Close() })
 	deadline := time.Now().Add(wait)
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
-			return
+			return func() { f.Close() } // drops the flock
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
 			t.Fatalf("lock %s: %v", path, err)
 		}
 		time.Sleep(time.Second)

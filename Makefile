@@ -12,7 +12,7 @@
 #   make sdk-python build the Python SDK's wheel into dist/ (docs/python.md)
 #   make install    binaries, the systemd unit and its env file (docs/install.md)
 #   make image      the daemon's container image, agentbox:VERSION (docs/install.md)
-#   make release    dist/agentbox-VERSION-linux-ARCH.tar.gz, the wheel, SHA256SUMS
+#   make release    dist/agentbox-VERSION-linux-ARCH.tar.gz, the wheel, SHA256SUMS, dist/goproxy
 
 GO       ?= go
 BIN      := bin
@@ -220,7 +220,8 @@ package-test: build
 	export AGENTBOX_K8S_TOOLS=$$(./scripts/k8s-tools.sh) AGENTBOX_HELM=$$(./scripts/helm-tool.sh) && \
 	$(GO) test -count=1 -timeout 30m ./test/packaging
 
-# Versioned tarball, Python wheel and checksums in DIST (scripts/release.sh).
+# Versioned tarball, Python wheel and checksums in DIST, and the Go SDK's
+# module as a GOPROXY tree in DIST/goproxy (scripts/release.sh).
 release: build
 	./scripts/release.sh $(VERSION) $(DIST)
 

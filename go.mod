@@ -54,6 +54,8 @@ require github.com/bmatcuk/doublestar/v4 v4.10.4
 
 require github.com/caarlos0/env/v11 v11.4.2
 
+require golang.org/x/mod v0.41.0
+
 require (
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/go-viper/mapstructure/v2 v2.5.0 // indirect

@@ -29,7 +29,7 @@ TEST_TIMEOUT ?= 60m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test test-fresh deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools runsc sdk-python install install-files uninstall image release package-test
+.PHONY: all build run test test-fresh deps vet bench clean agent init shim daemon daemon-nokube templates console fuzz load soak k8s-tools runsc sdk-python install install-files uninstall image release package-test
 
 all: build
 
@@ -69,18 +69,23 @@ init:
 # leaves out the Kubernetes backend and `agentbox node` (tag nokube): their
 # client libraries cost every start of the binary ~25 ms and 100 MB. It
 # hands settings that need them to bin/agentbox-kube, the full build.
-daemon: console
-	CGO_ENABLED=1 $(GO) build -tags nokube -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox ./cmd/agentbox
+daemon: daemon-nokube
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox-kube ./cmd/agentbox
+
+daemon-nokube: console
+	CGO_ENABLED=1 $(GO) build -tags nokube -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox ./cmd/agentbox
 
 # First what building and serving needs (scripts/install-deps.sh run: as
 # root it apt-installs the absent packages, otherwise it names them and
-# stops), then the build. State goes to serve's default data dir
-# (/var/lib/agentbox as root, the same for every command: internal/config
-# DefaultDataDir) unless AGENTBOX_DATA_DIR says otherwise.
+# stops), then the build of what serving needs: bin/agentbox-kube, the
+# Kubernetes build, is left to make build (on a fresh machine its client
+# libraries are most of a cold build's time; serve names it when a setting
+# needs it). State goes to serve's default data dir (/var/lib/agentbox as
+# root, the same for every command: internal/config DefaultDataDir) unless
+# AGENTBOX_DATA_DIR says otherwise.
 run:
 	./scripts/install-deps.sh run
-	$(MAKE) build
+	$(MAKE) agent init shim daemon-nokube
 	$(BIN)/agentbox serve
 
 deps:

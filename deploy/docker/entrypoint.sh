@@ -44,15 +44,20 @@ if [ "${1:-}" = serve ] && [ -s "$seed" ]; then
     stage="$tdir.seed"
     rm -rf "$stage"
     mkdir -p "$stage" "$tdir/layers" "$tdir/blobs/sha256"
-    tar --xattrs --xattrs-include='*' --numeric-owner -C "$stage" -xpzf "$seed"
-    for d in layers blobs/sha256; do
-      for e in "$stage/$d"/*; do
-        [ -e "$e" ] || continue
-        rm -rf "$tdir/$d/${e##*/}"
-        mv "$e" "$tdir/$d/"
+    # A volume that cannot take them (no xattrs, no device nodes) gets
+    # them built instead (TEMPLATE_AUTO_BUILD), as on any host.
+    if tar --xattrs --xattrs-include='*' --numeric-owner -C "$stage" -xpzf "$seed"; then
+      for d in layers blobs/sha256; do
+        for e in "$stage/$d"/*; do
+          [ -e "$e" ] || continue
+          rm -rf "$tdir/$d/${e##*/}"
+          mv "$e" "$tdir/$d/"
+        done
       done
-    done
-    mv "$stage/templates.json" "$tdir/templates.json"
+      mv "$stage/templates.json" "$tdir/templates.json"
+    else
+      echo "agentbox: could not unpack the image's templates into $tdir; the daemon builds them instead" >&2
+    fi
     rm -rf "$stage"
   fi
 fi

@@ -12,7 +12,7 @@
 #   make sdk-python build the Python SDK's wheel into dist/ (docs/python.md)
 #   make install    binaries, the systemd unit and its env file (docs/install.md)
 #   make image      the daemon's container image, agentbox:VERSION (docs/install.md)
-#   make release    dist/agentbox-VERSION-linux-ARCH.tar.gz, the wheel, SHA256SUMS
+#   make release    dist/agentbox-VERSION-linux-ARCH.tar.gz, the wheel, SHA256SUMS, dist/goproxy
 
 GO       ?= go
 BIN      := bin
@@ -29,7 +29,7 @@ TEST_TIMEOUT ?= 60m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test test-fresh deps vet bench clean agent init shim daemon templates console fuzz load soak k8s-tools runsc sdk-python install install-files uninstall image release package-test
+.PHONY: all build run test test-fresh deps vet bench clean agent init shim daemon daemon-nokube templates console fuzz load soak k8s-tools runsc sdk-python install install-files uninstall image release package-test
 
 all: build
 
@@ -69,18 +69,23 @@ init:
 # leaves out the Kubernetes backend and `agentbox node` (tag nokube): their
 # client libraries cost every start of the binary ~25 ms and 100 MB. It
 # hands settings that need them to bin/agentbox-kube, the full build.
-daemon: console
-	CGO_ENABLED=1 $(GO) build -tags nokube -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox ./cmd/agentbox
+daemon: daemon-nokube
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox-kube ./cmd/agentbox
+
+daemon-nokube: console
+	CGO_ENABLED=1 $(GO) build -tags nokube -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agentbox ./cmd/agentbox
 
 # First what building and serving needs (scripts/install-deps.sh run: as
 # root it apt-installs the absent packages, otherwise it names them and
-# stops), then the build. State goes to serve's default data dir
-# (/var/lib/agentbox as root, the same for every command: internal/config
-# DefaultDataDir) unless AGENTBOX_DATA_DIR says otherwise.
+# stops), then the build of what serving needs: bin/agentbox-kube, the
+# Kubernetes build, is left to make build (on a fresh machine its client
+# libraries are most of a cold build's time; serve names it when a setting
+# needs it). State goes to serve's default data dir (/var/lib/agentbox as
+# root, the same for every command: internal/config DefaultDataDir) unless
+# AGENTBOX_DATA_DIR says otherwise.
 run:
 	./scripts/install-deps.sh run
-	$(MAKE) build
+	$(MAKE) agent init shim daemon-nokube
 	$(BIN)/agentbox serve
 
 deps:
@@ -201,7 +206,9 @@ uninstall:
 
 # The daemon's container image for one host (deploy/docker): FROM a Debian
 # root filesystem bootstrapped from this host's apt sources (no registry),
-# cached in IMAGE_CACHE. Run it as deploy/compose shows.
+# cached in IMAGE_CACHE, with base and code-interpreter from the template
+# store IMAGE_TEMPLATES (default IMAGE_CACHE/templates; built there first
+# when it lacks them). Run it as deploy/compose shows.
 IMAGE       ?= agentbox:$(VERSION)
 IMAGE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox
 image: build
@@ -218,7 +225,8 @@ package-test: build
 	export AGENTBOX_K8S_TOOLS=$$(./scripts/k8s-tools.sh) AGENTBOX_HELM=$$(./scripts/helm-tool.sh) && \
 	$(GO) test -count=1 -timeout 30m ./test/packaging
 
-# Versioned tarball, Python wheel and checksums in DIST (scripts/release.sh).
+# Versioned tarball, Python wheel and checksums in DIST, and the Go SDK's
+# module as a GOPROXY tree in DIST/goproxy (scripts/release.sh).
 release: build
 	./scripts/release.sh $(VERSION) $(DIST)
 

@@ -56,6 +56,15 @@ require github.com/caarlos0/env/v11 v11.4.2
 
 require go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0
 
+require golang.org/x/mod v0.41.0
+
+require (
+	github.com/compose-spec/compose-go/v2 v2.16.2
+	github.com/go-viper/mapstructure/v2 v2.5.0 // indirect
+	github.com/mattn/go-shellwords v1.0.12 // indirect
+	github.com/xhit/go-str2duration/v2 v2.1.0 // indirect
+)
+
 require (
 	cel.dev/expr v0.25.2 // indirect
 	cyphar.com/go-pathrs v0.2.6 // indirect

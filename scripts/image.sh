@@ -8,12 +8,18 @@
 #    in CACHE/bootstrap;
 # 2. imported into the Docker engine as agentbox-rootfs:SUITE-<hash of the
 #    tarball's name> (once);
-# 3. the Dockerfile on it, with the binaries of bin/ (make build).
+# 3. the first built-in templates (IMAGE_TEMPLATE_NAMES, default base and
+#    code-interpreter) as a seed template store (tools/imagetemplates), taken
+#    from the template store IMAGE_TEMPLATES (default CACHE/templates) and
+#    built there first when it lacks them (minutes, once), cached in
+#    CACHE/image-seed by the templates' digests; the entrypoint unpacks it
+#    into an empty data dir, so a new container serves them at once;
+# 4. the Dockerfile on it, with the binaries of bin/ (make build).
 #
 #   scripts/image.sh TAG [CACHE]      prints TAG once built
 #
-# Needs root (mmdebstrap), mmdebstrap, a Debian host (its apt sources name
-# Debian) and a Docker engine.
+# Needs root (mmdebstrap, the template builds), mmdebstrap, a Debian host
+# (its apt sources name Debian), GNU tar and a Docker engine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag=${1:?usage: scripts/image.sh TAG [CACHE]}
@@ -44,5 +50,21 @@ fi
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 cp bin/agentbox bin/agentbox-agent bin/agentbox-init bin/agentbox-shim deploy/docker/entrypoint.sh "$ctx/"
+# The seed store, by the digests of its templates: an unchanged template
+# reuses the seed made of it. Empty IMAGE_TEMPLATE_NAMES: none (the image
+# holds the host template alone; templates are built in its volume).
+read -r -a names <<<"${IMAGE_TEMPLATE_NAMES-base code-interpreter}"
+: >"$ctx/templates.tar.gz"
+if ((${#names[@]})); then
+  store=${IMAGE_TEMPLATES:-$cache/templates}
+  digests=$(go run ./tools/imagetemplates -store "$store" -bin bin/agentbox "${names[@]}")
+  seed="$cache/image-seed/$(sha256sum <<<"$digests" | cut -c1-16).tar.gz"
+  if [[ ! -s $seed ]]; then
+    mkdir -p "$cache/image-seed"
+    find "$cache/image-seed" -name '*.tar.gz' -delete # one seed is kept
+    go run ./tools/imagetemplates -store "$store" -bin bin/agentbox -o "$seed" "${names[@]}"
+  fi
+  ln -f "$seed" "$ctx/templates.tar.gz" 2>/dev/null || cp "$seed" "$ctx/templates.tar.gz"
+fi
 docker build -q -f deploy/docker/Dockerfile --build-arg BASE="$base" --build-arg VERSION="$version" -t "$tag" "$ctx" >/dev/null
 echo "$tag"

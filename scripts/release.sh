@@ -8,6 +8,11 @@
 #       the tree has one
 #   agentbox-VERSION-py3-none-any.whl     the Python SDK (make sdk-python)
 #   SHA256SUMS                            of both (sha256sum -c SHA256SUMS)
+#   goproxy/                              a Go module proxy tree serving
+#       github.com/agentbox/agentbox (the Go SDK's module) at VERSION when it
+#       is a semver tag, else at HEAD's pseudo-version (tools/goproxy; the
+#       committed files): GOPROXY=file://.../goproxy,https://proxy.golang.org
+#       go get github.com/agentbox/agentbox/client@THAT (docs/quickstart.md)
 #
 # The tarball is reproducible: sorted names, owner root, the last commit's
 # time on every file, gzip without a name or time stamp.
@@ -43,4 +48,8 @@ tar -C "$stage" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch
 mv "$tarball.tmp" "$tarball"
 whl=$(./scripts/sdk-python.sh "$out")
 (cd "$out" && sha256sum "$(basename "$tarball")" "$(basename "$whl")" > SHA256SUMS)
+goversion=()
+[[ $version =~ ^v[0-9]+\.[0-9]+\.[0-9]+ ]] && goversion=(-version "$version")
+gomod=$(go run ./tools/goproxy -out "$out/goproxy" "${goversion[@]}")
+echo "release.sh: the Go SDK's module at $gomod in $out/goproxy" >&2
 echo "$tarball"

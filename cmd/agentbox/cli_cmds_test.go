@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"syscall"
@@ -359,5 +361,30 @@ func TestTemplateFlagCompletion(t *testing.T) {
 	r = runAll(t, "__complete", "run", "--template", "")
 	if !strings.HasPrefix(r.stdout, "host\t") || strings.Contains(r.stdout, "python") {
 		t.Errorf("run without a server:\n%s", r.stdout)
+	}
+}
+
+// TestKeylessWarning: a key sent to a keyless server (whose answers to it
+// carry a Warning: internal/daemon keylessNotice) is said to be unchecked, once per command, on
+// stderr; nothing is said without a key or with --json (stderr is then the
+// error's JSON).
+func TestKeylessWarning(t *testing.T) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			w.Header().Set("Warning", `299 agentbox "authentication is off on this server: the API key sent was not checked"`)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"sandboxes":[]}`)
+	}))
+	t.Cleanup(hs.Close)
+	r := runCLI(t, hs.URL, "", "--api-key", "k1", "ls")
+	if r.code != 0 || strings.Count(r.stderr, "authentication is off") != 1 || !strings.Contains(r.stderr, "the API key sent was not checked;") {
+		t.Errorf("a key to a keyless server: exit %d stderr %q, want the warning once", r.code, r.stderr)
+	}
+	if r := runCLI(t, hs.URL, "", "ls"); r.code != 0 || r.stderr != "" {
+		t.Errorf("no key: exit %d stderr %q", r.code, r.stderr)
+	}
+	if r := runCLI(t, hs.URL, "", "--api-key", "k1", "--json", "ls"); r.code != 0 || r.stderr != "" {
+		t.Errorf("--json: exit %d stderr %q", r.code, r.stderr)
 	}
 }

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -80,11 +83,41 @@ func newCLI(cmd *cobra.Command) (*cli, error) {
 		key = os.Getenv(client.EnvAPIKey)
 	}
 	asJSON, _ := f.GetBool(flagJSON)
-	c, err := client.New(url, client.WithAPIKey(key), client.WithUserAgent("agentbox-cli"))
+	opts := []client.Option{client.WithAPIKey(key), client.WithUserAgent("agentbox-cli")}
+	if key != "" && !asJSON {
+		opts = append(opts, client.WithHTTPClient(&http.Client{Transport: &warnOnce{base: http.DefaultTransport, out: cmd.ErrOrStderr()}}))
+	}
+	c, err := client.New(url, opts...)
 	if err != nil {
 		return nil, usageErrorf("--%s: %v", flagURL, err)
 	}
 	return &cli{c: c, json: asJSON, in: cmd.InOrStdin(), out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(), urlFrom: urlFrom}, nil
+}
+
+// warnOnce prints the first Warning header a response carries on out: a
+// keyless server's word that the key sent was not checked (auth is off),
+// which the user would not learn otherwise. Not with --json, whose stderr
+// is the error's JSON.
+type warnOnce struct {
+	base http.RoundTripper
+	out  io.Writer
+	once sync.Once
+}
+
+func (t *warnOnce) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(r)
+	if err == nil {
+		if w := resp.Header.Get("Warning"); w != "" {
+			t.once.Do(func() {
+				// 299 agentbox "text": the text alone.
+				if i := strings.IndexByte(w, '"'); i >= 0 {
+					w = strings.Trim(w[i:], `"`)
+				}
+				fmt.Fprintf(t.out, "agentbox: warning from the server: %s; unset AGENTBOX_API_KEY or give the server API_KEYS\n", w)
+			})
+		}
+	}
+	return resp, err
 }
 
 // unreachable adds what to do to err when the server refused the

@@ -32,4 +32,33 @@ if [ "${1:-}" = serve ] || [ "${1:-}" = node ]; then
     sed -e 's/ / +/g' -e 's/^/+/' /sys/fs/cgroup/cgroup.controllers > /sys/fs/cgroup/cgroup.subtree_control
   fi
 fi
+# A template store that has never held a template gets the image's seed
+# (base, code-interpreter: scripts/image.sh), so a fresh volume serves them
+# at once instead of building them. It is unpacked beside the store and
+# moved in, templates.json last: a start killed halfway unpacks it again.
+seed=/usr/local/share/agentbox/templates.tar.gz
+if [ "${1:-}" = serve ] && [ -s "$seed" ]; then
+  tdir=${TEMPLATE_DIR:-${AGENTBOX_DATA_DIR:-/var/lib/agentbox}/templates}
+  if [ ! -e "$tdir/templates.json" ]; then
+    echo "agentbox: unpacking the image's built-in templates into $tdir" >&2
+    stage="$tdir.seed"
+    rm -rf "$stage"
+    mkdir -p "$stage" "$tdir/layers" "$tdir/blobs/sha256"
+    # A volume that cannot take them (no xattrs, no device nodes) gets
+    # them built instead (TEMPLATE_AUTO_BUILD), as on any host.
+    if tar --xattrs --xattrs-include='*' --numeric-owner -C "$stage" -xpzf "$seed"; then
+      for d in layers blobs/sha256; do
+        for e in "$stage/$d"/*; do
+          [ -e "$e" ] || continue
+          rm -rf "$tdir/$d/${e##*/}"
+          mv "$e" "$tdir/$d/"
+        done
+      done
+      mv "$stage/templates.json" "$tdir/templates.json"
+    else
+      echo "agentbox: could not unpack the image's templates into $tdir; the daemon builds them instead" >&2
+    fi
+    rm -rf "$stage"
+  fi
+fi
 exec /usr/local/bin/agentbox "$@"

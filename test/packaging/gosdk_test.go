@@ -2,6 +2,7 @@ package packaging
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,4 +70,52 @@ func TestGoSDKDependency(t *testing.T) {
 			t.Errorf("a program using the Go SDK links %s", heavy)
 		}
 	}
+}
+
+// TestGoSDKGoGet: the Go module proxy tree `make release` ships
+// (tools/goproxy) serves the SDK to a plain `go get` of
+// github.com/agentbox/agentbox/client at its version, as
+// docs/quickstart.md says, and the example program builds on it. The SDK's
+// own dependencies come from the caller's module cache and proxy; the
+// module version it adds to the module cache is removed after.
+func TestGoSDKGoGet(t *testing.T) {
+	root := repoRoot(t)
+	tree := t.TempDir()
+	version := strings.TrimSpace(run(t, root, nil, "go", "run", "./tools/goproxy", "-out", tree))
+	if !strings.HasPrefix(version, "v0.0.0-") {
+		t.Fatalf("tools/goproxy: version %q, want HEAD's pseudo-version", version)
+	}
+	modcache := strings.TrimSpace(run(t, root, nil, "go", "env", "GOMODCACHE"))
+	t.Cleanup(func() {
+		for _, p := range []string{
+			filepath.Join(modcache, "github.com", "agentbox", "agentbox@"+version),
+			filepath.Join(modcache, "cache", "download", "github.com", "agentbox", "agentbox", "@v"),
+		} {
+			_ = exec.Command("chmod", "-R", "u+w", p).Run()
+			if strings.HasSuffix(p, "@v") {
+				matches, _ := filepath.Glob(filepath.Join(p, version+".*"))
+				for _, m := range matches {
+					os.Remove(m)
+				}
+				continue
+			}
+			os.RemoveAll(p)
+		}
+	})
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(goSDKProgram), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	proxy := strings.TrimSpace(run(t, root, nil, "go", "env", "GOPROXY"))
+	env := []string{"GOFLAGS=-mod=mod", "GOWORK=off", "GOPROXY=file://" + tree + "," + proxy, "GONOSUMDB=github.com/agentbox/agentbox"}
+	run(t, dir, env, "go", "mod", "init", "example.com/sdkuser")
+	run(t, dir, env, "go", "get", "github.com/agentbox/agentbox/client@"+version)
+	gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(gomod), "github.com/agentbox/agentbox "+version) {
+		t.Errorf("go get wrote:\n%s\nwant it to require github.com/agentbox/agentbox %s", gomod, version)
+	}
+	run(t, dir, env, "go", "build", "-o", filepath.Join(dir, "app"), ".")
 }

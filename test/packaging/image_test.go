@@ -5,13 +5,16 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -40,14 +43,28 @@ func needDocker(t *testing.T) {
 }
 
 // testImage builds the image with scripts/image.sh (what `make image` runs)
-// once per content: its tag is a hash of every file that goes into it, and
-// an image with that tag is used as it is. The base's bootstrap is cached
-// in $AGENTBOX_TEST_CACHE/bootstrap like the other tests' bootstraps.
+// once per content: its tag is a hash of every file that goes into it and
+// of its templates' digests, and an image with that tag is used as it is.
+// The base's bootstrap is cached in $AGENTBOX_TEST_CACHE/bootstrap like the
+// other tests' bootstraps; the templates it ships come from the test
+// cache's template store (TestBuiltinTemplates', built there first when it
+// lacks them), under the lock every test takes to open it.
 func testImage(t *testing.T, bin string) string {
 	t.Helper()
 	root := repoRoot(t)
+	cache := os.Getenv("AGENTBOX_TEST_CACHE")
+	if cache == "" {
+		cache = filepath.Join(os.TempDir(), "agentbox-test-cache")
+	}
+	store := filepath.Join(cache, "templates")
+	unlock := lockFile(t, store+".lock", 40*time.Minute)
+	defer unlock() // the image holds a copy: the store is free again
+	digests := run(t, root, nil, "go", "run", "./tools/imagetemplates", "-store", store, "-bin", filepath.Join(bin, "agentbox"), "base", "code-interpreter")
 	h := sha256.New()
+	fmt.Fprintf(h, "templates\n%s", digests)
 	for _, f := range []string{
+		filepath.Join(root, "tools", "imagetemplates", "main.go"),
+		filepath.Join(root, "internal", "template", "seed.go"),
 		filepath.Join(bin, "agentbox"), filepath.Join(bin, "agentbox-agent"),
 		filepath.Join(bin, "agentbox-init"), filepath.Join(bin, "agentbox-shim"),
 		filepath.Join(root, "deploy", "docker", "Dockerfile"),
@@ -69,14 +86,10 @@ func testImage(t *testing.T, bin string) string {
 	if exec.Command("docker", "image", "inspect", tag).Run() == nil {
 		return tag
 	}
-	cache := os.Getenv("AGENTBOX_TEST_CACHE")
-	if cache == "" {
-		cache = filepath.Join(os.TempDir(), "agentbox-test-cache")
-	}
 	start := time.Now()
 	cmd := exec.Command(filepath.Join(root, "scripts", "image.sh"), tag, cache)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "VERSION=test")
+	cmd.Env = append(os.Environ(), "VERSION=test", "IMAGE_TEMPLATES="+store)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("scripts/image.sh: %v\n%s", err, out)
@@ -95,8 +108,9 @@ func testImage(t *testing.T, bin string) string {
 // TestImage: the image of `make image`, run with exactly the privileges
 // of deploy/compose/agentbox.yaml (and its environment: an API key, so it
 // serves on the container's address), serves with sandbox networking
-// ready; a sandbox is created in it
-// and runs a command; a container restart (SIGTERM) destroys its sandboxes
+// ready and the built-in templates it ships ready at its first start
+// (nothing built); a sandbox is created in it and runs a command, a
+// code-interpreter sandbox runs Python; a container restart (SIGTERM) destroys its sandboxes
 // (AUTO_CLEANUP, docs/install.md) and serves again; a kill (SIGKILL, the
 // sandboxes dying with the container's pid namespace) is followed by a
 // start that drops the dead sandbox's record and creates new ones; and
@@ -121,6 +135,7 @@ func TestImage(t *testing.T) {
 		dockerRunArgs(t, svc, filepath.Join(root, "deploy", "compose"))...)
 	args = append(args, image)
 	args = append(args, svc.Command...)
+	started := time.Now()
 	cid := strings.TrimSpace(run(t, root, nil, "docker", args...))
 
 	// The published port: Docker picks another one at each start.
@@ -136,6 +151,7 @@ func TestImage(t *testing.T) {
 		return run(t, root, []string{"AGENTBOX_URL=" + url, "AGENTBOX_API_KEY=k1"}, filepath.Join(bin, "agentbox"), args...)
 	}
 	ready()
+	t.Logf("first start (the templates unpacked) to ready: %s", time.Since(started).Round(100*time.Millisecond))
 	// NETWORK=auto falls back to loopback-only sandboxes with a warning
 	// when the container cannot make the bridge (no NET_ADMIN).
 	if logs := containerLogs(t, name); !strings.Contains(logs, `msg="sandbox network ready"`) {
@@ -148,6 +164,23 @@ func TestImage(t *testing.T) {
 	id := strings.TrimSpace(cli("create"))
 	if out := cli("exec", id, "--", "sh", "-c", "echo hello from $(id -un)"); !strings.Contains(out, "hello from user") {
 		t.Fatalf("exec in the image's sandbox: %q", out)
+	}
+
+	// The templates the image ships are there at the first start: listed
+	// ready, a code-interpreter sandbox made at once, nothing built.
+	ls := cli("template", "ls")
+	for _, n := range []string{"base", "code-interpreter"} {
+		if !regexp.MustCompile(`(?m)^` + n + `\s`).MatchString(ls) {
+			t.Errorf("template ls in a new container does not list %s as stored:\n%s", n, ls)
+		}
+	}
+	ci := strings.TrimSpace(cli("create", "--template", "code-interpreter"))
+	if out := cli("exec", ci, "--", "python3", "-c", "import sys; print('py', sys.version_info[0] * 14)"); strings.TrimSpace(out) != "py 42" {
+		t.Fatalf("python in the image's code-interpreter sandbox: %q", out)
+	}
+	if logs := containerLogs(t, name); strings.Count(logs, "unpacking the image's built-in templates") != 1 ||
+		strings.Contains(logs, `template=base`) && strings.Contains(logs, "building a built-in template in the background") {
+		t.Errorf("the first start did not unpack the image's templates once, or built base:\n%s", logs)
 	}
 
 	// A restart: SIGTERM, the daemon destroys its sandboxes, then serves.
@@ -172,9 +205,14 @@ func TestImage(t *testing.T) {
 	if logs := containerLogs(t, name); !strings.Contains(logs, `sandbox=`+id2) || !strings.Contains(logs, "dropping record of a sandbox the backend no longer has") {
 		t.Errorf("the daemon's log does not say it dropped %s's record:\n%s", id2, logs)
 	}
-	id3 := strings.TrimSpace(cli("create"))
-	if out := cli("exec", id3, "--", "echo", "again"); strings.TrimSpace(out) != "again" {
+	id3 := strings.TrimSpace(cli("create", "--template", "code-interpreter"))
+	if out := cli("exec", id3, "--", "python3", "-c", "print('again')"); strings.TrimSpace(out) != "again" {
 		t.Fatalf("exec after the kill: %q", out)
+	}
+	// The seed is unpacked into an empty store only: the restarts kept
+	// the volume's.
+	if n := strings.Count(containerLogs(t, name), "unpacking the image's built-in templates"); n != 1 {
+		t.Errorf("the image's templates were unpacked %d times over three starts, want once", n)
 	}
 
 	run(t, root, nil, "docker", "rm", "-f", "-v", name)
@@ -230,4 +268,28 @@ func cgroupMounts(t *testing.T) []string {
 		}
 	}
 	return dirs
+}
+
+// lockFile takes an exclusive flock on path, waiting (once a second, up to
+// wait) while another run holds it, and returns its release: the test
+// cache's template store is opened by one process at a time (test/e2e
+// lockCache takes the same lock).
+func lockFile(t *testing.T, path string, wait time.Duration) (unlock func()) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() } // drops the flock
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			t.Fatalf("lock %s: %v", path, err)
+		}
+		time.Sleep(time.Second)
+	}
 }

@@ -486,8 +486,13 @@ func (s *server) openHistory() {
 	if s.cfg.MetricsHistoryResolution <= 0 {
 		return
 	}
+	var docs store.Docs
+	if s.cfg.MetricsHistoryFlush > 0 {
+		docs = docsOf(s.store) // a copy every replica and a restart read
+	}
 	s.history = history.New(history.Config{Resolution: s.cfg.MetricsHistoryResolution, Points: s.cfg.MetricsHistoryPoints,
-		Sandboxes: s.m.Sampled, Stats: s.m.SampleStats, Logger: s.log.With("component", "history")})
+		Sandboxes: s.m.Sampled, Stats: s.m.SampleStats, Docs: docs, FlushEvery: s.cfg.MetricsHistoryFlush,
+		Logger: s.log.With("component", "history")})
 	s.history.Start()
 	s.push("metrics history", func() error { s.history.Close(); return nil })
 }

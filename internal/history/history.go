@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/sandbox"
+	"github.com/agentbox/agentbox/internal/store"
 )
 
 // Point is one sample of a sandbox, or several merged ones covering Span.
@@ -49,8 +50,12 @@ type Config struct {
 	// when it is no longer listed. Only running ones are sampled.
 	Sandboxes func() map[sandbox.ID]Sandbox
 	Stats     func(ctx context.Context, id sandbox.ID) (backend.Stats, error)
-	Logger    *slog.Logger
-	now       func() time.Time // tests
+	// Docs, when set, keeps a copy of each series (stored.go), written
+	// every FlushEvery (0: a default of 30 s).
+	Docs       store.Docs
+	FlushEvery time.Duration
+	Logger     *slog.Logger
+	now        func() time.Time // tests
 }
 
 // History is the sampler and its points.
@@ -58,8 +63,16 @@ type History struct {
 	cfg    Config
 	mu     sync.Mutex
 	series map[sandbox.ID][]Point
-	stop   chan struct{}
-	done   chan struct{}
+	// The stored copies (stored.go): series with points not yet written,
+	// when each was last written, sandboxes whose copy was looked for, and
+	// those gone whose copy is to be deleted.
+	dirty   map[sandbox.ID]bool
+	written map[sandbox.ID]time.Time
+	tried   map[sandbox.ID]bool
+	gone    []sandbox.ID
+	pruned  time.Time // the last prune of expired copies (Flush's goroutine only)
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // New returns a History; Start begins sampling.
@@ -73,7 +86,11 @@ func New(cfg Config) *History {
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
-	return &History{cfg: cfg, series: map[sandbox.ID][]Point{}, stop: make(chan struct{}), done: make(chan struct{})}
+	if cfg.FlushEvery <= 0 {
+		cfg.FlushEvery = 30 * time.Second
+	}
+	return &History{cfg: cfg, series: map[sandbox.ID][]Point{}, dirty: map[sandbox.ID]bool{}, written: map[sandbox.ID]time.Time{},
+		tried: map[sandbox.ID]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 // Resolution is the time between two samples.
@@ -85,13 +102,18 @@ func (h *History) Start() {
 		defer close(h.done)
 		t := time.NewTicker(h.cfg.Resolution)
 		defer t.Stop()
+		f := time.NewTicker(h.cfg.FlushEvery)
+		defer f.Stop()
 		h.Sample(context.Background())
 		for {
 			select {
 			case <-h.stop:
+				h.Flush(context.Background()) // what a restart would lose
 				return
 			case <-t.C:
 				h.Sample(context.Background())
+			case <-f.C:
+				h.Flush(context.Background())
 			}
 		}
 	}()
@@ -112,12 +134,40 @@ func (h *History) Close() {
 func (h *History) Sample(ctx context.Context) {
 	boxes := h.cfg.Sandboxes()
 	h.mu.Lock()
-	for id := range h.series {
+	for id := range h.tried {
 		if _, ok := boxes[id]; !ok {
 			delete(h.series, id)
+			delete(h.dirty, id)
+			delete(h.written, id)
+			delete(h.tried, id)
+			h.gone = append(h.gone, id)
+		}
+	}
+	var unseen []sandbox.ID
+	for id := range boxes {
+		if !h.tried[id] {
+			h.tried[id] = true
+			unseen = append(unseen, id)
 		}
 	}
 	h.mu.Unlock()
+	// A sandbox first seen here may have been sampled before: by this
+	// daemon before a restart, or by the replica that ran it.
+	for _, id := range unseen {
+		points, err := h.load(ctx, id)
+		if err != nil {
+			h.cfg.Logger.Debug("metrics history: store read failed", "sandbox", id, "err", err)
+		}
+		if len(points) == 0 {
+			continue
+		}
+		h.mu.Lock()
+		if len(h.series[id]) == 0 {
+			h.series[id] = points
+			h.written[id] = h.cfg.now()
+		}
+		h.mu.Unlock()
+	}
 	for id, b := range boxes {
 		if !b.Running {
 			continue
@@ -153,6 +203,7 @@ func (h *History) add(id sandbox.ID, b Sandbox, st backend.Stats, now time.Time)
 		s = compact(s)
 	}
 	h.series[id] = append(s, p)
+	h.dirty[id] = true
 }
 
 // compact merges the older half of s pairwise: the points stay in time
@@ -188,7 +239,12 @@ func round2(f float64) float64 { return math.Round(f*100) / 100 }
 func (h *History) Range(id sandbox.ID, start, end time.Time) []Point {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := h.series[id]
+	return between(h.series[id], start, end)
+}
+
+// between returns a copy of the points of s whose time is in [start, end]
+// (a zero bound is open).
+func between(s []Point, start, end time.Time) []Point {
 	i := 0
 	if !start.IsZero() {
 		i = sort.Search(len(s), func(k int) bool { return !s[k].Time.Before(start) })

@@ -38,7 +38,7 @@ func (s *Server) metricsHistory(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, historyOut{Resolution: s.cfg.History.Resolution().Seconds(),
-		Points: s.cfg.History.Range(sandboxID(r), start, end)})
+		Points: s.cfg.History.RangeStored(r.Context(), sandboxID(r), start, end)})
 	return nil
 }
 

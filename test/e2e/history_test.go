@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -211,5 +212,45 @@ except OSError:
 	}
 	if st := mustJSON(t, data); st["network_tx_bytes"].(float64) != 0 || st["network_rx_bytes"].(float64) != 0 {
 		t.Errorf("a sandbox without networking counts traffic: %v", st)
+	}
+}
+
+// TestMetricsHistoryAcrossRestart: the history is kept in the state store
+// too (METRICS_HISTORY_FLUSH), so a sandbox kept across a daemon restart
+// has its whole life's points after it, not just those sampled since.
+func TestMetricsHistoryAcrossRestart(t *testing.T) {
+	d := startDaemon(t, "POOL_SIZE=0", "AUTO_CLEANUP=false", "METRICS_HISTORY_RESOLUTION=0.25", "METRICS_HISTORY_FLUSH=0.5")
+	sb := createRaw(t, d, "", map[string]any{})
+	var before historyAnswer
+	for i := 0; ; i++ {
+		before = readHistory(t, d, "", sb, "")
+		if len(before.Points) >= 8 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("%d points after 10 s", len(before.Points))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	d.stop() // a graceful stop flushes what was sampled
+	d.start()
+	defer deleteSandbox(t, d, "", sb)
+	var after historyAnswer
+	for i := 0; ; i++ {
+		after = readHistory(t, d, "", sb, "")
+		if len(after.Points) > len(before.Points) {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("after the restart %d points, before it %d", len(after.Points), len(before.Points))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !after.Points[0].Time.Equal(before.Points[0].Time) {
+		t.Fatalf("after the restart the history starts at %v, before it at %v", after.Points[0].Time, before.Points[0].Time)
+	}
+	last := before.Points[len(before.Points)-1]
+	if !slices.ContainsFunc(after.Points, func(p history.Point) bool { return p.Time.Equal(last.Time) }) {
+		t.Fatalf("the last point before the restart (%v) is gone after it", last.Time)
 	}
 }

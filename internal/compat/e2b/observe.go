@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -88,7 +89,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, user string) er
 		return err
 	}
 	if h := s.cfg.History; h != nil && h.Len(id) > 0 {
-		writeJSON(w, http.StatusOK, historyMetrics(h, id, rec.Resources.MemoryBytes, start, end))
+		writeJSON(w, http.StatusOK, historyMetrics(r.Context(), h, id, rec.Resources.MemoryBytes, start, end))
 		return nil
 	}
 	// No history (off, or no sample yet): one sample, now.
@@ -245,7 +246,7 @@ func toString(v any) string {
 // historyMetrics are h's points of id in [start, end] as E2B metrics. The
 // range is in whole seconds, as the SDKs round it: a point is in it when
 // its second is.
-func historyMetrics(h *history.History, id sandbox.ID, memory int64, start, end *int64) []metricOut {
+func historyMetrics(ctx context.Context, h *history.History, id sandbox.ID, memory int64, start, end *int64) []metricOut {
 	var from, to time.Time
 	if start != nil {
 		from = time.Unix(*start, 0)
@@ -253,7 +254,7 @@ func historyMetrics(h *history.History, id sandbox.ID, memory int64, start, end 
 	if end != nil {
 		to = time.Unix(*end+1, 0).Add(-time.Nanosecond)
 	}
-	pts := h.Range(id, from, to)
+	pts := h.RangeStored(ctx, id, from, to)
 	out := make([]metricOut, 0, len(pts))
 	for _, p := range pts {
 		m := metricOut{Timestamp: p.Time, TimestampUnix: p.Time.Unix(), CPUCount: p.CPUCount, CPUUsedPct: p.CPUUsedPct,

@@ -35,7 +35,7 @@ func TestHistoryStored(t *testing.T) {
 	// Another replica (sampling nothing) reads the stored copy.
 	other := New(Config{Resolution: 5 * time.Second, Points: 720, Docs: docs,
 		Sandboxes: func() map[sandbox.ID]Sandbox { return nil },
-		Stats: func(context.Context, sandbox.ID) (backend.Stats, error) { return backend.Stats{}, nil }})
+		Stats:     func(context.Context, sandbox.ID) (backend.Stats, error) { return backend.Stats{}, nil }})
 	got := other.RangeStored(context.Background(), "a", time.Time{}, time.Time{})
 	if len(got) == 0 || len(got) > storedPoints {
 		t.Fatalf("stored copy has %d points, want 1 to %d", len(got), storedPoints)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"path/filepath"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/compat/daytona"
@@ -13,8 +14,17 @@ import (
 // under /api/toolbox/{id}) over the manager and the shared data plane.
 func (s *server) daytonaDoor(dp *dataplane.Service) *daytona.Server {
 	cfg := s.cfg
-	return daytona.New(daytona.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxTimeout: cfg.MaxTimeout,
-		MaxOutput: cfg.MaxExecOutputBytes, Logger: s.log, PreviewToken: s.previewToken}, s.m)
+	dc := daytona.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxTimeout: cfg.MaxTimeout,
+		MaxOutput: cfg.MaxExecOutputBytes, Logger: s.log, PreviewToken: s.previewToken,
+		// Snapshots are templates, built by the template builder.
+		TemplateAdmins: cfg.TemplateAdmins, BuildDir: filepath.Join(s.tmplDir, "tmp"), MaxContextBytes: cfg.TemplateMaxImport}
+	if s.templates != nil {
+		dc.Templates = s.templates
+	}
+	if s.builder != nil {
+		dc.Builder = s.builder
+	}
+	return daytona.New(dc, s.m)
 }
 
 // previewToken is the shared server's (made after its doors).

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -81,7 +80,10 @@ type imageBuild struct {
 	cancel           context.CancelFunc
 
 	mu      sync.Mutex
-	state   string // pending, building, active, build_failed
+	// state is building from the start (the SDK streams the log of a
+	// build it sees building, not of one pending), then active or
+	// build_failed.
+	state   string
 	reason  string
 	log     bytes.Buffer
 	changed chan struct{} // closed and replaced at each log write or state change
@@ -490,7 +492,7 @@ func (s *Server) startBuild(ctx context.Context, user, name, ref, imageName, df 
 	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), buildTimeout)
 	b := &imageBuild{owner: user, name: name, ref: ref, imageName: imageName, dockerfile: df, created: time.Now(),
-		cancel: cancel, state: "pending", changed: make(chan struct{})}
+		cancel: cancel, state: "building", changed: make(chan struct{})}
 	if imageName != "" {
 		b.dockerfile = ""
 	}
@@ -499,19 +501,64 @@ func (s *Server) startBuild(ctx context.Context, user, name, ref, imageName, df 
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	df = s.asRoot(ctx, df)
 	go s.runBuild(bctx, b, df, dir)
 	return b, nil
+}
+
+// asRoot runs the steps of a one-stage Dockerfile FROM a template with a
+// non-root USER (agentbox's base runs as `user`) as root, as they run on
+// the images Daytona's SDK starts from (python:*-slim, debian): a
+// declarative image's aptGet/runCommands expect it. The template's user
+// is set again after them, so sandboxes of the snapshot run as before. A
+// Dockerfile that says USER itself, or has several stages, is left as it
+// is.
+func (s *Server) asRoot(ctx context.Context, df string) string {
+	lines := strings.Split(df, "\n")
+	from := -1
+	for i, l := range lines {
+		f := strings.Fields(l)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		switch strings.ToUpper(f[0]) {
+		case "FROM":
+			if from >= 0 || len(f) < 2 || strings.HasPrefix(f[1], "--") {
+				return df
+			}
+			from = i
+		case "USER", "ARG":
+			return df
+		}
+		if from < 0 {
+			return df // something before FROM (a parser directive, ARG): leave it
+		}
+	}
+	if from < 0 {
+		return df
+	}
+	ref := strings.Fields(lines[from])[1]
+	info, err := s.cfg.Templates.Get(ctx, ref)
+	if err != nil || info.Config.User == "" || info.Config.User == "root" || info.Config.User == "0" {
+		return df
+	}
+	out := append([]string{}, lines[:from+1]...)
+	out = append(out, "USER root")
+	out = append(out, lines[from+1:]...)
+	return strings.TrimRight(strings.Join(out, "\n"), "\n") + "\nUSER " + info.Config.User + "\n"
 }
 
 func (s *Server) runBuild(ctx context.Context, b *imageBuild, df, dir string) {
 	defer b.cancel()
 	defer os.RemoveAll(dir)
-	b.setState("building", "")
 	res, err := s.cfg.Builder.Build(ctx, builder.Options{Dockerfile: []byte(df), ContextDir: dir, Tags: []string{b.ref}, Output: b})
 	if err != nil {
+		// The whole chain: "invalid Dockerfile: Dockerfile:3: RUN ...:
+		// returned a non-zero code: 3" (the builder's errors are the
+		// Dockerfile's or the server's, never a secret).
 		msg := err.Error()
-		if se := (*sandbox.Error)(nil); errors.As(err, &se) {
-			msg = se.Msg
+		if sandbox.ClassOf(err) == sandbox.ClassInternal {
+			msg = "internal error (see the server's log)"
 		}
 		fmt.Fprintf(b, "ERROR: %s\n", msg)
 		b.setState("build_failed", msg)

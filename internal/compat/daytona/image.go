@@ -158,7 +158,7 @@ func (s *Server) createFromImage(w http.ResponseWriter, r *http.Request, user st
 		return err
 	}
 	go s.finishPending(p, baseURL(r))
-	writeJSON(w, http.StatusOK, s.pendingOut(r, p))
+	writeJSON(w, http.StatusOK, s.pendingOut(r, p, true))
 	return nil
 }
 
@@ -244,11 +244,13 @@ func (p *pendingCreate) finish(realID, errMsg string) {
 	p.realID, p.err, p.done = realID, errMsg, true
 }
 
-// pendingOut is the placeholder's record.
-func (s *Server) pendingOut(r *http.Request, p *pendingCreate) sandboxOut {
+// pendingOut is the placeholder's record: pending_build in the create's
+// answer (the SDK streams the build log of a sandbox it sees pending, once
+// it is no longer), building_snapshot while the build runs.
+func (s *Server) pendingOut(r *http.Request, p *pendingCreate, first bool) sandboxOut {
 	st, _ := p.build.snapshot()
 	state := "pending_build"
-	if st == "building" {
+	if st == "building" && !first {
 		state = "building_snapshot"
 	}
 	p.mu.Lock()
@@ -281,7 +283,7 @@ func (s *Server) pendingSandbox(r *http.Request, user, id string) (out *sandboxO
 	if real != "" {
 		return nil, real
 	}
-	o := s.pendingOut(r, p)
+	o := s.pendingOut(r, p, false)
 	return &o, ""
 }
 
@@ -301,7 +303,7 @@ func (s *Server) deletePending(r *http.Request, user, id string) (out *sandboxOu
 	if real != "" {
 		return nil, real
 	}
-	o := s.pendingOut(r, p)
+	o := s.pendingOut(r, p, false)
 	o.State, o.DesiredState = "destroyed", "destroyed"
 	s.pending.remove(p)
 	return &o, ""

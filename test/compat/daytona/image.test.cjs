@@ -9,6 +9,8 @@ const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
+const zlib = require('node:zlib')
+const crypto = require('node:crypto')
 const { Daytona, Image, DaytonaNotFoundError } = require('@daytonaio/sdk')
 
 const daytona = new Daytona()
@@ -22,6 +24,42 @@ after(async () => {
   setTimeout(() => process.exit(process.exitCode ?? 0), 100).unref()
 })
 
+// writeWheel writes a pure-Python wheel of package agentbox-demo (module
+// agentbox_demo, X = value): pipInstall's package, from a local
+// --find-links directory instead of an index on the internet.
+function writeWheel(dir, value) {
+  const files = [
+    ['agentbox_demo/__init__.py', `X = ${value}\n`],
+    ['agentbox_demo-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\nName: agentbox-demo\nVersion: 1.0\n'],
+    ['agentbox_demo-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\nGenerator: agentbox-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n'],
+  ].map(([n, d]) => [n, Buffer.from(d)])
+  const record = files.map(([n, d]) => `${n},sha256=${crypto.createHash('sha256').update(d).digest('base64url')},${d.length}`)
+  files.push(['agentbox_demo-1.0.dist-info/RECORD', Buffer.from(record.join('\n') + '\nagentbox_demo-1.0.dist-info/RECORD,,\n')])
+  // A zip of stored entries.
+  const locals = []
+  const central = []
+  let offset = 0
+  for (const [n, d] of files) {
+    const name = Buffer.from(n)
+    const crc = zlib.crc32(d)
+    const h = Buffer.alloc(30)
+    h.writeUInt32LE(0x04034b50, 0); h.writeUInt16LE(20, 4); h.writeUInt16LE(0x21, 12)
+    h.writeUInt32LE(crc, 14); h.writeUInt32LE(d.length, 18); h.writeUInt32LE(d.length, 22); h.writeUInt16LE(name.length, 26)
+    const c = Buffer.alloc(46)
+    c.writeUInt32LE(0x02014b50, 0); c.writeUInt16LE(20, 4); c.writeUInt16LE(20, 6); c.writeUInt16LE(0x21, 14)
+    c.writeUInt32LE(crc, 16); c.writeUInt32LE(d.length, 20); c.writeUInt32LE(d.length, 24); c.writeUInt16LE(name.length, 28)
+    c.writeUInt32LE(offset, 42)
+    locals.push(h, name, d)
+    central.push(c, name)
+    offset += h.length + name.length + d.length
+  }
+  const cd = Buffer.concat(central)
+  const end = Buffer.alloc(22)
+  end.writeUInt32LE(0x06054b50, 0); end.writeUInt16LE(files.length, 8); end.writeUInt16LE(files.length, 10)
+  end.writeUInt32LE(cd.length, 12); end.writeUInt32LE(offset, 16)
+  fs.writeFileSync(path.join(dir, 'agentbox_demo-1.0-py3-none-any.whl'), Buffer.concat([...locals, cd, end]))
+}
+
 function tempDir() {
   const d = fs.mkdtempSync(path.join(os.tmpdir(), 'dtn-image-'))
   dirs.push(d)
@@ -33,8 +71,14 @@ test('snapshot from a declarative image: logs, states, used by a sandbox, listed
   fs.writeFileSync(path.join(dir, 'hello.txt'), 'hello from the context\n')
   fs.mkdirSync(path.join(dir, 'pkg'))
   fs.writeFileSync(path.join(dir, 'pkg', 'mod.py'), 'X = 42\n')
+  fs.mkdirSync(path.join(dir, 'wheels'))
+  writeWheel(path.join(dir, 'wheels'), 7)
   const name = `img-${Date.now()}`
   const image = Image.base('base')
+    // Daytona's images have `python`; agentbox's base has python3.
+    .runCommands('ln -sf /usr/bin/python3 /usr/local/bin/python')
+    .addLocalDir(path.join(dir, 'wheels'), '/opt/wheels')
+    .pipInstall('agentbox-demo', { findLinks: ['/opt/wheels'], extraOptions: '--no-index' })
     .runCommands('echo built > /opt/marker', ['sh', '-c', 'echo exec-form > /opt/exec'])
     .env({ GREETING: 'hi there', LEVEL: '3' })
     .workdir('/opt/app')
@@ -66,9 +110,9 @@ test('snapshot from a declarative image: logs, states, used by a sandbox, listed
   created.push(sb)
   assert.equal(sb.snapshot, name)
   const r = await sb.process.executeCommand(
-    'cat /opt/marker /opt/exec /opt/app/hello.txt && echo "$GREETING/$LEVEL" && python3 -c "import sys; sys.path.insert(0, \'/opt/app/pkg\'); import mod; print(mod.X)"')
+    'cat /opt/marker /opt/exec /opt/app/hello.txt && echo "$GREETING/$LEVEL" && python3 -c "import sys; sys.path.insert(0, \'/opt/app/pkg\'); import mod; print(mod.X)" && python3 -c "import agentbox_demo; print(agentbox_demo.X)"')
   assert.equal(r.exitCode, 0, r.result)
-  assert.equal(r.result.trim(), 'built\nexec-form\nhello from the context\nhi there/3\n42')
+  assert.equal(r.result.trim(), 'built\nexec-form\nhello from the context\nhi there/3\n42\n7', 'pipInstall from a local --find-links directory too')
   assert.equal(await sb.getWorkDir(), '/opt/app', 'the image\'s WORKDIR')
   assert.equal((await sb.process.executeCommand('pwd')).result.trim(), '/opt/app')
 
@@ -76,7 +120,7 @@ test('snapshot from a declarative image: logs, states, used by a sandbox, listed
   const bob = new Daytona({ apiKey: process.env.DAYTONA_OTHER_API_KEY, apiUrl: process.env.DAYTONA_API_URL })
   await assert.rejects(bob.snapshot.get(name), (e) => e instanceof DaytonaNotFoundError)
   assert.ok(!(await bob.snapshot.list()).items.some((s) => s.name === name))
-  await assert.rejects(bob.create({ snapshot: name }), (e) => e.statusCode === 404)
+  await assert.rejects(bob.create({ snapshot: name }), (e) => e.statusCode === 400 && /unknown template/.test(e.message))
   await assert.rejects(bob.snapshot.create({ name: `bob-${name}`, image: 'base' }), (e) => e.statusCode === 403)
   await assert.rejects(bob.snapshot.delete(name), (e) => e instanceof DaytonaNotFoundError)
   await assert.rejects(daytona.snapshot.delete('base'), (e) => e.statusCode === 403, 'shared templates are the operator\'s')

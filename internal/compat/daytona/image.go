@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,7 +13,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"time"
 
@@ -157,7 +157,8 @@ func (s *Server) createFromImage(w http.ResponseWriter, r *http.Request, user st
 	if err := s.pending.add(p); err != nil {
 		return err
 	}
-	go s.finishPending(p, baseURL(r))
+	// The sandbox outlives the request that asked for it.
+	go s.finishPending(context.WithoutCancel(r.Context()), p, r.Host, r.Header.Get("X-Forwarded-Proto"), r.TLS != nil)
 	writeJSON(w, http.StatusOK, s.pendingOut(r, p, true))
 	return nil
 }
@@ -183,8 +184,9 @@ func (s *Server) replayCreate(w http.ResponseWriter, r *http.Request, user strin
 	return s.create(w, req, user)
 }
 
-// finishPending waits for p's build and creates its sandbox.
-func (s *Server) finishPending(p *pendingCreate, base string) {
+// finishPending waits for p's build and creates its sandbox, replaying
+// the create (to a recorder: nothing is sent) as reached at host.
+func (s *Server) finishPending(ctx context.Context, p *pendingCreate, host, proto string, overTLS bool) {
 	b := p.build
 	for {
 		b.mu.Lock()
@@ -205,14 +207,16 @@ func (s *Server) finishPending(p *pendingCreate, base string) {
 	if gone { // deleted while it built
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+Prefix+"/sandbox", bytes.NewReader(p.body))
-	if err != nil {
-		p.finish("", err.Error())
-		return
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, Prefix+"/sandbox", bytes.NewReader(p.body))
+	req.Host = host
+	if proto != "" {
+		req.Header.Set("X-Forwarded-Proto", proto)
 	}
-	req.Host = strings.TrimPrefix(strings.TrimPrefix(base, "http://"), "https://")
+	if overTLS {
+		req.TLS = &tlsState
+	}
 	rec := httptest.NewRecorder()
 	if err := s.create(rec, req, p.owner); err != nil {
 		msg := err.Error()
@@ -237,6 +241,9 @@ func (s *Server) finishPending(p *pendingCreate, base string) {
 	s.pending.created(p, out.ID)
 	p.finish(out.ID, "")
 }
+
+// tlsState marks a replayed request as reached over TLS (baseURL).
+var tlsState tls.ConnectionState
 
 func (p *pendingCreate) finish(realID, errMsg string) {
 	p.mu.Lock()

@@ -166,6 +166,11 @@ test('daytona.create({image}) builds, then creates', async () => {
   const image = Image.base('base').runCommands(`echo ${tag} > /opt/direct`).env({ DIRECT: 'yes' })
   const sb = await daytona.create({ image, labels: { direct: tag } }, { timeout: 600, onSnapshotCreateLogs: (l) => logs.push(l) })
   created.push(sb)
+  // The image's snapshot is the tenant's, named after the image; the
+  // test removes it (after the sandboxes) so the store does not grow.
+  assert.match(sb.snapshot, /^daytona-image-[0-9a-f]{20}$/)
+  snapshots.push(sb.snapshot)
+  assert.equal((await daytona.snapshot.get(sb.snapshot)).state, 'active')
   assert.equal(sb.state, 'started')
   assert.match(logs.join('\n'), new RegExp(`RUN echo ${tag}`), 'the build log streamed')
   assert.equal((await sb.process.executeCommand('cat /opt/direct; echo $DIRECT')).result.trim(), `${tag}\nyes`)
@@ -175,6 +180,7 @@ test('daytona.create({image}) builds, then creates', async () => {
   // takes the sandbox's ID from it.
   const other = await daytona.create({ image: Image.base('base').runCommands(`echo other-${tag} > /opt/direct`) }, { timeout: 600 })
   created.push(other)
+  snapshots.push(other.snapshot)
   assert.equal(other.state, 'started')
   assert.equal((await other.process.executeCommand('cat /opt/direct')).result.trim(), `other-${tag}`)
 
@@ -182,5 +188,6 @@ test('daytona.create({image}) builds, then creates', async () => {
   const again = await daytona.create({ image }, { timeout: 60 })
   created.push(again)
   assert.notEqual(again.id, sb.id)
+  assert.equal(again.snapshot, sb.snapshot)
   assert.equal((await again.process.executeCommand('cat /opt/direct')).result.trim(), tag)
 })

@@ -31,7 +31,8 @@ import (
 // source, a tar, with the AWS SDK to <bucket>/<organizationId>/<md5>/context.tar
 // (first listing the prefix: an upload already there is not sent again);
 // the build then names the md5s in buildInfo.contextHashes. agentbox
-// serves the two S3 calls that takes (ListObjectsV2, PutObject) under
+// serves the S3 calls that takes (ListObjectsV2, PutObject, and the
+// multipart upload of a context over the SDK's part size, 5 MiB) under
 // /api/object-storage/s3, keeping each tenant's uploads in a directory of
 // its own.
 //
@@ -39,9 +40,7 @@ import (
 // (X-Amz-Security-Token, sent with every request) is the authority, an
 // HMAC of the tenant and an expiry under a key of this replica; the SigV4
 // signature itself is not checked (the secret is handed out with the
-// token anyway). Uploads larger than the SDK's part size (5 MiB) would
-// take S3's multipart upload, which is not served: such a context is
-// refused with S3's NotImplemented.
+// token anyway).
 
 const (
 	// s3Path is where the S3 subset lives below Prefix.
@@ -214,8 +213,8 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && key == "" && q.Get("list-type") == "2":
 		s.s3List(w, org, q.Get("prefix"))
-	case r.Method == http.MethodPut && key != "" && q.Get("uploadId") == "":
-		if err := s.s3Put(w, r, org, key); err != nil {
+	case r.Method == http.MethodPut && key != "" || r.Method == http.MethodPost && key != "" || r.Method == http.MethodDelete && q.Get("uploadId") != "":
+		if err := s.s3Write(w, r, org, key); err != nil {
 			var se *sandbox.Error
 			msg := "internal error"
 			status, code := http.StatusInternalServerError, "InternalError"
@@ -244,8 +243,146 @@ func (s *Server) serveS3(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 	default:
 		writeS3Error(w, http.StatusNotImplemented, "NotImplemented",
-			"agentbox serves ListObjectsV2 and PutObject of build contexts only (a context over 5 MiB takes a multipart upload, which is not supported)")
+			"agentbox serves ListObjectsV2, PutObject and multipart uploads of build contexts only")
 	}
+}
+
+// s3Write is PutObject and the multipart upload the SDK takes for a
+// context over its part size: CreateMultipartUpload, UploadPart,
+// CompleteMultipartUpload, AbortMultipartUpload. Parts are files of a
+// directory next to the context, joined in order at the end.
+func (s *Server) s3Write(w http.ResponseWriter, r *http.Request, org, key string) error {
+	m := contextKey().FindStringSubmatch(key)
+	if m == nil || m[1] != org {
+		return sandbox.Errorf(sandbox.ClassForbidden, "key %q: uploads go to %s/<md5>/context.tar", key, org)
+	}
+	q := r.URL.Query()
+	_, create := q["uploads"]
+	id := q.Get("uploadId")
+	switch {
+	case r.Method == http.MethodPut && id == "":
+		return s.s3Put(w, r, org, key)
+	case r.Method == http.MethodPost && create:
+		return s.mpCreate(w, org, m[2], key)
+	}
+	if !uploadID().MatchString(id) {
+		return sandbox.Errorf(sandbox.ClassNotFound, "no such upload")
+	}
+	dir := filepath.Join(filepath.Dir(s.objects.path(org, m[2])), ".mp-"+id)
+	if _, err := os.Stat(dir); err != nil {
+		return sandbox.Errorf(sandbox.ClassNotFound, "no such upload")
+	}
+	switch r.Method {
+	case http.MethodPut:
+		n, err := strconv.Atoi(q.Get("partNumber"))
+		if err != nil || n < 1 || n > maxParts {
+			return sandbox.Invalid("partNumber", "partNumber must be 1-%d", maxParts)
+		}
+		return s.writeObject(w, r, filepath.Join(dir, fmt.Sprintf("%05d", n)), fmt.Sprintf("part-%d", n))
+	case http.MethodPost:
+		return s.mpComplete(w, r, dir, org, m[2], key)
+	default: // DELETE: abort
+		os.RemoveAll(dir)
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+}
+
+const maxParts = 10000
+
+// isS3Complete matches a CompleteMultipartUpload (an XML body).
+func isS3Complete(r *http.Request) bool {
+	return r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, Prefix+s3Path+"/") && r.URL.Query().Get("uploadId") != ""
+}
+
+var uploadID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{32}$`) })
+
+type mpInitiated struct {
+	XMLName  xml.Name `xml:"InitiateMultipartUploadResult"`
+	Bucket   string   `xml:"Bucket"`
+	Key      string   `xml:"Key"`
+	UploadID string   `xml:"UploadId"`
+}
+
+type mpCompleted struct {
+	XMLName xml.Name `xml:"CompleteMultipartUploadResult"`
+	Bucket  string   `xml:"Bucket"`
+	Key     string   `xml:"Key"`
+	ETag    string   `xml:"ETag"`
+}
+
+func (s *Server) mpCreate(w http.ResponseWriter, org, hash, key string) error {
+	base := filepath.Dir(s.objects.path(org, hash))
+	if old, _ := filepath.Glob(filepath.Join(base, ".mp-*")); len(old) >= 4 {
+		return sandbox.Errorf(sandbox.ClassQuota, "too many uploads of this context in progress")
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	if err := os.MkdirAll(filepath.Join(base, ".mp-"+id), 0o700); err != nil {
+		return fmt.Errorf("upload dir: %w", err)
+	}
+	writeXML(w, mpInitiated{Bucket: s3Bucket, Key: key, UploadID: id})
+	return nil
+}
+
+// mpComplete joins the parts the request lists, in order, into the
+// context.
+func (s *Server) mpComplete(w http.ResponseWriter, r *http.Request, dir, org, hash, key string) error {
+	var in struct {
+		Parts []struct {
+			PartNumber int `xml:"PartNumber"`
+		} `xml:"Part"`
+	}
+	if err := xml.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<20)).Decode(&in); err != nil {
+		return sandbox.Invalid("body", "CompleteMultipartUpload: %v", err)
+	}
+	if len(in.Parts) == 0 || len(in.Parts) > maxParts {
+		return sandbox.Invalid("body", "CompleteMultipartUpload: 1-%d parts", maxParts)
+	}
+	dst := s.objects.path(org, hash)
+	f, err := os.CreateTemp(filepath.Dir(dst), ".upload-")
+	if err != nil {
+		return fmt.Errorf("context file: %w", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	var total int64
+	prev := 0
+	for _, p := range in.Parts {
+		if p.PartNumber <= prev || p.PartNumber > maxParts {
+			return sandbox.Invalid("body", "CompleteMultipartUpload: parts out of order")
+		}
+		prev = p.PartNumber
+		part, err := os.Open(filepath.Join(dir, fmt.Sprintf("%05d", p.PartNumber)))
+		if err != nil {
+			return sandbox.Invalid("body", "part %d was not uploaded", p.PartNumber)
+		}
+		n, err := io.Copy(f, part)
+		part.Close()
+		if err != nil {
+			return fmt.Errorf("context file: %w", err)
+		}
+		if total += n; total > s.objects.maxBytes {
+			return sandbox.Errorf(sandbox.ClassTooLarge, "a build context is at most %d bytes", s.objects.maxBytes)
+		}
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("context file: %w", err)
+	}
+	if err := os.Rename(f.Name(), dst); err != nil {
+		return fmt.Errorf("context file: %w", err)
+	}
+	os.RemoveAll(dir)
+	writeXML(w, mpCompleted{Bucket: s3Bucket, Key: key, ETag: `"` + hash + `"`})
+	return nil
+}
+
+func writeXML(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/xml")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, xml.Header)
+	_ = xml.NewEncoder(w).Encode(v)
 }
 
 // s3List lists the one context a prefix <org>/<md5>/ can hold.
@@ -266,10 +403,12 @@ func (s *Server) s3List(w http.ResponseWriter, org, prefix string) {
 
 func (s *Server) s3Put(w http.ResponseWriter, r *http.Request, org, key string) error {
 	m := contextKey().FindStringSubmatch(key)
-	if m == nil || m[1] != org {
-		return sandbox.Errorf(sandbox.ClassForbidden, "key %q: uploads go to %s/<md5>/context.tar", key, org)
-	}
-	dst := s.objects.path(org, m[2])
+	return s.writeObject(w, r, s.objects.path(org, m[2]), m[2])
+}
+
+// writeObject stores the request's body at dst (through a temporary file
+// of its directory).
+func (s *Server) writeObject(w http.ResponseWriter, r *http.Request, dst, etag string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return fmt.Errorf("context dir: %w", err)
 	}
@@ -307,7 +446,7 @@ func (s *Server) s3Put(w http.ResponseWriter, r *http.Request, org, key string) 
 	if err := os.Rename(f.Name(), dst); err != nil {
 		return fmt.Errorf("context file: %w", err)
 	}
-	w.Header().Set("ETag", `"`+m[2]+`"`)
+	w.Header().Set("ETag", `"`+etag+`"`)
 	w.WriteHeader(http.StatusOK)
 	return nil
 }

@@ -141,7 +141,10 @@ test('snapshot from an image name and from a Dockerfile; a failing build', async
 
   const dir = tempDir()
   fs.writeFileSync(path.join(dir, 'data.txt'), 'from the Dockerfile context\n')
-  fs.writeFileSync(path.join(dir, 'Dockerfile'), 'FROM base\nCOPY data.txt /opt/data.txt\nENV FROM_DOCKERFILE=yes\n')
+  // Over the SDK's 5 MiB part size: uploaded in parts (S3 multipart).
+  const big = crypto.randomBytes(6 << 20)
+  fs.writeFileSync(path.join(dir, 'big.bin'), big)
+  fs.writeFileSync(path.join(dir, 'Dockerfile'), 'FROM base\nCOPY data.txt /opt/data.txt\nCOPY big.bin /opt/big.bin\nENV FROM_DOCKERFILE=yes\n')
   const dname = `df-${Date.now()}`
   await daytona.snapshot.create({ name: dname, image: Image.fromDockerfile(path.join(dir, 'Dockerfile')) }, { timeout: 300 })
   snapshots.push(dname)
@@ -149,6 +152,8 @@ test('snapshot from an image name and from a Dockerfile; a failing build', async
   created.push(sb)
   assert.equal((await sb.process.executeCommand('cat /opt/data.txt; echo $FROM_DOCKERFILE')).result.trim(),
     'from the Dockerfile context\nyes')
+  assert.equal((await sb.process.executeCommand('sha256sum /opt/big.bin')).result.split(' ')[0],
+    crypto.createHash('sha256').update(big).digest('hex'), 'a context over 5 MiB arrives whole')
 
   const logs = []
   const bad = `bad-${Date.now()}`

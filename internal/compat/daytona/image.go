@@ -98,10 +98,13 @@ func (g *pendingRegistry) created(p *pendingCreate, realID string) {
 }
 
 func (g *pendingRegistry) remove(p *pendingCreate) {
+	p.mu.Lock()
+	real := p.realID
+	p.mu.Unlock()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	delete(g.byID, p.id)
-	delete(g.byReal, p.realID)
+	delete(g.byReal, real)
 }
 
 // imageTemplate is the snapshot name of an image: its Dockerfile and
@@ -147,8 +150,10 @@ func (s *Server) createFromImage(w http.ResponseWriter, r *http.Request, user st
 			return sandbox.Errorf(sandbox.ClassConflict, "a sandbox named %q already exists", name)
 		}
 	}
+	// A build of this image that runs is waited for; one that failed,
+	// or whose template has gone since, is run again.
 	b := s.builds.get(ref)
-	if st, _ := stateOf2(b); b == nil || b.owner != user || st == "build_failed" {
+	if st, _ := buildState(b); b == nil || b.owner != user || st != "building" {
 		if b, err = s.startBuild(r.Context(), user, snap, ref, "", df, bi.ContextHashes); err != nil {
 			return err
 		}
@@ -163,7 +168,7 @@ func (s *Server) createFromImage(w http.ResponseWriter, r *http.Request, user st
 	return nil
 }
 
-func stateOf2(b *imageBuild) (string, string) {
+func buildState(b *imageBuild) (string, string) {
 	if b == nil {
 		return "", ""
 	}

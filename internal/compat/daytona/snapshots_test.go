@@ -3,6 +3,7 @@ package daytona
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/template"
@@ -99,5 +100,27 @@ func TestSnapshotNamespaces(t *testing.T) {
 	}
 	if _, _, err := s.findSnapshot(ctx, "bob", mine); sandbox.ClassOf(err) != sandbox.ClassNotFound {
 		t.Fatalf("bob reaches alice's by its full name: %v", err)
+	}
+}
+
+// TestPendingCreates: a placeholder is its owner's alone, found by its
+// own ID and, once made, by the sandbox's.
+func TestPendingCreates(t *testing.T) {
+	g := newPendingRegistry()
+	p := &pendingCreate{id: "pending-1", owner: "alice", created: time.Now()}
+	if err := g.add(p); err != nil {
+		t.Fatal(err)
+	}
+	if g.lookup("alice", "pending-1") != p || g.lookup("bob", "pending-1") != nil {
+		t.Fatal("lookup by placeholder")
+	}
+	g.created(p, "sb-1")
+	p.finish("sb-1", "")
+	if g.lookup("alice", "sb-1") != p || g.lookup("bob", "sb-1") != nil {
+		t.Fatal("lookup by sandbox")
+	}
+	g.remove(p)
+	if g.lookup("alice", "pending-1") != nil || g.lookup("alice", "sb-1") != nil {
+		t.Fatal("removed placeholder still found")
 	}
 }

@@ -73,7 +73,9 @@ type Stats struct {
 	PIDsLimitHits  int64   `json:"pids_limit_hits"` // forks refused by the pids limit
 	DiskUsedBytes  int64   `json:"disk_used_bytes"`
 	DiskTotalBytes int64   `json:"disk_total_bytes"`
-	NetworkDenials int64   `json:"network_denials"` // packets the egress policy rejected
+	NetworkDenials int64   `json:"network_denials"`  // packets the egress policy rejected
+	NetworkTxBytes int64   `json:"network_tx_bytes"` // bytes the sandbox sent
+	NetworkRxBytes int64   `json:"network_rx_bytes"` // bytes the sandbox received
 }
 
 // LogEntry is one lifecycle event or agent log line of a sandbox.

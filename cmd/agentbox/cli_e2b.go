@@ -68,6 +68,7 @@ func e2bEnv(cmd *cobra.Command, domain string) error {
 	for _, kv := range [][2]string{
 		{"E2B_API_URL", base},
 		{"E2B_SANDBOX_URL", base},
+		{"E2B_VOLUME_API_URL", base}, // Volume content calls, else https://api.<domain>
 		{"E2B_DOMAIN", domain},
 		{"E2B_API_KEY", key},
 	} {

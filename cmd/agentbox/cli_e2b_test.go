@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestE2BEnv: the four variables, quoted for a shell, from --url and
+// TestE2BEnv: the five variables, quoted for a shell, from --url and
 // --api-key; a loopback server's domain is localhost with its port; a
 // keyless server gets a key of E2B's form.
 func TestE2BEnv(t *testing.T) {
@@ -13,6 +13,7 @@ func TestE2BEnv(t *testing.T) {
 	res := runCLI(t, "http://127.0.0.1:8123/", "", "e2b", "env", "--api-key", "e2b_it's")
 	want := "export E2B_API_URL='http://127.0.0.1:8123'\n" +
 		"export E2B_SANDBOX_URL='http://127.0.0.1:8123'\n" +
+		"export E2B_VOLUME_API_URL='http://127.0.0.1:8123'\n" +
 		"export E2B_DOMAIN='localhost:8123'\n" +
 		"export E2B_API_KEY='e2b_it'\\''s'\n"
 	if res.code != 0 || res.stdout != want {

@@ -210,6 +210,10 @@ type Stats struct {
 	DiskTotalBytes int64   `json:"disk_total_bytes"`
 	// NetworkDenials counts packets the egress policy rejected.
 	NetworkDenials uint64 `json:"network_denials"`
+	// NetworkTxBytes and NetworkRxBytes count the bytes the sandbox sent
+	// and received (native backend with networking; 0 elsewhere).
+	NetworkTxBytes uint64 `json:"network_tx_bytes"`
+	NetworkRxBytes uint64 `json:"network_rx_bytes"`
 }
 
 // StatsReader is implemented by backends that can report resource usage.

@@ -21,9 +21,14 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentbox/agentbox/internal/httpbody"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tracing"
 )
 
 // HeaderForwarded marks a request one replica forwarded to another:
@@ -118,6 +123,9 @@ func NewForwarder(cfg ForwardConfig) *Forwarder {
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
 			pr.Out.Header.Set(HeaderForwarded, f.sign(pr.Out.Method, pr.In.URL.RequestURI(), time.Now()))
+			if span := trace.SpanFromContext(pr.In.Context()); span.SpanContext().IsValid() {
+				tracing.Propagator.Inject(pr.In.Context(), propagation.HeaderCarrier(pr.Out.Header))
+			}
 		},
 		// A placed create refused by its replica's own limit (it filled up
 		// since its last heartbeat): this replica tries instead.
@@ -361,7 +369,12 @@ func (f *Forwarder) proxyTo(w http.ResponseWriter, r *http.Request, node store.N
 		return
 	}
 	defer release()
-	ctx := context.WithValue(r.Context(), targetKey{}, u)
+	// The hop is a client span of the caller's trace (or the root of a new
+	// one): the serving replica's spans continue it (Rewrite injects it).
+	ctx, span := tracing.Tracer().Start(tracing.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), "forward "+r.Method,
+		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.String("agentbox.node", node.ID), attribute.String("url.path", r.URL.Path)))
+	defer span.End()
+	ctx = context.WithValue(ctx, targetKey{}, u)
 	f.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -620,6 +633,16 @@ func (f *Forwarder) target(r *http.Request) target {
 		return pathTarget(r.Method, strings.TrimPrefix(p, "/v2/sandboxes/"))
 	case strings.HasPrefix(p, "/sandboxes/"):
 		return pathTarget(r.Method, strings.TrimPrefix(p, "/sandboxes/"))
+	case r.Method == http.MethodPost && p == "/api/sandbox":
+		// Daytona's create.
+		return target{create: true}
+	case strings.HasPrefix(p, "/api/sandbox/"):
+		// Daytona's control plane by sandbox ID (a name is resolved by
+		// the Daytona front end, which forwards through ServeBy).
+		return pathTarget(r.Method, strings.TrimPrefix(p, "/api/sandbox/"))
+	case strings.HasPrefix(p, "/api/toolbox/"):
+		// Daytona's toolbox (its sessions live on the sandbox's replica).
+		return pathTarget(r.Method, strings.TrimPrefix(p, "/api/toolbox/"))
 	case strings.HasPrefix(p, "/proxy/"):
 		rest := strings.TrimPrefix(p, "/proxy/")
 		ident, _, _ := strings.Cut(rest, "/")

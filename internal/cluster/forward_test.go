@@ -100,6 +100,13 @@ func TestForwardRoutes(t *testing.T) {
 		{"GET", "/v1/sandboxes", "", nil, "a"},
 		{"POST", "/v1/sandboxes", "{}", nil, "b"}, // b is less loaded
 		{"POST", "/create_from_pool", "{}", nil, "b"},
+		{"POST", "/api/sandbox/onb/stop", "", nil, "b"},
+		{"GET", "/api/sandbox/onb", "", nil, "b"},
+		{"POST", "/api/toolbox/onb/process/execute", `{"command":"true"}`, nil, "b"},
+		{"GET", "/api/toolbox/ona/files?path=/", "", nil, "a"},
+		{"GET", "/api/sandbox/by-a-name", "", nil, "a"}, // names: the Daytona door's ServeBy
+		{"GET", "/api/sandbox", "", nil, "a"},
+		{"POST", "/api/sandbox", "{}", nil, "b"},
 	} {
 		resp := do(t, c.method, a+c.path, c.body, c.hdr...)
 		got, _ := io.ReadAll(resp.Body)

@@ -37,6 +37,7 @@ import (
 	"github.com/agentbox/agentbox/internal/settings"
 	"github.com/agentbox/agentbox/internal/store"
 	"github.com/agentbox/agentbox/internal/template"
+	"github.com/agentbox/agentbox/internal/tracing"
 	"github.com/agentbox/agentbox/internal/volume"
 	"github.com/agentbox/agentbox/internal/webhook"
 )
@@ -58,6 +59,7 @@ type (
 	AuditSettings      = audit.Settings
 	VolumeSettings     = volume.Settings
 	SecretsSettings    = secrets.Settings
+	TracingSettings    = tracing.Settings
 	// RedisConfig is the REDIS_* settings.
 	RedisConfig = store.RedisSettings
 )
@@ -116,6 +118,7 @@ type Config struct {
 	AuditSettings
 	VolumeSettings
 	SecretsSettings
+	TracingSettings
 	DockerSettings
 	ProviderSettings
 	// Kube configures the Kubernetes backend (KUBE_BACKEND,

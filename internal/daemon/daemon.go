@@ -330,6 +330,9 @@ func (s *server) buildControlPlane(context.Context) error {
 		return fmt.Errorf("setting DEFAULT_NETWORK_MODE=egress: sandbox networking is unavailable (see NETWORK)")
 	}
 	s.node = nodeID(cfg, s.dataDir)
+	if err := s.setUpTracing(); err != nil {
+		return err
+	}
 	s.metrics = prometheus.NewRegistry()
 	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.templateGate = httpapi.NewTemplateGate(cfg.TemplateMaxPulls)
@@ -567,7 +570,8 @@ func (s *server) mountDoors(context.Context) error {
 			e2b.New(e2b.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Templates: s.templates,
 				Builtins:       s.builtins.Statuses,
 				TemplateAdmins: cfg.TemplateAdmins, Builder: s.builder, BuildDir: filepath.Join(s.tmplDir, "tmp"), Logger: log, Events: s.events,
-				Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate, History: s.history}, m),
+				Webhooks: s.webhooks, WebhookDispatcher: s.dispatcher, WebhookAllowPrivate: cfg.WebhookAllowPrivate, History: s.history,
+				VolumeTokenKey: secret}, m),
 			s.daytonaDoor(dp), // everything under /api
 			as,
 		},

@@ -14,17 +14,22 @@ import (
 // under /api/toolbox/{id}) over the manager and the shared data plane.
 func (s *server) daytonaDoor(dp *dataplane.Service) *daytona.Server {
 	cfg := s.cfg
-	dc := daytona.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxTimeout: cfg.MaxTimeout,
+	dcfg := daytona.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxTimeout: cfg.MaxTimeout,
 		MaxOutput: cfg.MaxExecOutputBytes, Logger: s.log, PreviewToken: s.previewToken,
 		// Snapshots are templates, built by the template builder.
 		TemplateAdmins: cfg.TemplateAdmins, BuildDir: filepath.Join(s.tmplDir, "tmp"), MaxContextBytes: cfg.TemplateMaxImport}
 	if s.templates != nil {
-		dc.Templates = s.templates
+		dcfg.Templates = s.templates
 	}
 	if s.builder != nil {
-		dc.Builder = s.builder
+		dcfg.Builder = s.builder
 	}
-	return daytona.New(dc, s.m)
+	if shared(s.store) {
+		// A sandbox addressed by name is served by the replica that runs
+		// it (by ID the forwarder routes it before the door).
+		dcfg.Peers = s.forwarder
+	}
+	return daytona.New(dcfg, s.m)
 }
 
 // previewToken is the shared server's (made after its doors).

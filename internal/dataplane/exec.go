@@ -17,6 +17,9 @@ type ExecRequest struct {
 	Timeout time.Duration
 	Stdin   []byte
 	User    string
+	// OpenStdin keeps the process's stdin open (Stdin nil) for input sent
+	// while it runs, through the start event's Input.
+	OpenStdin bool
 }
 
 // ExecEvent is one step of a streamed exec: the process started, produced
@@ -26,6 +29,9 @@ type ExecEvent struct {
 	Pid    uint32
 	Data   []byte
 	Result *ExecResult // for "exit"
+	// Input writes to the process's stdin ("start" of an OpenStdin exec):
+	// callable from any goroutine while the process runs.
+	Input func(ctx context.Context, data []byte) error
 }
 
 // ExecResult is how a command ended, with the reasons a limit killed it.
@@ -69,7 +75,7 @@ func (r *Request) Exec(ctx context.Context, req ExecRequest, emit func(ExecEvent
 	beforeOOM, beforePids, haveStats := r.s.sandboxes.LimitCounters(ctx, r.id)
 	start := time.Now()
 	opts := agentclient.StartOptions{Cmd: req.Cmd[0], Args: req.Cmd[1:], Env: req.Env, Cwd: req.Cwd,
-		User: req.User, Timeout: req.Timeout, Stdin: req.Stdin != nil}
+		User: req.User, Timeout: req.Timeout, Stdin: req.Stdin != nil || req.OpenStdin}
 	p, err := client.Start(ctx, opts)
 	if err != nil {
 		return ExecResult{}, err
@@ -84,7 +90,11 @@ func (r *Request) Exec(ctx context.Context, req ExecRequest, emit func(ExecEvent
 			cancel()
 		}
 	}()
-	if err := emit(ExecEvent{Type: "start", Pid: p.Pid()}); err != nil {
+	started := ExecEvent{Type: "start", Pid: p.Pid()}
+	if req.OpenStdin && req.Stdin == nil {
+		started.Input = p.SendStdin
+	}
+	if err := emit(started); err != nil {
 		return ExecResult{}, err
 	}
 	if req.Stdin != nil {

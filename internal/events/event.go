@@ -32,10 +32,33 @@ const (
 	// ProcessKilled: a limit killed a process in it (the OOM killer, the
 	// pids limit) while the sandbox lives on.
 	ProcessKilled Type = "process_killed"
+	// Forked: the sandbox was copied into new ones (data: forks, their
+	// ids); each fork has its own created event (data: fork_of).
+	Forked Type = "forked"
+
+	// Events of other resources than sandboxes: no sandbox_id.
+
+	VolumeCreated Type = "volume_created" // data: volume, kind, size_bytes
+	VolumeDeleted Type = "volume_deleted" // data: volume, force
+	// TemplateBuilt and TemplateBuildFailed end a Dockerfile build (data:
+	// tags, digest, steps, cached; error for a failed one).
+	TemplateBuilt       Type = "template_built"
+	TemplateBuildFailed Type = "template_build_failed"
 )
 
 // Types are every type, in documentation order.
-var Types = []Type{Created, Started, Paused, Resumed, Stopped, Killed, Expired, Lost, Recovered, Updated, Snapshotted, ProcessKilled}
+var Types = []Type{Created, Started, Paused, Resumed, Stopped, Killed, Expired, Lost, Recovered, Updated, Snapshotted, ProcessKilled, Forked,
+	VolumeCreated, VolumeDeleted, TemplateBuilt, TemplateBuildFailed}
+
+// OfSandbox reports whether events of type t are about one sandbox (and
+// name it), not about a volume or a template.
+func (t Type) OfSandbox() bool {
+	switch t {
+	case VolumeCreated, VolumeDeleted, TemplateBuilt, TemplateBuildFailed:
+		return false
+	}
+	return true
+}
 
 // Valid reports whether t is a known type.
 func (t Type) Valid() bool {
@@ -101,7 +124,8 @@ type Event struct {
 	Cause Cause  `json:"cause"`
 	Exit  *Exit  `json:"exit,omitempty"`
 	// Data is more about the event, by type: end_at (updated), template
-	// (snapshotted), from_pool (created), cmd (process_killed).
+	// (snapshotted), from_pool and fork_of (created), cmd
+	// (process_killed), forks (forked), volume (volume_*), tags (template_*).
 	Data map[string]any `json:"data,omitempty"`
 }
 

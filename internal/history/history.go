@@ -31,6 +31,8 @@ type Point struct {
 	DiskTotalBytes int64     `json:"disk_total_bytes"` //
 	Pids           int64     `json:"pids"`             // highest sample in the span
 	NetworkDenials uint64    `json:"network_denials"`  // cumulative, at the span's end
+	NetworkTxBytes uint64    `json:"network_tx_bytes"` // sent by the sandbox, cumulative, at the span's end
+	NetworkRxBytes uint64    `json:"network_rx_bytes"` // received by the sandbox, cumulative, at the span's end
 }
 
 // Sandbox is what the sampler needs to know of one sandbox.
@@ -136,7 +138,8 @@ func (h *History) add(id sandbox.ID, b Sandbox, st backend.Stats, now time.Time)
 	cpus := int(math.Max(1, math.Ceil(b.CPUs)))
 	p := Point{Time: now.UTC(), Span: h.cfg.Resolution.Seconds(), CPUSeconds: st.CPUSeconds, CPUCount: cpus,
 		MemoryBytes: st.MemoryBytes, MemoryLimit: st.MemoryLimit, DiskUsedBytes: st.DiskUsedBytes,
-		DiskTotalBytes: st.DiskTotalBytes, Pids: st.Pids, NetworkDenials: st.NetworkDenials}
+		DiskTotalBytes: st.DiskTotalBytes, Pids: st.Pids, NetworkDenials: st.NetworkDenials,
+		NetworkTxBytes: st.NetworkTxBytes, NetworkRxBytes: st.NetworkRxBytes}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.series[id]

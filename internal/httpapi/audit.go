@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"encoding/json"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -19,11 +18,7 @@ func (s *Server) recordAudit(r *http.Request, acc *access, status int, took time
 	if s.cfg.Audit == nil || acc.preview || !audit.Mutating(r.Method) {
 		return
 	}
-	remote := r.RemoteAddr
-	if h, _, err := net.SplitHostPort(remote); err == nil {
-		remote = h
-	}
-	s.cfg.Audit.Record(audit.Entry{User: acc.user, Remote: remote, Method: r.Method, Path: r.URL.Path, Route: r.Pattern,
+	s.cfg.Audit.Record(audit.Entry{User: acc.user, Remote: clientHost(r.RemoteAddr), Method: r.Method, Path: r.URL.Path, Route: r.Pattern,
 		Target: auditTarget(r), Status: status, Duration: float64(took.Microseconds()) / 1000, RequestID: requestID(r)})
 }
 

@@ -127,6 +127,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request, cfg Build
 	})
 	log := logger(r)
 	if err != nil {
+		s.m.RecordTemplateBuild(userOf(r), opts.Tags, "", 0, 0, err)
 		log.Warn("template build failed", "tags", opts.Tags, "err", err)
 		rec := &errorRecorder{header: http.Header{}}
 		writeError(rec, r, err)
@@ -153,6 +154,7 @@ func (s *Server) buildTemplate(w http.ResponseWriter, r *http.Request, cfg Build
 		}
 	}
 	log.Info("template build", "tags", res.Tags, "digest", res.Digest, "steps", res.Steps, "cached", res.Cached, "user", userOf(r))
+	s.m.RecordTemplateBuild(userOf(r), res.Tags, res.Digest, res.Steps, res.Cached, nil)
 	out := s.templateJSON(r, info)
 	ev.send(buildEvent{Event: builder.Event{Type: builder.EventDone, Digest: res.Digest, Tags: res.Tags}, Template: &out})
 	return nil

@@ -350,7 +350,11 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 		w.Header().Set("X-Request-Id", id)
 		log := s.log.With("request_id", id)
 		acc := &access{}
-		ctx := context.WithValue(context.WithValue(r.Context(), keyRequestID, id), keyLogger, log)
+		ctx, span := startRequestSpan(r)
+		if sc := span.SpanContext(); sc.IsValid() {
+			log = log.With("trace_id", sc.TraceID().String())
+		}
+		ctx = context.WithValue(context.WithValue(ctx, keyRequestID, id), keyLogger, log)
 		ctx = context.WithValue(ctx, keyAccess, acc)
 		r = r.WithContext(ctx)
 		rec := &statusRecorder{ResponseWriter: w}
@@ -372,6 +376,7 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 			log.Log(r.Context(), level, "request", "method", r.Method, "path", r.URL.Path,
 				"status", rec.status(), "duration_ms", float64(time.Since(start).Microseconds())/1000, "user", acc.user)
 			s.recordAudit(r, acc, rec.status(), time.Since(start))
+			endRequestSpan(span, r, acc, rec.status())
 		}()
 		next.ServeHTTP(rec, r)
 	})

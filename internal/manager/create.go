@@ -10,11 +10,15 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/pool"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/store"
+	"github.com/agentbox/agentbox/internal/tracing"
 	"github.com/agentbox/agentbox/internal/volume"
 )
 
@@ -254,6 +258,13 @@ func checkMap(field string, m map[string]string, maxEntries, maxValue int) error
 // Create creates a sandbox for owner: from a warm pool when one matches,
 // else cold. The returned record is a snapshot.
 func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (*store.Record, error) {
+	ctx, span := startCreateSpan(ctx, owner, req)
+	rec, err := m.create(ctx, owner, req)
+	endCreateSpan(span, rec, err)
+	return rec, err
+}
+
+func (m *Manager) create(ctx context.Context, owner string, req CreateRequest) (*store.Record, error) {
 	start := time.Now()
 	if err := m.validate(&req); err != nil {
 		return nil, err
@@ -282,7 +293,9 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 			name = m.cfg.PoolTypes[0]
 		}
 	}
-	template, release, err := m.place(ctx, owner, name, template, req)
+	placeCtx, placeSpan := tracing.Tracer().Start(ctx, "sandbox.place")
+	template, release, err := m.place(placeCtx, owner, name, template, req)
+	endSpan(placeSpan, err)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +303,10 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 	// Pooled sandboxes boot at their template's level, and only here.
 	if m.poolEligible(req) && req.Isolation == poolIsolation && m.providerOf(template.Kind) == "" {
 		if cp := m.claimPoolFor(template.Ref); cp != nil {
-			if rec, ok, err := m.createClaimed(ctx, cp, owner, typ, template, req); ok || err != nil {
+			poolCtx, poolSpan := tracing.Tracer().Start(ctx, "pool.claim")
+			rec, ok, err := m.createClaimed(poolCtx, cp, owner, typ, template, req)
+			endPoolSpan(poolSpan, ok, err)
+			if ok || err != nil {
 				if err == nil {
 					m.metrics.created("pool", time.Since(start))
 					m.emit(rec, events.Created, api(owner), nil, map[string]any{"from_pool": true})
@@ -298,7 +314,10 @@ func (m *Manager) Create(ctx context.Context, owner string, req CreateRequest) (
 				return rec, err
 			}
 		} else if p := m.poolFor(template.Ref); p != nil {
-			if rec, ok, err := m.takeFromPool(ctx, p, owner, typ, template, req); ok || err != nil {
+			poolCtx, poolSpan := tracing.Tracer().Start(ctx, "pool.take")
+			rec, ok, err := m.takeFromPool(poolCtx, p, owner, typ, template, req)
+			endPoolSpan(poolSpan, ok, err)
+			if ok || err != nil {
 				if err == nil {
 					m.metrics.created("pool", time.Since(start))
 					m.emit(rec, events.Created, api(owner), nil, map[string]any{"from_pool": true})
@@ -432,23 +451,30 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 
 	bootStart := time.Now()
 	var info sandbox.Info
+	bootCtx, bootSpan := tracing.Tracer().Start(ctx, "backend.create", trace.WithAttributes(attribute.String("agentbox.sandbox", string(id))))
 	if cp != nil {
 		rec.FromPool = true
-		info, err = cp.backend.CreateFromPool(ctx, cp.name, spec)
+		bootSpan.SetName("backend.claim")
+		info, err = cp.backend.CreateFromPool(bootCtx, cp.name, spec)
 		m.metrics.phase("backend_claim", time.Since(bootStart))
 	} else if req.forkOf != "" {
-		info, err = m.backend.(backend.Forker).Fork(ctx, req.forkOf, spec)
+		bootSpan.SetName("backend.fork")
+		info, err = m.backend.(backend.Forker).Fork(bootCtx, req.forkOf, spec)
 		m.metrics.phase("backend_fork", time.Since(bootStart))
 	} else {
-		info, err = m.backend.Create(ctx, spec)
+		info, err = m.backend.Create(bootCtx, spec)
 		m.metrics.phase("backend_create", time.Since(bootStart))
 	}
+	endSpan(bootSpan, err)
 	if err != nil {
 		m.unreserveShared(ctx, id)
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	if spec.Service != nil {
-		if err := m.waitService(ctx, id, info, rec.AccessToken); err != nil {
+		svcCtx, svcSpan := tracing.Tracer().Start(ctx, "sandbox.wait_service")
+		err = m.waitService(svcCtx, id, info, rec.AccessToken)
+		endSpan(svcSpan, err)
+		if err != nil {
 			// Nothing stays behind a create that failed.
 			_ = m.backend.Destroy(context.WithoutCancel(ctx), id)
 			m.unreserveShared(ctx, id)
@@ -484,7 +510,10 @@ func (m *Manager) createNew(ctx context.Context, owner string, template sandbox.
 		// overwrites with the pooled record. No user sees a pooled entry.
 		complete()
 	}
-	if err := m.store.Put(context.WithoutCancel(ctx), rec); err != nil {
+	_, putSpan := tracing.Tracer().Start(ctx, "store.put")
+	err = m.store.Put(context.WithoutCancel(ctx), rec)
+	endSpan(putSpan, err)
+	if err != nil {
 		_ = m.backend.Destroy(context.WithoutCancel(ctx), id)
 		m.mu.Lock()
 		if e := m.entries[id]; e != nil {

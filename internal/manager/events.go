@@ -30,6 +30,30 @@ func (m *Manager) emit(rec *store.Record, typ events.Type, cause events.Cause, e
 
 func api(by string) events.Cause { return events.Cause{Kind: events.CauseAPI, By: by} }
 
+// emitOther records an event of owner's that is about no sandbox (a
+// volume, a template build), caused by owner's call.
+func (m *Manager) emitOther(typ events.Type, owner string, data map[string]any) {
+	if m.cfg.Events == nil {
+		return
+	}
+	m.cfg.Events.Emit(events.Event{Type: typ, Owner: owner, Cause: api(owner), Data: data})
+}
+
+// RecordTemplateBuild records the end of a Dockerfile build by user (an
+// operator, or a tenant building a private template): template_built
+// with its tags, digest, steps and cached steps, or template_build_failed
+// with the error.
+func (m *Manager) RecordTemplateBuild(user string, tags []string, digest string, steps, cached int, err error) {
+	data := map[string]any{"tags": tags}
+	if err != nil {
+		data["error"] = err.Error()
+		m.emitOther(events.TemplateBuildFailed, user, data)
+		return
+	}
+	data["digest"], data["steps"], data["cached"] = digest, steps, cached
+	m.emitOther(events.TemplateBuilt, user, data)
+}
+
 // destroyEvent turns a destroy reason (the metrics label) into the event's
 // type and cause. Every reason destroy is called with is listed.
 func destroyEvent(reason, owner string) (events.Type, events.Cause) {

@@ -2,6 +2,8 @@ package manager
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -76,5 +78,39 @@ func TestManagerEvents(t *testing.T) {
 		if ev.Owner == "" {
 			t.Fatalf("an event of a pooled sandbox nobody got: %+v", ev)
 		}
+	}
+}
+
+// TestTemplateBuildEvents: a build's end is an event of whoever built it:
+// template_built with its tags, digest and steps, template_build_failed
+// with the error; neither names a sandbox.
+func TestTemplateBuildEvents(t *testing.T) {
+	el := events.New(events.Config{Store: store.NewMemory()})
+	el.Start()
+	defer el.Close(context.Background())
+	e := newEnv(t, Config{Events: el})
+	e.m.RecordTemplateBuild("ops", []string{"web:1"}, "sha256:abc", 4, 3, nil)
+	e.m.RecordTemplateBuild("ops", []string{"web:2"}, "", 0, 0, errors.New("line 3: RUN exited with 1"))
+	var got []events.Event
+	for i := 0; i < 100 && len(got) < 2; i++ {
+		page, err := el.Query(context.Background(), events.Query{Owner: "ops"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = page.Events
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(got) != 2 {
+		t.Fatalf("events: %+v", got)
+	}
+	ok, failed := got[0], got[1]
+	if ok.Type != events.TemplateBuilt || ok.SandboxID != "" || ok.Cause.By != "ops" || ok.Data["digest"] != "sha256:abc" || fmt.Sprint(ok.Data["steps"]) != "4" || fmt.Sprint(ok.Data["cached"]) != "3" {
+		t.Errorf("built: %+v", ok)
+	}
+	if failed.Type != events.TemplateBuildFailed || failed.Data["error"] != "line 3: RUN exited with 1" {
+		t.Errorf("failed: %+v", failed)
+	}
+	if ok.Type.OfSandbox() || !events.Forked.OfSandbox() {
+		t.Error("OfSandbox: template events are not a sandbox's, forked is")
 	}
 }

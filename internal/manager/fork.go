@@ -2,8 +2,10 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/backend"
@@ -14,6 +16,11 @@ import (
 
 // MaxForks caps the sandboxes one fork request makes.
 const MaxForks = 20
+
+// forkParallel is how many forks of one request are made at once: each is
+// mostly waiting (the disk copy, the boot), and the copies themselves take
+// turns on the source (its disk is frozen for one copy at a time).
+const forkParallel = 4
 
 // Fork makes count new sandboxes of owner's from a live copy of running
 // sandbox id (backend.Forker): each starts with the source's disk as it
@@ -52,22 +59,62 @@ func (m *Manager) Fork(ctx context.Context, owner string, id sandbox.ID, count i
 	if err := m.validate(&req); err != nil {
 		return nil, err
 	}
-	var out []*store.Record
+	// The forks are made forkParallel at a time; the first failure stops
+	// the ones not started and cancels those under way.
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	recs := make([]*store.Record, count)
+	errs := make([]error, count)
+	sem := make(chan struct{}, forkParallel)
+	var wg sync.WaitGroup
 	for i := 0; i < count; i++ {
-		rec, err := m.forkOne(ctx, owner, info.Spec.Template, src.Type, req)
-		if err != nil {
-			// All or nothing: the forks made so far go.
-			for _, r := range out {
-				_ = m.destroy(context.WithoutCancel(ctx), r.ID, "deleted")
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if fctx.Err() != nil {
+				errs[i] = fctx.Err()
+				return
 			}
-			if len(out) > 0 {
-				err = fmt.Errorf("fork %d of %d failed, the %d made were deleted: %w", len(out)+1, count, len(out), err)
+			recs[i], errs[i] = m.forkOne(fctx, owner, info.Spec.Template, src.Type, req)
+			if errs[i] != nil {
+				cancel()
 			}
-			return nil, err
+		}(i)
+	}
+	wg.Wait()
+	var out []*store.Record
+	var firstErr error
+	failed := 0
+	for i := range recs {
+		switch {
+		case errs[i] == nil:
+			out = append(out, recs[i])
+		case firstErr == nil || (errors.Is(firstErr, context.Canceled) && !errors.Is(errs[i], context.Canceled)):
+			// The cause, not a fork canceled because of it.
+			firstErr = errs[i]
+			failed++
+		default:
+			failed++
 		}
-		out = append(out, rec)
+	}
+	if firstErr != nil {
+		// All or nothing: the forks made go.
+		for _, r := range out {
+			_ = m.destroy(context.WithoutCancel(ctx), r.ID, "deleted")
+		}
+		if len(out) > 0 {
+			firstErr = fmt.Errorf("%d of %d forks failed, the %d made were deleted: %w", failed, count, len(out), firstErr)
+		}
+		return nil, firstErr
 	}
 	m.log.Info("sandbox forked", "sandbox", id, "forks", count)
+	forks := make([]string, len(out))
+	for i, r := range out {
+		forks[i] = string(r.ID)
+	}
+	m.emit(src, events.Forked, api(owner), nil, map[string]any{"forks": forks})
 	return out, nil
 }
 

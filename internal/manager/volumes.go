@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/agentbox/agentbox/internal/events"
 	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/units"
 	"github.com/agentbox/agentbox/internal/volume"
@@ -59,6 +60,7 @@ func (m *Manager) CreateVolume(ctx context.Context, owner, name, kind string, si
 		return VolumeInfo{}, err
 	}
 	m.log.Info("volume created", "owner", owner, "volume", name, "id", v.ID, "size", v.SizeBytes)
+	m.emitOther(events.VolumeCreated, owner, map[string]any{"volume": v.Name, "kind": v.Kind, "size_bytes": v.SizeBytes})
 	return VolumeInfo{Volume: v, MountedBy: []sandbox.ID{}}, nil
 }
 
@@ -119,6 +121,7 @@ func (m *Manager) DeleteVolume(ctx context.Context, owner, name string, force bo
 		return err
 	}
 	m.log.Info("volume deleted", "owner", owner, "volume", name, "force", force)
+	m.emitOther(events.VolumeDeleted, owner, map[string]any{"volume": name, "force": force})
 	return nil
 }
 

@@ -547,6 +547,22 @@ func (m *Manager) Denials(id sandbox.ID) uint64 {
 	return n
 }
 
+// Traffic counts the bytes the sandbox sent and received over its veth
+// since its network was set up (what the host side received is what the
+// sandbox sent). Zero for a sandbox without networking.
+func (m *Manager) Traffic(id sandbox.ID) (sent, received uint64) {
+	addr, ok := m.Addr(id)
+	if !ok {
+		return 0, 0
+	}
+	l, err := netlink.LinkByName(vethName(addr))
+	if err != nil || l.Attrs().Statistics == nil {
+		return 0, 0
+	}
+	st := l.Attrs().Statistics
+	return st.RxBytes, st.TxBytes
+}
+
 // dnsPolicy implements dnsPolicySource.
 func (m *Manager) dnsPolicy(src netip.Addr) (policy, bool) {
 	m.pmu.RLock()

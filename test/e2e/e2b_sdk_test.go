@@ -52,8 +52,8 @@ func TestE2BSDK(t *testing.T) {
 	cli := e2bCLI(t, ctx)
 	tmplDir := filepath.Join(testCache(t), "templates")
 	lockCache(t, ctx, tmplDir+".lock")
-	const key, otherKey = "e2b_0a1b2c3d4e5f60718293a4b5c6d7e8f9", "e2b_ffeeddccbbaa99887766554433221100"
-	d := startDaemon(t, "API_KEYS="+key+":alice,"+otherKey+":bob", "TEMPLATE_DIR="+tmplDir, "TEMPLATE_ADMIN_USERS=alice")
+	const key, otherKey, thirdKey = "e2b_0a1b2c3d4e5f60718293a4b5c6d7e8f9", "e2b_ffeeddccbbaa99887766554433221100", "e2b_00112233445566778899aabbccddeeff"
+	d := startDaemon(t, "API_KEYS="+key+":alice,"+otherKey+":bob,"+thirdKey+":carol", "TEMPLATE_DIR="+tmplDir, "TEMPLATE_ADMIN_USERS=alice")
 	ensureBuiltinTemplates(t, ctx, d, key)
 
 	bin, _ := binaries(t)
@@ -63,13 +63,13 @@ func TestE2BSDK(t *testing.T) {
 		t.Fatalf("agentbox e2b env: %v", err)
 	}
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "NODE_PATH=" + filepath.Join(sdk, "node_modules"),
-		"E2B_OTHER_API_KEY=" + otherKey, "E2B_CLI=" + cli}
+		"E2B_OTHER_API_KEY=" + otherKey, "E2B_THIRD_API_KEY=" + thirdKey, "E2B_CLI=" + cli}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		kv := strings.TrimPrefix(line, "export ")
 		k, v, _ := strings.Cut(kv, "=")
 		env = append(env, k+"="+strings.Trim(v, "'"))
 	}
-	t.Logf("environment: %s", strings.Join(env[5:], " "))
+	t.Logf("environment: %s", strings.Join(env[6:], " "))
 
 	root, err := testutil.ModuleRoot()
 	if err != nil {

@@ -192,7 +192,8 @@ func cleanEnv() []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "HOST", "PORT", "BEARER_TOKEN", "API_KEYS", "POOL_SIZE", "DEFAULT_SANDBOX_TYPE", "AUTO_CLEANUP", "AGENTBOX_URL", "AGENTBOX_API_KEY", "TEMPLATE_AUTO_BUILD":
+		case "HOST", "PORT", "BEARER_TOKEN", "API_KEYS", "POOL_SIZE", "DEFAULT_SANDBOX_TYPE", "AUTO_CLEANUP", "AGENTBOX_URL", "AGENTBOX_API_KEY", "TEMPLATE_AUTO_BUILD",
+			"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS":
 			continue
 		}
 		out = append(out, kv)

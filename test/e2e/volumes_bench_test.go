@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"encoding/json"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -91,4 +94,49 @@ func BenchmarkVolumes(b *testing.B) {
 	})
 	api.do("DELETE", "/v1/sandboxes/"+sb.ID, nil)
 	api.do("DELETE", "/v1/volumes/bench", nil)
+}
+
+// BenchmarkSnapshotSize measures one snapshot of a running sandbox of the
+// built-in base template with 10 MB and with 500 MB of random data written
+// to its home (the snapshot's own layer), through a daemon on
+// the test cache's template store (run TestE2BSDK or make templates
+// first): the request until the template is stored, and the layer's size.
+//
+//	go test -run '^$' -bench SnapshotSize -benchtime 3x ./test/e2e/
+func BenchmarkSnapshotSize(b *testing.B) {
+	cache := os.Getenv("AGENTBOX_TEST_CACHE")
+	if cache == "" {
+		home, _ := os.UserCacheDir()
+		cache = filepath.Join(home, "agentbox-test")
+	}
+	base := startBenchDaemon(b, "TEMPLATE_DIR="+filepath.Join(cache, "templates"), "STORAGE_QUOTA_PER_USER=0", "MAX_SANDBOXES_PER_USER=0")
+	api := benchAPI{b: b, url: base}
+	var sb struct{ ID string }
+	_ = json.Unmarshal(api.do("POST", "/v1/sandboxes", map[string]any{"template": "base", "resources": map[string]any{"disk": "2G"}}), &sb)
+	defer api.do("DELETE", "/v1/sandboxes/"+sb.ID, nil)
+	for _, mb := range []int{10, 500} {
+		b.Run(strconv.Itoa(mb)+"MB", func(b *testing.B) {
+			var lat []time.Duration
+			var layer int64
+			for i := 0; i < b.N; i++ {
+				api.do("POST", "/v1/sandboxes/"+sb.ID+"/exec", map[string]any{"cmd": []string{"/bin/sh", "-c",
+					"rm -f ~/blob && head -c " + strconv.Itoa(mb) + "000000 /dev/urandom > ~/blob && sync"}, "timeout": 300})
+				name := "bench-snap-" + strconv.Itoa(mb) + "-" + strconv.Itoa(i)
+				start := time.Now()
+				var t struct {
+					Name, Tag string
+					Layers    []struct{ Size int64 }
+				}
+				_ = json.Unmarshal(api.do("POST", "/v1/sandboxes/"+sb.ID+"/snapshot", map[string]any{"name": name}), &t)
+				lat = append(lat, time.Since(start))
+				if len(t.Layers) > 0 {
+					layer = t.Layers[len(t.Layers)-1].Size
+				}
+				api.do("DELETE", "/v1/templates/"+url.PathEscape(t.Name+":"+t.Tag), nil)
+			}
+			b.ReportMetric(quantileMs(lat, 0.5), "p50-ms")
+			b.ReportMetric(quantileMs(lat, 0.99), "p99-ms")
+			b.ReportMetric(float64(layer)/1e6, "layer-MB")
+		})
+	}
 }

@@ -180,7 +180,7 @@ func TestVolumes(t *testing.T) {
 // each other; the source keeps running, its processes too.
 func TestFork(t *testing.T) {
 	const key = "fork-key"
-	d := startDaemon(t, "API_KEYS="+key+":alice")
+	d := startDaemon(t, "API_KEYS="+key+":alice", "MAX_SANDBOXES_PER_USER=8")
 	status, data := d.call(t, "POST", "/v1/sandboxes", key, map[string]any{
 		"env": map[string]string{"FORK_ENV": "carried"}, "metadata": map[string]string{"team": "a"},
 		"resources": map[string]any{"memory": "300M", "disk": "640M"}})
@@ -229,5 +229,15 @@ func TestFork(t *testing.T) {
 	}
 	if status, data := d.call(t, "POST", "/v1/sandboxes/"+src+"/fork", key, map[string]any{"count": 100}); status != http.StatusBadRequest {
 		t.Fatalf("fork ×100: %d %s", status, data)
+	}
+	// Past MAX_SANDBOXES_PER_USER (8: the source and five forks run) a
+	// fork ×5 fails part way, the forks being made at once: all or
+	// nothing, none of them is left.
+	if status, data := d.call(t, "POST", "/v1/sandboxes/"+src+"/fork", key, map[string]any{"count": 5}); status != http.StatusTooManyRequests {
+		t.Fatalf("fork ×5 past the limit: %d %s", status, data)
+	}
+	status, data = d.call(t, "GET", "/v1/sandboxes", key, nil)
+	if n := len(mustJSON(t, data)["sandboxes"].([]any)); status != 200 || n != 6 {
+		t.Fatalf("after a refused fork: %d sandboxes (%d), want the source and its 5 forks", n, status)
 	}
 }

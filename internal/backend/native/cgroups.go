@@ -250,6 +250,10 @@ func (b *Backend) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, erro
 		if s.NetworkDenials >= z.NetworkDenials {
 			s.NetworkDenials -= z.NetworkDenials
 		}
+		if s.NetworkTxBytes >= z.NetworkTxBytes && s.NetworkRxBytes >= z.NetworkRxBytes {
+			s.NetworkTxBytes -= z.NetworkTxBytes
+			s.NetworkRxBytes -= z.NetworkRxBytes
+		}
 	}
 	return s, nil
 }
@@ -282,6 +286,7 @@ func (b *Backend) rawStats(bx *box) backend.Stats {
 	}
 	if b.cfg.Network != nil && bx.rec.Spec.Network.Mode == sandbox.NetworkEgress {
 		s.NetworkDenials = b.cfg.Network.Denials(bx.id)
+		s.NetworkTxBytes, s.NetworkRxBytes = b.cfg.Network.Traffic(bx.id)
 	}
 	var fs unix.Statfs_t
 	if err := unix.Statfs(bx.diskPath("workspace"), &fs); err == nil && bx.diskMounted() {

@@ -87,7 +87,7 @@ func (b *Backend) create(ctx context.Context, spec sandbox.Spec, fork sandbox.ID
 		return sandbox.Info{}, err
 	}
 
-	bx := &box{id: spec.ID, paths: newBoxPaths(b.sbRoot, b.diskRoot, spec.ID), phases: startPhases("create")}
+	bx := &box{id: spec.ID, paths: newBoxPaths(b.sbRoot, b.diskRoot, spec.ID), phases: startPhases(ctx, "create")}
 	defer func() { bx.phases = nil }()
 	if len(bx.paths.socket()) > maxSocketPath {
 		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "sandbox id %q is too long for this server's state directory", spec.ID)
@@ -704,7 +704,7 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 	err = container.Start(proc)
 	if err == nil {
 		pid, _ := proc.Pid()
-		if bx.phases != nil {
+		if bx.phases.measuresCPU() {
 			bx.phases.report("sandbox init process CPU (set up, before the agent's exec)", processCPU(pid))
 		}
 		if initStartedHook != nil {
@@ -743,7 +743,7 @@ func (b *Backend) boot(ctx context.Context, bx *box, tmpl sandbox.Template, ids 
 			b.log.Warn("sandbox cannot be warm reset", "sandbox", spec.ID, "err", err)
 		}
 	}
-	if bx.phases != nil {
+	if bx.phases.measuresCPU() {
 		bx.phases.report("sandbox init process CPU (init + agent, until ready)", processCPU(pid))
 	}
 	b.log.Debug("sandbox booted", "sandbox", spec.ID, "run_ms", ms(runDone.Sub(runStart)), "agent_ready_ms", ms(time.Since(runDone)))

@@ -397,7 +397,11 @@ const revokeGrace = time.Second
 func attachLoop(image string) (*os.File, error) { return loopdev.Attach(image) }
 
 // sparseCopy copies src to a new file dst, keeping holes as holes.
-func sparseCopy(src, dst string) (err error) {
+func sparseCopy(src, dst string) error { return sparseCopyRanges(src, dst, nil) }
+
+// sparseCopyRanges is sparseCopy of the byte ranges of src in ranges
+// (ordered; nil: all of it): the rest of dst is a hole.
+func sparseCopyRanges(src, dst string, ranges [][2]int64) (err error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -420,32 +424,41 @@ func sparseCopy(src, dst string) (err error) {
 	if err := out.Truncate(size); err != nil {
 		return err
 	}
+	if ranges == nil {
+		ranges = [][2]int64{{0, size}}
+	}
 	inFd, outFd := int(in.Fd()), int(out.Fd())
-	var off int64
-	for off < size {
-		data, err := unix.Seek(inFd, off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break // only a hole is left
-		}
-		if err != nil {
-			return fmt.Errorf("seek data: %w", err)
-		}
-		hole, err := unix.Seek(inFd, data, unix.SEEK_HOLE)
-		if err != nil {
-			return fmt.Errorf("seek hole: %w", err)
-		}
-		for pos := data; pos < hole; {
-			roff, woff := pos, pos
-			n, err := unix.CopyFileRange(inFd, &roff, outFd, &woff, int(hole-pos), 0)
+	for _, r := range ranges {
+		off, end := r[0], min(r[1], size)
+		for off < end {
+			data, err := unix.Seek(inFd, off, unix.SEEK_DATA)
+			if errors.Is(err, unix.ENXIO) {
+				return nil // only a hole is left
+			}
 			if err != nil {
-				return fmt.Errorf("copy extent: %w", err)
+				return fmt.Errorf("seek data: %w", err)
 			}
-			if n == 0 {
-				return io.ErrUnexpectedEOF
+			if data >= end {
+				break
 			}
-			pos += int64(n)
+			hole, err := unix.Seek(inFd, data, unix.SEEK_HOLE)
+			if err != nil {
+				return fmt.Errorf("seek hole: %w", err)
+			}
+			hole = min(hole, end)
+			for pos := data; pos < hole; {
+				roff, woff := pos, pos
+				n, err := unix.CopyFileRange(inFd, &roff, outFd, &woff, int(hole-pos), 0)
+				if err != nil {
+					return fmt.Errorf("copy extent: %w", err)
+				}
+				if n == 0 {
+					return io.ErrUnexpectedEOF
+				}
+				pos += int64(n)
+			}
+			off = hole
 		}
-		off = hole
 	}
 	return nil
 }

@@ -2,8 +2,12 @@ package native
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
 	"os"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -65,7 +69,17 @@ func (b *Backend) copyForkDisk(src sandbox.ID, spec sandbox.Spec, dst string) er
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, disk.Fd(), ioctlFIFREEZE, 0); errno != 0 {
 		return fmt.Errorf("fork: freeze the source's disk: %w", errno)
 	}
-	copyErr := sparseCopy(sb.paths.image, dst)
+	// Only the blocks the filesystem uses: a disk once filled and emptied
+	// again keeps its written blocks in the image (the loop device is not
+	// discarded), and copying them made each fork copy every byte ever
+	// written (2.3 s a fork after 256 MiB written and deleted, 0.2 s
+	// without). The map is read frozen, so it is the copy's.
+	used, mapErr := usedRanges(disk)
+	if mapErr != nil {
+		b.log.Debug("fork: no map of the source's used blocks, copying every written block", "sandbox", src, "err", mapErr)
+		used = nil
+	}
+	copyErr := sparseCopyRanges(sb.paths.image, dst, used)
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, disk.Fd(), ioctlFITHAW, 0); errno != 0 {
 		b.log.Error("fork: thaw the source's disk", "sandbox", src, "err", errno)
 	}
@@ -80,4 +94,80 @@ func (b *Backend) copyForkDisk(src sandbox.ID, spec sandbox.Spec, dst string) er
 		}
 	}
 	return nil
+}
+
+// The GETFSMAP ioctl (linux/fsmap.h): the physical extents of a mounted
+// filesystem and what owns each, free space included (ext4 reports it).
+const (
+	ioctlGETFSMAP  = 0xc0c0583b // _IOWR('X', 59, struct fsmap_head), 192 bytes
+	fsmapHeadSize  = 192
+	fsmapKeys      = 64 // fmh_keys: after 4 u32 and 6 reserved u64
+	fsmapRecSize   = 64
+	fsmapBatch     = 512
+	fmrOwnFree     = 1    // FMR_OWNER(0, 1): free space
+	fmrOfLast      = 0x20 // FMR_OF_LAST: the last record of the query
+	maxFsmapRounds = 1 << 16
+)
+
+// usedRanges returns the byte ranges of the filesystem f is on that hold
+// anything but free space (data, metadata, the journal), in order, merged.
+// ext4 reports its free extents (owner FMR_OWN_FREE); what lies between
+// them is used. Ranges are device offsets: the image file's, as the disk is
+// the whole loop device.
+func usedRanges(f *os.File) ([][2]int64, error) {
+	buf := make([]byte, fsmapHeadSize+fsmapBatch*fsmapRecSize)
+	le := binary.LittleEndian
+	// fmh_keys[1], the high key: everything (its device, flags, physical,
+	// owner, offset and length all ones; the reserved words must stay 0).
+	hi := buf[fsmapKeys+fsmapRecSize : fsmapKeys+2*fsmapRecSize]
+	for i := 0; i < 40; i++ {
+		hi[i] = 0xff
+	}
+	var free [][2]int64
+	for round := 0; ; round++ {
+		if round >= maxFsmapRounds {
+			return nil, errors.New("getfsmap: too many records")
+		}
+		le.PutUint32(buf[8:], fsmapBatch) // fmh_count
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), ioctlGETFSMAP, uintptr(unsafe.Pointer(&buf[0]))); errno != 0 {
+			return nil, fmt.Errorf("getfsmap: %w", errno)
+		}
+		n := int(le.Uint32(buf[12:])) // fmh_entries
+		if n == 0 {
+			break
+		}
+		last := false
+		for i := 0; i < n; i++ {
+			r := buf[fsmapHeadSize+i*fsmapRecSize:]
+			flags, phys, owner, length := le.Uint32(r[4:]), int64(le.Uint64(r[8:])), le.Uint64(r[16:]), int64(le.Uint64(r[32:]))
+			if owner == fmrOwnFree && length > 0 {
+				free = append(free, [2]int64{phys, phys + length})
+			}
+			if flags&fmrOfLast != 0 {
+				last = true
+			}
+		}
+		if last {
+			break
+		}
+		// The next query starts after the last record: it becomes the low key.
+		copy(buf[fsmapKeys:fsmapKeys+fsmapRecSize], buf[fsmapHeadSize+(n-1)*fsmapRecSize:fsmapHeadSize+n*fsmapRecSize])
+	}
+	if len(free) == 0 {
+		return nil, errors.New("getfsmap reported no free space: the filesystem does not report it")
+	}
+	var used [][2]int64
+	pos := int64(0)
+	for _, fr := range free {
+		if fr[0] > pos {
+			used = append(used, [2]int64{pos, fr[0]})
+		}
+		if fr[1] > pos {
+			pos = fr[1]
+		}
+	}
+	// Everything after the last free extent is copied, whatever the map
+	// says of it (the copy stops at the image's end).
+	used = append(used, [2]int64{pos, math.MaxInt64})
+	return used, nil
 }

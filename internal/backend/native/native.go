@@ -77,6 +77,9 @@ type NetworkProvider interface {
 	Reconcile(ctx context.Context, live []sandbox.ID) error
 	// Denials counts the sandbox's rejected packets.
 	Denials(id sandbox.ID) uint64
+	// Traffic counts the bytes the sandbox sent and received since its
+	// network was set up.
+	Traffic(id sandbox.ID) (sent, received uint64)
 }
 
 // Config configures the native backend.

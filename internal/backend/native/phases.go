@@ -1,13 +1,18 @@
 package native
 
 import (
+	"context"
 	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
+
+	"github.com/agentbox/agentbox/internal/tracing"
 )
 
 // PhaseSample is the cost of one step of a create or destroy: wall time,
@@ -34,38 +39,62 @@ func SetPhaseHook(fn func(PhaseSample)) {
 	phaseHook.Store(&fn)
 }
 
-// phaseTimer cuts an operation into phases; a nil timer (no hook) does
-// nothing, so the hot path pays one atomic load per operation.
+// phaseTimer cuts an operation into phases. Each phase is a child span of
+// the operation's context when that context is being traced (a create's
+// span tree then shows where its time went), and a PhaseSample when a hook
+// is set. A nil timer (neither) does nothing, so the hot path pays an
+// atomic load and a context lookup per operation.
 type phaseTimer struct {
 	op        string
-	fn        func(PhaseSample)
+	fn        func(PhaseSample) // nil: no hook, no CPU figures
+	ctx       context.Context   // nil: not traced
 	t         time.Time
 	cpu, kids time.Duration
 }
 
-func startPhases(op string) *phaseTimer {
+func startPhases(ctx context.Context, op string) *phaseTimer {
 	fn := phaseHook.Load()
-	if fn == nil {
+	traced := trace.SpanFromContext(ctx).IsRecording()
+	if fn == nil && !traced {
 		return nil
 	}
-	p := &phaseTimer{op: op, fn: *fn}
-	p.t, p.cpu, p.kids = time.Now(), rusage(unix.RUSAGE_SELF), rusage(unix.RUSAGE_CHILDREN)
+	p := &phaseTimer{op: op, t: time.Now()}
+	if traced {
+		p.ctx = ctx
+	}
+	if fn != nil {
+		p.fn = *fn
+		p.cpu, p.kids = rusage(unix.RUSAGE_SELF), rusage(unix.RUSAGE_CHILDREN)
+	}
 	return p
 }
+
+// measuresCPU reports whether the hook wants CPU figures (which cost a walk
+// of /proc, not paid for spans alone).
+func (p *phaseTimer) measuresCPU() bool { return p != nil && p.fn != nil }
 
 // mark ends the phase named phase and starts the next one.
 func (p *phaseTimer) mark(phase string) {
 	if p == nil {
 		return
 	}
-	now, cpu, kids := time.Now(), rusage(unix.RUSAGE_SELF), rusage(unix.RUSAGE_CHILDREN)
-	p.fn(PhaseSample{Op: p.op, Phase: phase, Wall: now.Sub(p.t), CPU: cpu - p.cpu, ChildCPU: kids - p.kids})
-	p.t, p.cpu, p.kids = now, cpu, kids
+	now := time.Now()
+	if p.ctx != nil {
+		_, span := tracing.Tracer().Start(p.ctx, phase, trace.WithTimestamp(p.t),
+			trace.WithAttributes(attribute.String("agentbox.operation", p.op)))
+		span.End(trace.WithTimestamp(now))
+	}
+	if p.fn != nil {
+		cpu, kids := rusage(unix.RUSAGE_SELF), rusage(unix.RUSAGE_CHILDREN)
+		p.fn(PhaseSample{Op: p.op, Phase: phase, Wall: now.Sub(p.t), CPU: cpu - p.cpu, ChildCPU: kids - p.kids})
+		p.cpu, p.kids = cpu, kids
+	}
+	p.t = now
 }
 
 // report records a figure measured elsewhere (the sandbox init's own CPU).
 func (p *phaseTimer) report(phase string, cpu time.Duration) {
-	if p == nil {
+	if !p.measuresCPU() {
 		return
 	}
 	p.fn(PhaseSample{Op: p.op, Phase: phase, ChildCPU: cpu})

@@ -45,11 +45,14 @@ func (s *Server) registerControl(h func(string, handler)) {
 	h("GET /sandbox/{id}/toolbox-proxy-url", s.toolboxProxyURL)
 	h("GET /sandbox/{id}/ports/{port}/preview-url", s.previewURL)
 	h("GET /sandbox/{id}/ports/{port}/signed-preview-url", s.signedPreviewURL)
-	for _, route := range []string{"POST /sandbox/{id}/archive", "POST /sandbox/{id}/resize", "POST /sandbox/{id}/fork",
+	s.registerLifecycle(h)
+	s.registerVolumes(h)
+	for _, route := range []string{"POST /sandbox/{id}/fork",
 		"POST /sandbox/{id}/snapshot", "POST /sandbox/{id}/backup", "POST /sandbox/{id}/ssh-access", "PUT /sandbox/{id}/secrets",
-		"POST /sandbox/{id}/autoarchive/{interval}", "POST /sandbox/{id}/autodelete/{interval}", "POST /sandbox/{id}/autopause/{interval}",
-		"POST /sandbox/{id}/ttl/{ttl}", "POST /sandbox/{id}/public/{public}", "POST /sandbox/{id}/network-settings",
-		"GET /sandbox/{id}/signing-key", "POST /sandbox/{id}/signing-key/rotate", "GET /volumes", "POST /volumes", "GET /secrets", "GET /warm-pools"} {
+		"POST /sandbox/{id}/autopause/{interval}",
+		"POST /sandbox/{id}/ttl/{ttl}", "POST /sandbox/{id}/public/{public}",
+		"GET /sandbox/{id}/signing-key", "POST /sandbox/{id}/signing-key/rotate",
+		"GET /secrets", "GET /warm-pools"} {
 		h(route, func(w http.ResponseWriter, r *http.Request, _ string) error {
 			return unsupported(r.Method + " " + r.Pattern[len(r.Method)+1:])
 		})
@@ -75,9 +78,11 @@ type createIn struct {
 	Disk             *float64          `json:"disk"`   // GiB
 	GPU              *float64          `json:"gpu"`
 	AutoStopInterval *int              `json:"autoStopInterval"`
-	NetworkBlockAll  bool              `json:"networkBlockAll"`
-	NetworkAllowList string            `json:"networkAllowList"`
-	Volumes          []json.RawMessage `json:"volumes"`
+	// network.go, lifecycle.go, volumes.go
+	netSettings
+	AutoArchiveInterval *int            `json:"autoArchiveInterval"`
+	AutoDeleteInterval  *int            `json:"autoDeleteInterval"`
+	Volumes             []sandboxVolume `json:"volumes"`
 }
 
 // sandboxOut is Daytona's Sandbox DTO, the fields the SDK reads.
@@ -92,6 +97,7 @@ type sandboxOut struct {
 	Public              bool              `json:"public"`
 	NetworkBlockAll     bool              `json:"networkBlockAll"`
 	NetworkAllowList    *string           `json:"networkAllowList,omitempty"`
+	DomainAllowList     *string           `json:"domainAllowList,omitempty"`
 	Target              string            `json:"target"`
 	CPU                 int               `json:"cpu"`
 	GPU                 int               `json:"gpu"`
@@ -105,7 +111,7 @@ type sandboxOut struct {
 	AutoStopInterval    int               `json:"autoStopInterval"`
 	AutoArchiveInterval int               `json:"autoArchiveInterval"`
 	AutoDeleteInterval  int               `json:"autoDeleteInterval"`
-	Volumes             []any             `json:"volumes"`
+	Volumes             []sandboxVolume   `json:"volumes"`
 	CreatedAt           string            `json:"createdAt"`
 	UpdatedAt           string            `json:"updatedAt"`
 	LastActivityAt      string            `json:"lastActivityAt,omitempty"`
@@ -146,11 +152,12 @@ func (s *Server) out(r *http.Request, rec *store.Record) sandboxOut {
 		Env: rec.Env, Labels: rec.Metadata, Target: "agentbox", State: stateOf(rec.State), BackupState: "None",
 		CPU:    int(math.Max(1, math.Ceil(rec.Resources.CPUs))),
 		Memory: int64(math.Ceil(float64(rec.Resources.MemoryBytes) / (1 << 30))), Disk: int64(math.Ceil(float64(rec.Resources.DiskBytes) / (1 << 30))),
-		AutoStopInterval: autostop, AutoDeleteInterval: -1, Volumes: []any{},
+		AutoStopInterval: autostop, Volumes: volumesOut(rec),
 		CreatedAt: rec.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: rec.LastActive.UTC().Format(time.RFC3339Nano),
 		LastActivityAt:  rec.LastActive.UTC().Format(time.RFC3339Nano),
-		ToolboxProxyURL: baseURL(r) + Prefix + "/toolbox", DaemonVersion: "agentbox",
-		NetworkBlockAll: rec.Network.Mode == sandbox.NetworkNone}
+		ToolboxProxyURL: baseURL(r) + Prefix + "/toolbox", DaemonVersion: "agentbox"}
+	setNetworkOut(&o, rec)
+	setLifecycleOut(&o, rec)
 	o.DesiredState = o.State
 	if o.Env == nil {
 		o.Env = map[string]string{}
@@ -174,9 +181,6 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, user string) err
 	}
 	if in.GPU != nil && *in.GPU > 0 {
 		return unsupported("GPUs")
-	}
-	if len(in.Volumes) > 0 {
-		return unsupported("volumes")
 	}
 	if in.Name != "" {
 		if _, err := s.find(r, user, in.Name); err == nil {
@@ -210,6 +214,18 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, user string) err
 	}
 	req.Extra[extraAutoStop] = strconv.Itoa(autostop)
 	req.Timeout = s.lifetime(autostop)
+	// Auto-stop keeps the sandbox (paused) where the backend can pause.
+	req.AutoPause = s.m.Backend().Capabilities().Pause
+	if err := intervals(req.Extra, in.AutoArchiveInterval, in.AutoDeleteInterval); err != nil {
+		return err
+	}
+	mounts, shown, err := s.createVolumes(r.Context(), user, in.Volumes)
+	if err != nil {
+		return err
+	}
+	if len(mounts) > 0 {
+		req.Volumes, req.Extra[extraVolumes] = mounts, shown
+	}
 	if in.CPU != nil {
 		req.Resources.CPUs = *in.CPU
 	}
@@ -219,10 +235,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, user string) err
 	if in.Disk != nil {
 		req.Resources.DiskBytes = int64(*in.Disk * (1 << 30))
 	}
-	if in.NetworkBlockAll {
-		req.Network = sandbox.Network{Mode: sandbox.NetworkNone}
-	} else if in.NetworkAllowList != "" {
-		return unsupported("networkAllowList")
+	if n, ok, err := s.createNetwork(in.netSettings); err != nil {
+		return err
+	} else if ok {
+		req.Network = n
 	}
 	rec, err := s.m.Create(r.Context(), user, req)
 	if err != nil {
@@ -314,7 +330,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, user string) error
 				return true
 			}
 			for _, st := range states {
-				if st == stateOf(rec.State) {
+				if st == daytonaState(rec) {
 					return true
 				}
 			}
@@ -368,14 +384,22 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, user string) erro
 	if err != nil {
 		return err
 	}
+	booted := true
 	switch rec.State {
 	case sandbox.StateStopped:
 		rec, err = s.m.StartSandbox(r.Context(), user, rec.ID)
 	case sandbox.StatePaused:
 		rec, err = s.m.Resume(r.Context(), user, rec.ID, 0)
+	default:
+		booted = false
 	}
 	if err != nil {
 		return err
+	}
+	if booted {
+		if rec, err = s.afterStart(r, user, rec); err != nil {
+			return err
+		}
 	}
 	writeJSON(w, http.StatusOK, s.out(r, rec))
 	return nil
@@ -394,6 +418,9 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request, user string) error
 		}
 		s.sessions.dropSandbox(rec.ID)
 		s.ptys.keepOnly(string(rec.ID), nil)
+		if rec, err = s.afterStop(r, user, rec); err != nil {
+			return err
+		}
 	}
 	writeJSON(w, http.StatusOK, s.out(r, rec))
 	return nil
@@ -432,8 +459,13 @@ func (s *Server) autostop(w http.ResponseWriter, r *http.Request, user string) e
 	if err != nil {
 		return err
 	}
-	if _, err := s.m.SetTimeout(r.Context(), user, rec.ID, s.lifetime(n)); err != nil {
+	if _, err := s.m.SetExtra(r.Context(), user, rec.ID, map[string]string{extraAutoStop: strconv.Itoa(n)}); err != nil {
 		return err
+	}
+	if d := s.lifetime(n); d > 0 && rec.State == sandbox.StateRunning {
+		if _, err := s.m.SetTimeout(r.Context(), user, rec.ID, d); err != nil {
+			return err
+		}
 	}
 	w.WriteHeader(http.StatusOK)
 	return nil

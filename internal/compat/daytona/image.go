@@ -278,7 +278,7 @@ func (s *Server) pendingOut(r *http.Request, p *pendingCreate, first bool) sandb
 	now := p.created.UTC().Format(time.RFC3339Nano)
 	return sandboxOut{ID: p.id, Name: name, OrganizationID: organizationID, Snapshot: p.build.name, User: DefaultUser,
 		Env: map[string]string{}, Labels: map[string]string{}, Target: "agentbox", CPU: 1, State: state, DesiredState: "started",
-		ErrorReason: errMsg, BackupState: "None", AutoDeleteInterval: -1, Volumes: []any{}, CreatedAt: now, UpdatedAt: now,
+		ErrorReason: errMsg, BackupState: "None", AutoDeleteInterval: -1, Volumes: []sandboxVolume{}, CreatedAt: now, UpdatedAt: now,
 		ToolboxProxyURL: baseURL(r) + Prefix + "/toolbox-pending", DaemonVersion: "agentbox"}
 }
 

@@ -52,7 +52,10 @@ type Config struct {
 	PreviewToken func(ctx context.Context, owner string, id sandbox.ID, port int, ttl time.Duration) (token, path string, err error)
 	// DataPlane is the service every toolbox request goes through.
 	DataPlane *dataplane.Service
-	Logger    *slog.Logger
+	// Peers serves a request by the replica that runs its sandbox, for
+	// one addressed by name (nil: one replica).
+	Peers  Peers
+	Logger *slog.Logger
 
 	// Templates is the template store snapshots are (nil: no snapshots).
 	Templates Templates
@@ -64,6 +67,12 @@ type Config struct {
 	BuildDir string
 	// MaxContextBytes caps one uploaded build context (default 1 GiB).
 	MaxContextBytes int64
+}
+
+// Peers serves a request by the live replica that runs sandbox id,
+// reporting false (having written nothing) when that is this one or none.
+type Peers interface {
+	ServeBy(w http.ResponseWriter, r *http.Request, id sandbox.ID) bool
 }
 
 // Server is the Daytona front end.
@@ -105,6 +114,9 @@ type handler func(w http.ResponseWriter, r *http.Request, user string) error
 func (s *Server) Register(mux *http.ServeMux) {
 	h := func(pattern string, fn handler) {
 		method, path, _ := strings.Cut(pattern, " ")
+		if s.cfg.Peers != nil && strings.HasPrefix(path, "/sandbox/{id}") {
+			fn = s.onItsReplica(fn)
+		}
 		mux.Handle(method+" "+Prefix+path, s.authenticated(fn))
 	}
 	s.registerControl(h)
@@ -262,3 +274,20 @@ func baseURL(r *http.Request) string {
 
 // statusOfErr is the HTTP status of a data-plane or manager error.
 func statusOfErr(err error) int { return httpapi.StatusOf(sandbox.ClassOf(err)) }
+
+// onItsReplica serves a request for a sandbox another replica runs by
+// that replica. By ID the cluster forwarder did so before the request
+// got here; by name only this front end can tell which sandbox it is.
+func (s *Server) onItsReplica(fn handler) handler {
+	return func(w http.ResponseWriter, r *http.Request, user string) error {
+		idOrName := r.PathValue("id")
+		if s.m.Hosts(sandbox.ID(idOrName)) {
+			return fn(w, r, user)
+		}
+		rec, err := s.find(r, user, idOrName)
+		if err == nil && !s.m.Hosts(rec.ID) && s.cfg.Peers.ServeBy(w, r, rec.ID) {
+			return nil
+		}
+		return fn(w, r, user)
+	}
+}

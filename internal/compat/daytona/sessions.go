@@ -44,7 +44,15 @@ type command struct {
 	chunks []logChunk
 	grown  chan struct{}
 	done   chan struct{}
+	// input writes to the stdin of a running async command (nil before
+	// it started and after it ended, and for sync commands).
+	input func(ctx context.Context, data []byte) error
+	// started is closed once the command started or failed to.
+	started     chan struct{}
+	startedOnce *sync.Once
 }
+
+func (c *command) markStarted() { c.startedOnce.Do(func() { close(c.started) }) }
 
 // logChunk is a piece of a command's output and the stream it came on.
 type logChunk struct {
@@ -115,9 +123,10 @@ func (s *Server) registerSessions(t func(string, toolbox)) {
 	t("POST /process/session/{session}/exec", s.sessionExec)
 	t("GET /process/session/{session}/command/{command}", s.getCommand)
 	t("GET /process/session/{session}/command/{command}/logs", s.commandLogs)
-	for _, route := range []string{"POST /process/session/{session}/command/{command}/input", "GET /process/session/entrypoint", "GET /process/session/entrypoint/logs"} {
+	t("POST /process/session/{session}/command/{command}/input", s.commandInput)
+	for _, route := range []string{"GET /process/session/entrypoint", "GET /process/session/entrypoint/logs"} {
 		t(route, func(_ http.ResponseWriter, r *http.Request, _ *dataplane.Request) error {
-			return unsupported("toolbox " + r.Method + " " + strings.TrimPrefix(r.Pattern[len(r.Method)+1:], Prefix+"/toolbox/{sandbox}") + " (session commands read no stdin, and sandboxes have no entrypoint)")
+			return unsupported("toolbox " + r.Method + " " + strings.TrimPrefix(r.Pattern[len(r.Method)+1:], Prefix+"/toolbox/{sandbox}") + " (sandboxes have no entrypoint)")
 		})
 	}
 }
@@ -234,7 +243,7 @@ func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, req *datapl
 	if err != nil {
 		return err
 	}
-	c := &command{ID: newID(), Command: in.Command, done: make(chan struct{}), grown: make(chan struct{})}
+	c := &command{ID: newID(), Command: in.Command, done: make(chan struct{}), grown: make(chan struct{}), started: make(chan struct{}), startedOnce: new(sync.Once)}
 	g := s.sessions
 	g.mu.Lock()
 	if len(ss.commands) >= maxSessionCommands {
@@ -248,7 +257,9 @@ func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, req *datapl
 		Env: map[string]string{"AGENTBOX_CMD": in.Command}, User: s.userOf(r), Timeout: s.lifetime(0)}
 	if in.RunAsync || in.Async {
 		// The command outlives this request: a request of its own, ended
-		// with the command (or the session).
+		// with the command (or the session). Its stdin stays open for
+		// sendSessionCommandInput.
+		ex.OpenStdin = true
 		areq, err := s.dp.Begin(ss.ctx, owner, id)
 		if err != nil {
 			return err
@@ -274,6 +285,7 @@ func (s *Server) sessionExec(w http.ResponseWriter, r *http.Request, req *datapl
 // server's output limit) and its exit code.
 func (s *Server) runCommand(ctx context.Context, req *dataplane.Request, c *command, ex dataplane.ExecRequest) {
 	defer close(c.done)
+	defer c.markStarted()
 	limit := int(s.cfg.MaxOutput)
 	g := s.sessions
 	if err := req.Reserve(3 * s.cfg.MaxOutput); err != nil {
@@ -294,6 +306,9 @@ func (s *Server) runCommand(ctx context.Context, req *dataplane.Request, c *comm
 		defer g.mu.Unlock()
 		before := len(c.output)
 		switch ev.Type {
+		case "start":
+			c.input = ev.Input
+			c.markStarted()
 		case "stdout":
 			c.stdout, c.output = keep(c.stdout, ev.Data), keep(c.output, ev.Data)
 		case "stderr":
@@ -309,6 +324,7 @@ func (s *Server) runCommand(ctx context.Context, req *dataplane.Request, c *comm
 	code := res.ExitCode
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	c.input = nil
 	if err != nil {
 		code = -1
 		c.stderr = keep(c.stderr, []byte(messageOf(err)))
@@ -421,4 +437,46 @@ func (s *Server) followLogs(w http.ResponseWriter, r *http.Request, c *command) 
 			return
 		}
 	}
+}
+
+// maxCommandInput bounds one sendSessionCommandInput.
+const maxCommandInput = 1 << 20
+
+// commandInput writes {data} to a running async command's stdin, as
+// given (the SDK sends a line with its newline when it means one).
+func (s *Server) commandInput(w http.ResponseWriter, r *http.Request, _ *dataplane.Request) error {
+	var in struct {
+		Data string `json:"data"`
+	}
+	if err := decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	if len(in.Data) > maxCommandInput {
+		return sandbox.Errorf(sandbox.ClassTooLarge, "input is over %d KiB", maxCommandInput>>10)
+	}
+	c, err := s.findCommand(r)
+	if err != nil {
+		return err
+	}
+	// Input may come before the command's process started.
+	wait, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	select {
+	case <-c.started:
+	case <-wait.Done():
+	}
+	s.sessions.mu.Lock()
+	input, ended := c.input, c.ExitCode != nil
+	s.sessions.mu.Unlock()
+	switch {
+	case ended:
+		return sandbox.Errorf(sandbox.ClassConflict, "command %s has ended", c.ID)
+	case input == nil:
+		return sandbox.Errorf(sandbox.ClassConflict, "command %s takes no input (only a runAsync command that has started reads its stdin)", c.ID)
+	}
+	if err := input(r.Context(), []byte(in.Data)); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
 }

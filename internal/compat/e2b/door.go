@@ -13,7 +13,8 @@ import (
 var _ httpapi.PortDoor = (*Server)(nil)
 
 // controlPrefixes are the path trees of E2B's control plane.
-var controlPrefixes = []string{"/sandboxes", "/v2/sandboxes", "/events/sandboxes", "/events/webhooks", "/v2/templates/", "/v3/templates", "/templates"}
+var controlPrefixes = []string{"/sandboxes", "/v2/sandboxes", "/events/sandboxes", "/events/webhooks", "/v2/templates/", "/v3/templates", "/templates",
+	"/volumes", "/volumecontent", "/snapshots"}
 
 // Owns reports whether r is for E2B's control plane, whose refusals the
 // SDKs read in E2B's shape.
@@ -32,9 +33,15 @@ func (s *Server) WriteRefusal(w http.ResponseWriter, _ *http.Request, status int
 	writeJSON(w, status, errorBody{Code: status, Message: msg})
 }
 
-// Bodies: the signed /files upload of the SDKs' upload URLs is multipart.
+// Bodies: the signed /files upload of the SDKs' upload URLs is multipart;
+// the Volume SDK's makeDir (POST /volumecontent/{id}/dir) sends no body,
+// and needs an Authorization header a page cannot send unprompted.
 func (s *Server) Bodies() []httpapi.BodyRule {
-	return []httpapi.BodyRule{{MediaType: "multipart/form-data", Match: IsSignedUpload}}
+	return []httpapi.BodyRule{{MediaType: "multipart/form-data", Match: IsSignedUpload}, {Match: isVolumeMakeDir}}
+}
+
+func isVolumeMakeDir(r *http.Request) bool {
+	return r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/volumecontent/") && strings.HasSuffix(r.URL.Path, "/dir")
 }
 
 // Close does nothing: the front end holds nothing beyond its requests.

@@ -90,6 +90,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, user string) err
 			return err
 		}
 		for _, e := range page.Events {
+			if !e.Type.OfSandbox() {
+				continue // E2B's events are sandboxes' only
+			}
 			ev := toE2B(e)
 			if len(want) == 0 || slices.Contains(want, ev.Type) {
 				all = append(all, ev)

@@ -69,6 +69,14 @@ type createIn struct {
 	Metadata            map[string]string `json:"metadata"`
 	EnvVars             map[string]string `json:"envVars"`
 	Network             *networkIn        `json:"network"`
+	// VolumeMounts are E2B's volumes to mount: {name, path}, read-write.
+	VolumeMounts []volumeMountOut `json:"volumeMounts"`
+}
+
+// volumeMountOut is E2B's SandboxVolumeMount.
+type volumeMountOut struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 // sandboxOut is E2B's Sandbox (create, connect) merged with its
@@ -89,6 +97,7 @@ type sandboxOut struct {
 	DiskSizeMB         int64             `json:"diskSizeMB,omitempty"`
 	Metadata           map[string]string `json:"metadata,omitempty"`
 	State              string            `json:"state,omitempty"`
+	VolumeMounts       []volumeMountOut  `json:"volumeMounts,omitempty"`
 }
 
 // mapTemplate maps an E2B template ID or alias onto agentbox's names:
@@ -131,6 +140,9 @@ func (s *Server) listed(rec *store.Record) sandboxOut {
 	out.DiskSizeMB = rec.Resources.DiskBytes >> 20
 	if out.Metadata == nil {
 		out.Metadata = map[string]string{}
+	}
+	for _, vm := range rec.Volumes {
+		out.VolumeMounts = append(out.VolumeMounts, volumeMountOut{Name: vm.Name, Path: vm.Path})
 	}
 	return out
 }
@@ -210,6 +222,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, user string) err
 	}
 	req := manager.CreateRequest{Template: mapTemplate(in.TemplateID), Timeout: timeout, Env: in.EnvVars,
 		Metadata: in.Metadata, Network: networkOf(in)}
+	for _, vm := range in.VolumeMounts {
+		req.Volumes = append(req.Volumes, sandbox.VolumeMount{Name: vm.Name, Path: vm.Path})
+	}
 	if in.TemplateID != "" && in.TemplateID != req.Template {
 		req.Extra = map[string]string{extraTemplate: in.TemplateID}
 	}

@@ -10,8 +10,10 @@
 package e2b
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -76,7 +78,11 @@ type Config struct {
 	// History answers getMetrics with the sampled points in the range
 	// (nil: one sample, now).
 	History *history.History
-	Logger  *slog.Logger
+	// VolumeTokenKey signs the volume tokens the volume content API takes
+	// (volumes.go); every replica that serves a volume's content needs the
+	// same. Empty: a random key, so tokens end with the process.
+	VolumeTokenKey []byte
+	Logger         *slog.Logger
 }
 
 // Server is the E2B front-end.
@@ -87,6 +93,8 @@ type Server struct {
 	log *slog.Logger
 	// builds are the template builds of the Template SDK's flow.
 	builds *buildRegistry
+	// volumeKey signs volume tokens (Config.VolumeTokenKey).
+	volumeKey []byte
 }
 
 // New returns the front-end over m.
@@ -100,7 +108,14 @@ func New(cfg Config, m *manager.Manager) *Server {
 	if cfg.DataPlane == nil {
 		cfg.DataPlane = dataplane.New(dataplane.Config{Logger: cfg.Logger}, m, m.Admission())
 	}
-	return &Server{cfg: cfg, m: m, dp: cfg.DataPlane, log: cfg.Logger.With("component", "e2b"), builds: newBuildRegistry()}
+	key := cfg.VolumeTokenKey
+	if len(key) == 0 {
+		key = make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			panic(fmt.Sprintf("e2b: read random volume token key: %v", err)) // the kernel's random source never fails on Linux
+		}
+	}
+	return &Server{cfg: cfg, m: m, dp: cfg.DataPlane, log: cfg.Logger.With("component", "e2b"), builds: newBuildRegistry(), volumeKey: key}
 }
 
 // handler is an authenticated E2B route.
@@ -132,6 +147,11 @@ func (s *Server) Register(mux *http.ServeMux) {
 	h("GET /events/webhooks/{webhookID}", s.getWebhook)
 	h("PATCH /events/webhooks/{webhookID}", s.updateWebhook)
 	h("DELETE /events/webhooks/{webhookID}", s.deleteWebhook)
+	h("POST /sandboxes/{id}/snapshots", s.createSnapshot)
+	h("GET /snapshots", s.listSnapshots)
+	h("DELETE /templates/{templateID}", s.deleteSnapshot)
+	h("POST /sandboxes/{id}/fork", s.fork)
+	s.registerVolumes(mux, h)
 	s.registerTemplates(h)
 	s.registerUploads(mux)
 	s.registerSigned(mux)

@@ -16,10 +16,11 @@ Sync and asyncio APIs of the same shape::
 Episode environments for RL and agent loops are in :mod:`agentbox.envs`.
 """
 
-from ._async import AsyncCode, AsyncCommands, AsyncFiles, AsyncPty, AsyncSandbox, AsyncTemplates, AsyncWatchHandle
+from ._async import (AsyncCode, AsyncCommands, AsyncFiles, AsyncPty, AsyncSandbox, AsyncTemplates, AsyncVolumes,
+                     AsyncWatchHandle)
 from ._base import ConnectionConfig
 from ._pty import AsyncPtySession, PtySession
-from ._sync import Code, Commands, Files, Pty, Sandbox, Templates, WatchHandle
+from ._sync import Code, Commands, Files, Pty, Sandbox, Templates, Volumes, WatchHandle
 from .errors import (
     AgentboxError,
     CommandExitError,
@@ -57,13 +58,15 @@ from .models import (
     SandboxStats,
     ServerInfo,
     Template,
+    Volume,
+    VolumeMount,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Sandbox", "AsyncSandbox", "Commands", "AsyncCommands", "Code", "AsyncCode", "Files", "AsyncFiles",
-    "Pty", "AsyncPty", "PtySession", "AsyncPtySession", "Templates", "AsyncTemplates", "ConnectionConfig",
+    "Pty", "AsyncPty", "PtySession", "AsyncPtySession", "Templates", "AsyncTemplates", "Volumes", "AsyncVolumes", "ConnectionConfig",
     "WatchHandle", "AsyncWatchHandle", "FilesystemEvent",
     "AgentboxError", "CommandExitError", "ConflictError", "DeadlineExceededError", "InsufficientSpaceError",
     "InternalError", "InvalidArgumentError", "NotFoundError", "PermissionDeniedError", "QuotaExceededError",
@@ -71,5 +74,5 @@ __all__ = [
     "UnavailableError",
     "CodeContext", "CommandEvent", "CommandResult", "EntryInfo", "Execution", "ExecutionError", "LogEntry",
     "Logs", "NetworkPolicy", "OutputMessage", "PreviewToken", "Resources", "Result", "SandboxInfo",
-    "SandboxStats", "ServerInfo", "Template",
+    "SandboxStats", "ServerInfo", "Template", "Volume", "VolumeMount",
 ]

@@ -34,6 +34,8 @@ from .models import (
     SandboxStats,
     ServerInfo,
     Template,
+    Volume,
+    VolumeMount,
     _CommandCollector,
     _ExecutionBuilder,
 )
@@ -494,6 +496,7 @@ class AsyncSandbox:
         service: Optional[bool] = None,
         auto_pause: Optional[bool] = None,
         isolation: Optional[str] = None,
+        volumes: Optional[Iterable[Union[VolumeMount, Mapping[str, Any]]]] = None,
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout: Optional[float] = None,
@@ -502,7 +505,7 @@ class AsyncSandbox:
         """Creates a sandbox; see :meth:`agentbox.Sandbox.create`."""
         b.seconds("timeout", timeout)
         body = b.create_body(template, timeout, env, metadata, cpus, memory, pids, disk, network, service,
-                             auto_pause, isolation)
+                             auto_pause, isolation, list(volumes) if volumes is not None else None)
         config = ConnectionConfig.resolve(url, api_key, request_timeout)
 
         async def make() -> AsyncSandbox:
@@ -629,8 +632,19 @@ class AsyncSandbox:
         return self._update(await self._t.request("POST", self._path("/resume"), json_body=body))
 
     async def snapshot(self, name: str) -> Template:
+        """See :meth:`agentbox.Sandbox.snapshot`."""
         r = await self._t.request("POST", self._path("/snapshot"), json_body={"name": name})
         return Template.from_json(r.json())
+
+    async def fork(self, count: int = 1, *, timeout: Optional[float] = None) -> List["AsyncSandbox"]:
+        """See :meth:`agentbox.Sandbox.fork`."""
+        body: Dict[str, Any] = {"count": count}
+        if timeout is not None:
+            body["timeout"] = b.seconds("timeout", timeout)
+        r = await self._t.request("POST", self._path("/fork"), json_body=body)
+        client = None if self._t.owned else self._t.client
+        return [AsyncSandbox(SandboxInfo.from_json(d), _AsyncTransport(self._t.config, client))
+                for d in r.json().get("sandboxes", [])]
 
     async def stats(self) -> SandboxStats:
         return SandboxStats.from_json((await self._t.request("GET", self._path("/stats"))).json())
@@ -700,3 +714,81 @@ class AsyncTemplates:
 
     async def delete(self, name: str) -> None:
         await self._t.request("DELETE", b.template_path(name))
+
+    async def snapshots(self, sandbox_id: Optional[str] = None) -> List[Template]:
+        """See :meth:`agentbox.Templates.snapshots`."""
+        return [t for t in await self.list() if t.is_snapshot and (sandbox_id is None or t.snapshot_of == sandbox_id)]
+
+
+class AsyncVolumes:
+    """Your volumes and their files, asyncio form (see :class:`agentbox.Volumes`)."""
+
+    def __init__(self, *, url: Optional[str] = None, api_key: Optional[str] = None,
+                 http_client: Optional[httpx.AsyncClient] = None) -> None:
+        self._t = _AsyncTransport(ConnectionConfig.resolve(url, api_key), http_client)
+
+    async def __aenter__(self) -> "AsyncVolumes":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._t.close()
+
+    async def create(self, name: str, *, size: Optional[Union[int, str]] = None, kind: Optional[str] = None) -> Volume:
+        body: Dict[str, Any] = {"name": name}
+        if size is not None:
+            body["size"] = size
+        if kind is not None:
+            body["kind"] = kind
+        b.volume_path(name)
+        return Volume.from_json((await self._t.request("POST", "/v1/volumes", json_body=body)).json())
+
+    async def list(self) -> List[Volume]:
+        return [Volume.from_json(v) for v in (await self._t.request("GET", "/v1/volumes")).json()]
+
+    async def get(self, name: str) -> Volume:
+        return Volume.from_json((await self._t.request("GET", b.volume_path(name))).json())
+
+    async def delete(self, name: str, *, force: bool = False) -> None:
+        params = {"force": "true"} if force else None
+        await self._t.request("DELETE", b.volume_path(name), params=params)
+
+    async def read(self, name: str, path: str, *, format: str = "text") -> Union[str, bytes]:
+        if format not in ("text", "bytes"):
+            raise ValueError("format must be 'text' or 'bytes'")
+        r = await self._t.request("GET", b.volume_path(name, "/files"), params={"path": b.check_path(path)})
+        return r.content if format == "bytes" else r.content.decode("utf-8")
+
+    async def write(self, name: str, path: str, data: Union[str, bytes, IO[bytes], AsyncIterable[bytes]]) -> EntryInfo:
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        content: Any = data
+        if hasattr(data, "read"):
+            content = _afile_chunks(data)  # type: ignore[arg-type]
+        r = await self._t.request("PUT", b.volume_path(name, "/files"), params={"path": b.check_path(path)},
+                                  content=content, headers={"Content-Type": "application/octet-stream"})
+        return EntryInfo.from_json(r.json())
+
+    async def stat(self, name: str, path: str = "/") -> EntryInfo:
+        r = await self._t.request("GET", b.volume_path(name, "/files/stat"), params={"path": b.check_path(path)})
+        return EntryInfo.from_json(r.json())
+
+    async def exists(self, name: str, path: str) -> bool:
+        try:
+            await self.stat(name, path)
+            return True
+        except NotFoundError:
+            return False
+
+    async def list_dir(self, name: str, path: str = "/") -> List[EntryInfo]:
+        r = await self._t.request("GET", b.volume_path(name, "/files/list"), params={"path": b.check_path(path)})
+        return [EntryInfo.from_json(e) for e in r.json().get("entries", [])]
+
+    async def make_dir(self, name: str, path: str) -> EntryInfo:
+        r = await self._t.request("POST", b.volume_path(name, "/files/mkdir"), json_body={"path": b.check_path(path)})
+        return EntryInfo.from_json(r.json())
+
+    async def remove(self, name: str, path: str) -> None:
+        await self._t.request("DELETE", b.volume_path(name, "/files"), params={"path": b.check_path(path)})

@@ -112,6 +112,26 @@ def context_id(ctx: Any) -> str:
     return cid
 
 
+_VOLUME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def volume_path(name: str, suffix: str = "") -> str:
+    """``/v1/volumes/{name}{suffix}``, refusing names that are not names."""
+    if not isinstance(name, str) or not _VOLUME.match(name):
+        raise InvalidArgumentError(f"not a volume name: {name!r}", field="name")
+    return f"/v1/volumes/{name}{suffix}"
+
+
+def volume_mounts(volumes: Optional[Sequence[Any]]) -> Optional[List[Dict[str, Any]]]:
+    """The create body's ``volumes``: VolumeMount objects or ``{name, path, ...}`` dicts."""
+    if volumes is None:
+        return None
+    out = []
+    for v in volumes:
+        out.append(v.to_json() if hasattr(v, "to_json") else dict(v))
+    return out
+
+
 def template_path(name: str, suffix: str = "") -> str:
     if not isinstance(name, str) or not name or len(name) > 512:
         raise InvalidArgumentError(f"not a template name: {name!r}", field="name")
@@ -155,6 +175,7 @@ def create_body(
     service: Optional[bool],
     auto_pause: Optional[bool] = None,
     isolation: Optional[str] = None,
+    volumes: Optional[Sequence[Any]] = None,
 ) -> Dict[str, Any]:
     body: Dict[str, Any] = {}
     if template is not None:
@@ -179,6 +200,9 @@ def create_body(
         if isolation not in ("container", "gvisor"):
             raise InvalidArgumentError(f'isolation must be "container" or "gvisor", got {isolation!r}', field="isolation")
         body["isolation"] = isolation
+    vms = volume_mounts(volumes)
+    if vms:
+        body["volumes"] = vms
     return body
 
 

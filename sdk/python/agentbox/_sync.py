@@ -32,6 +32,8 @@ from .models import (
     SandboxStats,
     ServerInfo,
     Template,
+    Volume,
+    VolumeMount,
     _CommandCollector,
     _ExecutionBuilder,
 )
@@ -498,6 +500,7 @@ class Sandbox:
         service: Optional[bool] = None,
         auto_pause: Optional[bool] = None,
         isolation: Optional[str] = None,
+        volumes: Optional[Iterable[Union[VolumeMount, Mapping[str, Any]]]] = None,
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         request_timeout: Optional[float] = None,
@@ -512,13 +515,15 @@ class Sandbox:
         ``"egress"``) or a :class:`~agentbox.NetworkPolicy`; ``auto_pause``
         pauses the sandbox at its timeout instead of deleting it;
         ``isolation`` is ``"container"`` or ``"gvisor"`` (gVisor's user-space
-        kernel, where the server has it; default the server's). ``url``,
+        kernel, where the server has it; default the server's); ``volumes``
+        are :class:`~agentbox.VolumeMount` (or ``{"name", "path", "read_only",
+        "subpath"}`` dicts) of your volumes. ``url``,
         ``api_key`` default to AGENTBOX_URL and AGENTBOX_API_KEY;
         ``http_client`` shares one connection pool between sandboxes (it is
         then not closed with the sandbox)."""
         b.seconds("timeout", timeout)
         body = b.create_body(template, timeout, env, metadata, cpus, memory, pids, disk, network, service,
-                             auto_pause, isolation)
+                             auto_pause, isolation, list(volumes) if volumes is not None else None)
         t = _Transport(ConnectionConfig.resolve(url, api_key, request_timeout), http_client)
         try:
             r = t.request("POST", "/v1/sandboxes", json_body=body)
@@ -656,9 +661,29 @@ class Sandbox:
         return self._update(self._t.request("POST", self._path("/resume"), json_body=body))
 
     def snapshot(self, name: str) -> Template:
-        """Turns the sandbox's root filesystem into a new template ``name``."""
+        """Turns the sandbox's root filesystem into a new template ``name``
+        (yours alone: the server puts it in your private namespace, its
+        :attr:`~agentbox.Template.ref` is what :meth:`create` takes). The
+        sandbox keeps running; its disk is frozen while it is read. List
+        snapshots with :meth:`Templates.snapshots`, delete with
+        :meth:`Templates.delete`."""
         r = self._t.request("POST", self._path("/snapshot"), json_body={"name": name})
         return Template.from_json(r.json())
+
+    def fork(self, count: int = 1, *, timeout: Optional[float] = None) -> List["Sandbox"]:
+        """``count`` new sandboxes (1..MaxForks), each starting with a copy
+        of this one's disk as it is now (taken frozen), its env, metadata,
+        limits, network policy and volume mounts; processes and memory are
+        not carried. This sandbox keeps running. All or nothing: on an
+        error no fork is left. ``timeout`` is each fork's life in seconds
+        (default the server's). Each fork has its own connection pool unless
+        this sandbox was given an ``http_client``, which they share."""
+        body: Dict[str, Any] = {"count": count}
+        if timeout is not None:
+            body["timeout"] = b.seconds("timeout", timeout)
+        r = self._t.request("POST", self._path("/fork"), json_body=body)
+        client = None if self._t.owned else self._t.client
+        return [Sandbox(SandboxInfo.from_json(d), _Transport(self._t.config, client)) for d in r.json().get("sandboxes", [])]
 
     def stats(self) -> SandboxStats:
         return SandboxStats.from_json(self._t.request("GET", self._path("/stats")).json())
@@ -751,4 +776,98 @@ class Templates:
         return Template.from_json(self._t.request("GET", b.template_path(name)).json())
 
     def delete(self, name: str) -> None:
+        """Deletes a template: your own snapshots are yours to delete, shared
+        templates the operator's."""
         self._t.request("DELETE", b.template_path(name))
+
+    def snapshots(self, sandbox_id: Optional[str] = None) -> List[Template]:
+        """Your snapshots (templates made by :meth:`Sandbox.snapshot`), of
+        one sandbox when ``sandbox_id`` is given."""
+        return [t for t in self.list() if t.is_snapshot and (sandbox_id is None or t.snapshot_of == sandbox_id)]
+
+
+class Volumes:
+    """Your volumes (``/v1/volumes``) and their files, without a sandbox::
+
+        with Volumes() as vols:
+            vols.create("data", size="1G")
+            vols.write("data", "/in/x.txt", "hello")
+            with Sandbox.create(volumes=[VolumeMount("data", "/mnt/data")]) as sbx:
+                print(sbx.commands.run("cat /mnt/data/in/x.txt").stdout)
+    """
+
+    def __init__(self, *, url: Optional[str] = None, api_key: Optional[str] = None,
+                 http_client: Optional[httpx.Client] = None) -> None:
+        self._t = _Transport(ConnectionConfig.resolve(url, api_key), http_client)
+
+    def __enter__(self) -> "Volumes":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._t.close()
+
+    def create(self, name: str, *, size: Optional[Union[int, str]] = None, kind: Optional[str] = None) -> Volume:
+        """Makes volume ``name`` of ``size`` bytes (or ``"512M"``; default the server's)."""
+        body: Dict[str, Any] = {"name": name}
+        if size is not None:
+            body["size"] = size
+        if kind is not None:
+            body["kind"] = kind
+        b.volume_path(name)
+        return Volume.from_json(self._t.request("POST", "/v1/volumes", json_body=body).json())
+
+    def list(self) -> List[Volume]:
+        return [Volume.from_json(v) for v in self._t.request("GET", "/v1/volumes").json()]
+
+    def get(self, name: str) -> Volume:
+        """The volume with the bytes it holds (``used``) and who mounts it."""
+        return Volume.from_json(self._t.request("GET", b.volume_path(name)).json())
+
+    def delete(self, name: str, *, force: bool = False) -> None:
+        """Deletes the volume and its files: ConflictError while a sandbox
+        mounts it, unless ``force`` (those sandboxes then get I/O errors)."""
+        params = {"force": "true"} if force else None
+        self._t.request("DELETE", b.volume_path(name), params=params)
+
+    def read(self, name: str, path: str, *, format: str = "text") -> Union[str, bytes]:
+        if format not in ("text", "bytes"):
+            raise ValueError("format must be 'text' or 'bytes'")
+        r = self._t.request("GET", b.volume_path(name, "/files"), params={"path": b.check_path(path)})
+        return r.content if format == "bytes" else r.content.decode("utf-8")
+
+    def write(self, name: str, path: str, data: Union[str, bytes, IO[bytes], Iterable[bytes]]) -> EntryInfo:
+        """Writes a file (parents created, replaced atomically); a file or iterable is streamed."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        content: Any = data
+        if hasattr(data, "read"):
+            content = _file_chunks(data)  # type: ignore[arg-type]
+        r = self._t.request("PUT", b.volume_path(name, "/files"), params={"path": b.check_path(path)},
+                            content=content, headers={"Content-Type": "application/octet-stream"})
+        return EntryInfo.from_json(r.json())
+
+    def stat(self, name: str, path: str = "/") -> EntryInfo:
+        r = self._t.request("GET", b.volume_path(name, "/files/stat"), params={"path": b.check_path(path)})
+        return EntryInfo.from_json(r.json())
+
+    def exists(self, name: str, path: str) -> bool:
+        try:
+            self.stat(name, path)
+            return True
+        except NotFoundError:
+            return False
+
+    def list_dir(self, name: str, path: str = "/") -> List[EntryInfo]:
+        r = self._t.request("GET", b.volume_path(name, "/files/list"), params={"path": b.check_path(path)})
+        return [EntryInfo.from_json(e) for e in r.json().get("entries", [])]
+
+    def make_dir(self, name: str, path: str) -> EntryInfo:
+        r = self._t.request("POST", b.volume_path(name, "/files/mkdir"), json_body={"path": b.check_path(path)})
+        return EntryInfo.from_json(r.json())
+
+    def remove(self, name: str, path: str) -> None:
+        """Removes a file or a directory tree (not the root)."""
+        self._t.request("DELETE", b.volume_path(name, "/files"), params={"path": b.check_path(path)})

@@ -444,6 +444,9 @@ class Template:
     digest: Optional[str] = None
     source: Optional[str] = None
     created: Optional[datetime] = None
+    #: ``(diff_id, unpacked bytes)`` of each layer, base first. A snapshot's
+    #: layers are its template's, stored once and shared, plus its own last.
+    layers: List[tuple] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -457,12 +460,33 @@ class Template:
             digest=d.get("digest"),
             source=d.get("source"),
             created=_time(d.get("created")),
+            layers=[(str(x.get("diff_id", "")), int(x.get("size") or 0)) for x in d.get("layers") or []],
             raw=dict(d),
         )
 
     @property
     def ref(self) -> str:
         return f"{self.name}:{self.tag}" if self.tag else self.name
+
+    @property
+    def is_snapshot(self) -> bool:
+        """Whether the template is a sandbox's snapshot."""
+        return (self.source or "").startswith("snapshot of ")
+
+    @property
+    def snapshot_of(self) -> Optional[str]:
+        """The sandbox a snapshot was taken of (None for other templates)."""
+        return self.source[len("snapshot of "):] if self.source and self.is_snapshot else None
+
+    @property
+    def own_size(self) -> int:
+        """Unpacked bytes of the last layer: what a snapshot adds to its template."""
+        return self.layers[-1][1] if self.layers else 0
+
+    @property
+    def shared_size(self) -> int:
+        """Unpacked bytes of the layers before the last, shared with the template it was made from."""
+        return sum(n for _, n in self.layers[:-1])
 
 
 @dataclass
@@ -501,6 +525,8 @@ class SandboxStats:
     disk_used_bytes: Optional[int] = None
     disk_total_bytes: Optional[int] = None
     network_denials: Optional[int] = None
+    network_tx_bytes: Optional[int] = None
+    network_rx_bytes: Optional[int] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxStats":
@@ -545,4 +571,50 @@ class ServerInfo:
             templates=_str_map(d.get("templates")),
             pools={str(k): int(v) for k, v in (d.get("pools") or {}).items()},
             user=str(d.get("user", "")),
+        )
+
+
+@dataclass
+class VolumeMount:
+    """A volume to mount at create: ``name`` at ``path`` (absolute), read-only
+    or not, ``subpath`` a directory of the volume to mount instead of its root."""
+
+    name: str
+    path: str
+    read_only: bool = False
+    subpath: Optional[str] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        d: Dict[str, Any] = {"name": self.name, "path": self.path}
+        if self.read_only:
+            d["read_only"] = True
+        if self.subpath:
+            d["subpath"] = self.subpath
+        return d
+
+
+@dataclass
+class Volume:
+    """A volume (schema ``Volume``): a tenant's named store of files that outlives sandboxes."""
+
+    id: str
+    name: str
+    kind: str
+    size: int = 0
+    created_at: Optional[datetime] = None
+    node: Optional[str] = None
+    used: Optional[int] = None
+    mounted_by: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Volume":
+        return cls(
+            id=str(d.get("id", "")),
+            name=str(d.get("name", "")),
+            kind=str(d.get("kind", "")),
+            size=int(d.get("size") or 0),
+            created_at=_time(d.get("created_at")),
+            node=d.get("node"),
+            used=d.get("used"),
+            mounted_by=[str(x) for x in d.get("mounted_by") or []],
         )

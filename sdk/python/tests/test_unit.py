@@ -139,3 +139,22 @@ def test_create_body_isolation() -> None:
         _base.create_body(None, None, None, None, None, None, None, None, None, None, None, "vm")
     assert agentbox.SandboxInfo.from_json({"id": "x", "isolation": "gvisor"}).isolation == "gvisor"
     assert agentbox.SandboxInfo.from_json({"id": "x"}).isolation == "container"
+
+
+def test_volume_bodies_and_snapshot_sizes() -> None:
+    body = _base.create_body(None, None, None, None, None, None, None, None, None, None,
+                             volumes=[agentbox.VolumeMount("data", "/mnt/d", read_only=True, subpath="a"),
+                                      {"name": "b", "path": "/mnt/b"}])
+    assert body["volumes"] == [{"name": "data", "path": "/mnt/d", "read_only": True, "subpath": "a"},
+                               {"name": "b", "path": "/mnt/b"}]
+    assert "volumes" not in _base.create_body(None, None, None, None, None, None, None, None, None, None)
+    assert _base.volume_path("data", "/files") == "/v1/volumes/data/files"
+    for bad in ("", "../x", "a/b", "-x", "x" * 64):
+        with pytest.raises(agentbox.InvalidArgumentError):
+            _base.volume_path(bad)
+    t = agentbox.Template.from_json({"name": "private/u1/snap", "tag": "latest", "kind": "image",
+                                     "source": "snapshot of sb-1", "size": 1100,
+                                     "layers": [{"diff_id": "sha256:a", "size": 1000}, {"diff_id": "sha256:b", "size": 100}]})
+    assert (t.is_snapshot, t.snapshot_of, t.own_size, t.shared_size) == (True, "sb-1", 100, 1000)
+    base = agentbox.Template.from_json({"name": "base", "tag": "latest", "kind": "image", "source": "build"})
+    assert (base.is_snapshot, base.snapshot_of, base.own_size, base.shared_size) == (False, None, 0, 0)

@@ -22,6 +22,23 @@ async function waitFor(cond, ms, what) {
   assert.fail(`timed out after ${ms} ms waiting for ${what}`)
 }
 
+test('sessions: input to a runAsync command', async () => {
+  const sb = await daytona.create()
+  created.push(sb)
+  await sb.process.createSession('in')
+  const c = await sb.process.executeSessionCommand('in', { command: 'read -r a; read -r b; echo "got $a and $b"', runAsync: true })
+  await sb.process.sendSessionCommandInput('in', c.cmdId, 'one\n')
+  await sb.process.sendSessionCommandInput('in', c.cmdId, 'two\n')
+  await waitFor(async () => (await sb.process.getSessionCommand('in', c.cmdId)).exitCode !== undefined, 20000, 'the command reading its input')
+  assert.equal((await sb.process.getSessionCommandLogs('in', c.cmdId)).stdout, 'got one and two\n')
+  // Ended: Daytona's conflict.
+  await assert.rejects(sb.process.sendSessionCommandInput('in', c.cmdId, 'late\n'), (e) => e.statusCode === 409)
+  // A sync command reads no stdin (end of file at once).
+  const r = await sb.process.executeSessionCommand('in', { command: 'cat; echo "rc=$?"' })
+  assert.equal(r.stdout, 'rc=0\n')
+  await assert.rejects(sb.process.sendSessionCommandInput('in', 'nosuch', 'x'), (e) => e.statusCode === 404)
+})
+
 test('sessions: state between commands, sync and async, status, logs, delete', async () => {
   const sb = await daytona.create()
   created.push(sb)

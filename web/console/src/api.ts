@@ -68,7 +68,7 @@ export interface Event { id: number; time: string; type: string; sandbox_id: str
 export interface EventPage { events: Event[]; next_cursor: number; has_more: boolean }
 export interface Webhook { id: string; owner: string; name?: string; url: string; events: string[]; enabled: boolean; all_tenants?: boolean; secret?: string; created_at: string; updated_at: string }
 export interface Delivery { id: string; event_id: number; event_type: string; sandbox_id: string; status: 'delivered' | 'failed' | 'dropped'; attempts: number; status_code?: number; error?: string; time: string }
-export interface MetricPoint { timestamp: string; span_seconds: number; cpu_seconds: number; cpu_count: number; cpu_used_pct: number; memory_bytes: number; memory_limit: number; disk_used_bytes: number; disk_total_bytes: number; pids: number; network_denials: number }
+export interface MetricPoint { timestamp: string; span_seconds: number; cpu_seconds: number; cpu_count: number; cpu_used_pct: number; memory_bytes: number; memory_limit: number; disk_used_bytes: number; disk_total_bytes: number; pids: number; network_denials: number; network_tx_bytes?: number; network_rx_bytes?: number }
 export interface AuditEntry { id: number; time: string; user: string; remote: string; method: string; path: string; route?: string; target?: string; status: number; duration_ms?: number; request_id?: string }
 export interface Bucket { time: string; running: number; paused: number; stopped: number; total: number; creates: number; failures: number; cpu_cores: number; memory_bytes: number }
 export interface TenantRow { user: string; sandboxes: number; running: number; creates: number; failures: number; cpu_cores: number; memory_bytes: number; memory_limit_bytes: number }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"path/filepath"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/compat/daytona"
@@ -14,7 +15,15 @@ import (
 func (s *server) daytonaDoor(dp *dataplane.Service) *daytona.Server {
 	cfg := s.cfg
 	dcfg := daytona.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxTimeout: cfg.MaxTimeout,
-		MaxOutput: cfg.MaxExecOutputBytes, Logger: s.log, PreviewToken: s.previewToken}
+		MaxOutput: cfg.MaxExecOutputBytes, Logger: s.log, PreviewToken: s.previewToken,
+		// Snapshots are templates, built by the template builder.
+		TemplateAdmins: cfg.TemplateAdmins, BuildDir: filepath.Join(s.tmplDir, "tmp"), MaxContextBytes: cfg.TemplateMaxImport}
+	if s.templates != nil {
+		dcfg.Templates = s.templates
+	}
+	if s.builder != nil {
+		dcfg.Builder = s.builder
+	}
 	if shared(s.store) {
 		// A sandbox addressed by name is served by the replica that runs
 		// it (by ID the forwarder routes it before the door).

@@ -176,7 +176,9 @@ func TestDaytonaSDKTwoReplicas(t *testing.T) {
 	waitNodes(t, b, 2)
 	url, served := roundRobin(t, []*daemon{a, b})
 	// Not lifecycle.test.cjs: a local volume lives on one replica, and
-	// its sandboxes must be made there (docs/volumes.md).
+	// its sandboxes must be made there (docs/volumes.md). Nor
+	// image.test.cjs: a build's state and log, and the context upload
+	// credentials, are the replica's that took them (docs/daytona.md).
 	runDaytonaSuite(t, ctx, daytonaEnv(t, ctx, sdk, url, key, "DAYTONA_OTHER_API_KEY="+otherKey),
 		"sandbox.test.cjs", "sessions.test.cjs", "pty.test.cjs", "interpreter.test.cjs")
 	if n0, n1 := served[0].Load(), served[1].Load(); n0 < 50 || n1 < 50 {

@@ -51,8 +51,8 @@ func (s *Server) registerControl(h func(string, handler)) {
 		"POST /sandbox/{id}/snapshot", "POST /sandbox/{id}/backup", "POST /sandbox/{id}/ssh-access", "PUT /sandbox/{id}/secrets",
 		"POST /sandbox/{id}/autopause/{interval}",
 		"POST /sandbox/{id}/ttl/{ttl}", "POST /sandbox/{id}/public/{public}",
-		"GET /sandbox/{id}/signing-key", "POST /sandbox/{id}/signing-key/rotate", "GET /sandbox/{id}/build-logs-url",
-		"GET /snapshots", "POST /snapshots", "GET /secrets", "GET /warm-pools"} {
+		"GET /sandbox/{id}/signing-key", "POST /sandbox/{id}/signing-key/rotate",
+		"GET /secrets", "GET /warm-pools"} {
 		h(route, func(w http.ResponseWriter, r *http.Request, _ string) error {
 			return unsupported(r.Method + " " + r.Pattern[len(r.Method)+1:])
 		})
@@ -177,7 +177,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, user string) err
 		return err
 	}
 	if len(in.BuildInfo) > 0 && string(in.BuildInfo) != "null" {
-		return unsupported("creating a sandbox from an image (buildInfo); create a template and pass its name as snapshot")
+		return s.createFromImage(w, r, user, in) // image.go
 	}
 	if in.GPU != nil && *in.GPU > 0 {
 		return unsupported("GPUs")
@@ -191,6 +191,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, user string) err
 	if tmpl == "" {
 		tmpl = DefaultSnapshot
 	}
+	tmpl = s.snapshotRef(r.Context(), user, tmpl) // the caller's own snapshot of that name first (snapshots.go)
 	req := manager.CreateRequest{Template: tmpl, Env: in.Env, Metadata: in.Labels, Extra: map[string]string{}}
 	if in.Name != "" {
 		req.Extra[extraName] = in.Name
@@ -276,7 +277,14 @@ func (s *Server) find(r *http.Request, user, idOrName string) (*store.Record, er
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request, user string) error {
-	rec, err := s.find(r, user, r.PathValue("id"))
+	id := r.PathValue("id")
+	if pending, realID := s.pendingSandbox(r, user, id); pending != nil { // a create waiting for its image (image.go)
+		writeJSON(w, http.StatusOK, pending)
+		return nil
+	} else if realID != "" {
+		id = realID
+	}
+	rec, err := s.find(r, user, id)
 	if err != nil {
 		return err
 	}
@@ -347,7 +355,14 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, user string) error
 }
 
 func (s *Server) remove(w http.ResponseWriter, r *http.Request, user string) error {
-	rec, err := s.find(r, user, r.PathValue("id"))
+	id := r.PathValue("id")
+	if o, realID := s.deletePending(r, user, id); o != nil { // a create waiting for its image (image.go)
+		writeJSON(w, http.StatusOK, o)
+		return nil
+	} else if realID != "" {
+		id = realID
+	}
+	rec, err := s.find(r, user, id)
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,9 @@ func (s *Server) WriteRefusal(w http.ResponseWriter, r *http.Request, status int
 func (s *Server) Bodies() []httpapi.BodyRule {
 	return []httpapi.BodyRule{
 		{MediaType: "multipart/form-data", Match: IsMultipartUpload},
+		// The S3 CompleteMultipartUpload of a build context
+		// (objectstore.go); its session token header needs a preflight.
+		{MediaType: "application/xml", Match: isS3Complete},
 		{MediaType: "", Match: s.Owns},
 	}
 }

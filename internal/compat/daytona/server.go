@@ -19,6 +19,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -54,6 +56,17 @@ type Config struct {
 	// one addressed by name (nil: one replica).
 	Peers  Peers
 	Logger *slog.Logger
+
+	// Templates is the template store snapshots are (nil: no snapshots).
+	Templates Templates
+	// Builder builds snapshots from images (nil: no builds).
+	Builder Builder
+	// TemplateAdmins may build snapshots (TEMPLATE_ADMIN_USERS).
+	TemplateAdmins []string
+	// BuildDir holds build contexts and the uploaded context files.
+	BuildDir string
+	// MaxContextBytes caps one uploaded build context (default 1 GiB).
+	MaxContextBytes int64
 }
 
 // Peers serves a request by the live replica that runs sandbox id,
@@ -70,6 +83,9 @@ type Server struct {
 	log      *slog.Logger
 	sessions *sessionRegistry
 	ptys     ptySizes
+	builds   *buildRegistry   // snapshot builds (snapshots.go)
+	pending  *pendingRegistry // creates waiting for their image (image.go)
+	objects  *objectStore     // uploaded build contexts (objectstore.go)
 }
 
 // New returns the front end over m.
@@ -83,7 +99,12 @@ func New(cfg Config, m *manager.Manager) *Server {
 	if cfg.DataPlane == nil {
 		cfg.DataPlane = dataplane.New(dataplane.Config{Logger: cfg.Logger}, m, m.Admission())
 	}
-	return &Server{cfg: cfg, m: m, dp: cfg.DataPlane, log: cfg.Logger.With("component", "daytona"), sessions: newSessionRegistry()}
+	if cfg.BuildDir == "" {
+		cfg.BuildDir = filepath.Join(os.TempDir(), "agentbox-daytona-builds")
+	}
+	return &Server{cfg: cfg, m: m, dp: cfg.DataPlane, log: cfg.Logger.With("component", "daytona"), sessions: newSessionRegistry(),
+		builds: newBuildRegistry(), pending: newPendingRegistry(),
+		objects: newObjectStore(filepath.Join(cfg.BuildDir, "daytona-contexts"), cfg.MaxContextBytes)}
 }
 
 // handler is an authenticated Daytona route.
@@ -99,7 +120,11 @@ func (s *Server) Register(mux *http.ServeMux) {
 		mux.Handle(method+" "+Prefix+path, s.authenticated(fn))
 	}
 	s.registerControl(h)
+	s.registerImages(h)
 	s.registerToolbox(h)
+	// The S3 subset build contexts are uploaded through authenticates by
+	// its session token, not a bearer key (objectstore.go).
+	mux.HandleFunc(Prefix+s3Path+"/", s.serveS3)
 	// Anything else under /api is a Daytona route agentbox does not serve:
 	// Daytona's 404 shape, never the native one.
 	mux.Handle(Prefix+"/", s.authenticated(func(w http.ResponseWriter, r *http.Request, _ string) error {

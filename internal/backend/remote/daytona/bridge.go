@@ -60,6 +60,11 @@ func (br *bridge) start() error {
 	mux.HandleFunc("GET /files", br.download)
 	mux.HandleFunc("POST /files", br.upload)
 	mux.HandleFunc("POST /execute", br.execute)
+	mux.HandleFunc("GET /service", func(w http.ResponseWriter, _ *http.Request) {
+		// No template service runs in a provider's sandbox through agentbox.
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"state":"` + sandbox.ServiceNone + `"}`))
+	})
 	mux.HandleFunc("GET /envs", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte("{}"))

@@ -142,7 +142,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	b := &Backend{
 		cfg: cfg, log: cfg.Logger.With("component", "remote", "provider", cfg.Provider),
-		api: &api{base: strings.TrimRight(cfg.APIURL, "/"), key: cfg.APIKey, target: cfg.Target, provider: cfg.Provider, http: cfg.HTTPClient},
+		api:   &api{base: strings.TrimRight(cfg.APIURL, "/"), key: cfg.APIKey, target: cfg.Target, provider: cfg.Provider, http: cfg.HTTPClient},
 		boxes: map[sandbox.ID]*state{}, inflight: map[sandbox.ID]bool{}, previews: map[previewKey]previewOut{},
 	}
 	b.bridge = &bridge{b: b, token: hex.EncodeToString(tok)}

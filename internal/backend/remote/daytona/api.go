@@ -70,7 +70,7 @@ func (a *api) call(ctx context.Context, method, u string, in, out any) error {
 // send sends a request and returns a 2xx answer (the caller closes its
 // body); any other answer is a classified error.
 func (a *api) send(ctx context.Context, method, u string, body io.Reader, ctype string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	req, err := http.NewRequestWithContext(ctx, method, u, body) //nolint:gosec // G704: u is the operator's DAYTONA_SERVER_URL or the toolbox URL its provider names, with escaped IDs
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +79,7 @@ func (a *api) send(ctx context.Context, method, u string, body io.Reader, ctype 
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
-	resp, err := a.http.Do(req)
+	resp, err := a.http.Do(req) //nolint:gosec // G704: as above
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

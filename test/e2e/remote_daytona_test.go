@@ -353,3 +353,31 @@ func TestRemoteDaytonaFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRemoteDaytonaOverflow: a type with an overflow route runs here
+// while the host has room, at the Daytona provider once it is full; the
+// front's AUTO_CLEANUP shutdown deletes it there.
+func TestRemoteDaytonaOverflow(t *testing.T) {
+	prov := startProvider(t)
+	front := startDaemon(t, daytonaSettings(prov, "NODE_MAX_SANDBOXES=1", `PROVIDER_ROUTES={"base":"overflow:daytona:base"}`)...)
+	c := front.sdk(t, "k1")
+	ctx := context.Background()
+	first, err := c.Create(ctx, client.CreateRequest{Template: "base"})
+	if err != nil || first.Provider != "" {
+		t.Fatalf("first sandbox: %+v %v", first, err)
+	}
+	second, err := c.Create(ctx, client.CreateRequest{Template: "base"})
+	if err != nil || second.Provider != "daytona" {
+		t.Fatalf("second sandbox on a full host: %+v %v", second, err)
+	}
+	if rid, _ := daytonaRemoteOf(t, prov, second.ID); rid == "" {
+		t.Fatal("the overflowed sandbox is not at the provider")
+	}
+	if r, err := c.Exec(ctx, second.ID, client.ExecRequest{Cmd: []string{"echo", "overflowed"}}); err != nil || r.Stdout != "overflowed\n" {
+		t.Fatalf("exec in the overflowed sandbox: %+v %v", r, err)
+	}
+	front.stop()
+	if at := daytonaSandboxes(t, prov); len(at) != 0 {
+		t.Fatalf("the provider holds %v after the front's shutdown", at)
+	}
+}

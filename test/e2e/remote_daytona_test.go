@@ -137,6 +137,25 @@ func TestRemoteDaytonaProvider(t *testing.T) {
 		if _, err := c.Stat(ctx, local.ID, "/tmp/f.bin"); err == nil {
 			t.Fatal("the remote file is in the local sandbox")
 		}
+		if e, err := c.Stat(ctx, sb.ID, "/tmp/f.bin"); err != nil || e.Size != int64(len(data)) {
+			t.Fatalf("stat: %+v %v", e, err)
+		}
+		if _, err := c.MakeDir(ctx, sb.ID, "/tmp/d"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Move(ctx, sb.ID, "/tmp/f.bin", "/tmp/d/g.bin"); err != nil {
+			t.Fatal(err)
+		}
+		entries, err := c.ListFiles(ctx, sb.ID, "/tmp/d", 1)
+		if err != nil || len(entries) != 1 || entries[0].Name != "g.bin" || entries[0].Path != "/tmp/d/g.bin" {
+			t.Fatalf("list /tmp/d: %+v %v", entries, err)
+		}
+		if err := c.Remove(ctx, sb.ID, "/tmp/d"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Stat(ctx, sb.ID, "/tmp/d"); err == nil {
+			t.Fatal("stat of a removed directory succeeded")
+		}
 		if _, _, err := c.Download(ctx, sb.ID, "/tmp/missing"); err == nil {
 			t.Fatal("download of a missing file succeeded")
 		}

@@ -19,6 +19,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/agentbox/agentbox/api/proto/filesystem/filesystemconnect"
 	"github.com/agentbox/agentbox/api/proto/process"
 	"github.com/agentbox/agentbox/api/proto/process/processconnect"
 	"github.com/agentbox/agentbox/internal/agent/codeinterp"
@@ -55,6 +56,8 @@ func (br *bridge) start() error {
 	br.ln = ln
 	mux := http.NewServeMux()
 	path, h := processconnect.NewProcessHandler(&processBridge{br: br})
+	mux.Handle(path, h)
+	path, h = filesystemconnect.NewFilesystemHandler(&fsBridge{br: br})
 	mux.Handle(path, h)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /files", br.download)

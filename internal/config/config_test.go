@@ -201,9 +201,20 @@ func TestProviderSettings(t *testing.T) {
 	if c, err := Load("", nil, map[string]string{"SANDBOX_PROVIDER": "e2b", "E2B_API_KEY": "k"}); err != nil || c.ProviderAPI() != "https://api.e2b.app" {
 		t.Fatalf("default API: %v", err)
 	}
+	c, err = Load("", nil, map[string]string{"SANDBOX_PROVIDER": "daytona", "DAYTONA_API_KEY": "k", "DAYTONA_TARGET": "eu",
+		"PROVIDER_ROUTES": `{"base":"overflow:daytona:base"}`})
+	if err != nil || c.DaytonaAPI() != "https://app.daytona.io/api" || c.DaytonaTarget != "eu" || c.ProviderRoutes.Overflow()["base"] != "daytona:base" {
+		t.Fatalf("daytona: %v", err)
+	}
+	if c, err := Load("", nil, map[string]string{"SANDBOX_PROVIDER": "daytona", "DAYTONA_API_KEY": "k", "DAYTONA_SERVER_URL": "http://a/api",
+		"DAYTONA_API_URL": "http://b/api"}); err != nil || c.DaytonaAPI() != "http://b/api" {
+		t.Fatalf("DAYTONA_API_URL wins: %v", err)
+	}
 	for _, bad := range []map[string]string{
-		{"SANDBOX_PROVIDER": "e2b"}, // no key
-		{"SANDBOX_PROVIDER": "daytona"},
+		{"SANDBOX_PROVIDER": "e2b"},     // no key
+		{"SANDBOX_PROVIDER": "daytona"}, // no key
+		{"SANDBOX_PROVIDER": "daytona", "DAYTONA_API_KEY": "k", "PROVIDER_ROUTES": `{"base":"e2b:base"}`}, // another provider's route
+		{"SANDBOX_PROVIDER": "daytona", "DAYTONA_API_KEY": "k", "DAYTONA_SERVER_URL": "ftp://x"},
 		{"PROVIDER_ROUTES": `{"base":"e2b:base"}`}, // no provider
 		{"SANDBOX_PROVIDER": "e2b", "E2B_API_KEY": "k", "PROVIDER_ROUTES": `{"base":"host"}`},
 		{"SANDBOX_PROVIDER": "e2b", "E2B_API_KEY": "k", "E2B_API_URL": "ftp://x"},

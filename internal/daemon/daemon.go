@@ -350,7 +350,7 @@ func (s *server) buildControlPlane(context.Context) error {
 	// yet (autobuild.go).
 	types := typeTemplates(cfg)
 	resolver := &builtinResolver{types: types, states: s.builtins,
-		next: typeResolver{types: types, next: remoteResolver{enabled: cfg.SandboxProvider == "e2b" && s.opts.Backend == nil,
+		next: typeResolver{types: types, next: remoteResolver{provider: remoteKind(cfg, s.opts.Backend == nil),
 			next: kubeResolver{enabled: cfg.Kube.Enabled && s.opts.Backend == nil, next: dockerResolver{enabled: cfg.DockerEnabled && s.opts.Backend == nil,
 				next: newAutoPull(s.templates, cfg.TemplateAutoPull, s.templateGate, log)}}}}}
 	s.registry = cluster.New(s.nodes, s.nodeSelf, cluster.DefaultTTL, log)
@@ -399,10 +399,10 @@ func (s *server) buildControlPlane(context.Context) error {
 	if err := s.startBroker(); err != nil {
 		return err
 	}
-	if cfg.SandboxProvider == "e2b" && s.opts.Backend == nil {
+	if p := remoteKind(cfg, s.opts.Backend == nil); p != "" {
 		s.metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agentbox_sandboxes_remote",
-			Help: "Sandboxes this replica holds at a remote provider.", ConstLabels: prometheus.Labels{"provider": "e2b"}},
-			func() float64 { return float64(s.m.RemoteCount("e2b")) }))
+			Help: "Sandboxes this replica holds at a remote provider.", ConstLabels: prometheus.Labels{"provider": p}},
+			func() float64 { return float64(s.m.RemoteCount(p)) }))
 	}
 	s.openHistory()
 	s.push("built-in template builds", func() error {

@@ -30,7 +30,9 @@ func (m *Manager) waitService(ctx context.Context, id sandbox.ID, info sandbox.I
 		timeout = defaults.ServiceStartTimeout
 	}
 	start := time.Now()
-	c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address, Pid: info.Agent.Pid}, token)
+	// Of, not New: a provider's endpoint carries its own address headers
+	// and token.
+	c := agentclient.Of(info.Agent, token)
 	defer c.Close()
 	st, err := c.WaitService(ctx, timeout)
 	m.metrics.phase("service_ready", time.Since(start))

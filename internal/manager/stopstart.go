@@ -64,7 +64,12 @@ func (m *Manager) StartSandbox(ctx context.Context, owner string, id sandbox.ID)
 	m.emit(rec, events.Started, api(owner), nil, nil)
 	// The boot ran the template's service again: as create, start returns
 	// once it is ready (at once for a sandbox without one). A service that
-	// does not get ready leaves the sandbox running, with the error.
+	// does not get ready leaves the sandbox running, with the error. A
+	// provider's sandbox runs no agentbox template service (and its data
+	// plane has no /service to ask).
+	if rec.Provider != "" {
+		return rec, nil
+	}
 	if err := m.waitService(ctx, id, info, token); err != nil {
 		return nil, fmt.Errorf("sandbox %s started, but: %w", id, err)
 	}

@@ -55,13 +55,20 @@ func (b *Backend) DialPort(ctx context.Context, id sandbox.ID, port int) (net.Co
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
+	return ServeOne(proxy), nil
+}
+
+// ServeOne returns one end of an in-memory connection whose other end h
+// serves as HTTP: a preview proxy handed to the daemon as a dialled port.
+// Closing the connection stops the server.
+func ServeOne(h http.Handler) net.Conn {
 	client, server := net.Pipe()
-	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: time.Minute}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: time.Minute}
 	ln := &oneConn{conn: server, done: make(chan struct{})}
 	go func() {
 		_ = srv.Serve(ln)
 	}()
-	return &closeBoth{Conn: client, close: func() { ln.Close(); srv.Close() }}, nil
+	return &closeBoth{Conn: client, close: func() { ln.Close(); srv.Close() }}
 }
 
 // previewTransport is the transport of previews (made once).

@@ -44,17 +44,19 @@ const (
 	// tags, digest, steps, cached; error for a failed one).
 	TemplateBuilt       Type = "template_built"
 	TemplateBuildFailed Type = "template_build_failed"
+	// TemplateDeleted: a template or snapshot was deleted (data: template).
+	TemplateDeleted Type = "template_deleted"
 )
 
 // Types are every type, in documentation order.
 var Types = []Type{Created, Started, Paused, Resumed, Stopped, Killed, Expired, Lost, Recovered, Updated, Snapshotted, ProcessKilled, Forked,
-	VolumeCreated, VolumeDeleted, TemplateBuilt, TemplateBuildFailed}
+	VolumeCreated, VolumeDeleted, TemplateBuilt, TemplateBuildFailed, TemplateDeleted}
 
 // OfSandbox reports whether events of type t are about one sandbox (and
 // name it), not about a volume or a template.
 func (t Type) OfSandbox() bool {
 	switch t {
-	case VolumeCreated, VolumeDeleted, TemplateBuilt, TemplateBuildFailed:
+	case VolumeCreated, VolumeDeleted, TemplateBuilt, TemplateBuildFailed, TemplateDeleted:
 		return false
 	}
 	return true

@@ -237,6 +237,7 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	logger(r).Info("template deleted", "template", ref, "user", userOf(r))
+	s.m.RecordTemplateDeleted(userOf(r), ref)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

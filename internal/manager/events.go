@@ -33,7 +33,7 @@ func api(by string) events.Cause { return events.Cause{Kind: events.CauseAPI, By
 // emitOther records an event of owner's that is about no sandbox (a
 // volume, a template build), caused by owner's call.
 func (m *Manager) emitOther(typ events.Type, owner string, data map[string]any) {
-	if m.cfg.Events == nil {
+	if m == nil || m.cfg.Events == nil { // nil: a front end's unit test without a manager
 		return
 	}
 	m.cfg.Events.Emit(events.Event{Type: typ, Owner: owner, Cause: api(owner), Data: data})
@@ -52,6 +52,12 @@ func (m *Manager) RecordTemplateBuild(user string, tags []string, digest string,
 	}
 	data["digest"], data["steps"], data["cached"] = digest, steps, cached
 	m.emitOther(events.TemplateBuilt, user, data)
+}
+
+// RecordTemplateDeleted records user's delete of template ref (a snapshot
+// of theirs, or a shared template an operator removed).
+func (m *Manager) RecordTemplateDeleted(user, ref string) {
+	m.emitOther(events.TemplateDeleted, user, map[string]any{"template": ref})
 }
 
 // destroyEvent turns a destroy reason (the metrics label) into the event's

@@ -83,7 +83,7 @@ func TestManagerEvents(t *testing.T) {
 
 // TestTemplateBuildEvents: a build's end is an event of whoever built it:
 // template_built with its tags, digest and steps, template_build_failed
-// with the error; neither names a sandbox.
+// with the error; a delete is template_deleted; none names a sandbox.
 func TestTemplateBuildEvents(t *testing.T) {
 	el := events.New(events.Config{Store: store.NewMemory()})
 	el.Start()
@@ -91,8 +91,9 @@ func TestTemplateBuildEvents(t *testing.T) {
 	e := newEnv(t, Config{Events: el})
 	e.m.RecordTemplateBuild("ops", []string{"web:1"}, "sha256:abc", 4, 3, nil)
 	e.m.RecordTemplateBuild("ops", []string{"web:2"}, "", 0, 0, errors.New("line 3: RUN exited with 1"))
+	e.m.RecordTemplateDeleted("ops", "web:1")
 	var got []events.Event
-	for i := 0; i < 100 && len(got) < 2; i++ {
+	for i := 0; i < 100 && len(got) < 3; i++ {
 		page, err := el.Query(context.Background(), events.Query{Owner: "ops"})
 		if err != nil {
 			t.Fatal(err)
@@ -100,10 +101,13 @@ func TestTemplateBuildEvents(t *testing.T) {
 		got = page.Events
 		time.Sleep(10 * time.Millisecond)
 	}
-	if len(got) != 2 {
+	if len(got) != 3 {
 		t.Fatalf("events: %+v", got)
 	}
-	ok, failed := got[0], got[1]
+	ok, failed, deleted := got[0], got[1], got[2]
+	if deleted.Type != events.TemplateDeleted || deleted.Data["template"] != "web:1" || deleted.SandboxID != "" {
+		t.Errorf("deleted: %+v", deleted)
+	}
 	if ok.Type != events.TemplateBuilt || ok.SandboxID != "" || ok.Cause.By != "ops" || ok.Data["digest"] != "sha256:abc" || fmt.Sprint(ok.Data["steps"]) != "4" || fmt.Sprint(ok.Data["cached"]) != "3" {
 		t.Errorf("built: %+v", ok)
 	}

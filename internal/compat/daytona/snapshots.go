@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -390,6 +391,7 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request, user str
 		if err := s.cfg.Templates.Delete(r.Context(), ref); err != nil && sandbox.ClassOf(err) != sandbox.ClassNotFound {
 			return err
 		}
+		s.m.RecordTemplateDeleted(user, ref)
 	}
 	w.WriteHeader(http.StatusOK)
 	return nil
@@ -563,8 +565,10 @@ func (s *Server) runBuild(ctx context.Context, b *imageBuild, df, dir string) {
 		fmt.Fprintf(b, "ERROR: %s\n", msg)
 		b.setState("build_failed", msg)
 		s.log.Info("daytona snapshot build failed", "snapshot", b.ref, "err", err)
+		s.m.RecordTemplateBuild(b.owner, []string{b.ref}, "", 0, 0, errors.New(msg))
 		return
 	}
+	s.m.RecordTemplateBuild(b.owner, []string{b.ref}, res.Digest, res.Steps, res.Cached, nil)
 	fmt.Fprintf(b, "Built snapshot %s (%s): %d steps run, %d cached\n", b.name, res.Digest, res.Steps, res.Cached)
 	b.setState("active", "")
 }

@@ -428,8 +428,10 @@ func (s *Server) runBuild(b *build, df string, noCache bool) {
 		b.status, b.reason = "error", err.Error()
 		b.logs = append(b.logs, buildLog{Timestamp: time.Now().UTC(), Level: "error", Message: err.Error()})
 		s.log.Info("e2b template build failed", "template", b.ref, "err", err)
+		s.m.RecordTemplateBuild(b.owner, []string{b.ref}, "", 0, 0, err)
 		return
 	}
+	s.m.RecordTemplateBuild(b.owner, []string{b.ref}, res.Digest, res.Steps, res.Cached, nil)
 	b.status = "ready"
 	b.logs = append(b.logs, buildLog{Timestamp: time.Now().UTC(), Level: "info",
 		Message: fmt.Sprintf("built %s (%s): %d steps run, %d cached", b.ref, res.Digest, res.Steps, res.Cached)})

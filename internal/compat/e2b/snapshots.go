@@ -175,6 +175,7 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request, user str
 		return err
 	}
 	s.log.Info("template deleted", "template", ref, "user", user)
+	s.m.RecordTemplateDeleted(user, ref)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -4,7 +4,7 @@ import type { Session } from '../session';
 import { loading, empty, pageHead } from './common';
 import { describeEvent, isFailure } from '../eventtext';
 
-const TYPES = ['created', 'started', 'paused', 'resumed', 'stopped', 'killed', 'expired', 'lost', 'recovered', 'updated', 'snapshotted', 'process_killed', 'forked', 'volume_created', 'volume_deleted', 'template_built', 'template_build_failed'];
+const TYPES = ['created', 'started', 'paused', 'resumed', 'stopped', 'killed', 'expired', 'lost', 'recovered', 'updated', 'snapshotted', 'process_killed', 'forked', 'volume_created', 'volume_deleted', 'template_built', 'template_build_failed', 'template_deleted'];
 const POLL_MS = 3000;
 const SHOW = 500;
 

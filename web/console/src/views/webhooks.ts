@@ -3,7 +3,7 @@ import type { Webhook } from '../api';
 import type { Session } from '../session';
 import { loading, empty, pageHead, table } from './common';
 
-const TYPES = ['created', 'started', 'paused', 'resumed', 'stopped', 'killed', 'expired', 'lost', 'recovered', 'updated', 'snapshotted', 'process_killed', 'forked', 'volume_created', 'volume_deleted', 'template_built', 'template_build_failed'];
+const TYPES = ['created', 'started', 'paused', 'resumed', 'stopped', 'killed', 'expired', 'lost', 'recovered', 'updated', 'snapshotted', 'process_killed', 'forked', 'volume_created', 'volume_deleted', 'template_built', 'template_build_failed', 'template_deleted'];
 
 /** The caller's webhooks (GET/POST/PATCH/DELETE /v1/webhooks) and each one's deliveries. */
 export function webhooksView(main: HTMLElement, s: Session): () => void {

@@ -157,10 +157,10 @@ func TestConsole(t *testing.T) {
 		Folder, Workdir, WorkdirWanted, Crumbs, Dropped         string
 		PreviewText, Hover, Timeline, OverviewStats             string
 		EventsPage, Deliveries, OverviewTenants, DarkBackground string
-		OverviewPools, Desktop                                  string
+		OverviewPools, Desktop, VolumeRow                       string
 		PreviewImage, HookReceived, AdminMetricFamilies         int
 		AdminRawRows                                            int
-		WebhookSecretShown                                      bool
+		WebhookSecretShown, VolumeDeleted                       bool
 		FirstView                                               struct{ Tabs, Panel, Height float64 }
 		ResourceCharts                                          []struct {
 			Title, Unit string
@@ -223,6 +223,8 @@ func TestConsole(t *testing.T) {
 	check("the events page", strings.Contains(res.EventsPage, res.Sandbox) && strings.Contains(res.EventsPage, "created"), res.EventsPage)
 	check("a webhook's secret shown once", res.WebhookSecretShown, res.WebhookSecretShown)
 	check("a webhook's deliveries", strings.Contains(res.Deliveries, "delivered") && res.HookReceived > 0, res.Deliveries)
+	check("a volume made on the volumes page, listed with its size", strings.Contains(res.VolumeRow, "console-vol") && strings.Contains(res.VolumeRow, "64"), res.VolumeRow)
+	check("a volume deleted on the volumes page", res.VolumeDeleted, res.VolumeDeleted)
 	check("the operator's per-tenant usage", strings.Contains(res.OverviewTenants, "alice"), res.OverviewTenants)
 	check("the operator's pools on the overview", strings.HasPrefix(res.OverviewPools, "host"), res.OverviewPools)
 	check("admin metrics grouped into charts, no raw rows", res.AdminMetricFamilies >= 5 && res.AdminRawRows == 0, res.AdminMetricFamilies)

@@ -307,6 +307,21 @@ try {
   result.hookReceived = hookBodies.length;
   await shot(a, 'webhooks');
 
+  // Volumes: one made on the page, listed with its size, deleted.
+  await a.getByRole('link', { name: 'Volumes' }).click();
+  await a.locator('.empty', { hasText: 'No volumes yet' }).waitFor({ timeout: T });
+  await a.getByRole('button', { name: '+ New volume' }).click();
+  await a.getByLabel('Name', { exact: true }).fill('console-vol');
+  await a.getByLabel('Size', { exact: true }).fill('64M');
+  await a.getByRole('button', { name: 'Create volume' }).click();
+  await a.locator('#volumes tbody tr', { hasText: 'console-vol' }).waitFor({ timeout: T });
+  result.volumeRow = await a.locator('#volumes tbody tr', { hasText: 'console-vol' }).innerText();
+  await shot(a, 'volumes');
+  await a.getByRole('button', { name: 'Delete volume console-vol' }).click();
+  await a.getByRole('alertdialog').getByRole('button', { name: 'Delete' }).click();
+  await a.locator('.empty', { hasText: 'No volumes yet' }).waitFor({ timeout: T });
+  result.volumeDeleted = (await (await fetch(`${url}/v1/volumes`, { headers: { Authorization: `Bearer ${keyA}` } })).json()).length === 0;
+
   await a.getByRole('link', { name: 'Templates' }).click();
   await a.getByRole('heading', { name: 'Templates', level: 1 }).waitFor({ timeout: T });
   await a.locator('#templates tbody tr').first().waitFor({ timeout: T });

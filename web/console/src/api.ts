@@ -66,6 +66,7 @@ export interface PoolStats { template: string; size: number; ready: number; fill
 
 export interface Event { id: number; time: string; type: string; sandbox_id: string; owner: string; template?: string; node?: string; cause: { kind: string; by?: string; detail?: string }; exit?: { code: number; signal?: string; oom_killed?: boolean }; data?: Record<string, unknown> }
 export interface EventPage { events: Event[]; next_cursor: number; has_more: boolean }
+export interface Volume { id: string; name: string; kind: string; size: number; used?: number; created_at: string; node?: string; mounted_by: string[] }
 export interface Webhook { id: string; owner: string; name?: string; url: string; events: string[]; enabled: boolean; all_tenants?: boolean; secret?: string; created_at: string; updated_at: string }
 export interface Delivery { id: string; event_id: number; event_type: string; sandbox_id: string; status: 'delivered' | 'failed' | 'dropped'; attempts: number; status_code?: number; error?: string; time: string }
 export interface MetricPoint { timestamp: string; span_seconds: number; cpu_seconds: number; cpu_count: number; cpu_used_pct: number; memory_bytes: number; memory_limit: number; disk_used_bytes: number; disk_total_bytes: number; pids: number; network_denials: number; network_tx_bytes?: number; network_rx_bytes?: number }
@@ -144,6 +145,9 @@ export class Api {
   series(range: string) { return this.json<OverviewSeries>('GET', `/v1/overview?range=${encodeURIComponent(range)}`); }
   metrics(id: string) { return this.json<{ resolution_seconds: number; points: MetricPoint[] }>('GET', `/v1/sandboxes/${enc(id)}/metrics`); }
   audit(q: Record<string, string>) { return this.json<{ entries: AuditEntry[]; next_cursor: number; has_more: boolean }>('GET', `/v1/audit?${new URLSearchParams(q)}`); }
+  volumes() { return this.json<Volume[]>('GET', '/v1/volumes'); }
+  createVolume(body: { name: string; size?: string }) { return this.json<Volume>('POST', '/v1/volumes', body); }
+  deleteVolume(name: string, force = false) { return this.json<void>('DELETE', `/v1/volumes/${enc(name)}${force ? '?force=true' : ''}`); }
   webhooks() { return this.json<{ webhooks: Webhook[] }>('GET', '/v1/webhooks'); }
   createWebhook(body: Record<string, unknown>) { return this.json<Webhook>('POST', '/v1/webhooks', body); }
   updateWebhook(id: string, body: Record<string, unknown>) { return this.json<Webhook>('PATCH', `/v1/webhooks/${enc(id)}`, body); }

@@ -9,6 +9,7 @@ import { adminView } from './views/admin';
 import { overviewView } from './views/overview';
 import { eventsView } from './views/events';
 import { webhooksView } from './views/webhooks';
+import { volumesView } from './views/volumes';
 
 /**
  * The console's pages, in navigation order: the extension point for new
@@ -22,6 +23,7 @@ const PAGES: Page[] = [
   { id: 'templates', label: 'Templates', view: (m, s) => templatesView(m, s) },
   { id: 'pools', label: 'Pools', view: (m, s) => poolsView(m, s) },
   { id: 'events', label: 'Events', view: (m, s) => eventsView(m, s) },
+  { id: 'volumes', label: 'Volumes', view: (m, s) => volumesView(m, s) },
   { id: 'webhooks', label: 'Webhooks', view: (m, s) => webhooksView(m, s) },
   { id: 'admin', label: 'Admin', operator: true, view: (m, s) => adminView(m, s) },
 ];

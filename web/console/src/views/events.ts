@@ -58,7 +58,7 @@ export function eventsView(main: HTMLElement, s: Session): () => void {
       body.appendChild(h('tr', { 'data-event': e.id, class: isFailure(e) ? 'bad' : undefined },
         h('th', { scope: 'row', class: 'num' }, h('time', { datetime: e.time }, new Date(e.time).toLocaleString())),
         h('td', { 'data-label': 'Type' }, h('span', { class: `state ${isFailure(e) ? 'failed' : e.type}` }, e.type)),
-        h('td', { 'data-label': 'Sandbox' }, h('a', { href: `#/sandboxes/${encodeURIComponent(e.sandbox_id)}/events` }, h('code', {}, e.sandbox_id))),
+        h('td', { 'data-label': 'Sandbox' }, subject(e)),
         h('td', { 'data-label': 'Owner' }, e.owner),
         h('td', { 'data-label': 'Template' }, e.template ?? ''),
         h('td', { 'data-label': 'Why' }, describeEvent(e))));
@@ -69,4 +69,13 @@ export function eventsView(main: HTMLElement, s: Session): () => void {
   form.addEventListener('submit', (e) => { e.preventDefault(); gen++; list = []; after = 0; box.replaceChildren(loading('Loading events…')); void poll(); });
   void poll();
   return () => { stopped = true; window.clearTimeout(timer); };
+}
+
+/** The sandbox an event is about (a link to its events), or the volume or template of one about neither. */
+function subject(e: Event): Node {
+  if (e.sandbox_id) return h('a', { href: `#/sandboxes/${encodeURIComponent(e.sandbox_id)}/events` }, h('code', {}, e.sandbox_id));
+  const d = e.data ?? {};
+  if (typeof d.volume === 'string') return h('span', {}, 'volume ', h('code', {}, d.volume));
+  const tags = Array.isArray(d.tags) ? d.tags.join(', ') : typeof d.template === 'string' ? d.template : '';
+  return h('span', { class: 'muted' }, tags ? `template ${tags}` : '—');
 }

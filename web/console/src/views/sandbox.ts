@@ -440,7 +440,7 @@ function resourcesTab(panel: HTMLElement, s: Session, id: string, current: () =>
         chart({ title: 'Memory', unit: 'bytes', times, series: [{ name: 'used', values: points.map((p) => p.memory_bytes) }], capacity: memLimit ? { value: memLimit, label: `limit ${bytes(memLimit)}` } : undefined, id: 'chart-memory' }),
         chart({ title: 'Disk', unit: 'bytes', times, series: [{ name: 'used', values: points.map((p) => p.disk_used_bytes) }], capacity: diskTotal ? { value: diskTotal, label: `size ${bytes(diskTotal)}` } : undefined, id: 'chart-disk' }),
         chart({ title: 'Processes', unit: 'count', times, series: [{ name: 'pids', values: points.map((p) => p.pids) }], id: 'chart-pids' }),
-        chart({ title: 'Network (since start)', unit: 'bytes', times, series: [{ name: 'sent', values: points.map((p) => p.network_tx_bytes ?? 0) }, { name: 'received', values: points.map((p) => p.network_rx_bytes ?? 0) }], id: 'chart-network' }));
+        chart({ title: 'Network (since start)', unit: 'bytes', times, series: [{ name: 'sent', values: points.map((p) => p.network_tx_bytes ?? 0) }, { name: 'received', values: points.map((p) => p.network_rx_bytes ?? 0) }], minMax: 1024, id: 'chart-network' }));
       note.textContent = `The sandbox's whole life from the metrics history (a point every ${resolution_seconds} s, older points merged), refreshed every 5 seconds.`;
     } catch (ex) {
       // No history on this server: sample the live stats instead.

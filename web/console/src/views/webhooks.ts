@@ -76,7 +76,7 @@ export function webhooksView(main: HTMLElement, s: Session): () => void {
         h('h2', { id: 'wh-deliveries' }, 'Deliveries of ', w.name || h('code', {}, w.id)),
         h('p', { class: 'muted small' }, 'The last 100, newest first. Each is retried automatically until it is delivered or runs out of attempts; the API has no resend of a finished delivery yet.'),
         table('deliveries', 'Deliveries', ['When', 'Event', 'Sandbox', 'Status', 'Attempts', 'Answer'], deliveries.map((d) => [
-          new Date(d.time).toLocaleString(), `${d.event_type} #${d.event_id}`, h('code', {}, d.sandbox_id),
+          new Date(d.time).toLocaleString(), `${d.event_type} #${d.event_id}`, d.sandbox_id ? h('code', {}, d.sandbox_id) : '—',
           h('span', { class: `state ${d.status}` }, d.status), d.attempts, d.status_code ? `HTTP ${d.status_code}${d.error ? ` · ${d.error}` : ''}` : d.error ?? '—']),
         'Nothing delivered yet: events go out as they happen.', { right: [4] })));
     } catch (ex) { detail.replaceChildren(errorBox(ex)); }

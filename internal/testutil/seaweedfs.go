@@ -66,7 +66,7 @@ func freePort(t testing.TB) int {
 // data removed when the test ends.
 func StartS3(t testing.TB, bucket string) *S3Server {
 	t.Helper()
-	bin := seaweedBinary(t)
+	seaweedBinary(t) // skip early when there is none
 	dir := t.TempDir()
 	s := &S3Server{Bucket: bucket, AccessKey: "agentbox-test", SecretKey: "agentbox-test-secret", dir: dir, t: t}
 	cfg := fmt.Sprintf(`{"identities":[{"name":"agentbox","credentials":[{"accessKey":%q,"secretKey":%q}],"actions":["Admin","Read","Write","List","Tagging"]}]}`, s.AccessKey, s.SecretKey)

@@ -340,8 +340,13 @@ func (n *s3Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32,
 // openHandle spools the file: its content when fetch, else only its
 // size and bits (it is about to be truncated).
 func (n *s3Node) openHandle(ctx context.Context, write, fetch bool) (*s3Handle, syscall.Errno) {
+	return n.openKey(ctx, n.fsys.key(n.rel()), write, fetch)
+}
+
+// openKey is openHandle of the object key (a node Create just made is not
+// in the tree yet: its path is not known from it).
+func (n *s3Node) openKey(ctx context.Context, key string, write, fetch bool) (*s3Handle, syscall.Errno) {
 	f := n.fsys
-	key := f.key(n.rel())
 	spool, err := os.CreateTemp(f.d.spool(), "open-")
 	if err != nil {
 		f.d.Log.Warn("s3 volume: spool", "err", err)
@@ -403,7 +408,7 @@ func (n *s3Node) Create(ctx context.Context, name string, flags, mode uint32, ou
 	}
 	ch := n.child(ctx, name, false)
 	cn := ch.Operations().(*s3Node)
-	h, errno := cn.openHandle(ctx, true, false)
+	h, errno := cn.openKey(ctx, f.key(rel), true, false)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}

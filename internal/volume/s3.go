@@ -172,7 +172,6 @@ func (d *S3) Path(ctx context.Context, v Volume) (string, error) {
 			DirectMountFlags:  unix.MS_NOSUID | unix.MS_NODEV,
 			MaxBackground:     32,
 			DisableXAttrs:     true,
-			Debug:             os.Getenv("AGENTBOX_FUSE_DEBUG") != "",
 		},
 		UID: sandboxUser,
 		GID: sandboxUser,

@@ -3,6 +3,7 @@ package volume
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -50,6 +51,13 @@ func TestS3Driver(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(m2, "a", "b", "f"))
 	if err != nil || string(data) != "hello" {
 		t.Fatalf("read through the second mount: %q %v", data, err)
+	}
+	// A rewrite and an append, by a shell, read through the other mount.
+	if out, err := exec.Command("/bin/sh", "-c", "cd "+filepath.Join(m1, "a", "b")+" && echo second > f && echo more >> f && cat "+filepath.Join(m2, "a", "b", "f")).CombinedOutput(); err != nil || string(out) != "second\nmore\n" {
+		t.Fatalf("rewrite and append: %q %v", out, err)
+	}
+	if err := os.WriteFile(filepath.Join(m1, "a", "b", "f"), []byte("hello"), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	fi, err := os.Stat(filepath.Join(m2, "a", "b", "f"))
 	if err != nil || fi.Mode().Perm() != 0o755 || fi.Size() != 5 {

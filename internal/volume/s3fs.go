@@ -259,6 +259,18 @@ func (n *s3Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttr
 	mode, hasMode := in.GetMode()
 	if hasSize || hasMode {
 		h, _ := fh.(*s3Handle)
+		if h == nil && hasSize {
+			// open(O_TRUNC) sends the truncate without its handle, after
+			// the open: every open handle of the file is truncated.
+			n.mu.Lock()
+			for o := range n.open {
+				if errno := o.truncate(int64(size)); errno != 0 {
+					n.mu.Unlock()
+					return errno
+				}
+			}
+			n.mu.Unlock()
+		}
 		if h == nil {
 			// truncate(2) or chmod(2) by path: through a handle of our own.
 			var errno syscall.Errno

@@ -1,6 +1,8 @@
 package testutil
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -52,6 +54,12 @@ func seaweedBinary(t testing.TB) string {
 	return ""
 }
 
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
 func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -68,7 +76,9 @@ func StartS3(t testing.TB, bucket string) *S3Server {
 	t.Helper()
 	seaweedBinary(t) // skip early when there is none
 	dir := t.TempDir()
-	s := &S3Server{Bucket: bucket, AccessKey: "agentbox-test", SecretKey: "agentbox-test-secret", dir: dir, t: t}
+	// Fresh keys per server: a test that finds one in a sandbox knows
+	// where it came from.
+	s := &S3Server{Bucket: bucket, AccessKey: "AK" + randHex(8), SecretKey: randHex(20), dir: dir, t: t}
 	cfg := fmt.Sprintf(`{"identities":[{"name":"agentbox","credentials":[{"accessKey":%q,"secretKey":%q}],"actions":["Admin","Read","Write","List","Tagging"]}]}`, s.AccessKey, s.SecretKey)
 	if err := os.WriteFile(filepath.Join(dir, "s3.json"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

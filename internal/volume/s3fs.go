@@ -201,13 +201,11 @@ func (n *s3Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*
 func (f *s3FS) isDir(ctx context.Context, rel string) (bool, syscall.Errno) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for o := range f.d.Client.ListObjects(ctx, f.d.Bucket, minio.ListObjectsOptions{Prefix: f.dirPrefix(rel), MaxKeys: 1}) {
-		if o.Err != nil {
-			return false, f.errno("list", f.dirPrefix(rel), o.Err)
-		}
-		return true, 0
+	o, ok := <-f.d.Client.ListObjects(ctx, f.d.Bucket, minio.ListObjectsOptions{Prefix: f.dirPrefix(rel), MaxKeys: 1})
+	if ok && o.Err != nil {
+		return false, f.errno("list", f.dirPrefix(rel), o.Err)
 	}
-	return false, 0
+	return ok, 0
 }
 
 // Getattr implements fs.NodeGetattrer: a file open here for writing is
@@ -277,7 +275,7 @@ func (n *s3Node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttr
 			if h, errno = n.openHandle(ctx, false, !hasSize || size != 0); errno != 0 {
 				return errno
 			}
-			defer h.Release(ctx)
+			defer h.close()
 		}
 		if hasSize {
 			if errno := h.truncate(int64(size)); errno != 0 {
@@ -342,7 +340,7 @@ func (n *s3Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32,
 	}
 	if write && flags&syscall.O_TRUNC != 0 {
 		if errno := h.truncate(0); errno != 0 {
-			h.Release(ctx)
+			h.close()
 			return nil, 0, errno
 		}
 	}
@@ -714,6 +712,11 @@ func (h *s3Handle) Fsync(ctx context.Context, _ uint32) syscall.Errno { return h
 
 // Release implements fs.FileReleaser.
 func (h *s3Handle) Release(_ context.Context) syscall.Errno {
+	h.close()
+	return 0
+}
+
+func (h *s3Handle) close() {
 	h.node.mu.Lock()
 	delete(h.node.open, h)
 	h.node.mu.Unlock()
@@ -723,5 +726,4 @@ func (h *s3Handle) Release(_ context.Context) syscall.Errno {
 		h.spool.Close()
 		h.spool = nil
 	}
-	return 0
 }

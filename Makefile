@@ -9,6 +9,7 @@
 #   make templates  build the built-in templates (templates/) on a running daemon
 #   make k8s-tools  build the Kubernetes control plane the kube tests run on (docs/kubernetes.md)
 #   make runsc      build gVisor's runsc, pinned, for isolation "gvisor" (docs/gvisor.md)
+#   make seaweedfs  build SeaweedFS's weed, pinned: the S3 server of the s3 volume tests
 #   make sdk-python build the Python SDK's wheel into dist/ (docs/python.md)
 #   make install    binaries, the systemd unit and its env file (docs/install.md)
 #   make image      the daemon's container image, agentbox:VERSION (docs/install.md)
@@ -29,7 +30,7 @@ TEST_TIMEOUT ?= 60m
 export AGENTBOX_AGENT_PATH := $(CURDIR)/$(BIN)/agentbox-agent
 export AGENTBOX_BIN := $(CURDIR)/$(BIN)/agentbox
 
-.PHONY: all build run test test-fresh deps vet bench clean agent init shim daemon daemon-nokube templates console fuzz load soak k8s-tools runsc sdk-python install install-files uninstall image release package-test
+.PHONY: all build run test test-fresh deps vet bench clean agent init shim daemon daemon-nokube templates console fuzz load soak k8s-tools runsc seaweedfs sdk-python install install-files uninstall image release package-test
 
 all: build
 
@@ -149,6 +150,13 @@ k8s-tools:
 # (or at an installed runsc) for isolation "gvisor" (docs/gvisor.md).
 runsc:
 	./scripts/runsc.sh
+
+# SeaweedFS (tools/seaweedfs, pinned, Apache-2.0), built once into
+# $$AGENTBOX_TEST_CACHE/seaweedfs/<version>-<hash>/weed (about 9 minutes the
+# first time on 2 cores): the real S3 server the s3 volume tests start on
+# loopback.
+seaweedfs:
+	./scripts/seaweedfs.sh
 
 # Reliability suites (docs/reliability.md).
 FUZZTIME ?= 30s

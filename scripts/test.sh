@@ -59,6 +59,11 @@ export AGENTBOX_HELM AGENTBOX_REQUIRE_HELM=1
 # tests (internal/backend/native TestGVisor*, test/e2e TestGVisor*).
 AGENTBOX_RUNSC=$(./scripts/runsc.sh)
 export AGENTBOX_RUNSC
+# SeaweedFS, pinned in tools/seaweedfs, built from the Go module proxy into the
+# cache (about 9 minutes the first time): the S3 server the s3 volume tests
+# (test/e2e TestS3Volume*) start on loopback. Once built, they must not skip.
+AGENTBOX_SEAWEEDFS=$(./scripts/seaweedfs.sh)
+export AGENTBOX_SEAWEEDFS AGENTBOX_REQUIRE_SEAWEEDFS=1
 # -p 1: packages that start sandboxes share the host's cgroups, loop devices
 # and network; running them one at a time keeps results and cleanup checks
 # independent of each other.

@@ -23,9 +23,9 @@ func newVolumeCmd() *cobra.Command {
 }
 
 func newVolumeCreateCmd() *cobra.Command {
-	var size string
+	var size, kind string
 	cmd := &cobra.Command{
-		Use:   "create NAME [--size 1G]",
+		Use:   "create NAME [--size 1G] [--kind local|s3]",
 		Short: "Create a volume",
 		RunE: clientRunE(cobra.ExactArgs(1), func(ctx context.Context, x *cli, args []string) error {
 			var n int64
@@ -36,7 +36,7 @@ func newVolumeCreateCmd() *cobra.Command {
 				}
 				n = v
 			}
-			v, err := x.c.CreateVolume(ctx, args[0], "", n)
+			v, err := x.c.CreateVolume(ctx, args[0], kind, n)
 			if err != nil {
 				return err
 			}
@@ -48,6 +48,7 @@ func newVolumeCreateCmd() *cobra.Command {
 		}),
 	}
 	cmd.Flags().StringVar(&size, "size", "", "size, e.g. 512M or 2G (default: the server's VOLUME_DEFAULT_SIZE)")
+	cmd.Flags().StringVar(&kind, "kind", "", "local (the server's data disk, the default) or s3 (its object storage, usable on every replica)")
 	return cmd
 }
 

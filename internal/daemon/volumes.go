@@ -23,8 +23,22 @@ func (s *server) openVolumes() *volume.Service {
 	}
 	dir := filepath.Join(s.dataDir, "volumes")
 	local := &volume.Local{Dir: filepath.Join(dir, "local"), Reserve: int64(cfg.DiskReserve)}
+	drivers := map[string]volume.Driver{volume.KindLocal: local}
+	// Object storage: the daemon serves each s3 volume a sandbox mounts
+	// here as a FUSE filesystem (internal/volume/s3fs.go).
+	s3, err := volume.NewS3(cfg.S3Settings, filepath.Join(dir, "s3"), s.log)
+	if err != nil {
+		s.log.Error("s3 volumes are off", "err", err)
+	} else if s3 != nil {
+		drivers[volume.KindS3] = s3
+	}
 	// Pushed before the manager: closed after it.
 	s.push("volumes", func() error {
+		if s3 != nil {
+			// The FUSE servers end with this process: their mounts go
+			// (a sandbox that outlives it gets ENOTCONN).
+			_ = s3.UnmountAll()
+		}
 		if s.shutDown && cfg.AutoCleanup {
 			// Every sandbox is gone: nothing holds the volumes' mounts.
 			return local.UnmountAll()
@@ -33,7 +47,7 @@ func (s *server) openVolumes() *volume.Service {
 	})
 	return volume.New(volume.Config{
 		Docs:        docs,
-		Drivers:     map[string]volume.Driver{volume.KindLocal: local},
+		Drivers:     drivers,
 		Node:        s.node,
 		DefaultSize: cfg.VolumeDefaultSize,
 		MaxSize:     int64(cfg.VolumeMaxSize),

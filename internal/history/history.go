@@ -19,6 +19,9 @@ import (
 	"github.com/agentbox/agentbox/internal/store"
 )
 
+// loadsPerSample bounds the stored copies one Sample looks up.
+const loadsPerSample = 32
+
 // Point is one sample of a sandbox, or several merged ones covering Span.
 type Point struct {
 	Time           time.Time `json:"timestamp"`    // start of the span
@@ -146,30 +149,48 @@ func (h *History) Sample(ctx context.Context) {
 	var unseen []sandbox.ID
 	for id := range boxes {
 		if !h.tried[id] {
-			h.tried[id] = true
+			if h.cfg.Docs == nil {
+				h.tried[id] = true // nothing to look up
+				continue
+			}
 			unseen = append(unseen, id)
 		}
 	}
 	h.mu.Unlock()
 	// A sandbox first seen here may have been sampled before: by this
-	// daemon before a restart, or by the replica that ran it.
+	// daemon before a restart, or by the replica that ran it. A tick looks
+	// up a bounded number, and none more once the store failed, so a
+	// restart among many sandboxes, or the store away, never holds the
+	// sampling up; the rest are looked up at the next ticks.
+	if len(unseen) > loadsPerSample {
+		unseen = unseen[:loadsPerSample]
+	}
 	for _, id := range unseen {
-		points, err := h.load(ctx, id)
-		if err != nil {
-			h.cfg.Logger.Debug("metrics history: store read failed", "sandbox", id, "err", err)
-		}
-		if len(points) == 0 {
-			continue
-		}
+		lctx, cancel := context.WithTimeout(ctx, min(storeTimeout, h.cfg.Resolution))
+		points, err := h.load(lctx, id)
+		cancel()
 		h.mu.Lock()
-		if len(h.series[id]) == 0 {
+		h.tried[id] = true // a failed lookup is not retried: the sandbox's history starts now
+		if len(points) > 0 && len(h.series[id]) == 0 {
 			h.series[id] = points
 			h.written[id] = h.cfg.now()
 		}
 		h.mu.Unlock()
+		if err != nil {
+			h.cfg.Logger.Warn("metrics history: the stored points of a sandbox could not be read; its history starts now", "sandbox", id, "err", err)
+			break
+		}
 	}
+	h.mu.Lock()
+	tried := make(map[sandbox.ID]bool, len(boxes))
+	for id := range boxes {
+		tried[id] = h.tried[id]
+	}
+	h.mu.Unlock()
 	for id, b := range boxes {
-		if !b.Running {
+		// Sampled once its stored points were looked up (a tick or two
+		// after a restart among many sandboxes), so none are overwritten.
+		if !b.Running || !tried[id] {
 			continue
 		}
 		// One slow read must not hold the others past a tick.

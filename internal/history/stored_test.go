@@ -70,3 +70,32 @@ func TestHistoryStored(t *testing.T) {
 		t.Fatalf("the copy of a sandbox gone has %d points", len(pts))
 	}
 }
+
+// TestHistoryLoadsBounded: a tick looks up at most loadsPerSample stored
+// copies and samples only the sandboxes already looked up, so a restart
+// among many sandboxes spreads its store reads over a few ticks.
+func TestHistoryLoadsBounded(t *testing.T) {
+	f := &fake{t: time.Unix(1_700_000_000, 0), boxes: map[sandbox.ID]Sandbox{}}
+	for i := range 3*loadsPerSample + 1 {
+		f.boxes[sandbox.ID(string(rune('a'+i%26))+string(rune('a'+i/26)))] = Sandbox{Running: true, CPUs: 1}
+	}
+	h := New(Config{Resolution: 5 * time.Second, Points: 64, Docs: store.NewMemory(),
+		Sandboxes: func() map[sandbox.ID]Sandbox { return f.boxes },
+		Stats:     func(context.Context, sandbox.ID) (backend.Stats, error) { return backend.Stats{Pids: 1}, nil },
+		now:       func() time.Time { return f.t }})
+	sampled := func() int {
+		n := 0
+		for id := range f.boxes {
+			if h.Len(id) > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	for tick, want := range []int{loadsPerSample, 2 * loadsPerSample, 3 * loadsPerSample, len(f.boxes), len(f.boxes)} {
+		f.tick(h)
+		if got := sampled(); got != want {
+			t.Fatalf("after tick %d: %d sandboxes sampled, want %d", tick+1, got, want)
+		}
+	}
+}

@@ -199,7 +199,7 @@ var goldenErrors = [][2]string{
 	{"REDIS_PORT", "70000"}, {"REDIS_DB", "-1"}, {"REDIS_KEY_PREFIX", "has space"}, {"REDIS_KEY_PREFIX", ""}, {"REDIS_CONTAINER_POOL_KEY", ""},
 	{"REDIS_TIMEOUT", "x"}, {"NODE_ID", "a b"}, {"NODE_MAX_SANDBOXES", "-1"}, {"CLUSTER_SECRET", "short"}, {"CLUSTER_MAX_CONNS", "0"},
 	{"CLUSTER_MAX_PER_USER", "256"}, {"CLUSTER_MAX_PER_USER", "-1"}, {"CLUSTER_PLACEMENT", "random"}, {"KUBE_NODE_NAME", "Bad_Name"},
-	{"KUBE_NODE_ADDRESS", "node1"}, {"KUBE_NODE_PORT", "0"}, {"FILE_SYSTEM", "oss"}, {"NETWORK", "maybe"}, {"DEFAULT_NETWORK_MODE", "host"},
+	{"KUBE_NODE_ADDRESS", "node1"}, {"KUBE_NODE_PORT", "0"}, {"FILE_SYSTEM", "nfs"}, {"NETWORK", "maybe"}, {"DEFAULT_NETWORK_MODE", "host"},
 	{"NETWORK_BRIDGE", "a-very-long-bridge-name"}, {"NETWORK_SUBNET", "10.0.0.0/30"}, {"NETWORK_SUBNET", "fd00::/64"}, {"NETWORK_DNS", "resolver"},
 	{"NETWORK_ALLOW_HOST_PORTS", "0"}, {"NETWORK_ALLOW_HOST_PORTS", "http"}, {"NETWORK_ALLOW_PRIVATE", "10.0.0.1"}, {"NETWORK_BANDWIDTH", "fast"},
 	{"NETWORK_MAX_CONNS", "-1"}, {"PREVIEW_DOMAIN", "127.0.0.1"}, {"PREVIEW_DOMAIN", "*.example.com"}, {"PREVIEW_DOMAIN", ".example.com"},

@@ -543,9 +543,13 @@ func (s *server) desktopLink(ctx context.Context, owner string, id sandbox.ID, b
 // mountDoors makes the data plane every front end works inside sandboxes
 // through, the protocol front ends, the tool kit, and the shared server
 // they are mounted on, with the HTTP server over it.
-func (s *server) mountDoors(context.Context) error {
+func (s *server) mountDoors(ctx context.Context) error {
 	cfg, log, m := s.cfg, s.log, s.m
 	secret, err := loadOrCreateSecret(filepath.Join(s.dataDir, "preview.key"))
+	if err != nil {
+		return err
+	}
+	objects, err := workspaceObjects(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -555,7 +559,7 @@ func (s *server) mountDoors(context.Context) error {
 		peers = s.forwarder // agentscope's calls are served by the replica that runs the sandbox
 	}
 	as := agentscope.New(agentscope.Config{DataPlane: dp, APIKeys: cfg.APIKeys, Prefix: cfg.ContainerPrefix, DefaultTypes: cfg.DefaultTypes,
-		StorageFolder: cfg.StorageFolder, SandboxTimeout: cfg.MaxTimeout, MaxOutput: cfg.MaxExecOutputBytes,
+		StorageFolder: cfg.StorageFolder, Objects: objects, SandboxTimeout: cfg.MaxTimeout, MaxOutput: cfg.MaxExecOutputBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes, Version: version.Version, Logger: log, DesktopLink: s.desktopLink, Docs: docsOf(s.store), Peers: peers}, m)
 	tools := newToolKit(cfg, as, log)
 	s.api = httpapi.New(httpapi.Config{DataPlane: dp, APIKeys: cfg.APIKeys, MaxUploadBytes: cfg.MaxUploadBytes, Logger: log, Registry: s.metrics,

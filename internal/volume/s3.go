@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,10 +14,10 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentbox/agentbox/internal/s3client"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -70,27 +69,11 @@ func NewS3(st S3Settings, dir string, log *slog.Logger) (*S3, error) {
 	if st.S3VolumesBucket == "" {
 		return nil, errors.New("S3_VOLUMES_BUCKET is required with S3_VOLUMES_ENDPOINT")
 	}
-	ep := st.S3VolumesEndpoint
-	if !strings.Contains(ep, "://") {
-		ep = "https://" + ep
-	}
-	u, err := url.Parse(ep)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || (u.Path != "" && u.Path != "/") {
-		return nil, fmt.Errorf("S3_VOLUMES_ENDPOINT %q: want http(s)://host[:port]", st.S3VolumesEndpoint)
-	}
-	lookup := minio.BucketLookupAuto
-	if st.S3VolumesPathStyle {
-		lookup = minio.BucketLookupPath
-	}
-	c, err := minio.New(u.Host, &minio.Options{
-		Creds:        credentials.NewStaticV4(st.S3VolumesAccessKey, st.S3VolumesSecretKey, ""),
-		Secure:       u.Scheme == "https",
-		Region:       st.S3VolumesRegion,
-		BucketLookup: lookup,
+	c, err := s3client.New(s3client.Options{Setting: "S3_VOLUMES_ENDPOINT", Endpoint: st.S3VolumesEndpoint,
+		AccessKey: st.S3VolumesAccessKey, SecretKey: st.S3VolumesSecretKey, Region: st.S3VolumesRegion, PathStyle: st.S3VolumesPathStyle,
 		// Few retries: a file operation waits on them, and the bound
 		// below must hold.
-		MaxRetries: 2,
-	})
+		MaxRetries: 2})
 	if err != nil {
 		return nil, fmt.Errorf("s3 volumes client: %w", err)
 	}

@@ -26,6 +26,9 @@ type Config struct {
 	// workspace when it is released or recycled, and gives it back when the
 	// sandbox is restored. Empty: no copies.
 	StorageFolder string
+	// Objects (FILE_SYSTEM=oss) keeps the copies in a bucket instead, and
+	// StorageFolder only stages them (objects.go).
+	Objects *Objects
 	// SandboxTimeout is how long an agentscope sandbox lives without any
 	// call; agentscope sandboxes live until released, so this is the
 	// server's maximum and it is extended on use.

@@ -72,7 +72,18 @@ func (s *Server) saveWorkspace(ctx context.Context, r *record) error {
 	if err := area.RemoveAll(rel); err != nil {
 		return err
 	}
-	return area.Rename(tmp, rel)
+	if err := area.Rename(tmp, rel); err != nil {
+		return err
+	}
+	if o := s.cfg.Objects; o != nil {
+		// Into the bucket; on failure the copy stays here (a restore on
+		// this replica finds it, the next release uploads it again).
+		if err := o.upload(ctx, r, area, rel); err != nil {
+			return err
+		}
+		return area.RemoveAll(rel)
+	}
+	return nil
 }
 
 // restoreWorkspace copies r's stored workspace (if any) into its
@@ -83,6 +94,13 @@ func (s *Server) restoreWorkspace(ctx context.Context, r *record) error {
 		return err
 	}
 	defer area.Close()
+	if o := s.cfg.Objects; o != nil {
+		done, err := o.stageFromBucket(ctx, r, area, rel)
+		if err != nil {
+			return err
+		}
+		defer done()
+	}
 	src, err := area.OpenRoot(rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -242,46 +260,7 @@ func untar(r io.Reader, dst *os.Root) error {
 // the sandbox's /workspace (tar runs inside it, as the sandbox user).
 func tarIn(ctx context.Context, dr *dataplane.Request, src *os.Root) error {
 	pr, pw := io.Pipe()
-	go func() {
-		tw := tar.NewWriter(pw)
-		err := fs.WalkDir(src.FS(), ".", func(p string, d fs.DirEntry, err error) error {
-			if err != nil || p == "." {
-				return err
-			}
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			if !d.IsDir() && !d.Type().IsRegular() {
-				return nil
-			}
-			h, err := tar.FileInfoHeader(info, "")
-			if err != nil {
-				return err
-			}
-			h.Name, h.Uname, h.Gname, h.Uid, h.Gid = p, "", "", 0, 0
-			if d.IsDir() {
-				h.Name += "/"
-			}
-			if err := tw.WriteHeader(h); err != nil {
-				return err
-			}
-			if d.IsDir() {
-				return nil
-			}
-			f, err := src.Open(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			_, err = io.CopyN(tw, f, h.Size)
-			return err
-		})
-		if err == nil {
-			err = tw.Close()
-		}
-		pw.CloseWithError(err)
-	}()
+	go func() { pw.CloseWithError(writeTar(pw, src)) }()
 	var stderr strings.Builder
 	res, err := dr.Run(ctx, dataplane.StartOptions{Cmd: "tar", Args: []string{"-C", "/workspace", "-xf", "-", "--no-same-owner"}},
 		pr, nil, &limitWriter{w: &stderr, n: 4096})
@@ -308,4 +287,47 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 		l.n -= k
 	}
 	return len(p), nil
+}
+
+// writeTar packs src's regular files and directories as a tar stream
+// (names relative to src, no owners).
+func writeTar(w io.Writer, src *os.Root) error {
+	tw := tar.NewWriter(w)
+	err := fs.WalkDir(src.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == "." {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && !d.Type().IsRegular() {
+			return nil
+		}
+		h, err := tar.FileInfoHeader(info, "")
+		if err != nil {
+			return err
+		}
+		h.Name, h.Uname, h.Gname, h.Uid, h.Gid = p, "", "", 0, 0
+		if d.IsDir() {
+			h.Name += "/"
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		f, err := src.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.CopyN(tw, f, h.Size)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
 }

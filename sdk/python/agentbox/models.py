@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 
 def _time(v: Any) -> Optional[datetime]:
@@ -509,7 +509,7 @@ class Template:
     created: Optional[datetime] = None
     #: ``(diff_id, unpacked bytes)`` of each layer, base first. A snapshot's
     #: layers are its template's, stored once and shared, plus its own last.
-    layers: List[tuple] = field(default_factory=list)
+    layers: List[Tuple[str, int]] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"compress/gzip"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"io"
@@ -17,8 +16,6 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/agentbox/agentbox/client"
 )
 
 // otlpReceiver is an OTLP/HTTP traces endpoint on loopback: it decodes
@@ -277,40 +274,7 @@ func BenchmarkTracingOverhead(b *testing.B) {
 		"off": startBenchDaemon(b, common...),
 		"on":  startBenchDaemon(b, append(common, "OTEL_EXPORTER_OTLP_ENDPOINT="+recv.url, "OTEL_BSP_SCHEDULE_DELAY=200")...),
 	}
-	clients := map[string]*client.Client{}
-	for name, url := range urls {
-		c, err := client.New(url, client.WithAPIKey("kb"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		clients[name] = c
-	}
-	samples := map[string][]time.Duration{}
-	ctx := context.Background()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for _, name := range [][2]string{{"off", "on"}, {"on", "off"}}[i%2] {
-			start := time.Now()
-			sb, err := clients[name].Create(ctx, client.CreateRequest{})
-			if err == nil {
-				_, err = clients[name].Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"true"}})
-			}
-			if err == nil {
-				err = clients[name].Delete(ctx, sb.ID)
-			}
-			if err != nil {
-				b.Fatalf("%s: %v", name, err)
-			}
-			samples[name] = append(samples[name], time.Since(start))
-		}
-	}
-	b.StopTimer()
-	off, on := quantileMs(samples["off"], 0.5), quantileMs(samples["on"], 0.5)
-	b.ReportMetric(off, "off-p50-ms")
-	b.ReportMetric(quantileMs(samples["off"], 0.99), "off-p99-ms")
-	b.ReportMetric(on, "on-p50-ms")
-	b.ReportMetric(quantileMs(samples["on"], 0.99), "on-p99-ms")
-	b.ReportMetric(on/off, "on/off")
+	onOffCycles(b, urls["off"], urls["on"])
 	recv.mu.Lock()
 	b.ReportMetric(float64(len(recv.spans))/float64(b.N), "spans/op")
 	recv.mu.Unlock()

@@ -52,6 +52,13 @@ func TestGVisorConformance(t *testing.T) {
 			Template: dirTemplate(rootfs), Abandon: abandon,
 		})
 	})
+	t.Run("ImageTemplate", func(t *testing.T) {
+		layers := imageLayers(t)
+		backendtest.Run(t, backendtest.Harness{
+			New: newB, StateDir: func(t *testing.T) string { return testutil.ShortTempDir(t) },
+			Template: imageTemplate(layers, sandbox.ImageConfig{}), Abandon: abandon,
+		})
+	})
 }
 
 // TestGVisorSecurity runs the security checks every backend passes on a

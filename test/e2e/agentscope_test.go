@@ -73,7 +73,7 @@ func TestAgentscopePythonSuite(t *testing.T) {
 		"POOL_SIZE=1", "DEFAULT_SANDBOX_TYPE=base", "STORAGE_FOLDER="+storage)
 	runPythonSuite(t, d, "test*.py", "AGENTBOX_OTHER_TOKEN="+asOtherToken, "AGENTBOX_PREFIX="+asPrefix,
 		fmt.Sprintf("AGENTBOX_MAX_INSTANCES=%d", asMax), fmt.Sprintf("AGENTBOX_HEARTBEAT=%d", asHeartbeat),
-		"AGENTBOX_STORAGE="+storage)
+		"AGENTBOX_STORAGE="+storage, "AGENTBOX_LACKS="+strings.Join(gvisorLacks(t, d, asToken), ","))
 }
 
 // TestAgentscopePersistencePythonSuite runs the persistence and session
@@ -168,11 +168,13 @@ func TestAgentscopeProtocol(t *testing.T) {
 // (as TestAgentscopePythonSuite) with its sandbox types on the built-in
 // base template of the test cache's store at isolation gvisor
 // (TEMPLATE_ISOLATION): base is the stored template of its name, the
-// filesystem type is mapped to it. Nothing is skipped: the suite uses no
-// feature Capabilities.gvisor lists (no pause, preview port, snapshot or
-// root); a pooled gVisor sandbox is destroyed after its one use
-// (no_recycle), which the suite does not see. Before the suite, a sandbox
-// of each type shows it runs on gVisor's kernel as the sandbox user.
+// filesystem type is mapped to it. One test skips, by the capability it
+// needs: an HTTP MCP server inside the sandbox (no_ports: the daemon
+// cannot dial into gVisor's network stack); a pooled gVisor sandbox is
+// destroyed after its one use (no_recycle), which the suite does not see.
+// Before the suite, a sandbox of each type shows it runs on gVisor's
+// kernel as the sandbox user, and an HTTP MCP server URL is refused
+// naming the level.
 func TestAgentscopePythonSuiteGVisor(t *testing.T) {
 	requirePythonRequests(t)
 	testutil.RequireRoot(t)
@@ -194,8 +196,20 @@ func TestAgentscopePythonSuiteGVisor(t *testing.T) {
 			t.Fatalf("create %s: %d %v", typ, status, body)
 		}
 		_, out, isErr := asTool(t, d, asToken, id, "run_shell_command", map[string]any{"command": "cat /proc/sys/kernel/osrelease; id -u; test -e /etc/debian_version && echo debian"})
-		if isErr || !strings.Contains(out, "gvisor") || !strings.Contains(out, "\n1000\ndebian\n") {
+		if isErr || !strings.Contains(out, "gvisor") || !strings.Contains(out, "1000\ndebian\n") {
 			t.Errorf("a %s sandbox: %q (error %v), want gVisor's kernel, uid 1000, the base template's Debian", typ, out, isErr)
+		}
+		if typ == "base" {
+			// An HTTP MCP server "inside" a gVisor sandbox is refused by
+			// name: the host pid of the sandbox is runsc's, in the host's
+			// network namespace, where a dial would reach the host's own
+			// loopback (here the daemon).
+			port := d.url[strings.LastIndex(d.url, ":")+1:]
+			cfg := map[string]any{"mcpServers": map[string]any{"host": map[string]any{"type": "sse", "url": "http://127.0.0.1:" + port + "/health"}}}
+			status, body := asCall(t, d, "add_mcp_servers", asToken, map[string]any{"identity": id, "server_configs": cfg})
+			if detail, _ := body["detail"].(string); status != 500 || !strings.Contains(detail, "isolation gvisor") {
+				t.Errorf("an HTTP MCP server of a gVisor sandbox: %d %v, want refused naming the level", status, body)
+			}
 		}
 		asCall(t, d, "release", asToken, map[string]any{"identity": id})
 	}

@@ -89,6 +89,9 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		// namespaces; an engine network would be egress without it.
 		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "network mode %q is not available for Docker sandboxes (they have no network)", spec.Network.Mode)
 	}
+	if spec.Isolation == sandbox.IsolationGVisor && spec.Root {
+		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "isolation %q: root sandboxes are not available on the Docker backend", sandbox.IsolationGVisor)
+	}
 	if spec.Root && !b.userns {
 		// Without userns-remap, root in the container is root on the host
 		// (capabilities dropped or not): native's guarantee that a root
@@ -400,6 +403,13 @@ func (b *Backend) containerConfig(bx *box, imageEnv []string) (*container.Config
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		// The agent's own log only (sandbox output goes through it).
 		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
+	}
+	if spec.Isolation == sandbox.IsolationGVisor {
+		// gVisor's kernel between the sandbox and the host's: the engine
+		// starts the container with runsc (the runtime must pass
+		// --host-uds=create so the agent's socket in its bind-mounted run
+		// directory is a host socket the backend reaches).
+		hcfg.Runtime = b.cfg.GVisorRuntime
 	}
 	return cfg, hcfg
 }

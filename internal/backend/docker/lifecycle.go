@@ -334,6 +334,9 @@ func (b *Backend) Pause(ctx context.Context, id sandbox.ID) error {
 	if err != nil {
 		return err
 	}
+	if bx.rec.Spec.Isolation == sandbox.IsolationGVisor {
+		return sandbox.Errorf(sandbox.ClassUnavailable, "sandbox %s runs at isolation gvisor, which has no pause on the Docker backend (see GET /v1/info capabilities.gvisor)", id)
+	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()
 	st, err := b.state(ctx, bx)

@@ -73,7 +73,7 @@ func TestAgentscopePythonSuite(t *testing.T) {
 		"POOL_SIZE=1", "DEFAULT_SANDBOX_TYPE=base", "STORAGE_FOLDER="+storage)
 	runPythonSuite(t, d, "test*.py", "AGENTBOX_OTHER_TOKEN="+asOtherToken, "AGENTBOX_PREFIX="+asPrefix,
 		fmt.Sprintf("AGENTBOX_MAX_INSTANCES=%d", asMax), fmt.Sprintf("AGENTBOX_HEARTBEAT=%d", asHeartbeat),
-		"AGENTBOX_STORAGE="+storage, "AGENTBOX_LACKS="+strings.Join(gvisorLacks(t, d, asToken), ","))
+		"AGENTBOX_STORAGE="+storage)
 }
 
 // TestAgentscopePersistencePythonSuite runs the persistence and session
@@ -215,5 +215,5 @@ func TestAgentscopePythonSuiteGVisor(t *testing.T) {
 	}
 	runPythonSuite(t, d, "test*.py", "AGENTBOX_OTHER_TOKEN="+asOtherToken, "AGENTBOX_PREFIX="+asPrefix,
 		fmt.Sprintf("AGENTBOX_MAX_INSTANCES=%d", asMax), fmt.Sprintf("AGENTBOX_HEARTBEAT=%d", asHeartbeat),
-		"AGENTBOX_STORAGE="+storage)
+		"AGENTBOX_STORAGE="+storage, "AGENTBOX_LACKS="+strings.Join(gvisorLacks(t, d, asToken), ","))
 }

@@ -29,7 +29,8 @@ func gvisorRuntime() string {
 // isolation gvisor is a container the engine starts with runsc; it runs
 // on gVisor's kernel (another kernel release, gVisor's /proc/version, its
 // own boot messages in dmesg), while a container sandbox of the same
-// backend sees the host's; what the level lacks is refused. It skips when
+// backend sees the host's; the agent's socket directory is out of the
+// sandbox user's reach; what the level lacks is refused. It skips when
 // the engine has no such runtime (an engine started without runsc
 // registered, see scripts/start-docker.sh).
 func TestGVisorDocker(t *testing.T) {
@@ -74,6 +75,15 @@ func TestGVisorDocker(t *testing.T) {
 	ct, err := api.ContainerInspect(ctx, cid, client.ContainerInspectOptions{})
 	if err != nil || ct.Container.HostConfig == nil || ct.Container.HostConfig.Runtime != rt {
 		t.Errorf("the engine's container of a gVisor sandbox: runtime %v %v, want %q", ct.Container.HostConfig, err, rt)
+	}
+	// The agent's socket directory is root's inside gVisor: the sandbox
+	// user can neither list it nor bind a socket of its own there.
+	r = backendtest.Exec(t, backendtest.Client(t, g, ""), "ls "+runInSandbox+" 2>&1; echo x > "+runInSandbox+"/f 2>&1; true")
+	if !strings.Contains(r.Stdout, "Permission denied") || strings.Contains(r.Stdout, socketName) {
+		t.Errorf("the sandbox user reaches the agent's socket directory: %q", r.Stdout)
+	}
+	if _, err := b.DialPort(ctx, g.ID, 80); sandbox.ClassOf(err) != sandbox.ClassUnavailable {
+		t.Errorf("DialPort of a gVisor Docker sandbox: %v, want class %s", err, sandbox.ClassUnavailable)
 	}
 	if err := b.Pause(ctx, g.ID); sandbox.ClassOf(err) != sandbox.ClassUnavailable {
 		t.Errorf("pause of a gVisor Docker sandbox: %v, want class %s", err, sandbox.ClassUnavailable)

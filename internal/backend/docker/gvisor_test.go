@@ -27,8 +27,9 @@ func gvisorRuntime() string {
 
 // TestGVisorDocker: with DOCKER_GVISOR_RUNTIME, a Docker sandbox at
 // isolation gvisor is a container the engine starts with runsc; it runs
-// on gVisor's kernel (another kernel release, gVisor's /proc/version, its
-// own boot messages in dmesg), while a container sandbox of the same
+// on gVisor's kernel (a kernel release naming gVisor, not the host's;
+// dmesg needs root, which the sandbox user is not), while a container
+// sandbox of the same
 // backend sees the host's; the agent's socket directory is out of the
 // sandbox user's reach; what the level lacks is refused. It skips when
 // the engine has no such runtime (an engine started without runsc

@@ -6,7 +6,20 @@ set -uo pipefail
 command -v dockerd >/dev/null 2>&1 || exit 0
 docker info >/dev/null 2>&1 && exit 0
 if [[ $(id -u) -ne 0 ]]; then exit 0; fi
-nohup dockerd --host=unix:///var/run/docker.sock >/tmp/agentbox-dockerd.log 2>&1 &
+# The pinned runsc (scripts/runsc.sh), when built, is registered as the
+# runtime "runsc" for the Docker backend's gVisor sandboxes
+# (DOCKER_GVISOR_RUNTIME=runsc, TestGVisorDocker): an extra runtime, the
+# default stays runc. --host-uds=create lets the agent's socket, made in
+# its bind-mounted run directory inside gVisor, be a host socket.
+args=(--host=unix:///var/run/docker.sock)
+runsc=$("$(dirname "$0")/runsc.sh" --path)
+if [[ -x $runsc ]]; then
+  cat >/tmp/agentbox-dockerd.json <<JSON
+{"runtimes": {"runsc": {"path": "$runsc", "runtimeArgs": ["--platform=systrap", "--host-uds=create"]}}}
+JSON
+  args+=(--config-file=/tmp/agentbox-dockerd.json)
+fi
+nohup dockerd "${args[@]}" >/tmp/agentbox-dockerd.log 2>&1 &
 for _ in $(seq 60); do
   docker info >/dev/null 2>&1 && exit 0
   sleep 0.5

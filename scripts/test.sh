@@ -5,6 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${TEST_TIMEOUT:=60m}"
+# gVisor's runsc, pinned in tools/runsc, built from the Go module proxy into
+# the cache (a few minutes the first time): the gVisor isolation level's
+# tests (internal/backend/native TestGVisor*, test/e2e TestGVisor*, and
+# internal/backend/docker TestGVisorDocker: start-docker.sh below registers
+# it with the engine it starts, so it is built first).
+: "${AGENTBOX_TEST_CACHE:=${XDG_CACHE_HOME:-$HOME/.cache}/agentbox-test}"
+export AGENTBOX_TEST_CACHE
+AGENTBOX_RUNSC=$(./scripts/runsc.sh)
+export AGENTBOX_RUNSC
 # A real Docker engine, for the Docker backend's tests and the test that
 # sandbox networking coexists with Docker's firewall rules.
 ./scripts/start-docker.sh
@@ -54,11 +63,6 @@ export AGENTBOX_K8S_TOOLS AGENTBOX_REQUIRE_K8S=1
 # (a few minutes the first time): the chart's test (test/packaging).
 AGENTBOX_HELM=$(./scripts/helm-tool.sh)
 export AGENTBOX_HELM AGENTBOX_REQUIRE_HELM=1
-# gVisor's runsc, pinned in tools/runsc, built from the Go module proxy into
-# the cache (a few minutes the first time): the gVisor isolation level's
-# tests (internal/backend/native TestGVisor*, test/e2e TestGVisor*).
-AGENTBOX_RUNSC=$(./scripts/runsc.sh)
-export AGENTBOX_RUNSC
 # SeaweedFS, pinned in tools/seaweedfs, built from the Go module proxy into the
 # cache (about 9 minutes the first time): the S3 server the s3 volume tests
 # (test/e2e TestS3Volume*) start on loopback. Once built, they must not skip.

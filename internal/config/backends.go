@@ -45,6 +45,22 @@ func (o *Overcommit) UnmarshalText(b []byte) error {
 // DockerEnabled).
 type DockerSettings struct {
 	DockerHost DockerHost `env:"DOCKER_HOST" envDefault:"" help:"the Docker engine of the Docker backend (unix:///path or tcp://host:port; empty: the default socket); it must run on this host"`
+	// DockerGVisorRuntime names the engine runtime whose binary is runsc.
+	DockerGVisorRuntime DockerRuntime `env:"DOCKER_GVISOR_RUNTIME" envDefault:"" help:"the engine runtime (registered with dockerd, e.g. runsc) that Docker sandboxes at isolation gvisor run on; the engine must pass runsc --host-uds=create (docs/gvisor.md); empty: the Docker backend refuses isolation gvisor"`
+}
+
+// DockerRuntime is a runtime name registered with the Docker engine
+// (dockerd --add-runtime or daemon.json "runtimes").
+type DockerRuntime string
+
+// UnmarshalText checks the name: letters, digits, '.', '_' and '-'.
+func (r *DockerRuntime) UnmarshalText(b []byte) error {
+	v := string(b)
+	if len(v) > 64 || strings.Trim(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" {
+		return fmt.Errorf("want a runtime name such as runsc, not %q", v)
+	}
+	*r = DockerRuntime(v)
+	return nil
 }
 
 // DockerHost is the engine's address: unix:///path or tcp://host:port

@@ -46,7 +46,7 @@ func withDocker(ctx context.Context, cfg *config.Config, dataDir, agent string, 
 		return st.Export(ctx, image, "docker", w)
 	}
 	db, err := docker.New(ctx, docker.Config{Root: filepath.Join(dataDir, "docker"), AgentPath: agent, Host: string(cfg.DockerHost),
-		Defaults: cfg.Resources, Pull: cfg.TemplateAutoPull, Load: load, Logger: log})
+		Defaults: cfg.Resources, Pull: cfg.TemplateAutoPull, Load: load, GVisorRuntime: string(cfg.DockerGVisorRuntime), Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("Docker backend (DOCKER_BACKEND, CONTAINER_DEPLOYMENT=docker): %w", err)
 	}

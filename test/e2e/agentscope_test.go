@@ -163,3 +163,57 @@ func TestAgentscopeProtocol(t *testing.T) {
 		t.Fatalf("get_info unknown: %d %v", status, body)
 	}
 }
+
+// TestAgentscopePythonSuiteGVisor runs the whole agentscope Python suite
+// (as TestAgentscopePythonSuite) with its sandbox types on the built-in
+// base template of the test cache's store at isolation gvisor
+// (TEMPLATE_ISOLATION): base is the stored template of its name, the
+// filesystem type is mapped to it. One test skips, by the capability it
+// needs: an HTTP MCP server inside the sandbox (no_ports: the daemon
+// cannot dial into gVisor's network stack); a pooled gVisor sandbox is
+// destroyed after its one use (no_recycle), which the suite does not see.
+// Before the suite, a sandbox of each type shows it runs on gVisor's
+// kernel as the sandbox user, and an HTTP MCP server URL is refused
+// naming the level.
+func TestAgentscopePythonSuiteGVisor(t *testing.T) {
+	requirePythonRequests(t)
+	testutil.RequireRoot(t)
+	runsc := testutil.Runsc(t)
+	ctx := waitCtx(t, 20*time.Minute)
+	tmplDir := filepath.Join(testCache(t), "templates")
+	lockCache(t, ctx, tmplDir+".lock")
+	storage := filepath.Join(testutil.ShortTempDir(t), "storage")
+	d := startDaemon(t, "BEARER_TOKEN="+asToken, "API_KEYS="+asOtherToken+":bob", "CONTAINER_PREFIX_KEY="+asPrefix,
+		fmt.Sprintf("HEARTBEAT_TIMEOUT=%d", asHeartbeat), fmt.Sprintf("MAX_SANDBOX_INSTANCES=%d", asMax),
+		"POOL_SIZE=1", "DEFAULT_SANDBOX_TYPE=base", "STORAGE_FOLDER="+storage,
+		"TEMPLATE_DIR="+tmplDir, `SANDBOX_TEMPLATES={"base":"host","filesystem":"base"}`,
+		"RUNSC_PATH="+runsc, `TEMPLATE_ISOLATION={"base":"gvisor","filesystem":"gvisor"}`)
+	ensureBuiltinTemplates(t, ctx, d, asToken)
+	for _, typ := range []string{"base", "filesystem"} {
+		status, body := asCall(t, d, "create", asToken, map[string]any{"sandbox_type": typ})
+		id, _ := body["data"].(string)
+		if status != 200 || id == "" {
+			t.Fatalf("create %s: %d %v", typ, status, body)
+		}
+		_, out, isErr := asTool(t, d, asToken, id, "run_shell_command", map[string]any{"command": "cat /proc/sys/kernel/osrelease; id -u; test -e /etc/debian_version && echo debian"})
+		if isErr || !strings.Contains(out, "gvisor") || !strings.Contains(out, "1000\ndebian\n") {
+			t.Errorf("a %s sandbox: %q (error %v), want gVisor's kernel, uid 1000, the base template's Debian", typ, out, isErr)
+		}
+		if typ == "base" {
+			// An HTTP MCP server "inside" a gVisor sandbox is refused by
+			// name: the host pid of the sandbox is runsc's, in the host's
+			// network namespace, where a dial would reach the host's own
+			// loopback (here the daemon).
+			port := d.url[strings.LastIndex(d.url, ":")+1:]
+			cfg := map[string]any{"mcpServers": map[string]any{"host": map[string]any{"type": "sse", "url": "http://127.0.0.1:" + port + "/health"}}}
+			status, body := asCall(t, d, "add_mcp_servers", asToken, map[string]any{"identity": id, "server_configs": cfg})
+			if detail, _ := body["detail"].(string); status != 500 || !strings.Contains(detail, "isolation gvisor") {
+				t.Errorf("an HTTP MCP server of a gVisor sandbox: %d %v, want refused naming the level", status, body)
+			}
+		}
+		asCall(t, d, "release", asToken, map[string]any{"identity": id})
+	}
+	runPythonSuite(t, d, "test*.py", "AGENTBOX_OTHER_TOKEN="+asOtherToken, "AGENTBOX_PREFIX="+asPrefix,
+		fmt.Sprintf("AGENTBOX_MAX_INSTANCES=%d", asMax), fmt.Sprintf("AGENTBOX_HEARTBEAT=%d", asHeartbeat),
+		"AGENTBOX_STORAGE="+storage, "AGENTBOX_LACKS="+strings.Join(gvisorLacks(t, d, asToken), ","))
+}

@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/testutil"
@@ -56,6 +58,8 @@ func TestGVisorSandbox(t *testing.T) {
 	if x := mustRun(t, d, "ka", id, map[string]any{"code": "x.append(3)\nprint(x)\nlen(x)"}); x.stdout != "[1, 2, 3]\n" || x.text() != "3" {
 		t.Errorf("code context in a gVisor sandbox: %+v", x)
 	}
+	// A terminal: real bytes in and out of a PTY of gVisor's kernel.
+	gvisorPTY(t, d.sdk(t, "ka"), id)
 	if status, data := d.call(t, "POST", "/v1/sandboxes/"+id+"/pause", "ka", "", "Content-Type", "application/json"); status != http.StatusServiceUnavailable {
 		t.Errorf("pause of a gVisor sandbox: %d %s, want 503", status, data)
 	}
@@ -136,5 +140,43 @@ func TestGVisorEgressPolicy(t *testing.T) {
 	}
 	if got := fetchInSandbox(t, d, key, strict, "http://other.test/"); !strings.HasPrefix(got, "ERR") {
 		t.Fatalf("name outside the allow list: %s", got)
+	}
+}
+
+// gvisorPTY opens a PTY in gVisor sandbox id, resizes it, types a line
+// into the shell and reads the answer back: the terminal's size, gVisor's
+// kernel release, that stdin is a terminal, and the exit code.
+func gvisorPTY(t *testing.T, sdk *client.Client, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pty, err := sdk.PTY(ctx, id, client.PTYOptions{Cols: 100, Rows: 30})
+	if err != nil {
+		t.Fatalf("PTY in a gVisor sandbox: %v", err)
+	}
+	defer pty.Close()
+	if err := pty.Resize(132, 43); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pty.Write([]byte("stty size; test -t 0 && echo tty-$((1+1)); cat /proc/sys/kernel/osrelease; echo marker-$((40+2)); exit 7\n")); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	buf := make([]byte, 4096)
+	for !strings.Contains(out.String(), "marker-42") {
+		n, err := pty.Read(buf)
+		out.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	code, err := pty.Wait()
+	if err != nil || code != 7 {
+		t.Fatalf("PTY exit = %d %v; output %q", code, err, out.String())
+	}
+	for _, want := range []string{"43 132", "tty-2", "gvisor", "marker-42"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("PTY output lacks %q: %q", want, out.String())
+		}
 	}
 }

@@ -89,6 +89,9 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 		// namespaces; an engine network would be egress without it.
 		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "network mode %q is not available for Docker sandboxes (they have no network)", spec.Network.Mode)
 	}
+	if spec.Isolation == sandbox.IsolationGVisor && spec.Root {
+		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "isolation %q: root sandboxes are not available on the Docker backend", sandbox.IsolationGVisor)
+	}
 	if spec.Root && !b.userns {
 		// Without userns-remap, root in the container is root on the host
 		// (capabilities dropped or not): native's guarantee that a root
@@ -282,6 +285,12 @@ func (b *Backend) makeDirs(bx *box) error {
 		if err := os.Mkdir(p, d.mode); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("create %s: %w", d.name, err)
 		}
+		owner := owner
+		if d.name == "run" && bx.rec.Spec.Isolation == sandbox.IsolationGVisor {
+			// The agent, root of gVisor's kernel, binds its socket here;
+			// the sandbox user cannot enter (see agentPeerPid).
+			owner = 0
+		}
 		if err := os.Chown(p, owner, owner); err != nil {
 			return fmt.Errorf("chown %s: %w", d.name, err)
 		}
@@ -305,6 +314,14 @@ func (b *Backend) containerConfig(bx *box, imageEnv []string) (*container.Config
 	if spec.Root {
 		user, home, caps, seccomp, uname = "0:0", "/root", rootCapabilities, b.seccompR, "root"
 	}
+	gvisor := spec.Isolation == sandbox.IsolationGVisor
+	if gvisor {
+		// The agent runs as root of gVisor's kernel (its socket directory
+		// is root's, see agentPeerPid) and serves everything as the
+		// sandbox user (--user below), never as root on request: root of
+		// gVisor's kernel writes host files as the host's root.
+		user, caps, seccomp = "0:0", rootCapabilities, b.seccompR
+	}
 	env := map[string]string{
 		"HOME": home, "USER": uname, "LOGNAME": uname, "SHELL": "/bin/sh",
 		"LANG": "C.UTF-8", "TERM": "xterm-256color", "HOSTNAME": string(spec.ID),
@@ -319,6 +336,9 @@ func (b *Backend) containerConfig(bx *box, imageEnv []string) (*container.Config
 	}
 	if bx.rec.AccessToken != "" {
 		env["AGENTBOX_ACCESS_TOKEN"] = bx.rec.AccessToken
+	}
+	if gvisor {
+		env["AGENTBOX_ONLY_USER_REASON"] = "the sandbox runs at isolation gvisor, which serves its default user only (no root on request)"
 	}
 	if spec.Service != nil {
 		// Read and scrubbed by the agent before anything else runs.
@@ -343,6 +363,9 @@ func (b *Backend) containerConfig(bx *box, imageEnv []string) (*container.Config
 		{Type: mount.TypeBind, Source: filepath.Join(bx.dir, "home"), Target: home},
 	}
 	entrypoint := []string{agentInSandbox, "--listen", "unix://" + runInSandbox + "/" + socketName, "--workdir", workspaceInSandbox}
+	if gvisor {
+		entrypoint = append(entrypoint, "--user", strconv.Itoa(sandboxUID)+":"+strconv.Itoa(sandboxUID))
+	}
 	if b.shimPath != "" {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: b.shimPath, Target: shimInSandbox, ReadOnly: true})
 		entrypoint = append(entrypoint, "--shim", shimInSandbox)
@@ -400,6 +423,13 @@ func (b *Backend) containerConfig(bx *box, imageEnv []string) (*container.Config
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		// The agent's own log only (sandbox output goes through it).
 		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
+	}
+	if spec.Isolation == sandbox.IsolationGVisor {
+		// gVisor's kernel between the sandbox and the host's: the engine
+		// starts the container with runsc (the runtime must pass
+		// --host-uds=create so the agent's socket in its bind-mounted run
+		// directory is a host socket the backend reaches).
+		hcfg.Runtime = b.cfg.GVisorRuntime
 	}
 	return cfg, hcfg
 }

@@ -95,7 +95,11 @@ type Config struct {
 	// ReadyTimeout bounds how long Create and Start wait for the agent.
 	// Default 30s.
 	ReadyTimeout time.Duration
-	Logger       *slog.Logger
+	// GVisorRuntime is the engine runtime (registered with dockerd) whose
+	// binary is gVisor's runsc: sandboxes at isolation gvisor run on it.
+	// Empty: isolation gvisor is refused.
+	GVisorRuntime string
+	Logger        *slog.Logger
 }
 
 // Backend is the Docker backend. Create it with New.
@@ -222,6 +226,12 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if b.shimPath, err = backend.ShimBinary(cfg.AgentPath); err != nil {
 		b.log.Warn("commands in sandboxes start below the agent's own binary (a slower first command, more memory per sandbox)", "reason", err)
 	}
+	if rt := cfg.GVisorRuntime; rt != "" {
+		if _, ok := info.Info.Runtimes[rt]; !ok {
+			api.Close()
+			return nil, fmt.Errorf("docker: the engine has no runtime %q (DOCKER_GVISOR_RUNTIME; register runsc with dockerd, see docs/gvisor.md)", rt)
+		}
+	}
 	for _, opt := range info.Info.SecurityOptions {
 		if strings.Contains(opt, "name=userns") {
 			b.userns = true
@@ -277,12 +287,25 @@ func (b *Backend) Name() string { return "docker" }
 
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{
+	c := backend.Capabilities{
 		Pause:          true,
 		ResourceLimits: true,
 		RootInUserNS:   b.userns,
 		Templates:      []string{sandbox.TemplateDocker},
 	}
+	if b.cfg.GVisorRuntime != "" {
+		c.Isolation = []sandbox.Isolation{sandbox.IsolationContainer, sandbox.IsolationGVisor}
+		c.GVisor = gvisorLimits()
+	}
+	return c
+}
+
+// gvisorLimits is what a Docker sandbox on runsc lacks: pause (the
+// engine's pause would go to runsc's, which is untested here), root
+// (root of gVisor's kernel would write host files as the host's root) and
+// previews (its ports are in gVisor's network stack).
+func gvisorLimits() *backend.GVisorLimits {
+	return &backend.GVisorLimits{NoPause: true, NoRoot: true, NoRootOnRequest: true, NoPorts: true, Templates: []string{sandbox.TemplateDocker}}
 }
 
 // UsernsRemap reports whether the engine runs containers in a user

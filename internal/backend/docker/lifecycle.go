@@ -52,7 +52,7 @@ func (b *Backend) attach(ctx context.Context, bx *box) {
 func (b *Backend) waitReady(ctx context.Context, bx *box, pid int) error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
 	defer cancel()
-	c := agentclient.New(agentclient.Endpoint{Network: "unix", Address: b.socketPath(bx), Pid: pid}, bx.rec.AccessToken)
+	c := agentclient.New(agentclient.Endpoint{Network: "unix", Address: b.socketPath(bx), Pid: agentPeerPid(bx, pid)}, bx.rec.AccessToken)
 	defer c.Close()
 	delay := 5 * time.Millisecond
 	for attempt := 0; ; attempt++ {
@@ -308,9 +308,9 @@ func (b *Backend) info(ctx context.Context, bx *box) sandbox.Info {
 	case err != nil:
 		in.State, in.Reason = sandbox.StateError, err.Error()
 	case st.Paused:
-		in.State, in.Pid, in.Agent.Pid = sandbox.StatePaused, st.Pid, st.Pid
+		in.State, in.Pid, in.Agent.Pid = sandbox.StatePaused, st.Pid, agentPeerPid(bx, st.Pid)
 	case st.Running && !bx.rec.Stopped:
-		in.State, in.Pid, in.Agent.Pid = sandbox.StateRunning, st.Pid, st.Pid
+		in.State, in.Pid, in.Agent.Pid = sandbox.StateRunning, st.Pid, agentPeerPid(bx, st.Pid)
 	default:
 		in.State, in.Reason = sandbox.StateStopped, bx.rec.Reason
 	}
@@ -328,11 +328,27 @@ func (b *Backend) Inspect(ctx context.Context, id sandbox.ID) (sandbox.Info, err
 	return b.info(ctx, bx), nil
 }
 
+// agentPeerPid is the host pid that must listen on the agent's socket
+// (pid: the container's): 0, no check, at isolation gvisor, where every
+// socket made inside is gVisor's kernel's and its host listener is runsc's
+// sandbox process, whoever bound it inside. There the socket's directory
+// is root's inside gVisor (0700) instead: only the agent, root of gVisor's
+// kernel, can bind in it; sandbox code, uid 1000, cannot.
+func agentPeerPid(bx *box, pid int) int {
+	if bx.rec.Spec.Isolation == sandbox.IsolationGVisor {
+		return 0
+	}
+	return pid
+}
+
 // Pause implements backend.Pauser with the engine's freezer.
 func (b *Backend) Pause(ctx context.Context, id sandbox.ID) error {
 	bx, err := b.lookup(id)
 	if err != nil {
 		return err
+	}
+	if bx.rec.Spec.Isolation == sandbox.IsolationGVisor {
+		return sandbox.Errorf(sandbox.ClassUnavailable, "sandbox %s runs at isolation gvisor, which has no pause on the Docker backend (see GET /v1/info capabilities.gvisor)", id)
 	}
 	bx.mu.Lock()
 	defer bx.mu.Unlock()

@@ -111,6 +111,11 @@ func (b *Backend) DialPort(ctx context.Context, id sandbox.ID, port int) (net.Co
 	if port < 1 || port > 65535 {
 		return nil, sandbox.Errorf(sandbox.ClassInvalid, "port %d out of range", port)
 	}
+	if bx, err := b.lookup(id); err == nil && bx.rec.Spec.Isolation == sandbox.IsolationGVisor {
+		// Its ports are in gVisor's network stack, not the container's
+		// namespace.
+		return nil, sandbox.Errorf(sandbox.ClassUnavailable, "sandbox %s runs at isolation gvisor, which has no previews of its ports (see GET /v1/info capabilities.gvisor)", id)
+	}
 	pid, _, err := b.running(id)
 	if err != nil {
 		return nil, err

@@ -490,7 +490,7 @@ func (b *Backend) mountDisk(bx *box, tmpl sandbox.Template, ids idMap, fresh boo
 	}
 	upper, work := filepath.Join(p.disk, "upper"), filepath.Join(p.disk, "work")
 	if tmpl.Kind == sandbox.TemplateImage {
-		if ids.nsPath == "" {
+		if ids.nsPath == "" && !isGVisor(bx.rec.Spec) {
 			return errors.New("image template without a user namespace")
 		}
 		return mountLayers(p.overlay, tmpl.Layers, upper, work, ids.nsPath)

@@ -30,7 +30,8 @@ import (
 // the systrap platform: no hardware virtualisation needed), which runs
 // in the sandbox's namespaces and cgroups under a seccomp filter of its
 // own. What the container level does with host kernel features inside
-// the sandbox (a user namespace per sandbox, idmapped image layers, the
+// the sandbox (a user namespace per sandbox, idmapped image layers (a
+// gVisor sandbox mounts them with their stored ids, see image.go), the
 // cgroup freezer on the agent's processes, /proc/PID/ns/net for
 // previews) does not reach through gVisor's kernel: Capabilities.GVisor
 // lists what such a sandbox lacks, and the backend refuses it.
@@ -49,7 +50,7 @@ func isGVisor(spec sandbox.Spec) bool { return spec.Isolation == sandbox.Isolati
 // gvisorLimits is what gVisor sandboxes lack of the container level.
 func gvisorLimits() *backend.GVisorLimits {
 	return &backend.GVisorLimits{NoPause: true, NoSnapshot: true, NoRecycle: true, NoPorts: true, LimitsStopSandbox: true, NoRootOnRequest: true, NoRoot: true,
-		Templates: []string{sandbox.TemplateHost, sandbox.TemplateDir}}
+		Templates: []string{sandbox.TemplateHost, sandbox.TemplateDir, sandbox.TemplateImage}}
 }
 
 // checkGVisor refuses a gVisor spec the backend cannot run.
@@ -90,7 +91,13 @@ func (b *Backend) runsc(ctx context.Context, network string, args ...string) *ex
 		"--host-uds", "create",
 		// Sandbox files are the sandbox's disk and binds of the host's
 		// read-only directories; the Sentry reads them directly.
-		"--directfs"}
+		"--directfs",
+		// A writable root (dir and image templates) is written through to
+		// its overlay's upper layer on the sandbox's disk, as for a
+		// container: not to runsc's default overlay in the Sentry's
+		// memory or a file store of its own, which the disk quota, a
+		// stop/start and the sandbox's disk would not see alike.
+		"--overlay2", "none"}
 	if b.cfg.RunscDebugDir != "" {
 		global = append(global, "--debug", "--debug-log", b.cfg.RunscDebugDir+"/")
 	}

@@ -3,6 +3,7 @@ package native
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -49,6 +50,13 @@ func TestGVisorConformance(t *testing.T) {
 		backendtest.Run(t, backendtest.Harness{
 			New: newB, StateDir: func(t *testing.T) string { return testutil.ShortTempDir(t) },
 			Template: dirTemplate(rootfs), Abandon: abandon,
+		})
+	})
+	t.Run("ImageTemplate", func(t *testing.T) {
+		layers := imageLayers(t)
+		backendtest.Run(t, backendtest.Harness{
+			New: newB, StateDir: func(t *testing.T) string { return testutil.ShortTempDir(t) },
+			Template: imageTemplate(layers, sandbox.ImageConfig{}), Abandon: abandon,
 		})
 	})
 }
@@ -167,5 +175,72 @@ func TestGVisorOrphanRemoved(t *testing.T) {
 	}
 	if err := unix.Kill(info.Pid, 0); err == nil {
 		t.Errorf("the orphan's runsc process %d still runs", info.Pid)
+	}
+}
+
+// TestGVisorImageTemplate: an image template runs at isolation gvisor with
+// its layers mounted as stored (no idmap: gVisor's kernel has no user
+// namespace to map into) and the writable upper on the sandbox's disk.
+// Inside, the layers merge as for a container and carry the image's ids;
+// the sandbox user is uid 1000 and cannot write or take the image's
+// root-owned files; on the host what it writes lands in its disk's upper
+// layer owned by uid 1000, never by root, and never in a layer.
+func TestGVisorImageTemplate(t *testing.T) {
+	b := newGVisorBackend(t, testutil.ShortTempDir(t))
+	layers := imageLayers(t)
+	// As in the built-in templates, the image's user owns its home: the
+	// sandbox user writes there through a copy-up of the layer's directory.
+	if err := os.Lchown(filepath.Join(layers[0], "home", "user"), sandboxUID, sandboxGID); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := imageTemplate(layers, sandbox.ImageConfig{Env: []string{"IMG=image", "PATH=/usr/local/bin:/usr/bin:/bin"}, WorkingDir: "/srv/app"})
+	a := backendtest.Create(t, b, sandbox.Spec{Template: tmpl, WritableRoot: true, Isolation: sandbox.IsolationGVisor})
+	ca := backendtest.Client(t, a, "")
+	r := backendtest.Exec(t, ca, `cat /etc/layer2 /etc/image-only; test -e /etc/deleted-me && echo deleted-me-visible; ls /opt/data; echo "$IMG"; pwd; id -u; cat /proc/sys/kernel/osrelease`)
+	want := "from layer 2\nfrom the lower layer\nnew\nimage\n/srv/app\n1000\n"
+	if !strings.HasPrefix(r.Stdout, want) || !strings.Contains(r.Stdout[len(want):], "gvisor") || r.Exit.ExitCode != 0 {
+		t.Fatalf("gVisor image sandbox = %+v, want stdout %q and gVisor's kernel release", r, want)
+	}
+	r = backendtest.Exec(t, ca, `ls -nd /etc/layer2 /usr/share/owned-by /home/app | while read mode links uid gid rest; do echo "$uid:$gid"; done`)
+	if r.Stdout != "0:0\n1001:1001\n1001:1001\n" {
+		t.Fatalf("owners inside = %q (%s), want the image's ids as stored", r.Stdout, r.Stderr)
+	}
+	// The sandbox user is no one special to the image's root files.
+	r = backendtest.Exec(t, ca, `echo x > /etc/layer2 2>/dev/null && echo wrote-layer2; echo x > /etc/new 2>/dev/null && echo wrote-etc; rm /etc/image-only 2>/dev/null && echo removed; `+
+		`echo mine > "$HOME/f" && echo w > /workspace/w && mkdir -p "$HOME/d" && echo ok; chown 0:0 "$HOME/f" 2>/dev/null && echo chowned; true`)
+	if r.Stdout != "ok\n" {
+		t.Fatalf("writes as the sandbox user: %q (%s), want only its own home and /workspace written", r.Stdout, r.Stderr)
+	}
+	// On the host: the file is in the disk's upper layer, owned by uid 1000.
+	b.mu.Lock()
+	bx := b.boxes[a.ID]
+	b.mu.Unlock()
+	var st unix.Stat_t
+	if err := unix.Lstat(bx.diskPath("upper", "home", "user", "f"), &st); err != nil || st.Uid != sandboxUID || st.Gid != sandboxGID {
+		t.Errorf("the sandbox's file on its disk: uid %d gid %d %v, want %d:%d", st.Uid, st.Gid, err, sandboxUID, sandboxGID)
+	}
+	if err := unix.Lstat(bx.diskPath("upper", "etc", "new"), &st); err == nil {
+		t.Errorf("a write the sandbox user was refused reached the upper layer")
+	}
+	for _, l := range layers {
+		if fileExists(filepath.Join(l, "home", "user", "f")) || fileExists(filepath.Join(l, "workspace", "w")) {
+			t.Errorf("a sandbox write reached layer %s", l)
+		}
+	}
+	if err := unix.Stat(filepath.Join(layers[0], "etc", "image-only"), &st); err != nil || st.Uid != 0 {
+		t.Errorf("layer file owner changed: uid %d %v", st.Uid, err)
+	}
+	// Another sandbox of the template sees none of it.
+	other := backendtest.Create(t, b, sandbox.Spec{Template: tmpl, WritableRoot: true, Isolation: sandbox.IsolationGVisor})
+	r = backendtest.Exec(t, backendtest.Client(t, other, ""), `test -e "$HOME/f" && echo leaked; cat /etc/image-only; id -u`)
+	if r.Stdout != "from the lower layer\n1000\n" {
+		t.Errorf("second gVisor image sandbox = %q (%s)", r.Stdout, r.Stderr)
+	}
+	// No host path of a layer shows inside.
+	r = backendtest.Exec(t, ca, `cat /proc/self/mountinfo`)
+	for _, l := range layers {
+		if strings.Contains(r.Stdout, l) {
+			t.Errorf("mountinfo names layer %s:\n%s", l, r.Stdout)
+		}
 	}
 }

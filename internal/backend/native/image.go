@@ -28,21 +28,30 @@ import (
 // 1000, and the layer directories are never chowned, so every sandbox
 // shares them unchanged. Overlayfs accepts idmapped lower layers since
 // Linux 5.19; idmappedOverlaySupported probes it once per backend.
+//
+// A gVisor sandbox has no user namespace: gVisor's kernel keeps its own
+// ids, and on the host its files belong to the ids it names (its files
+// are written by the Sentry and its gofer). Its layers are mounted
+// without the idmap, so the ids stored in them are the ones gVisor's
+// kernel sees (image root is 0, the image's uid 1000 is the sandbox
+// user), with the same writable upper on the sandbox's disk.
 
 // maxOverlayOptions is the kernel's limit for mount(2)'s option string
 // (one page).
 const maxOverlayOptions = 4095
 
 // idmappedTree returns a detached, read-only clone of the mount at dir
-// whose ids are mapped through the user namespace nsfd.
+// whose ids are mapped through the user namespace nsfd; with nsfd -1
+// (gVisor) its ids are left as stored.
 func idmappedTree(dir string, nsfd int) (int, error) {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
 	if err != nil {
 		return -1, fmt.Errorf("open_tree %s: %w", dir, err)
 	}
-	attr := &unix.MountAttr{
-		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
-		Userns_fd: uint64(nsfd),
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if nsfd >= 0 {
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(nsfd)
 	}
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
 		unix.Close(fd)
@@ -52,18 +61,23 @@ func idmappedTree(dir string, nsfd int) (int, error) {
 }
 
 // mountLayers mounts at target an overlay of layers (lowest first) as
-// idmapped through the user namespace at usernsPath, with upper and work
-// as its writable layer. As mountOverlayHidden, every layer is named by
-// /proc/self/fd/N so no host path shows in the sandbox's mountinfo.
+// idmapped through the user namespace at usernsPath (none: "", for
+// gVisor), with upper and work as its writable layer. As
+// mountOverlayHidden, every layer is named by /proc/self/fd/N so no host
+// path shows in the sandbox's mountinfo.
 func mountLayers(target string, layers []string, upper, work, usernsPath string) error {
-	ns, err := os.Open(usernsPath)
-	if err != nil {
-		return fmt.Errorf("open sandbox user namespace: %w", err)
+	nsfd := -1
+	if usernsPath != "" {
+		ns, err := os.Open(usernsPath)
+		if err != nil {
+			return fmt.Errorf("open sandbox user namespace: %w", err)
+		}
+		defer ns.Close()
+		nsfd = int(ns.Fd())
 	}
-	defer ns.Close()
 	lower := make([]string, 0, len(layers))
 	for i := len(layers) - 1; i >= 0; i-- {
-		fd, err := idmappedTree(layers[i], int(ns.Fd()))
+		fd, err := idmappedTree(layers[i], nsfd)
 		if err != nil {
 			return err
 		}
@@ -395,8 +409,11 @@ func prepareImageRoot(rootfs string, u imageUser, ids idMap) error {
 // it must be writable by who runs there. Only the default owner is
 // changed, so a workspace already handed over (a restarted sandbox) or
 // chosen otherwise is left alone.
+//
+// A gVisor sandbox (no user namespace: ids.host is the identity) gets the
+// same, with the ids gVisor's kernel names.
 func giveWorkspace(dir string, u imageUser, ids idMap) error {
-	if !ids.userns || u.uid == 0 || u.uid == sandboxUID {
+	if u.uid == 0 || u.uid == sandboxUID {
 		return nil
 	}
 	var st unix.Stat_t

@@ -289,6 +289,13 @@ func (s *Server) sandboxHTTPClient(ctx context.Context, id sandbox.ID, headers m
 	if info.Pid <= 0 {
 		return nil, fmt.Errorf("the sandbox's network namespace is not reachable from the daemon with this backend")
 	}
+	if info.Spec.Isolation == sandbox.IsolationGVisor {
+		// Its network stack is gVisor's, inside the Sentry: no host
+		// namespace holds its view, and the host pid is runsc's, whose
+		// namespace is the host's own (dialing there would reach the
+		// host's loopback). Refused, as previews are (no_ports).
+		return nil, sandbox.Errorf(sandbox.ClassUnavailable, "sandbox %s runs at isolation gvisor, whose network stack the daemon cannot dial into (HTTP MCP servers inside it are unavailable; stdio ones work)", id)
+	}
 	netns := fmt.Sprintf("/proc/%d/ns/net", info.Pid)
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -13,6 +13,9 @@ own API. Settings come from the environment:
   AGENTBOX_HEARTBEAT      HEARTBEAT_TIMEOUT of the server (seconds), optional
   AGENTBOX_STORAGE        STORAGE_FOLDER of the server, optional
   AGENTBOX_MOUNT_DIR      DEFAULT_MOUNT_DIR of the server, optional
+  AGENTBOX_LACKS          features the sandboxes' isolation level lacks, as
+                          /v1/info capabilities names them (no_ports, ...),
+                          comma-separated, optional: tests needing one skip
 
 Every request has a timeout; every loop is bounded.
 """
@@ -31,6 +34,7 @@ MAX_INSTANCES = int(os.environ.get("AGENTBOX_MAX_INSTANCES", "0") or 0)
 HEARTBEAT = float(os.environ.get("AGENTBOX_HEARTBEAT", "0") or 0)
 STORAGE = os.environ.get("AGENTBOX_STORAGE", "")
 MOUNT_DIR = os.environ.get("AGENTBOX_MOUNT_DIR", "")
+LACKS = set(filter(None, os.environ.get("AGENTBOX_LACKS", "").split(",")))
 TIMEOUT = 120  # seconds, per request
 
 METHODS = [

@@ -3,7 +3,7 @@ import os
 import time
 import unittest
 
-from asclient import URL, SandboxTest, data, proxy, raw, text_of
+from asclient import LACKS, URL, SandboxTest, data, proxy, raw, text_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SERVER = os.path.join(HERE, "mcp_echo_server.py")
@@ -57,6 +57,7 @@ class MCPTest(SandboxTest):
         r = raw("call_tool", {"identity": self.sid, "tool_name": "not_a_tool", "arguments": {}})
         self.assertEqual(r.status_code, 500)
 
+    @unittest.skipIf("no_ports" in LACKS, "the sandboxes' isolation level lacks it (capabilities: no_ports)")
     def test_http_server_reached_inside_the_sandbox(self):
         with open(HTTP_SERVER, "rb") as f:
             proxy("PUT", self.sid, "workspace/file", params={"path": "mcp_http.py"}, data=f.read())

@@ -1,9 +1,10 @@
 const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const { Sandbox } = require('@e2b/code-interpreter')
+const { checkKernel } = require('./helpers.cjs')
 
 let sbx
-before(async () => { sbx = await Sandbox.create() }) // code-interpreter-v1
+before(async () => { sbx = await Sandbox.create(); await checkKernel(sbx) }) // code-interpreter-v1
 after(async () => { await sbx?.kill() })
 
 test('runCode keeps state between cells', async () => {

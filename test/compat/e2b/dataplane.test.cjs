@@ -2,10 +2,10 @@ const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const http = require('node:http')
 const { Sandbox } = require('e2b')
-const { waitFor, BASE } = require('./helpers.cjs')
+const { waitFor, BASE, lacks, checkKernel } = require('./helpers.cjs')
 
 let sbx
-before(async () => { sbx = await Sandbox.create(BASE) })
+before(async () => { sbx = await Sandbox.create(BASE); await checkKernel(sbx) })
 after(async () => { await sbx?.kill() })
 
 // get sends GET path to the daemon with headers (Host included: the
@@ -36,7 +36,7 @@ test('the data plane wants the access token', async () => {
   assert.equal((await get('/health', { Host: host, 'X-Access-Token': sbx.envdAccessToken })).status, 204)
 })
 
-test('any other port is the preview proxy', async () => {
+test('any other port is the preview proxy', { skip: lacks('no_ports') }, async () => {
   await sbx.commands.run('mkdir -p /tmp/www && echo served > /tmp/www/index.html')
   const srv = await sbx.commands.run('python3 -m http.server 8000 --bind 127.0.0.1', { background: true, cwd: '/tmp/www' })
   try {

@@ -2,10 +2,10 @@ const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const crypto = require('node:crypto')
 const { Sandbox, FilesystemEventType, NotFoundError } = require('e2b')
-const { waitFor, BASE } = require('./helpers.cjs')
+const { waitFor, BASE, checkKernel } = require('./helpers.cjs')
 
 let sbx
-before(async () => { sbx = await Sandbox.create(BASE) })
+before(async () => { sbx = await Sandbox.create(BASE); await checkKernel(sbx) })
 after(async () => { await sbx?.kill() })
 
 test('write, read, list, exists, makeDir, rename, remove', async () => {

@@ -1,12 +1,13 @@
 const { test } = require('node:test')
 const assert = require('node:assert/strict')
 const { Sandbox, SandboxNotFoundError, NotFoundError } = require('e2b')
-const { BASE } = require('./helpers.cjs')
+const { BASE, checkKernel } = require('./helpers.cjs')
 
 test('create with metadata and envs, list and filter, getInfo, setTimeout, metrics, kill', async () => {
   const tag = `t${Date.now()}`
   const sbx = await Sandbox.create(BASE, { metadata: { suite: 'e2b', tag }, envs: { GREETING: 'hello-e2b' }, timeoutMs: 120_000 })
   try {
+    await checkKernel(sbx)
     const r = await sbx.commands.run('echo "$GREETING"')
     assert.equal(r.stdout, 'hello-e2b\n')
 

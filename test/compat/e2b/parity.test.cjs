@@ -5,10 +5,10 @@
 const { test, before, after } = require('node:test')
 const assert = require('node:assert/strict')
 const { Sandbox, FilesystemEventType, FileNotFoundError, TimeoutError, CommandExitError } = require('e2b')
-const { waitFor, BASE } = require('./helpers.cjs')
+const { waitFor, BASE, lacks, checkKernel } = require('./helpers.cjs')
 
 let sbx
-before(async () => { sbx = await Sandbox.create(BASE) })
+before(async () => { sbx = await Sandbox.create(BASE); await checkKernel(sbx) })
 after(async () => { await sbx?.kill() })
 
 test('commands and files share one working directory, the home', async () => {
@@ -41,7 +41,7 @@ test('commands and files share one working directory, the home', async () => {
 // Root in any sandbox, as E2B's clients use it: root of the sandbox's own
 // user namespace, with a small capability set; everything that names no
 // user stays uid 1000 without capabilities.
-test('root: commands and files as root in an ordinary sandbox', async () => {
+test('root: commands and files as root in an ordinary sandbox', { skip: lacks('no_root_on_request') }, async () => {
   // root's commands start in its home, where its relative paths resolve.
   assert.equal((await sbx.commands.run('pwd', { user: 'root' })).stdout.trim(), '/root')
   const id = await sbx.commands.run('id -u; id -un', { user: 'root' })
@@ -78,7 +78,7 @@ test('root: commands and files as root in an ordinary sandbox', async () => {
 // so a package built in the sandbox, with a maintainer script), system
 // files in the template's writable root, accounts. The sandbox user
 // cannot do any of it.
-test('root: installs a package, writes system files, adds a user', async () => {
+test('root: installs a package, writes system files, adds a user', { skip: lacks('no_root_on_request') }, async () => {
   const build = [
     'set -e; d=$(mktemp -d); mkdir -p $d/DEBIAN $d/usr/local/bin',
     'printf "Package: agentbox-root-test\\nVersion: 1.0\\nArchitecture: all\\nMaintainer: t <t@example.com>\\nDescription: t\\n" > $d/DEBIAN/control',

@@ -42,6 +42,7 @@ export interface Sandbox {
   metadata?: Record<string, string>;
   resources?: { memory?: number; cpus?: number; pids?: number; disk?: number };
   network?: { mode?: string };
+  isolation?: string;
   from_pool?: boolean;
 }
 

@@ -36,7 +36,7 @@ export function sandboxView(main: HTMLElement, s: Session, id: string, tab: stri
       chip('Template', sb.template), chip('Owner', s.info.user),
       chip('Time left', duration(Date.parse(sb.end_at) - now), 'time-left'), chip('Age', duration(now - Date.parse(sb.created_at))),
       chip('Memory', bytes(sb.resources?.memory)), chip('CPUs', String(sb.resources?.cpus ?? '—')),
-      chip('Network', sb.network?.mode ?? 'none'),
+      chip('Network', sb.network?.mode ?? 'none'), chip('Isolation', sb.isolation ?? 'container'),
       ...(md.length ? md : [['metadata', '—']]).map(([k, v]) => h('li', { class: 'chip', 'data-detail': 'metadata' }, h('b', {}, k), v)));
     clear(acts);
     acts.append(...actions(s, sb, (action) => {

@@ -108,7 +108,7 @@ func (br *bridge) target(h http.Header) (string, error) {
 	if st.State != sandbox.StateRunning {
 		return "", sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is %s", st.ID, st.State)
 	}
-	return strings.TrimRight(st.ToolboxURL, "/") + "/" + url.PathEscape(st.RemoteID), nil
+	return strings.TrimRight(st.P.ToolboxURL, "/") + "/" + url.PathEscape(st.RemoteID), nil
 }
 
 func writeErr(w http.ResponseWriter, status int, msg string) {

@@ -244,12 +244,18 @@ func (p *processBridge) startSession(ctx context.Context, bp *bproc, stream *con
 		return connectErr(err)
 	}
 	sessionOf := sessURL + "/" + url.PathEscape(bp.session)
+	// The session goes once the command ended, off the caller's path (a
+	// delete is another round trip, and a command in the sandbox at an
+	// agentbox provider); bounded, and a session left by a failed delete
+	// dies with its sandbox.
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := api.call(dctx, http.MethodDelete, sessionOf, nil, nil); err != nil {
-			p.br.b.log.Debug("delete a bridged session", "session", bp.session, "err", err)
-		}
+		go func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := api.call(dctx, http.MethodDelete, sessionOf, nil, nil); err != nil {
+				p.br.b.log.Debug("delete a bridged session", "session", bp.session, "err", err)
+			}
+		}()
 	}()
 	var started struct {
 		CmdID string `json:"cmdId"`

@@ -437,7 +437,7 @@ func (c *Core[P]) startLoop() {
 	if c.stop != nil {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background()) //nolint:gosec // G118: cancel is kept in c.stop; Close calls it
 	c.stop, c.loopDone = cancel, make(chan struct{})
 	go c.loop(ctx)
 }

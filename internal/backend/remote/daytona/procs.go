@@ -156,7 +156,8 @@ func (br *bridge) dialWS(ctx context.Context, u string, protocols []string) (*we
 	// The socket lives as long as the process: the client must have no
 	// overall timeout (the dial is bounded by ctx).
 	hc := &http.Client{Transport: br.b.cfg.HTTPClient.Transport}
-	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: hc, HTTPHeader: br.b.api.header(), Subprotocols: protocols})
+	conn, resp, err := websocket.Dial(ctx, u, //nolint:bodyclose // the library closes the handshake's body ("you never need to close resp.Body")
+		&websocket.DialOptions{HTTPClient: hc, HTTPHeader: br.b.api.header(), Subprotocols: protocols})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			return nil, classify(br.b.api.provider, resp, http.StatusText(resp.StatusCode))

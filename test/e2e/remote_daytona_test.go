@@ -125,6 +125,18 @@ func TestRemoteDaytonaProvider(t *testing.T) {
 			t.Fatalf("exec with cwd and env: %+v %v", r, err)
 		}
 	})
+	t.Run("timeout", func(t *testing.T) {
+		// The session is deleted at the timeout (the command with it): the
+		// marker file the command would write later never appears.
+		r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "sleep 3; touch /tmp/late"}, Timeout: time.Second})
+		if err != nil || !r.TimedOut {
+			t.Fatalf("exec past its timeout: %+v %v", r, err)
+		}
+		time.Sleep(3 * time.Second)
+		if r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"test", "-e", "/tmp/late"}}); err != nil || r.ExitCode == 0 {
+			t.Fatalf("the timed-out command ran on: %+v %v", r, err)
+		}
+	})
 	t.Run("stream", func(t *testing.T) {
 		// The command waits (bounded) for a file only the test makes after
 		// it saw the first line: output that came only at the end fails.
@@ -317,6 +329,17 @@ func TestRemoteDaytonaProvider(t *testing.T) {
 			if strings.Contains(string(data), secret) {
 				t.Fatalf("a credential reached the sandbox's server: %s", data)
 			}
+		}
+	})
+	t.Run("pause", func(t *testing.T) {
+		// Daytona has no pause (its stop loses the processes): a pause is
+		// refused plainly and the sandbox runs on.
+		_, err := c.Pause(ctx, sb.ID)
+		if err == nil || !strings.Contains(err.Error(), "pause") {
+			t.Fatalf("pause of a Daytona sandbox: %v", err)
+		}
+		if r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"true"}}); err != nil || r.ExitCode != 0 {
+			t.Fatalf("exec after a refused pause: %+v %v", r, err)
 		}
 	})
 	t.Run("stop-start", func(t *testing.T) {

@@ -501,7 +501,7 @@ func (p *processBridge) SendInput(ctx context.Context, req *connect.Request[proc
 
 func (p *processBridge) StreamInput(ctx context.Context, stream *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
 	var bp *bproc
-	for i := 0; stream.Receive(); i++ {
+	for stream.Receive() {
 		msg := stream.Msg()
 		if s := msg.GetStart(); s != nil {
 			var err error

@@ -146,6 +146,25 @@ func BenchmarkRemoteDaytona(b *testing.B) {
 		}
 		reportQuantiles(b, samples)
 	})
+	// Code in the sandbox's default context: the toolbox's interpreter
+	// over its WebSocket through the bridge.
+	b.Run("code/via-remote-backend", func(b *testing.B) {
+		sb, err := c.Create(ctx, client.CreateRequest{Template: "daytona:base"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = c.Delete(ctx, sb.ID) }()
+		var samples []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			r, err := c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "print(1)"})
+			samples = append(samples, time.Since(start))
+			if err != nil || r.Stdout != "1\n" {
+				b.Fatalf("code: %+v %v", r, err)
+			}
+		}
+		reportQuantiles(b, samples)
+	})
 	b.Run("create/via-remote-backend", func(b *testing.B) {
 		var samples []time.Duration
 		for b.Loop() {

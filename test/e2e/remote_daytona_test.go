@@ -107,17 +107,103 @@ func TestRemoteDaytonaProvider(t *testing.T) {
 	}
 
 	t.Run("exec", func(t *testing.T) {
-		// Daytona's execute gives one combined output: stderr comes as stdout.
-		r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo $GREETING; exit 3"}})
+		// A command runs as an async command of a toolbox session: stdout
+		// and stderr come apart.
+		r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "echo $GREETING; echo oops >&2; exit 3"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Stdout != "hi\n" || r.ExitCode != 3 {
+		if r.Stdout != "hi\n" || r.Stderr != "oops\n" || r.ExitCode != 3 {
 			t.Fatalf("exec: %+v", r)
 		}
-		r, err = c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"printf", "%s|", "a b", "it's"}})
+		r, err = c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"printf", "%s|", "a b", "it's"}, Cwd: "/tmp", Env: map[string]string{"X": "y z"}})
 		if err != nil || r.Stdout != "a b|it's|" {
 			t.Fatalf("exec with quoting: %+v %v", r, err)
+		}
+		r, err = c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "pwd; echo \"$X\""}, Cwd: "/tmp", Env: map[string]string{"X": "y 'z"}})
+		if err != nil || r.Stdout != "/tmp\ny 'z\n" {
+			t.Fatalf("exec with cwd and env: %+v %v", r, err)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		// The session is deleted at the timeout (the command with it): the
+		// marker file the command would write later never appears.
+		r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "sleep 3; touch /tmp/late"}, Timeout: time.Second})
+		if err != nil || !r.TimedOut {
+			t.Fatalf("exec past its timeout: %+v %v", r, err)
+		}
+		time.Sleep(3 * time.Second)
+		if r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"test", "-e", "/tmp/late"}}); err != nil || r.ExitCode == 0 {
+			t.Fatalf("the timed-out command ran on: %+v %v", r, err)
+		}
+	})
+	t.Run("stream", func(t *testing.T) {
+		// The command waits (bounded) for a file only the test makes after
+		// it saw the first line: output that came only at the end fails.
+		script := "echo first; i=0; while [ ! -e /tmp/go ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; [ -e /tmp/go ] || exit 7; echo second"
+		st, err := c.ExecStream(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		var out strings.Builder
+		touched := false
+		for ev, err := range st.Events() {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Type == "stdout" {
+				out.WriteString(ev.Data)
+			}
+			if !touched && strings.Contains(out.String(), "first\n") {
+				touched = true
+				if _, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"touch", "/tmp/go"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if x, ok := st.Exit(); !ok || x.ExitCode != 0 || out.String() != "first\nsecond\n" {
+			t.Fatalf("stream: %q, exit %+v", out.String(), x)
+		}
+	})
+	t.Run("stdin", func(t *testing.T) {
+		in := "hello\nworld 'quoted' \\ done\n" + strings.Repeat("x", 100000) + "\nno newline at the end"
+		r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"cat"}, Stdin: in})
+		if err != nil || r.ExitCode != 0 || r.Stdout != in {
+			t.Fatalf("cat of stdin: %d bytes of %d, exit %d, err %v", len(r.Stdout), len(in), r.ExitCode, err)
+		}
+		r, err = c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", "read a; echo got-$a"}, Stdin: "line\n"})
+		if err != nil || r.Stdout != "got-line\n" {
+			t.Fatalf("read of stdin: %+v %v", r, err)
+		}
+	})
+	t.Run("pty", func(t *testing.T) {
+		pty, err := c.PTY(ctx, sb.ID, client.PTYOptions{Cols: 100, Rows: 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pty.Close()
+		if err := pty.Resize(120, 40); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pty.Write([]byte("stty size; echo marker-$((40+2)); exit 5\n")); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		buf := make([]byte, 4096)
+		for !strings.Contains(out.String(), "marker-42") {
+			n, err := pty.Read(buf)
+			out.Write(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+		code, err := pty.Wait()
+		if err != nil || code != 5 {
+			t.Fatalf("pty exit = %d %v; output %q", code, err, out.String())
+		}
+		if !strings.Contains(out.String(), "40 120") {
+			t.Fatalf("resize not applied: %q", out.String())
 		}
 	})
 	t.Run("files", func(t *testing.T) {
@@ -161,13 +247,33 @@ func TestRemoteDaytonaProvider(t *testing.T) {
 		}
 	})
 	t.Run("code", func(t *testing.T) {
-		r, err := c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "print(6*7)"})
+		r, err := c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "x = 41\nprint(6*7)"})
 		if err != nil || r.Error != nil || r.Stdout != "42\n" {
 			t.Fatalf("run code: %+v %v", r, err)
 		}
-		r, err = c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "raise SystemExit(4)"})
-		if err != nil || r.Error == nil {
+		// The default context keeps its state between calls.
+		r, err = c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "print(x + 1)"})
+		if err != nil || r.Error != nil || r.Stdout != "42\n" {
+			t.Fatalf("state of the default context: %+v %v", r, err)
+		}
+		r, err = c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "raise ValueError('boom')"})
+		if err != nil || r.Error == nil || r.Error.Name != "ValueError" {
 			t.Fatalf("failing code: %+v %v", r, err)
+		}
+		cc, err := c.CreateCodeContext(ctx, sb.ID, "python", "/tmp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err = c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "import os\ny = 7\nprint(os.getcwd(), 'x' in dir())", ContextID: cc.ID})
+		if err != nil || r.Error != nil || r.Stdout != "/tmp False\n" {
+			t.Fatalf("run in a context: %+v %v", r, err)
+		}
+		r, err = c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "print(y * 6)", ContextID: cc.ID})
+		if err != nil || r.Error != nil || r.Stdout != "42\n" {
+			t.Fatalf("state of a context: %+v %v", r, err)
+		}
+		if r, err := c.RunCode(ctx, sb.ID, client.CodeRequest{Code: "print(1)", ContextID: "no-such-context"}); err == nil && r.Error == nil {
+			t.Fatalf("run in an unknown context: %+v", r)
 		}
 	})
 	t.Run("e2b-door", func(t *testing.T) {
@@ -223,6 +329,17 @@ func TestRemoteDaytonaProvider(t *testing.T) {
 			if strings.Contains(string(data), secret) {
 				t.Fatalf("a credential reached the sandbox's server: %s", data)
 			}
+		}
+	})
+	t.Run("pause", func(t *testing.T) {
+		// Daytona has no pause (its stop loses the processes): a pause is
+		// refused plainly and the sandbox runs on.
+		_, err := c.Pause(ctx, sb.ID)
+		if err == nil || !strings.Contains(err.Error(), "pause") {
+			t.Fatalf("pause of a Daytona sandbox: %v", err)
+		}
+		if r, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"true"}}); err != nil || r.ExitCode != 0 {
+			t.Fatalf("exec after a refused pause: %+v %v", r, err)
 		}
 	})
 	t.Run("stop-start", func(t *testing.T) {

@@ -493,38 +493,56 @@ func TestRemoteE2BSDK(t *testing.T) {
 	ctx := waitCtx(t, 10*time.Minute)
 	sdk := e2bSDK(t, ctx)
 	const key = "e2b_00112233445566778899aabbccddeeff"
-	prov := startProvider(t)
-	front := startDaemon(t, append(remoteSettings(prov), "API_KEYS="+key+":alice")...)
-	bin, _ := binaries(t)
-	out, err := exec.CommandContext(ctx, bin, "e2b", "env", "--url", front.url, "--api-key", key).Output()
-	if err != nil {
-		t.Fatalf("agentbox e2b env: %v", err)
-	}
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "NODE_PATH=" + filepath.Join(sdk, "node_modules"), "TEMPLATE=e2b:base"}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		k, v, _ := strings.Cut(strings.TrimPrefix(line, "export "), "=")
-		env = append(env, k+"="+strings.Trim(v, "'"))
-	}
-	root, err := testutil.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := exec.CommandContext(ctx, "node", filepath.Join(root, "test", "e2e", "testdata", "e2b_remote.cjs"))
-	node.Env = env
-	var stderr bytes.Buffer
-	node.Stderr = &stderr
-	res, err := node.Output()
-	if err != nil {
-		t.Fatalf("the SDK script: %v\n%s", err, stderr.String())
-	}
-	r := mustJSON(t, res)
-	if r["stdout"] != "sdk-42\n" || r["file"] != "hello from the sdk" || r["code"] != "42" {
-		t.Fatalf("SDK results: %s", res)
-	}
-	if ids, _ := r["listed"].([]any); len(ids) != 1 || ids[0] != r["id"] {
-		t.Fatalf("SDK list: %s", res)
-	}
-	if n := len(providerSandboxes(t, prov)); n != 0 {
-		t.Fatalf("the provider holds %d sandboxes after the SDK's kill", n)
+	for _, tc := range []struct {
+		provider string
+		settings func(*daemon, ...string) []string
+		held     func(*testing.T, *daemon) map[string]map[string]string
+	}{
+		{"e2b", remoteSettings, providerSandboxes},
+		{"daytona", daytonaSettings, daytonaSandboxes},
+	} {
+		t.Run(tc.provider, func(t *testing.T) {
+			prov := startProvider(t)
+			front := startDaemon(t, tc.settings(prov, "API_KEYS="+key+":alice")...)
+			bin, _ := binaries(t)
+			out, err := exec.CommandContext(ctx, bin, "e2b", "env", "--url", front.url, "--api-key", key).Output()
+			if err != nil {
+				t.Fatalf("agentbox e2b env: %v", err)
+			}
+			env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "NODE_PATH=" + filepath.Join(sdk, "node_modules"), "TEMPLATE=" + tc.provider + ":base"}
+			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				k, v, _ := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+				env = append(env, k+"="+strings.Trim(v, "'"))
+			}
+			root, err := testutil.ModuleRoot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			node := exec.CommandContext(ctx, "node", filepath.Join(root, "test", "e2e", "testdata", "e2b_remote.cjs"))
+			node.Env = env
+			var stderr bytes.Buffer
+			node.Stderr = &stderr
+			res, err := node.Output()
+			if err != nil {
+				t.Fatalf("the SDK script: %v\n%s", err, stderr.String())
+			}
+			r := mustJSON(t, res)
+			streamed, _ := r["streamed"].(map[string]any)
+			if r["stdout"] != "sdk-42\n" || r["file"] != "hello from the sdk" || r["state"] != "42\n" ||
+				streamed["stdout"] != "out\n" || streamed["stderr"] != "err\n" || r["pty"] != true || r["ptyExit"] != float64(0) {
+				t.Fatalf("SDK results: %s", res)
+			}
+			// Results (the value of the last expression) are E2B's; Daytona's
+			// interpreter streams output only.
+			if tc.provider == "e2b" && r["code"] != "42" {
+				t.Fatalf("SDK result of runCode: %s", res)
+			}
+			if ids, _ := r["listed"].([]any); len(ids) != 1 || ids[0] != r["id"] {
+				t.Fatalf("SDK list: %s", res)
+			}
+			if n := len(tc.held(t, prov)); n != 0 {
+				t.Fatalf("the provider holds %d sandboxes after the SDK's kill", n)
+			}
+		})
 	}
 }

@@ -2,7 +2,6 @@ package daytona
 
 import (
 	"bytes"
-	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -18,9 +17,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/coder/websocket"
 
 	"github.com/agentbox/agentbox/api/proto/filesystem/filesystemconnect"
-	"github.com/agentbox/agentbox/api/proto/process"
 	"github.com/agentbox/agentbox/api/proto/process/processconnect"
 	"github.com/agentbox/agentbox/internal/agent/codeinterp"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -44,6 +43,7 @@ type bridge struct {
 	token string
 	ln    net.Listener
 	srv   *http.Server
+	procs procTable
 }
 
 func (br *bridge) url() string { return "http://" + br.ln.Addr().String() }
@@ -63,6 +63,10 @@ func (br *bridge) start() error {
 	mux.HandleFunc("GET /files", br.download)
 	mux.HandleFunc("POST /files", br.upload)
 	mux.HandleFunc("POST /execute", br.execute)
+	mux.HandleFunc("POST /contexts", br.contexts)
+	mux.HandleFunc("GET /contexts", br.contexts)
+	mux.HandleFunc("DELETE /contexts/{id}", br.contexts)
+	mux.HandleFunc("POST /contexts/{id}/restart", br.contexts)
 	mux.HandleFunc("GET /service", func(w http.ResponseWriter, _ *http.Request) {
 		// No template service runs in a provider's sandbox through agentbox.
 		w.Header().Set("Content-Type", "application/json")
@@ -104,7 +108,7 @@ func (br *bridge) target(h http.Header) (string, error) {
 	if st.State != sandbox.StateRunning {
 		return "", sandbox.Errorf(sandbox.ClassConflict, "sandbox %s is %s", st.ID, st.State)
 	}
-	return strings.TrimRight(st.ToolboxURL, "/") + "/" + url.PathEscape(st.RemoteID), nil
+	return strings.TrimRight(st.P.ToolboxURL, "/") + "/" + url.PathEscape(st.RemoteID), nil
 }
 
 func writeErr(w http.ResponseWriter, status int, msg string) {
@@ -137,15 +141,6 @@ type executeOut struct {
 	Result   string `json:"result"`
 }
 
-// processBridge is envd's process service over the toolbox's
-// process/execute: a command runs to its end and its combined output
-// comes as stdout. Stdin, PTYs and attaching to running processes need
-// the toolbox's sessions and are not bridged.
-type processBridge struct {
-	processconnect.UnimplementedProcessHandler
-	br *bridge
-}
-
 // shellQuote quotes s for /bin/sh.
 func shellQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
@@ -155,53 +150,6 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func (p *processBridge) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
-	pc := req.Msg.GetProcess()
-	if pc == nil || pc.GetCmd() == "" {
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is required"))
-	}
-	if req.Msg.Pty != nil || req.Msg.GetStdin() {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("a Daytona provider's sandbox runs commands without stdin or a PTY through agentbox"))
-	}
-	base, err := p.br.target(req.Header())
-	if err != nil {
-		return connectErr(err)
-	}
-	words := []string{shellQuote(pc.GetCmd())}
-	for _, a := range pc.GetArgs() {
-		words = append(words, shellQuote(a))
-	}
-	in := map[string]any{"command": strings.Join(words, " ")}
-	if pc.Cwd != nil && pc.GetCwd() != "" {
-		in["cwd"] = pc.GetCwd()
-	}
-	if len(pc.GetEnvs()) > 0 {
-		in["envs"] = pc.GetEnvs()
-	}
-	if t := req.Msg.GetTimeoutMs(); t > 0 {
-		in["timeout"] = max(1, int(t/1000))
-	}
-	if err := stream.Send(&process.StartResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: 1}}}}); err != nil {
-		return err
-	}
-	var out executeOut
-	if err := p.br.b.api.call(ctx, http.MethodPost, base+"/process/execute", in, &out); err != nil {
-		return connectErr(err)
-	}
-	if out.Result != "" {
-		if err := stream.Send(&process.StartResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_Data{
-			Data: &process.ProcessEvent_DataEvent{Output: &process.ProcessEvent_DataEvent_Stdout{Stdout: []byte(out.Result)}}}}}); err != nil {
-			return err
-		}
-	}
-	return stream.Send(&process.StartResponse{Event: &process.ProcessEvent{Event: &process.ProcessEvent_End{
-		End: &process.ProcessEvent_EndEvent{ExitCode: int32(out.ExitCode), Exited: true, Status: fmt.Sprintf("exit status %d", out.ExitCode)}}}})
-}
-
-func (p *processBridge) List(context.Context, *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {
-	return connect.NewResponse(&process.ListResponse{}), nil
 }
 
 // connectErr is err as a Connect error of its class.
@@ -298,9 +246,11 @@ func (br *bridge) upload(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode([]map[string]string{{"name": path.Base(p), "type": "file", "path": p}})
 }
 
-// execute is the code interpreter's POST /execute over the toolbox's
-// process/code-run: stateless (Daytona's codeRun runs each cell as a
-// fresh script), its output one stdout event, a failure an error event.
+// execute is the code interpreter's POST /execute. Python runs in the
+// toolbox's interpreter (its WebSocket execute), in the context named or
+// the sandbox's default one, so state persists between calls, its output
+// streamed as it comes; another language, which the interpreter does not
+// run, goes to the stateless process/code-run.
 func (br *bridge) execute(w http.ResponseWriter, r *http.Request) {
 	base, err := br.target(r.Header)
 	if err != nil {
@@ -318,16 +268,16 @@ func (br *bridge) execute(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, "bad JSON")
 		return
 	}
-	if in.ContextID != "" {
-		writeErr(w, http.StatusNotImplemented, "code contexts are not available at a Daytona provider through agentbox; run code without a context")
-		return
-	}
 	lang := in.Language
 	switch lang {
 	case "", "python", "python3":
 		lang = "python"
 	case "js", "javascript", "node":
 		lang = "javascript"
+	}
+	if lang == "python" || in.ContextID != "" {
+		br.interpret(w, r, base, in.Code, in.ContextID, in.EnvVars, in.Timeout)
+		return
 	}
 	body := map[string]any{"code": in.Code, "language": lang}
 	if len(in.EnvVars) > 0 {
@@ -353,4 +303,158 @@ func (br *bridge) execute(w http.ResponseWriter, r *http.Request) {
 	_ = enc.Encode(map[string]any{"type": codeinterp.TypeEndOfExecution})
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	_, _ = w.Write(buf.Bytes())
+}
+
+// interpreterTimeoutClose is the close code of an execution that timed
+// out at Daytona's interpreter.
+const interpreterTimeoutClose websocket.StatusCode = 4008
+
+// interpret runs code over the interpreter's WebSocket and writes its
+// frames as the code interpreter's NDJSON events, flushed as they come.
+func (br *bridge) interpret(w http.ResponseWriter, r *http.Request, base, code, contextID string, envs map[string]string, timeout float64) {
+	ctx := r.Context()
+	ws, err := br.dialWS(ctx, base+"/process/interpreter/execute", nil)
+	if err != nil {
+		writeClassed(w, err)
+		return
+	}
+	defer ws.CloseNow()
+	req := map[string]any{"code": code}
+	if contextID != "" {
+		req["contextId"] = contextID
+	}
+	if len(envs) > 0 {
+		req["envs"] = envs
+	}
+	if timeout > 0 {
+		req["timeout"] = max(1, int(timeout))
+	}
+	raw, _ := json.Marshal(req)
+	if err := ws.Write(ctx, websocket.MessageText, raw); err != nil {
+		writeClassed(w, sandbox.Wrap(sandbox.ClassUnavailable, err, "the sandbox provider's interpreter closed"))
+		return
+	}
+	// The first frame tells a refusal (an unknown context: a close with
+	// its reason) from an execution.
+	typ, data, err := ws.Read(ctx)
+	if err != nil {
+		status := websocket.CloseStatus(err)
+		reason := err.Error()
+		var ce websocket.CloseError
+		if errors.As(err, &ce) {
+			reason = ce.Reason
+		}
+		switch {
+		case status == websocket.StatusPolicyViolation:
+			writeErr(w, http.StatusNotFound, "the sandbox provider refused the execution: "+reason)
+			return
+		case status != websocket.StatusNormalClosure && status != interpreterTimeoutClose:
+			writeErr(w, http.StatusBadGateway, "the sandbox provider's interpreter failed: "+reason)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	fl, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	emit := func(ev map[string]any) {
+		_ = enc.Encode(ev)
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	for err == nil {
+		if typ == websocket.MessageText {
+			var f struct {
+				Type      string `json:"type"`
+				Text      string `json:"text"`
+				Name      string `json:"name"`
+				Value     string `json:"value"`
+				Traceback string `json:"traceback"`
+			}
+			if json.Unmarshal(data, &f) == nil {
+				switch f.Type {
+				case "stdout", "stderr":
+					emit(map[string]any{"type": f.Type, "text": f.Text})
+				case "error":
+					emit(map[string]any{"type": codeinterp.TypeError, "name": f.Name, "value": f.Value, "traceback": f.Traceback})
+				}
+			}
+		}
+		typ, data, err = ws.Read(ctx)
+	}
+	switch websocket.CloseStatus(err) {
+	case websocket.StatusNormalClosure:
+	case interpreterTimeoutClose:
+		emit(map[string]any{"type": codeinterp.TypeError, "name": "TimeoutError", "value": "the execution timed out", "traceback": ""})
+	default:
+		if ctx.Err() != nil {
+			return
+		}
+		emit(map[string]any{"type": codeinterp.TypeError, "name": "ProviderError", "value": fmt.Sprintf("the provider's interpreter stream ended: %v", err), "traceback": ""})
+	}
+	emit(map[string]any{"type": codeinterp.TypeEndOfExecution})
+}
+
+// contexts are the code interpreter's /contexts over the toolbox's
+// interpreter contexts (Daytona has no restart: a restart is refused).
+func (br *bridge) contexts(w http.ResponseWriter, r *http.Request) {
+	base, err := br.target(r.Header)
+	if err != nil {
+		writeClassed(w, err)
+		return
+	}
+	u := base + "/process/interpreter/context"
+	ctx := r.Context()
+	type ctxOut struct {
+		ID       string `json:"id"`
+		Language string `json:"language"`
+		Cwd      string `json:"cwd"`
+	}
+	switch {
+	case r.Method == http.MethodPost && r.PathValue("id") == "":
+		var in struct {
+			Language string `json:"language"`
+			Cwd      string `json:"cwd"`
+		}
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&in); err != nil {
+			writeErr(w, http.StatusBadRequest, "bad JSON")
+			return
+		}
+		body := map[string]string{}
+		if in.Language != "" {
+			body["language"] = in.Language
+		}
+		if in.Cwd != "" {
+			body["cwd"] = in.Cwd
+		}
+		var out ctxOut
+		if err := br.b.api.call(ctx, http.MethodPost, u, body, &out); err != nil {
+			writeClassed(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	case r.Method == http.MethodGet:
+		var out struct {
+			Contexts []ctxOut `json:"contexts"`
+		}
+		if err := br.b.api.call(ctx, http.MethodGet, u, nil, &out); err != nil {
+			writeClassed(w, err)
+			return
+		}
+		if out.Contexts == nil {
+			out.Contexts = []ctxOut{}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out.Contexts)
+	case r.Method == http.MethodDelete:
+		if err := br.b.api.call(ctx, http.MethodDelete, u+"/"+url.PathEscape(r.PathValue("id")), nil, nil); err != nil {
+			writeClassed(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		writeErr(w, http.StatusNotImplemented, "a Daytona provider cannot restart a code context; delete it and create another")
+	}
 }

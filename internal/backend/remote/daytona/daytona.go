@@ -19,7 +19,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,14 +26,12 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/backend"
-	"github.com/agentbox/agentbox/internal/backend/remote/e2b"
+	"github.com/agentbox/agentbox/internal/backend/remote"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -45,10 +42,10 @@ const (
 	TemplatePrefix = "daytona:"
 )
 
-// The labels every remote sandbox carries (the E2B remote's names).
+// The labels every remote sandbox carries.
 const (
-	LabelNode    = e2b.LabelNode
-	LabelSandbox = e2b.LabelSandbox
+	LabelNode    = remote.LabelNode
+	LabelSandbox = remote.LabelSandbox
 )
 
 // Config configures the backend.
@@ -78,15 +75,10 @@ type Backend struct {
 	api    *api
 	log    *slog.Logger
 	bridge *bridge
+	core   *remote.Core[own]
 
 	mu       sync.Mutex
-	boxes    map[sandbox.ID]*state
-	inflight map[sandbox.ID]bool
-	swept    time.Time
 	previews map[previewKey]previewOut
-
-	stop     context.CancelFunc
-	loopDone chan struct{}
 }
 
 type previewKey struct {
@@ -100,17 +92,15 @@ var (
 	_ backend.Closer     = (*Backend)(nil)
 )
 
-// state is what the backend keeps of one remote sandbox (its state file).
-type state struct {
-	ID         sandbox.ID        `json:"id"`
-	RemoteID   string            `json:"remote_id"`
-	Snapshot   string            `json:"snapshot"`
-	ToolboxURL string            `json:"toolbox_url"`
-	CreatedAt  time.Time         `json:"created_at"`
-	State      sandbox.State     `json:"state"`
-	Resources  sandbox.Resources `json:"resources"`
-	Labels     map[string]string `json:"labels,omitempty"`
+// own is what the backend keeps of a remote sandbox beyond the core's
+// fields.
+type own struct {
+	Snapshot   string `json:"snapshot"`
+	ToolboxURL string `json:"toolbox_url"`
 }
+
+// state is one remote sandbox.
+type state = remote.Box[own]
 
 // New returns the backend and starts its bridge on loopback; nothing is
 // called at the provider until Recover or the first Create.
@@ -133,18 +123,18 @@ func New(cfg Config) (*Backend, error) {
 			TLSHandshakeTimeout: 10 * time.Second, DisableCompression: true,
 		}}
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("remote daytona backend: state dir: %w", err)
-	}
 	tok := make([]byte, 32)
 	if _, err := rand.Read(tok); err != nil {
 		return nil, err
 	}
-	b := &Backend{
-		cfg: cfg, log: cfg.Logger.With("component", "remote", "provider", cfg.Provider),
-		api:   &api{base: strings.TrimRight(cfg.APIURL, "/"), key: cfg.APIKey, target: cfg.Target, provider: cfg.Provider, http: cfg.HTTPClient},
-		boxes: map[sandbox.ID]*state{}, inflight: map[sandbox.ID]bool{}, previews: map[previewKey]previewOut{},
+	b := &Backend{cfg: cfg, previews: map[previewKey]previewOut{},
+		api: &api{base: strings.TrimRight(cfg.APIURL, "/"), key: cfg.APIKey, target: cfg.Target, provider: cfg.Provider, http: cfg.HTTPClient}}
+	core, err := remote.New[own](remote.Config{Provider: cfg.Provider, Kind: TemplateKind, Capabilities: b.Capabilities(),
+		StateDir: cfg.StateDir, Node: cfg.Node, Lease: cfg.Lease, Logger: cfg.Logger}, provider{b})
+	if err != nil {
+		return nil, err
 	}
+	b.core, b.log = core, core.Log()
 	b.bridge = &bridge{b: b, token: hex.EncodeToString(tok)}
 	if err := b.bridge.start(); err != nil {
 		return nil, err
@@ -162,41 +152,21 @@ func (b *Backend) Capabilities() backend.Capabilities {
 
 func leaseMinutes(d time.Duration) int { return max(1, int(d/time.Minute)) }
 
-// Create implements backend.Backend.
-func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {
-	if spec.Template.Kind != TemplateKind {
-		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "the %s backend runs %s templates, not %q", b.cfg.Provider, TemplateKind, spec.Template.Kind)
-	}
-	if err := spec.ID.Validate(); err != nil {
-		return sandbox.Info{}, err
-	}
-	if len(spec.Mounts) > 0 {
-		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "a sandbox at the %s provider cannot mount host directories or volumes", b.cfg.Provider)
-	}
-	if err := backend.RefuseEgressRules(b.Name(), spec); err != nil {
-		return sandbox.Info{}, err
-	}
-	if err := backend.CheckIsolation(b.Capabilities(), spec); err != nil {
-		return sandbox.Info{}, err
-	}
+// provider is the backend's control plane as the core uses it.
+type provider struct{ b *Backend }
+
+func (p provider) Validate(spec sandbox.Spec) error {
 	if len(spec.Network.AllowOut)+len(spec.Network.DenyOut) > 0 {
-		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "a sandbox at the %s provider takes no allow or deny lists through agentbox", b.cfg.Provider)
+		return sandbox.Errorf(sandbox.ClassInvalid, "a sandbox at the %s provider takes no allow or deny lists through agentbox", p.b.cfg.Provider)
 	}
-	b.mu.Lock()
-	if _, ok := b.boxes[spec.ID]; ok || b.inflight[spec.ID] {
-		b.mu.Unlock()
-		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s already exists", spec.ID)
-	}
-	b.inflight[spec.ID] = true
-	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		delete(b.inflight, spec.ID)
-		b.mu.Unlock()
-	}()
+	return nil
+}
+
+func (p provider) Create(ctx context.Context, spec sandbox.Spec, labels map[string]string) (remote.Created[own], error) {
+	b := p.b
 	snap, _ := strings.CutPrefix(spec.Template.Ref, TemplatePrefix)
 	lease := leaseMinutes(b.cfg.Lease)
-	in := createIn{Snapshot: snap, Labels: map[string]string{LabelNode: b.cfg.Node, LabelSandbox: string(spec.ID)}, Env: spec.Env,
+	in := createIn{Snapshot: snap, Labels: labels, Env: spec.Env,
 		AutoStopInterval: lease, AutoDeleteInterval: lease, NetworkBlockAll: spec.Network.Mode == sandbox.NetworkNone}
 	if r := spec.Resources; r.CPUs > 0 {
 		in.CPU = &r.CPUs
@@ -207,23 +177,57 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	}
 	out, err := b.api.create(ctx, in)
 	if err != nil {
-		return sandbox.Info{}, fmt.Errorf("create at %s: %w", b.cfg.Provider, err)
+		return remote.Created[own]{}, err
 	}
 	if out, err = b.waitStarted(ctx, out); err != nil {
 		b.killQuietly(ctx, spec.ID, out.ID)
-		return sandbox.Info{}, fmt.Errorf("create at %s: %w", b.cfg.Provider, err)
+		return remote.Created[own]{}, err
 	}
-	st := &state{ID: spec.ID, RemoteID: out.ID, Snapshot: snap, ToolboxURL: b.toolboxURL(out), CreatedAt: time.Now().UTC(),
-		State: sandbox.StateRunning, Resources: resourcesOf(out, spec.Resources), Labels: spec.Labels}
-	if err := b.save(st); err != nil {
-		b.killQuietly(ctx, spec.ID, out.ID)
-		return sandbox.Info{}, fmt.Errorf("save remote sandbox state: %w", err)
+	return remote.Created[own]{RemoteID: out.ID, Resources: resourcesOf(out, spec.Resources),
+		P: own{Snapshot: snap, ToolboxURL: b.toolboxURL(out)}}, nil
+}
+
+func (p provider) Remove(ctx context.Context, rid string) error { return p.b.api.remove(ctx, rid) }
+
+func (p provider) Renew(ctx context.Context, rid string) error {
+	return p.b.api.renew(ctx, rid, leaseMinutes(p.b.cfg.Lease))
+}
+
+func (p provider) List(ctx context.Context, labels map[string]string) ([]remote.Listed, error) {
+	listed, err := p.b.api.list(ctx, labels)
+	if err != nil {
+		return nil, err
 	}
-	b.mu.Lock()
-	b.boxes[spec.ID] = st
-	b.mu.Unlock()
-	b.log.Debug("created", "sandbox", spec.ID, "remote", out.ID, "snapshot", snap)
-	return b.info(st, spec), nil
+	out := make([]remote.Listed, 0, len(listed))
+	for _, s := range listed {
+		l := remote.Listed{RemoteID: s.ID, Labels: s.Labels}
+		switch s.State {
+		case "destroyed":
+			continue // gone: neither a box nor an orphan
+		case "destroying":
+			l.Gone = true
+		case "started":
+			l.State = sandbox.StateRunning
+		case "stopped":
+			l.State = sandbox.StateStopped
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+func (provider) Template(st *state) sandbox.Template {
+	return sandbox.Template{Ref: TemplatePrefix + st.P.Snapshot, Kind: TemplateKind}
+}
+
+// Endpoint is the bridge, with the sandbox named in a header.
+func (p provider) Endpoint(st *state) sandbox.Endpoint {
+	return sandbox.Endpoint{Network: "http", Address: p.b.bridge.url(), Header: map[string]string{headerSandbox: string(st.ID)}, Token: p.b.bridge.token}
+}
+
+// Create implements backend.Backend.
+func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {
+	return b.core.Create(ctx, spec)
 }
 
 func (b *Backend) killQuietly(ctx context.Context, id sandbox.ID, rid string) {
@@ -291,43 +295,18 @@ func resourcesOf(d sandboxOut, def sandbox.Resources) sandbox.Resources {
 	return r
 }
 
-func (b *Backend) info(st *state, spec sandbox.Spec) sandbox.Info {
-	if spec.ID == "" {
-		spec = sandbox.Spec{ID: st.ID, Template: sandbox.Template{Ref: TemplatePrefix + st.Snapshot, Kind: TemplateKind}, Labels: st.Labels}
-	}
-	spec.AccessToken = ""
-	spec.Resources = st.Resources
-	return sandbox.Info{ID: st.ID, State: st.State, Spec: spec, CreatedAt: st.CreatedAt,
-		Agent: sandbox.Endpoint{Network: "http", Address: b.bridge.url(), Header: map[string]string{headerSandbox: string(st.ID)}, Token: b.bridge.token}}
-}
+func (b *Backend) box(id sandbox.ID) (*state, error) { return b.core.Box(id) }
 
-func (b *Backend) box(id sandbox.ID) (*state, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	st, ok := b.boxes[id]
-	if !ok {
-		return nil, sandbox.ErrNotFound(id)
-	}
-	return st, nil
-}
-
+// setState records the sandbox's new state; its previews' URLs go.
 func (b *Backend) setState(id sandbox.ID, s sandbox.State) error {
 	b.mu.Lock()
-	st, ok := b.boxes[id]
-	if !ok {
-		b.mu.Unlock()
-		return sandbox.ErrNotFound(id)
-	}
-	c := *st
-	c.State = s
-	b.boxes[id] = &c
 	for k := range b.previews {
 		if k.id == id {
 			delete(b.previews, k)
 		}
 	}
 	b.mu.Unlock()
-	return b.save(&c)
+	return b.core.SetState(id, s)
 }
 
 // Stop implements backend.Backend: the provider stops the sandbox (its
@@ -374,38 +353,31 @@ func (b *Backend) Start(ctx context.Context, id sandbox.ID) (sandbox.Info, error
 	if err != nil {
 		return sandbox.Info{}, err
 	}
-	return b.info(st, sandbox.Spec{}), nil
+	return b.core.Info(st, sandbox.Spec{}), nil
 }
 
 // Destroy implements backend.Backend: the sandbox is deleted at the
-// provider; one that does not answer is swept later.
-func (b *Backend) Destroy(ctx context.Context, id sandbox.ID) error {
-	b.mu.Lock()
-	st, ok := b.boxes[id]
-	delete(b.boxes, id)
-	b.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	if err := os.Remove(b.statePath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		b.log.Warn("remove remote sandbox state", "sandbox", id, "err", err)
-	}
-	if err := b.api.remove(ctx, st.RemoteID); err != nil {
-		b.log.Warn("delete at the provider failed; the sweep deletes the sandbox when the provider answers", "sandbox", id, "remote", st.RemoteID, "err", err)
-		b.mu.Lock()
-		b.swept = time.Time{}
-		b.mu.Unlock()
-	}
-	return nil
-}
+// provider (or by the sweep, once it answers).
+func (b *Backend) Destroy(ctx context.Context, id sandbox.ID) error { return b.core.Destroy(ctx, id) }
 
 // Inspect implements backend.Backend.
-func (b *Backend) Inspect(_ context.Context, id sandbox.ID) (sandbox.Info, error) {
-	st, err := b.box(id)
-	if err != nil {
-		return sandbox.Info{}, err
-	}
-	return b.info(st, sandbox.Spec{}), nil
+func (b *Backend) Inspect(ctx context.Context, id sandbox.ID) (sandbox.Info, error) {
+	return b.core.Inspect(ctx, id)
+}
+
+// Recover implements backend.Backend (see remote.Core.Recover).
+func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) { return b.core.Recover(ctx) }
+
+// Sweep deletes at the provider the labelled sandboxes this daemon no
+// longer knows. The loop calls it; tests may too.
+func (b *Backend) Sweep(ctx context.Context) error { return b.core.Sweep(ctx) }
+
+// Close implements backend.Closer: the loop and the bridge stop; the
+// remote sandboxes and their states stay for the next start.
+func (b *Backend) Close() error {
+	err := b.core.Close()
+	b.bridge.close()
+	return err
 }
 
 // DialPort implements backend.PortDialer: a reverse proxy to the port's
@@ -455,189 +427,5 @@ func (b *Backend) DialPort(ctx context.Context, id sandbox.ID, port int) (net.Co
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
-	return e2b.ServeOne(proxy), nil
-}
-
-// Recover implements backend.Backend: the sandboxes of the state files as
-// the provider sees them (those it no longer has are dropped), a sweep of
-// the labelled ones with no state, then the lease and sweep loop.
-func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) {
-	entries, err := os.ReadDir(b.cfg.StateDir)
-	if err != nil {
-		return nil, fmt.Errorf("remote state dir: %w", err)
-	}
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".json") {
-			continue
-		}
-		raw, err := os.ReadFile(filepath.Join(b.cfg.StateDir, e.Name()))
-		var st state
-		if err == nil {
-			err = json.Unmarshal(raw, &st)
-		}
-		if err == nil {
-			err = st.ID.Validate()
-		}
-		if err != nil || st.RemoteID == "" {
-			b.log.Warn("dropping a remote sandbox state that does not read", "file", e.Name(), "err", err)
-			_ = os.Remove(filepath.Join(b.cfg.StateDir, e.Name()))
-			continue
-		}
-		b.mu.Lock()
-		b.boxes[st.ID] = &st
-		b.mu.Unlock()
-	}
-	listed, err := b.api.list(ctx, map[string]string{LabelNode: b.cfg.Node})
-	if err != nil {
-		b.log.Warn("the provider does not answer: remote sandboxes are listed as they were left, the sweep retries", "err", err)
-	} else {
-		b.reconcile(ctx, listed, true)
-	}
-	var out []sandbox.Info
-	b.mu.Lock()
-	for _, st := range b.boxes {
-		out = append(out, b.info(st, sandbox.Spec{}))
-	}
-	b.mu.Unlock()
-	b.startLoop()
-	return out, nil
-}
-
-// reconcile matches the provider's labelled sandboxes with the states (as
-// the E2B remote's does): orphans are deleted; with drop, states the
-// provider no longer has go, and the others take its started or stopped.
-func (b *Backend) reconcile(ctx context.Context, listed []sandboxOut, drop bool) {
-	byRemote := map[string]sandboxOut{}
-	for _, s := range listed {
-		byRemote[s.ID] = s
-	}
-	var orphans []sandboxOut
-	b.mu.Lock()
-	known := map[string]bool{}
-	for id, st := range b.boxes {
-		known[st.RemoteID] = true
-		got, ok := byRemote[st.RemoteID]
-		gone := !ok || got.State == "destroyed" || got.State == "destroying"
-		switch {
-		case gone && drop:
-			b.log.Warn("the provider no longer has a remote sandbox", "sandbox", id, "remote", st.RemoteID)
-			delete(b.boxes, id)
-			_ = os.Remove(b.statePath(id))
-		case ok && got.State == "stopped" && st.State == sandbox.StateRunning:
-			c := *st
-			c.State = sandbox.StateStopped
-			b.boxes[id] = &c
-		case ok && got.State == "started" && st.State != sandbox.StateRunning:
-			c := *st
-			c.State = sandbox.StateRunning
-			b.boxes[id] = &c
-		}
-	}
-	for _, s := range listed {
-		if known[s.ID] || s.Labels[LabelNode] != b.cfg.Node || b.inflight[sandbox.ID(s.Labels[LabelSandbox])] || s.State == "destroyed" {
-			continue
-		}
-		orphans = append(orphans, s)
-	}
-	b.mu.Unlock()
-	for _, s := range orphans {
-		b.log.Info("deleting a remote sandbox this daemon no longer knows", "remote", s.ID, "sandbox", s.Labels[LabelSandbox])
-		if err := b.api.remove(ctx, s.ID); err != nil {
-			b.log.Warn("delete an orphan remote sandbox", "remote", s.ID, "err", err)
-		}
-	}
-	b.mu.Lock()
-	b.swept = time.Now()
-	b.mu.Unlock()
-}
-
-// Sweep deletes at the provider the labelled sandboxes this daemon no
-// longer knows. The loop calls it; tests may too.
-func (b *Backend) Sweep(ctx context.Context) error {
-	listed, err := b.api.list(ctx, map[string]string{LabelNode: b.cfg.Node})
-	if err != nil {
-		return err
-	}
-	b.reconcile(ctx, listed, false)
-	return nil
-}
-
-func (b *Backend) startLoop() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.stop != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	b.stop, b.loopDone = cancel, make(chan struct{})
-	go b.loop(ctx)
-}
-
-// loop renews the lease of every running sandbox every Lease/3 and sweeps
-// every few minutes (at once after a failed delete).
-func (b *Backend) loop(ctx context.Context) {
-	defer close(b.loopDone)
-	t := time.NewTicker(b.cfg.Lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		b.mu.Lock()
-		var running []*state
-		for _, st := range b.boxes {
-			if st.State == sandbox.StateRunning {
-				running = append(running, st)
-			}
-		}
-		due := time.Since(b.swept) > 5*time.Minute
-		b.mu.Unlock()
-		for _, st := range running {
-			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			if err := b.api.renew(cctx, st.RemoteID, leaseMinutes(b.cfg.Lease)); err != nil && ctx.Err() == nil {
-				b.log.Warn("renew a remote sandbox's lease", "sandbox", st.ID, "err", err)
-			}
-			cancel()
-		}
-		if due {
-			cctx, cancel := context.WithTimeout(ctx, time.Minute)
-			if err := b.Sweep(cctx); err != nil && ctx.Err() == nil {
-				b.log.Warn("sweep of remote sandboxes", "err", err)
-			}
-			cancel()
-		}
-	}
-}
-
-// Close implements backend.Closer: the loop and the bridge stop; the
-// remote sandboxes and their states stay for the next start.
-func (b *Backend) Close() error {
-	b.mu.Lock()
-	stop, done := b.stop, b.loopDone
-	b.stop = nil
-	b.mu.Unlock()
-	if stop != nil {
-		stop()
-		<-done
-	}
-	b.bridge.close()
-	return nil
-}
-
-func (b *Backend) statePath(id sandbox.ID) string {
-	return filepath.Join(b.cfg.StateDir, string(id)+".json")
-}
-
-func (b *Backend) save(st *state) error {
-	raw, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	tmp := b.statePath(st.ID) + ".tmp"
-	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, b.statePath(st.ID))
+	return remote.ServeOne(proxy), nil
 }

@@ -20,18 +20,15 @@ package e2b
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/agentbox/agentbox/internal/backend"
+	"github.com/agentbox/agentbox/internal/backend/remote"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -44,8 +41,8 @@ const (
 
 // The metadata labels every remote sandbox carries.
 const (
-	LabelNode    = "agentbox-node"
-	LabelSandbox = "agentbox-sandbox"
+	LabelNode    = remote.LabelNode
+	LabelSandbox = remote.LabelSandbox
 )
 
 // E2B's in-sandbox ports.
@@ -86,18 +83,10 @@ type Config struct {
 
 // Backend creates sandboxes at the provider. Create it with New.
 type Backend struct {
-	cfg Config
-	api *api
-	log *slog.Logger
-
-	mu       sync.Mutex
-	boxes    map[sandbox.ID]*state
-	inflight map[sandbox.ID]bool // creates under way: the sweep spares them
-	// swept is when the last sweep of orphans succeeded (zero: never).
-	swept time.Time
-
-	stop     context.CancelFunc
-	loopDone chan struct{}
+	cfg  Config
+	api  *api
+	log  *slog.Logger
+	core *remote.Core[own]
 }
 
 var (
@@ -108,19 +97,17 @@ var (
 	_ backend.Closer      = (*Backend)(nil)
 )
 
-// state is what the backend keeps of one remote sandbox (its state file).
-type state struct {
-	ID           sandbox.ID        `json:"id"`
-	RemoteID     string            `json:"remote_id"`
-	Template     string            `json:"template"`
-	EnvdToken    string            `json:"envd_token,omitempty"`
-	TrafficToken string            `json:"traffic_token,omitempty"`
-	Domain       string            `json:"domain,omitempty"`
-	CreatedAt    time.Time         `json:"created_at"`
-	State        sandbox.State     `json:"state"`
-	Resources    sandbox.Resources `json:"resources"`
-	Labels       map[string]string `json:"labels,omitempty"`
+// own is what the backend keeps of a remote sandbox beyond the core's
+// fields (in its state file: the envd token is a secret).
+type own struct {
+	Template     string `json:"template"`
+	EnvdToken    string `json:"envd_token,omitempty"`
+	TrafficToken string `json:"traffic_token,omitempty"`
+	Domain       string `json:"domain,omitempty"`
 }
+
+// state is one remote sandbox.
+type state = remote.Box[own]
 
 // New returns the backend; nothing is called at the provider until
 // Recover or the first Create.
@@ -146,14 +133,14 @@ func New(cfg Config) (*Backend, error) {
 			TLSHandshakeTimeout: 10 * time.Second, ResponseHeaderTimeout: 90 * time.Second,
 		}}
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("remote e2b backend: state dir: %w", err)
+	b := &Backend{cfg: cfg, api: &api{base: strings.TrimRight(cfg.APIURL, "/"), key: cfg.APIKey, provider: cfg.Provider, http: cfg.HTTPClient}}
+	core, err := remote.New[own](remote.Config{Provider: cfg.Provider, Kind: TemplateKind, Capabilities: b.Capabilities(),
+		StateDir: cfg.StateDir, Node: cfg.Node, Lease: cfg.Lease, Logger: cfg.Logger}, provider{b})
+	if err != nil {
+		return nil, err
 	}
-	return &Backend{
-		cfg: cfg, log: cfg.Logger.With("component", "remote", "provider", cfg.Provider),
-		api:   &api{base: strings.TrimRight(cfg.APIURL, "/"), key: cfg.APIKey, provider: cfg.Provider, http: cfg.HTTPClient},
-		boxes: map[sandbox.ID]*state{}, inflight: map[sandbox.ID]bool{},
-	}, nil
+	b.core, b.log = core, core.Log()
+	return b, nil
 }
 
 // Name implements backend.Backend: the provider's name.
@@ -172,39 +159,15 @@ func remoteTemplate(t sandbox.Template) string {
 	return t.Ref
 }
 
-// Create implements backend.Backend.
-func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {
-	if spec.Template.Kind != TemplateKind {
-		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "the %s backend runs %s templates, not %q", b.cfg.Provider, TemplateKind, spec.Template.Kind)
-	}
-	if err := spec.ID.Validate(); err != nil {
-		return sandbox.Info{}, err
-	}
-	// What lives on this host cannot follow a sandbox to the provider:
-	// refused, never silently dropped.
-	if len(spec.Mounts) > 0 {
-		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "a sandbox at the %s provider cannot mount host directories or volumes", b.cfg.Provider)
-	}
-	if err := backend.RefuseEgressRules(b.Name(), spec); err != nil {
-		return sandbox.Info{}, err
-	}
-	if err := backend.CheckIsolation(b.Capabilities(), spec); err != nil {
-		return sandbox.Info{}, err
-	}
-	b.mu.Lock()
-	if _, ok := b.boxes[spec.ID]; ok || b.inflight[spec.ID] {
-		b.mu.Unlock()
-		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassConflict, "sandbox %s already exists", spec.ID)
-	}
-	b.inflight[spec.ID] = true
-	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		delete(b.inflight, spec.ID)
-		b.mu.Unlock()
-	}()
+// provider is the backend's control plane as the core uses it.
+type provider struct{ b *Backend }
+
+func (provider) Validate(sandbox.Spec) error { return nil }
+
+func (p provider) Create(ctx context.Context, spec sandbox.Spec, labels map[string]string) (remote.Created[own], error) {
+	b := p.b
 	in := createIn{TemplateID: remoteTemplate(spec.Template), Timeout: int(b.cfg.Lease / time.Second), Secure: true,
-		Metadata: map[string]string{LabelNode: b.cfg.Node, LabelSandbox: string(spec.ID)}, EnvVars: spec.Env}
+		Metadata: labels, EnvVars: spec.Env}
 	internet := spec.Network.Mode == sandbox.NetworkEgress
 	in.AllowInternetAccess = &internet
 	if internet && len(spec.Network.AllowOut)+len(spec.Network.DenyOut) > 0 {
@@ -212,35 +175,78 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, 
 	}
 	out, err := b.api.create(ctx, in)
 	if err != nil {
-		return sandbox.Info{}, fmt.Errorf("create at %s: %w", b.cfg.Provider, err)
+		return remote.Created[own]{}, err
 	}
-	st := &state{ID: spec.ID, RemoteID: out.SandboxID, Template: in.TemplateID, EnvdToken: out.EnvdAccessToken,
-		CreatedAt: time.Now().UTC(), State: sandbox.StateRunning, Resources: spec.Resources, Labels: spec.Labels}
+	made := remote.Created[own]{RemoteID: out.SandboxID, Resources: spec.Resources, P: own{Template: in.TemplateID, EnvdToken: out.EnvdAccessToken}}
 	if out.TrafficAccessToken != nil {
-		st.TrafficToken = *out.TrafficAccessToken
+		made.P.TrafficToken = *out.TrafficAccessToken
 	}
 	if out.Domain != nil {
-		st.Domain = *out.Domain
+		made.P.Domain = *out.Domain
 	}
 	// What the provider gives the sandbox is what it has, whatever was
 	// asked (E2B sizes sandboxes by template).
 	if d, err := b.api.get(ctx, out.SandboxID); err == nil {
-		st.Resources = resourcesOf(d, spec.Resources)
+		made.Resources = resourcesOf(d, spec.Resources)
 	}
-	if err := b.save(st); err != nil {
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if kerr := b.api.kill(kctx, out.SandboxID); kerr != nil {
-			b.log.Warn("kill a remote sandbox whose state was not saved (the sweep retries)", "sandbox", spec.ID, "err", kerr)
-		}
-		return sandbox.Info{}, fmt.Errorf("save remote sandbox state: %w", err)
-	}
-	b.mu.Lock()
-	b.boxes[spec.ID] = st
-	b.mu.Unlock()
-	b.log.Debug("created", "sandbox", spec.ID, "remote", out.SandboxID, "template", in.TemplateID)
-	return b.info(st, spec), nil
+	return made, nil
 }
+
+func (p provider) Remove(ctx context.Context, rid string) error { return p.b.api.kill(ctx, rid) }
+
+func (p provider) Renew(ctx context.Context, rid string) error {
+	return p.b.api.setTimeout(ctx, rid, p.b.cfg.Lease)
+}
+
+func (p provider) List(ctx context.Context, labels map[string]string) ([]remote.Listed, error) {
+	listed, err := p.b.api.list(ctx, labels)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]remote.Listed, 0, len(listed))
+	for _, s := range listed {
+		l := remote.Listed{RemoteID: s.SandboxID, Labels: s.Metadata}
+		switch s.State {
+		case "running":
+			l.State = sandbox.StateRunning
+		case "paused":
+			l.State = sandbox.StatePaused
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+func (provider) Template(st *state) sandbox.Template {
+	return sandbox.Template{Ref: TemplatePrefix + st.P.Template, Kind: TemplateKind}
+}
+
+func (p provider) Endpoint(st *state) sandbox.Endpoint { return p.b.endpoint(st) }
+
+// Create implements backend.Backend.
+func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Info, error) {
+	return b.core.Create(ctx, spec)
+}
+
+// Destroy implements backend.Backend: the sandbox is deleted at the
+// provider (or by the sweep, once it answers).
+func (b *Backend) Destroy(ctx context.Context, id sandbox.ID) error { return b.core.Destroy(ctx, id) }
+
+// Inspect implements backend.Backend, from what the backend knows.
+func (b *Backend) Inspect(ctx context.Context, id sandbox.ID) (sandbox.Info, error) {
+	return b.core.Inspect(ctx, id)
+}
+
+// Recover implements backend.Backend (see remote.Core.Recover).
+func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) { return b.core.Recover(ctx) }
+
+// Sweep deletes at the provider the labelled sandboxes this daemon no
+// longer knows. The loop calls it; tests may too.
+func (b *Backend) Sweep(ctx context.Context) error { return b.core.Sweep(ctx) }
+
+// Close implements backend.Closer: the loop stops; the remote sandboxes
+// and their states stay for the next start.
+func (b *Backend) Close() error { return b.core.Close() }
 
 // resourcesOf are the resources a provider's sandbox has, def where it
 // does not say.
@@ -258,22 +264,12 @@ func resourcesOf(d sandboxOut, def sandbox.Resources) sandbox.Resources {
 	return r
 }
 
-// info is the sandbox's Info; spec is the create's (zero after Recover).
-func (b *Backend) info(st *state, spec sandbox.Spec) sandbox.Info {
-	if spec.ID == "" {
-		spec = sandbox.Spec{ID: st.ID, Template: sandbox.Template{Ref: TemplatePrefix + st.Template, Kind: TemplateKind}, Labels: st.Labels}
-	}
-	spec.AccessToken = ""
-	spec.Resources = st.Resources
-	return sandbox.Info{ID: st.ID, State: st.State, Spec: spec, CreatedAt: st.CreatedAt, Agent: b.endpoint(st)}
-}
-
 // endpoint is where the sandbox's envd answers: the provider's data plane.
 func (b *Backend) endpoint(st *state) sandbox.Endpoint {
 	ep := sandbox.Endpoint{Network: "http", Address: b.portURL(st, envdPort), CodeAddress: b.portURL(st, codePort),
 		Header:     map[string]string{"E2b-Sandbox-Id": st.RemoteID, "E2b-Sandbox-Port": fmt.Sprint(envdPort)},
 		CodeHeader: map[string]string{"E2b-Sandbox-Port": fmt.Sprint(codePort)},
-		Token:      st.EnvdToken}
+		Token:      st.P.EnvdToken}
 	return ep
 }
 
@@ -283,37 +279,15 @@ func (b *Backend) portURL(st *state, port int) string {
 		return strings.TrimRight(b.cfg.SandboxURL, "/")
 	}
 	domain := b.cfg.Domain
-	if st.Domain != "" {
-		domain = st.Domain
+	if st.P.Domain != "" {
+		domain = st.P.Domain
 	}
 	return fmt.Sprintf("https://%d-%s.%s", port, st.RemoteID, domain)
 }
 
-// box returns the state of sandbox id.
-func (b *Backend) box(id sandbox.ID) (*state, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	st, ok := b.boxes[id]
-	if !ok {
-		return nil, sandbox.ErrNotFound(id)
-	}
-	return st, nil
-}
+func (b *Backend) box(id sandbox.ID) (*state, error) { return b.core.Box(id) }
 
-// setState records a new state of sandbox id (and saves it).
-func (b *Backend) setState(id sandbox.ID, s sandbox.State) error {
-	b.mu.Lock()
-	st, ok := b.boxes[id]
-	if !ok {
-		b.mu.Unlock()
-		return sandbox.ErrNotFound(id)
-	}
-	c := *st
-	c.State = s
-	b.boxes[id] = &c
-	b.mu.Unlock()
-	return b.save(&c)
-}
+func (b *Backend) setState(id sandbox.ID, s sandbox.State) error { return b.core.SetState(id, s) }
 
 // Stop implements backend.Backend: the provider pauses the sandbox (E2B
 // has no stop; a paused sandbox keeps its files, and its memory too).
@@ -348,7 +322,7 @@ func (b *Backend) Start(ctx context.Context, id sandbox.ID) (sandbox.Info, error
 	if err != nil {
 		return sandbox.Info{}, err
 	}
-	return b.info(st, sandbox.Spec{}), nil
+	return b.core.Info(st, sandbox.Spec{}), nil
 }
 
 // Pause implements backend.Pauser.
@@ -389,53 +363,12 @@ func (b *Backend) resume(ctx context.Context, st *state) error {
 	if err != nil {
 		return fmt.Errorf("resume at %s: %w", b.cfg.Provider, err)
 	}
-	b.mu.Lock()
-	cur, ok := b.boxes[st.ID]
-	if !ok {
-		b.mu.Unlock()
-		return sandbox.ErrNotFound(st.ID)
-	}
-	c := *cur
-	c.State = sandbox.StateRunning
-	if out.EnvdAccessToken != "" {
-		c.EnvdToken = out.EnvdAccessToken
-	}
-	b.boxes[st.ID] = &c
-	b.mu.Unlock()
-	return b.save(&c)
-}
-
-// Destroy implements backend.Backend: the sandbox is deleted at the
-// provider. A provider that does not answer does not keep the sandbox
-// here: its state goes, and the sweep deletes it at the provider once it
-// answers again (it carries this daemon's labels and no state).
-func (b *Backend) Destroy(ctx context.Context, id sandbox.ID) error {
-	b.mu.Lock()
-	st, ok := b.boxes[id]
-	delete(b.boxes, id)
-	b.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	if err := os.Remove(b.statePath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		b.log.Warn("remove remote sandbox state", "sandbox", id, "err", err)
-	}
-	if err := b.api.kill(ctx, st.RemoteID); err != nil {
-		b.log.Warn("delete at the provider failed; the sweep deletes the sandbox when the provider answers", "sandbox", id, "remote", st.RemoteID, "err", err)
-		b.mu.Lock()
-		b.swept = time.Time{}
-		b.mu.Unlock()
-	}
-	return nil
-}
-
-// Inspect implements backend.Backend, from what the backend knows.
-func (b *Backend) Inspect(_ context.Context, id sandbox.ID) (sandbox.Info, error) {
-	st, err := b.box(id)
-	if err != nil {
-		return sandbox.Info{}, err
-	}
-	return b.info(st, sandbox.Spec{}), nil
+	return b.core.Update(st.ID, func(c *state) {
+		c.State = sandbox.StateRunning
+		if out.EnvdAccessToken != "" {
+			c.P.EnvdToken = out.EnvdAccessToken
+		}
+	})
 }
 
 // Stats implements backend.StatsReader with the provider's latest metric.
@@ -460,193 +393,4 @@ func (b *Backend) Stats(ctx context.Context, id sandbox.ID) (backend.Stats, erro
 		}
 	}
 	return s, nil
-}
-
-// Recover implements backend.Backend: the sandboxes of the state files,
-// as the provider sees them when it answers (those it no longer has are
-// dropped), and a sweep of the provider's sandboxes with this daemon's
-// label but no state. A provider that does not answer fails nothing:
-// the sandboxes are reported as they were left, and the sweep runs later.
-// It then starts the loop that renews the leases and sweeps.
-func (b *Backend) Recover(ctx context.Context) ([]sandbox.Info, error) {
-	entries, err := os.ReadDir(b.cfg.StateDir)
-	if err != nil {
-		return nil, fmt.Errorf("remote state dir: %w", err)
-	}
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".json") {
-			continue
-		}
-		raw, err := os.ReadFile(filepath.Join(b.cfg.StateDir, e.Name()))
-		var st state
-		if err == nil {
-			err = json.Unmarshal(raw, &st)
-		}
-		if err == nil {
-			err = st.ID.Validate()
-		}
-		if err != nil || st.RemoteID == "" {
-			b.log.Warn("dropping a remote sandbox state that does not read", "file", e.Name(), "err", err)
-			_ = os.Remove(filepath.Join(b.cfg.StateDir, e.Name()))
-			continue
-		}
-		b.mu.Lock()
-		b.boxes[st.ID] = &st
-		b.mu.Unlock()
-	}
-	listed, err := b.api.list(ctx, map[string]string{LabelNode: b.cfg.Node})
-	if err != nil {
-		b.log.Warn("the provider does not answer: remote sandboxes are listed as they were left, the sweep retries", "err", err)
-	} else {
-		b.reconcile(ctx, listed, true)
-	}
-	var out []sandbox.Info
-	b.mu.Lock()
-	for _, st := range b.boxes {
-		out = append(out, b.info(st, sandbox.Spec{}))
-	}
-	b.mu.Unlock()
-	b.startLoop()
-	return out, nil
-}
-
-// reconcile matches the provider's labelled sandboxes with the states:
-// a labelled sandbox with no state (and no create under way) is killed;
-// with drop, a state whose sandbox the provider no longer has is dropped,
-// and the states of the others take the provider's running or paused.
-func (b *Backend) reconcile(ctx context.Context, listed []sandboxOut, drop bool) {
-	byRemote := map[string]sandboxOut{}
-	for _, s := range listed {
-		byRemote[s.SandboxID] = s
-	}
-	var orphans []sandboxOut
-	b.mu.Lock()
-	known := map[string]bool{}
-	for id, st := range b.boxes {
-		known[st.RemoteID] = true
-		got, ok := byRemote[st.RemoteID]
-		switch {
-		case !ok && drop:
-			b.log.Warn("the provider no longer has a remote sandbox", "sandbox", id, "remote", st.RemoteID)
-			delete(b.boxes, id)
-			_ = os.Remove(b.statePath(id))
-		case ok && got.State == "paused" && st.State == sandbox.StateRunning:
-			c := *st
-			c.State = sandbox.StatePaused
-			b.boxes[id] = &c
-		case ok && got.State == "running" && st.State != sandbox.StateRunning:
-			c := *st
-			c.State = sandbox.StateRunning
-			b.boxes[id] = &c
-		}
-	}
-	for _, s := range listed {
-		if known[s.SandboxID] || s.Metadata[LabelNode] != b.cfg.Node || b.inflight[sandbox.ID(s.Metadata[LabelSandbox])] {
-			continue
-		}
-		orphans = append(orphans, s)
-	}
-	b.mu.Unlock()
-	for _, s := range orphans {
-		b.log.Info("deleting a remote sandbox this daemon no longer knows", "remote", s.SandboxID, "sandbox", s.Metadata[LabelSandbox])
-		if err := b.api.kill(ctx, s.SandboxID); err != nil {
-			b.log.Warn("delete an orphan remote sandbox", "remote", s.SandboxID, "err", err)
-		}
-	}
-	b.mu.Lock()
-	b.swept = time.Now()
-	b.mu.Unlock()
-}
-
-// Sweep deletes at the provider the sandboxes with this daemon's label
-// that it no longer knows (their creates failed half-way, their deletes
-// were not heard). The loop calls it; tests may too.
-func (b *Backend) Sweep(ctx context.Context) error {
-	listed, err := b.api.list(ctx, map[string]string{LabelNode: b.cfg.Node})
-	if err != nil {
-		return err
-	}
-	b.reconcile(ctx, listed, false)
-	return nil
-}
-
-// startLoop starts renewing leases and sweeping, once.
-func (b *Backend) startLoop() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.stop != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	b.stop, b.loopDone = cancel, make(chan struct{})
-	go b.loop(ctx)
-}
-
-// loop renews the lease of every running sandbox every Lease/3, and
-// sweeps every few minutes (at once while the last one failed).
-func (b *Backend) loop(ctx context.Context) {
-	defer close(b.loopDone)
-	t := time.NewTicker(b.cfg.Lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		b.mu.Lock()
-		var running []*state
-		for _, st := range b.boxes {
-			if st.State == sandbox.StateRunning {
-				running = append(running, st)
-			}
-		}
-		due := time.Since(b.swept) > 5*time.Minute
-		b.mu.Unlock()
-		for _, st := range running {
-			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			if err := b.api.setTimeout(cctx, st.RemoteID, b.cfg.Lease); err != nil && ctx.Err() == nil {
-				b.log.Warn("renew a remote sandbox's lease", "sandbox", st.ID, "err", err)
-			}
-			cancel()
-		}
-		if due {
-			cctx, cancel := context.WithTimeout(ctx, time.Minute)
-			if err := b.Sweep(cctx); err != nil && ctx.Err() == nil {
-				b.log.Warn("sweep of remote sandboxes", "err", err)
-			}
-			cancel()
-		}
-	}
-}
-
-// Close implements backend.Closer: the loop stops; the remote sandboxes
-// and their states stay for the next start.
-func (b *Backend) Close() error {
-	b.mu.Lock()
-	stop, done := b.stop, b.loopDone
-	b.stop = nil
-	b.mu.Unlock()
-	if stop != nil {
-		stop()
-		<-done
-	}
-	return nil
-}
-
-func (b *Backend) statePath(id sandbox.ID) string {
-	return filepath.Join(b.cfg.StateDir, string(id)+".json")
-}
-
-// save writes st's state file atomically.
-func (b *Backend) save(st *state) error {
-	raw, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	tmp := b.statePath(st.ID) + ".tmp"
-	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, b.statePath(st.ID))
 }

@@ -2,7 +2,6 @@ package e2b
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbox/agentbox/internal/backend/remote"
 	"github.com/agentbox/agentbox/internal/sandbox"
 )
 
@@ -35,7 +35,7 @@ func (b *Backend) DialPort(ctx context.Context, id sandbox.ID, port int) (net.Co
 	if err != nil {
 		return nil, fmt.Errorf("preview URL: %w", err)
 	}
-	rid, traffic := st.RemoteID, st.TrafficToken
+	rid, traffic := st.RemoteID, st.P.TrafficToken
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -55,20 +55,7 @@ func (b *Backend) DialPort(ctx context.Context, id sandbox.ID, port int) (net.Co
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
-	return ServeOne(proxy), nil
-}
-
-// ServeOne returns one end of an in-memory connection whose other end h
-// serves as HTTP: a preview proxy handed to the daemon as a dialled port.
-// Closing the connection stops the server.
-func ServeOne(h http.Handler) net.Conn {
-	client, server := net.Pipe()
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: time.Minute}
-	ln := &oneConn{conn: server, done: make(chan struct{})}
-	go func() {
-		_ = srv.Serve(ln)
-	}()
-	return &closeBoth{Conn: client, close: func() { ln.Close(); srv.Close() }}
+	return remote.ServeOne(proxy), nil
 }
 
 // previewTransport is the transport of previews (made once).
@@ -84,58 +71,3 @@ var (
 	previewOnce sync.Once
 	previewRT   http.RoundTripper
 )
-
-// oneConn is a listener that accepts one connection, then waits until it
-// is closed.
-type oneConn struct {
-	mu     sync.Mutex
-	conn   net.Conn
-	done   chan struct{}
-	closed bool
-}
-
-func (l *oneConn) Accept() (net.Conn, error) {
-	l.mu.Lock()
-	c := l.conn
-	l.conn = nil
-	l.mu.Unlock()
-	if c != nil {
-		return c, nil
-	}
-	<-l.done
-	return nil, net.ErrClosed
-}
-
-func (l *oneConn) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.closed {
-		l.closed = true
-		close(l.done)
-	}
-	return nil
-}
-
-func (l *oneConn) Addr() net.Addr { return pipeAddr{} }
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "remote-preview" }
-
-// closeBoth is the caller's end of the pipe; closing it stops the server
-// of the other end.
-type closeBoth struct {
-	net.Conn
-	once  sync.Once
-	close func()
-}
-
-func (c *closeBoth) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.close)
-	if errors.Is(err, net.ErrClosed) {
-		err = nil
-	}
-	return err
-}

@@ -299,14 +299,20 @@ func (b *Backend) box(id sandbox.ID) (*state, error) { return b.core.Box(id) }
 
 // setState records the sandbox's new state; its previews' URLs go.
 func (b *Backend) setState(id sandbox.ID, s sandbox.State) error {
+	b.forgetPreviews(id)
+	return b.core.SetState(id, s)
+}
+
+// forgetPreviews drops the sandbox's cached preview URLs: after a state
+// change they may be stale, after a destroy they would only grow the map.
+func (b *Backend) forgetPreviews(id sandbox.ID) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	for k := range b.previews {
 		if k.id == id {
 			delete(b.previews, k)
 		}
 	}
-	b.mu.Unlock()
-	return b.core.SetState(id, s)
 }
 
 // Stop implements backend.Backend: the provider stops the sandbox (its
@@ -358,7 +364,11 @@ func (b *Backend) Start(ctx context.Context, id sandbox.ID) (sandbox.Info, error
 
 // Destroy implements backend.Backend: the sandbox is deleted at the
 // provider (or by the sweep, once it answers).
-func (b *Backend) Destroy(ctx context.Context, id sandbox.ID) error { return b.core.Destroy(ctx, id) }
+func (b *Backend) Destroy(ctx context.Context, id sandbox.ID) error {
+	err := b.core.Destroy(ctx, id)
+	b.forgetPreviews(id)
+	return err
+}
 
 // Inspect implements backend.Backend.
 func (b *Backend) Inspect(ctx context.Context, id sandbox.ID) (sandbox.Info, error) {

@@ -75,6 +75,9 @@ export interface Bucket { time: string; running: number; paused: number; stopped
 export interface TenantRow { user: string; sandboxes: number; running: number; creates: number; failures: number; cpu_cores: number; memory_bytes: number; memory_limit_bytes: number }
 export interface OverviewSeries { range: string; start: string; end: string; step_seconds: number; buckets: Bucket[]; now: Bucket; capacity: { cpus: number; memory_bytes: number }; tenants?: TenantRow[]; partial?: boolean }
 
+export interface ExecRecord { time: string; cmd: string; truncated?: boolean; user: string; exit_code: number; status?: string; timed_out?: boolean; oom_killed?: boolean; error?: string; duration_ms: number }
+export interface Secret { id: string; name: string; version: number; placeholder: string; created_at: string; updated_at: string; metadata?: Record<string, string> }
+
 export class Api {
   constructor(readonly key: string, readonly base = '') {}
 
@@ -153,6 +156,13 @@ export class Api {
   updateWebhook(id: string, body: Record<string, unknown>) { return this.json<Webhook>('PATCH', `/v1/webhooks/${enc(id)}`, body); }
   deleteWebhook(id: string) { return this.json<void>('DELETE', `/v1/webhooks/${enc(id)}`); }
   deliveries(id: string) { return this.json<{ deliveries: Delivery[] }>('GET', `/v1/webhooks/${enc(id)}/deliveries`); }
+  execHistory(id: string) { return this.json<{ execs: ExecRecord[] }>('GET', `/v1/sandboxes/${enc(id)}/execs`); }
+  snapshot(id: string, name: string) { return this.json<Template>('POST', `/v1/sandboxes/${enc(id)}/snapshot`, { name }); }
+  fork(id: string, count = 1) { return this.json<{ sandboxes: Sandbox[] }>('POST', `/v1/sandboxes/${enc(id)}/fork`, { count }); }
+  deleteTemplate(name: string) { return this.json<void>('DELETE', `/v1/templates/${enc(name)}`); }
+  secrets() { return this.json<{ secrets: Secret[] }>('GET', '/v1/secrets'); }
+  putSecret(name: string, value: string) { return this.json<Secret>('PUT', `/v1/secrets/${enc(name)}`, { value }); }
+  deleteSecret(name: string) { return this.json<void>('DELETE', `/v1/secrets/${enc(name)}`); }
   overview() { return this.json<Record<string, any>>('GET', '/v1/admin/overview'); }
 }
 

@@ -160,13 +160,17 @@ func TestConsole(t *testing.T) {
 		OverviewPools, Desktop, VolumeRow                       string
 		SnapshotRefusal, Fork, SecretRow                        string
 		ExecRow                                                 []string
-		ForkHasUpload, SecretValueShown                         bool
-		ForkKilled, SecretVersion, SecretDeleted                int
-		PreviewImage, HookReceived, AdminMetricFamilies         int
-		AdminRawRows                                            int
-		WebhookSecretShown, VolumeDeleted                       bool
-		FirstView                                               struct{ Tabs, Panel, Height float64 }
-		ResourceCharts                                          []struct {
+		Resent                                                  struct {
+			Rows, Received int
+			SameEvent      bool
+		}
+		ForkHasUpload, SecretValueShown                 bool
+		ForkKilled, SecretVersion, SecretDeleted        int
+		PreviewImage, HookReceived, AdminMetricFamilies int
+		AdminRawRows                                    int
+		WebhookSecretShown, VolumeDeleted               bool
+		FirstView                                       struct{ Tabs, Panel, Height float64 }
+		ResourceCharts                                  []struct {
 			Title, Unit string
 			YTicks      int
 			XTicks      int
@@ -227,6 +231,7 @@ func TestConsole(t *testing.T) {
 	check("the events page", strings.Contains(res.EventsPage, res.Sandbox) && strings.Contains(res.EventsPage, "created"), res.EventsPage)
 	check("a webhook's secret shown once", res.WebhookSecretShown, res.WebhookSecretShown)
 	check("a webhook's deliveries", strings.Contains(res.Deliveries, "delivered") && res.HookReceived > 0, res.Deliveries)
+	check("a delivery resent from the webhooks page", res.Resent.Rows == 1 && res.Resent.Received >= 1 && res.Resent.SameEvent, res.Resent)
 	check("a volume made on the volumes page, listed with its size", strings.Contains(res.VolumeRow, "console-vol") && strings.Contains(res.VolumeRow, "64"), res.VolumeRow)
 	check("a volume deleted on the volumes page", res.VolumeDeleted, res.VolumeDeleted)
 	check("the exec history: command, exit code, duration, who", len(res.ExecRow) == 5 && res.ExecRow[1] == "sh -c echo from-history; exit 3" && res.ExecRow[2] == "3" && strings.HasSuffix(res.ExecRow[3], "ms") && res.ExecRow[4] == "alice", res.ExecRow)

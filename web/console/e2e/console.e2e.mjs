@@ -328,6 +328,22 @@ try {
   await a.getByRole('button', { name: 'Deliveries of console-hook' }).click();
   await a.locator('#deliveries .state.delivered').first().waitFor({ timeout: T });
   result.deliveries = await a.locator('#deliveries tbody').innerText();
+  // Resend the oldest delivery: the receiver gets its event again, and the
+  // list gains a row with the same event.
+  // First every delivery of the second sandbox (its kill is the last).
+  for (let i = 0; i < 20 && !(await a.locator('#deliveries tbody').innerText()).includes('killed'); i++) {
+    await a.waitForTimeout(500);
+    await a.getByRole('button', { name: 'Deliveries of console-hook' }).click();
+    await a.locator('#deliveries').waitFor({ timeout: T });
+  }
+  const rowsBefore = await a.locator('#deliveries tbody tr').count();
+  const receivedBefore = hookBodies.length;
+  const oldest = a.locator('#deliveries tbody tr').last();
+  const oldestEvent = await oldest.locator('td').first().innerText();
+  await oldest.getByRole('button', { name: /^Resend / }).click();
+  await a.waitForFunction((n) => document.querySelectorAll('#deliveries tbody tr').length > n, rowsBefore, { timeout: T });
+  result.resent = { rows: await a.locator('#deliveries tbody tr').count() - rowsBefore, received: hookBodies.length - receivedBefore,
+    sameEvent: (await a.locator('#deliveries tbody tr').first().locator('td').first().innerText()) === oldestEvent };
   result.hookReceived = hookBodies.length;
   await shot(a, 'webhooks');
 

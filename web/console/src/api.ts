@@ -155,6 +155,7 @@ export class Api {
   createWebhook(body: Record<string, unknown>) { return this.json<Webhook>('POST', '/v1/webhooks', body); }
   updateWebhook(id: string, body: Record<string, unknown>) { return this.json<Webhook>('PATCH', `/v1/webhooks/${enc(id)}`, body); }
   deleteWebhook(id: string) { return this.json<void>('DELETE', `/v1/webhooks/${enc(id)}`); }
+  redeliver(id: string, delivery: string) { return this.json<Delivery>('POST', `/v1/webhooks/${enc(id)}/deliveries/${enc(delivery)}/redeliver`); }
   deliveries(id: string) { return this.json<{ deliveries: Delivery[] }>('GET', `/v1/webhooks/${enc(id)}/deliveries`); }
   execHistory(id: string) { return this.json<{ execs: ExecRecord[] }>('GET', `/v1/sandboxes/${enc(id)}/execs`); }
   snapshot(id: string, name: string) { return this.json<Template>('POST', `/v1/sandboxes/${enc(id)}/snapshot`, { name }); }

@@ -151,6 +151,10 @@ export class Api {
   volumes() { return this.json<Volume[]>('GET', '/v1/volumes'); }
   createVolume(body: { name: string; size?: string }) { return this.json<Volume>('POST', '/v1/volumes', body); }
   deleteVolume(name: string, force = false) { return this.json<void>('DELETE', `/v1/volumes/${enc(name)}${force ? '?force=true' : ''}`); }
+  volumeFiles(name: string, path: string) { return this.json<{ entries: Entry[] }>('GET', `/v1/volumes/${enc(name)}/files/list?path=${encodeURIComponent(path)}`); }
+  async volumeRead(name: string, path: string): Promise<Blob> {
+    return (await this.request('GET', `/v1/volumes/${enc(name)}/files?path=${encodeURIComponent(path)}`)).blob();
+  }
   webhooks() { return this.json<{ webhooks: Webhook[] }>('GET', '/v1/webhooks'); }
   createWebhook(body: Record<string, unknown>) { return this.json<Webhook>('POST', '/v1/webhooks', body); }
   updateWebhook(id: string, body: Record<string, unknown>) { return this.json<Webhook>('PATCH', `/v1/webhooks/${enc(id)}`, body); }

@@ -158,7 +158,7 @@ func TestConsole(t *testing.T) {
 		PreviewText, Hover, Timeline, OverviewStats             string
 		EventsPage, Deliveries, OverviewTenants, DarkBackground string
 		OverviewPools, Desktop, VolumeRow                       string
-		SnapshotRefusal, Fork, SecretRow                        string
+		SnapshotRefusal, Fork, SecretRow, VolumeBrowse          string
 		ExecRow                                                 []string
 		Resent                                                  struct {
 			Rows, Received int
@@ -233,6 +233,7 @@ func TestConsole(t *testing.T) {
 	check("a webhook's deliveries", strings.Contains(res.Deliveries, "delivered") && res.HookReceived > 0, res.Deliveries)
 	check("a delivery resent from the webhooks page", res.Resent.Rows == 1 && res.Resent.Received >= 1 && res.Resent.SameEvent, res.Resent)
 	check("a volume made on the volumes page, listed with its size", strings.Contains(res.VolumeRow, "console-vol") && strings.Contains(res.VolumeRow, "64"), res.VolumeRow)
+	check("a volume's files browsed on the volumes page", strings.Contains(res.VolumeBrowse, "in-volume.txt") && strings.Contains(res.VolumeBrowse, "data"), res.VolumeBrowse)
 	check("a volume deleted on the volumes page", res.VolumeDeleted, res.VolumeDeleted)
 	check("the exec history: command, exit code, duration, who", len(res.ExecRow) == 5 && res.ExecRow[1] == "sh -c echo from-history; exit 3" && res.ExecRow[2] == "3" && strings.HasSuffix(res.ExecRow[3], "ms") && res.ExecRow[4] == "alice", res.ExecRow)
 	check("a host sandbox's snapshot refused in the API's words", strings.HasPrefix(res.SnapshotRefusal, "invalid_argument"), res.SnapshotRefusal)
@@ -256,7 +257,7 @@ func TestConsole(t *testing.T) {
 			narrow++
 		}
 	}
-	check("every page at 375 px", narrow >= 12, narrow)
+	check("every page at 375 px", narrow >= 13, narrow)
 	check("the edited file through the API", res.Edited == "edited in the console\n", res.Edited)
 	check("the other tenant's list", res.OtherRows == 0 && res.OtherCount == "0 sandboxes", res.OtherCount)
 	check("the other tenant opening the sandbox", strings.Contains(res.OtherDetail, "not_found"), res.OtherDetail)

@@ -356,6 +356,14 @@ try {
   await a.getByRole('button', { name: 'Create volume' }).click();
   await a.locator('#volumes tbody tr', { hasText: 'console-vol' }).waitFor({ timeout: T });
   result.volumeRow = await a.locator('#volumes tbody tr', { hasText: 'console-vol' }).innerText();
+  // Its content, browsed without a sandbox: a file in a directory written through the API.
+  const volHeaders = { Authorization: `Bearer ${keyA}`, 'Content-Type': 'application/json' };
+  await fetch(`${url}/v1/volumes/console-vol/files/mkdir`, { method: 'POST', headers: volHeaders, body: JSON.stringify({ path: '/data' }) });
+  await fetch(`${url}/v1/volumes/console-vol/files?path=/data/in-volume.txt`, { method: 'PUT', headers: { ...volHeaders, 'Content-Type': 'application/octet-stream' }, body: 'in the volume\n' });
+  await a.getByRole('button', { name: 'Browse volume console-vol' }).click();
+  await a.getByRole('button', { name: 'data/' }).click();
+  await a.locator('#volume-files tbody tr', { hasText: 'in-volume.txt' }).waitFor({ timeout: T });
+  result.volumeBrowse = await a.locator('#volume-browser').innerText();
   await shot(a, 'volumes');
   await a.getByRole('button', { name: 'Delete volume console-vol' }).click();
   await a.getByRole('alertdialog').getByRole('button', { name: 'Delete' }).click();
@@ -409,7 +417,7 @@ try {
   for (const [hash, ready, name] of [['#/overview', '#chart-sandboxes', 'narrow-overview'], [`#/sandboxes/${id}/files`, 'tr[data-name="upload.txt"]', 'narrow-files'],
     [`#/sandboxes/${id}/resources`, '#chart-memory', 'narrow-resources'], [`#/sandboxes/${id}/terminal`, '#terminal', 'narrow-terminal'],
     ['#/events', '#events', 'narrow-events'], ['#/webhooks', '#webhooks', 'narrow-webhooks'], ['#/templates', '#templates tbody tr', 'narrow-templates'], ['#/pools', 'h1', 'narrow-pools'],
-    [`#/sandboxes/${id}/history`, '#exec-history tbody tr', 'narrow-history'], ['#/snapshots', '.empty', 'narrow-snapshots'], ['#/secrets', '.empty', 'narrow-secrets']]) {
+    [`#/sandboxes/${id}/history`, '#exec-history tbody tr', 'narrow-history'], ['#/snapshots', '.empty', 'narrow-snapshots'], ['#/volumes', '.empty', 'narrow-volumes'], ['#/secrets', '.empty', 'narrow-secrets']]) {
     await a.evaluate((h) => { location.hash = h; }, hash);
     await a.locator(ready).first().waitFor({ timeout: T });
     await shot(a, name);

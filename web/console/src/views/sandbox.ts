@@ -462,7 +462,7 @@ function resourcesTab(panel: HTMLElement, s: Session, id: string, current: () =>
 function historyTab(panel: HTMLElement, s: Session, id: string): () => void {
   const area = h('div', {}, loading());
   panel.append(h('h2', {}, 'Exec history'),
-    h('p', { class: 'muted small' }, 'The last 100 commands run through the API (any door), newest first, refreshed every 5 seconds. Terminal sessions are not in it.'), area);
+    h('p', { class: 'muted small' }, 'The last 100 commands run through the exec API (native, tools, MCP, Daytona), newest first, refreshed every 5 seconds. Terminal sessions, code runs and E2B commands are not in it.'), area);
   const load = async () => {
     try {
       const { execs } = await s.api.execHistory(id);

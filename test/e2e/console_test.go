@@ -277,7 +277,7 @@ func TestConsole(t *testing.T) {
 	check("the killed sandbox through the API", res.AfterKill == http.StatusNotFound, res.AfterKill)
 
 	// Every page's screenshot shows something.
-	if len(res.Screenshots) < 43 {
+	if len(res.Screenshots) < 50 {
 		t.Errorf("%d screenshots, want every page", len(res.Screenshots))
 	}
 	for _, p := range res.Screenshots {

@@ -111,3 +111,21 @@ func (c *Client) ExecStream(ctx context.Context, id string, req ExecRequest) (*E
 	}
 	return newExecStream(resp.Body), nil
 }
+
+// ExecRecord is one command of a sandbox's exec history.
+type ExecRecord struct {
+	Time time.Time `json:"time"`
+	// Cmd is the program and its arguments joined by spaces, cut at 512
+	// bytes (Truncated).
+	Cmd       string `json:"cmd"`
+	Truncated bool   `json:"truncated,omitempty"`
+	// User is who ran it.
+	User string `json:"user"`
+	// ExitCode is -1 when a signal killed it or it did not finish (Error).
+	ExitCode   int     `json:"exit_code"`
+	Status     string  `json:"status,omitempty"`
+	TimedOut   bool    `json:"timed_out,omitempty"`
+	OOMKilled  bool    `json:"oom_killed,omitempty"`
+	Error      string  `json:"error,omitempty"`
+	DurationMS float64 `json:"duration_ms"`
+}

@@ -244,6 +244,18 @@ func (c *Client) Logs(ctx context.Context, id string, limit int) ([]LogEntry, er
 	return out.Logs, nil
 }
 
+// ExecHistory returns the last commands run in the sandbox (at most 100,
+// kept by the replica that ran them), newest first.
+func (c *Client) ExecHistory(ctx context.Context, id string) ([]ExecRecord, error) {
+	var out struct {
+		Execs []ExecRecord `json:"execs"`
+	}
+	if err := c.doJSON(ctx, "exec history of sandbox "+id, http.MethodGet, sandboxPath(id, "/execs"), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Execs, nil
+}
+
 // Info returns what the server is and can do.
 func (c *Client) Info(ctx context.Context) (*ServerInfo, error) {
 	var info ServerInfo

@@ -88,6 +88,7 @@ var specTypes = []specType{
 	{name: "ServerInfo", v: ServerInfo{}, schema: component("ServerInfo")},
 	{name: "Entry", v: Entry{}, schema: component("Entry")},
 	{name: "ExecResult", v: ExecResult{}, schema: component("ExecResult")},
+	{name: "ExecRecord", v: ExecRecord{}, schema: component("ExecRecord")},
 	{name: "ExecEvent", v: ExecEvent{}, schema: component("ExecEvent")},
 	{name: "CodeContext", v: CodeContext{}, schema: component("CodeContext")},
 	{name: "codeEvent", v: codeEvent{}, schema: component("CodeEvent"), without: map[string]string{

@@ -82,6 +82,10 @@ func (r *Request) Exec(ctx context.Context, req ExecRequest, emit func(ExecEvent
 	}
 	defer p.Close()
 	finished := false
+	// Every command that started goes into the history, however it ended.
+	var ended *ExecResult
+	var runErr error
+	defer func() { r.recordExec(start, req.Cmd, ended, runErr) }()
 	defer func() {
 		if !finished {
 			// Client gone or emit failed: the command must not linger.
@@ -113,6 +117,7 @@ func (r *Request) Exec(ctx context.Context, req ExecRequest, emit func(ExecEvent
 	for {
 		ev, err := p.Next()
 		if err != nil {
+			runErr = err
 			return ExecResult{}, err
 		}
 		switch ev.Kind {
@@ -141,6 +146,7 @@ func (r *Request) Exec(ctx context.Context, req ExecRequest, emit func(ExecEvent
 			if lr, ok := r.s.sandboxes.(LimitReporter); ok && (res.OOMKilled || res.PidsLimitHit) {
 				lr.LimitHit(r.id, res.OOMKilled, res.ExitCode, req.Cmd)
 			}
+			ended = &res
 			return res, emit(ExecEvent{Type: "exit", Result: &res})
 		}
 	}

@@ -70,6 +70,8 @@ type Service struct {
 	log       *slog.Logger
 	// execSeconds is the duration of commands.
 	execSeconds prometheus.Histogram
+	// execs is each sandbox's last commands (ExecHistory).
+	execs execHistory
 }
 
 // New returns the service over sandboxes, admitting requests with adm

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ func (s *Server) eventRoutes(v1 func(string, func(http.ResponseWriter, *http.Req
 	v1("PATCH /v1/webhooks/{webhook}", s.updateWebhook)
 	v1("DELETE /v1/webhooks/{webhook}", s.deleteWebhook)
 	v1("GET /v1/webhooks/{webhook}/deliveries", s.listDeliveries)
+	v1("POST /v1/webhooks/{webhook}/deliveries/{delivery}/redeliver", s.redeliver)
 }
 
 func (s *Server) eventLog() (*events.Log, error) {
@@ -314,5 +316,52 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"deliveries": ds})
+	return nil
+}
+
+// redeliver sends a delivery's event to its webhook again (the event read
+// back from the event log), answering the delivery that is resent.
+func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) error {
+	reg, err := s.webhookRegistry()
+	if err != nil {
+		return err
+	}
+	el, err := s.eventLog()
+	if err != nil {
+		return err
+	}
+	if s.cfg.WebhookDispatcher == nil {
+		return sandbox.Errorf(sandbox.ClassUnavailable, "webhooks are not delivered by this server")
+	}
+	wh, err := reg.Get(r.Context(), userOf(r), s.isTemplateAdmin(r), r.PathValue("webhook"))
+	if err != nil {
+		return err
+	}
+	ds, err := reg.Deliveries(r.Context(), wh.ID)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(ds, func(d webhook.Delivery) bool { return d.ID == r.PathValue("delivery") })
+	if i < 0 {
+		return sandbox.Errorf(sandbox.ClassNotFound, "no delivery %s of webhook %s among its last ones", r.PathValue("delivery"), wh.ID)
+	}
+	d := ds[i]
+	if d.EventID == 0 {
+		return sandbox.Errorf(sandbox.ClassNotFound, "delivery %s names no event", d.ID)
+	}
+	// The webhook is the caller's, and its deliveries carry only events it
+	// was sent: the event is read without an owner filter (a webhook of
+	// every tenant gets other owners' events).
+	page, err := el.Query(r.Context(), events.Query{After: d.EventID - 1, Limit: 1})
+	if err != nil {
+		return err
+	}
+	if len(page.Events) == 0 || page.Events[0].ID != d.EventID {
+		return sandbox.Errorf(sandbox.ClassNotFound, "event %d of delivery %s is no longer in the event log", d.EventID, d.ID)
+	}
+	if err := s.cfg.WebhookDispatcher.Redeliver(wh, page.Events[0]); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, d)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -123,4 +124,18 @@ func execStream(w http.ResponseWriter, r *http.Request, dr *dataplane.Request, r
 		return rc.Flush()
 	})
 	return err
+}
+
+// execHistory answers the sandbox's last commands, newest first.
+func (s *Server) execHistory(w http.ResponseWriter, r *http.Request) error {
+	recs, err := s.dp.ExecHistory(r.Context(), userOf(r), sandboxID(r))
+	if err != nil {
+		return err
+	}
+	slices.Reverse(recs)
+	if recs == nil {
+		recs = []dataplane.ExecRecord{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"execs": recs})
+	return nil
 }

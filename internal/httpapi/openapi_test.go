@@ -90,7 +90,7 @@ func TestEveryRouteIsDocumented(t *testing.T) {
 // 405), with its path parameters filled in.
 func TestEveryOperationIsServed(t *testing.T) {
 	s := fullServer(t)
-	values := map[string]string{"id": "sb1", "port": "8080", "path": "x", "ctx": "c1", "name": "n1", "session_id": "s1", "webhook": "wh1"}
+	values := map[string]string{"id": "sb1", "port": "8080", "path": "x", "ctx": "c1", "name": "n1", "session_id": "s1", "webhook": "wh1", "delivery": "d1"}
 	paths := specPaths(t)
 	if len(paths) < 20 {
 		t.Fatalf("only %d paths in the document", len(paths))

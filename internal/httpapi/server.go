@@ -230,6 +230,7 @@ func (s *Server) routes() {
 	s.auditRoutes()
 	v1("GET /v1/sandboxes/{id}/logs", s.logs)
 	v1("POST /v1/sandboxes/{id}/exec", s.exec)
+	v1("GET /v1/sandboxes/{id}/execs", s.execHistory)
 	v1("POST /v1/sandboxes/{id}/code", s.execCode)
 	v1("POST /v1/sandboxes/{id}/code/contexts", s.createCodeContext)
 	v1("GET /v1/sandboxes/{id}/code/contexts", s.listCodeContexts)

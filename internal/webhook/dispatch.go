@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentbox/agentbox/internal/events"
+	"github.com/agentbox/agentbox/internal/sandbox"
 	"github.com/agentbox/agentbox/internal/version"
 )
 
@@ -196,11 +197,7 @@ func (d *Dispatcher) dispatch(batch []events.Event) {
 			if !w.wants(ev.Type) || (!w.AllTenants && w.Owner != ev.Owner) {
 				continue
 			}
-			format := w.Format
-			enc := d.cfg.Formats[format]
-			if enc == nil {
-				format, enc = "", func(e events.Event) ([]byte, error) { return json.Marshal(e) }
-			}
+			format, enc := d.encoder(w.Format)
 			body, ok := bodies[format]
 			if !ok {
 				var err error
@@ -219,6 +216,33 @@ func (d *Dispatcher) dispatch(batch []events.Event) {
 					Status: "dropped", Error: fmt.Sprintf("the endpoint's queue of %d deliveries is full", d.cfg.Queue), Time: time.Now().UTC()})
 			}
 		}
+	}
+}
+
+// encoder is the body maker of a webhook's format (the native JSON
+// event when the format has none).
+func (d *Dispatcher) encoder(format string) (string, func(events.Event) ([]byte, error)) {
+	if enc := d.cfg.Formats[format]; enc != nil {
+		return format, enc
+	}
+	return "", func(e events.Event) ([]byte, error) { return json.Marshal(e) }
+}
+
+// Redeliver sends ev to w again, queued behind w's pending deliveries and
+// retried like any other. Its outcome is recorded as a new delivery with
+// the same delivery id, so a receiver that deduplicates by it still can.
+func (d *Dispatcher) Redeliver(w Webhook, ev events.Event) error {
+	format, enc := d.encoder(w.Format)
+	body, err := enc(ev)
+	if err != nil {
+		return fmt.Errorf("encode event %d for webhook %s: %w", ev.ID, w.ID, err)
+	}
+	ep := d.endpoint(&w)
+	select {
+	case ep.queue <- job{ev: ev, body: body, format: format}:
+		return nil
+	default:
+		return sandbox.Errorf(sandbox.ClassQuota, "the queue of webhook %s is full (%d deliveries): try again later", w.ID, d.cfg.Queue)
 	}
 }
 

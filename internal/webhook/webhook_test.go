@@ -232,3 +232,33 @@ func TestRegistry(t *testing.T) {
 		t.Fatalf("list after delete: %d", len(l))
 	}
 }
+
+// A redelivered event reaches the endpoint again, signed, and its outcome
+// is recorded as a second delivery with the same id.
+func TestRedeliver(t *testing.T) {
+	ctx := context.Background()
+	reg := NewRegistry(store.NewMemory(), 0)
+	rcv := newReceiver(t, nil)
+	w, err := reg.Create(ctx, Webhook{Owner: "alice", URL: rcv.srv.URL, Enabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv.secret = w.Secret
+	d := NewDispatcher(Config{Registry: reg, AllowPrivate: true, Timeout: 30 * time.Second, MaxAttempts: 2, Backoff: 5 * time.Millisecond, Queue: 4})
+	d.Start()
+	defer d.Close()
+	ev := events.Event{ID: 7, Type: events.Created, Owner: "alice", SandboxID: "sb"}
+	d.Events([]events.Event{ev})
+	waitFor(t, "the first delivery", func() bool { ds, _ := reg.Deliveries(ctx, w.ID); return len(ds) == 1 })
+	if err := d.Redeliver(w, ev); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the redelivery", func() bool { ds, _ := reg.Deliveries(ctx, w.ID); return len(ds) == 2 })
+	ds, _ := reg.Deliveries(ctx, w.ID)
+	if got := rcv.got(); len(got) != 2 || got[0] != 7 || got[1] != 7 || rcv.bad != 0 {
+		t.Fatalf("received %v (%d unverified)", got, rcv.bad)
+	}
+	if ds[0].ID != ds[1].ID || ds[0].Status != "delivered" {
+		t.Fatalf("deliveries %+v", ds)
+	}
+}

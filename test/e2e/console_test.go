@@ -158,11 +158,19 @@ func TestConsole(t *testing.T) {
 		PreviewText, Hover, Timeline, OverviewStats             string
 		EventsPage, Deliveries, OverviewTenants, DarkBackground string
 		OverviewPools, Desktop, VolumeRow                       string
-		PreviewImage, HookReceived, AdminMetricFamilies         int
-		AdminRawRows                                            int
-		WebhookSecretShown, VolumeDeleted                       bool
-		FirstView                                               struct{ Tabs, Panel, Height float64 }
-		ResourceCharts                                          []struct {
+		SnapshotRefusal, Fork, SecretRow, VolumeBrowse          string
+		ExecRow                                                 []string
+		Resent                                                  struct {
+			Rows, Received int
+			SameEvent      bool
+		}
+		ForkHasUpload, SecretValueShown                 bool
+		ForkKilled, SecretVersion, SecretDeleted        int
+		PreviewImage, HookReceived, AdminMetricFamilies int
+		AdminRawRows                                    int
+		WebhookSecretShown, VolumeDeleted               bool
+		FirstView                                       struct{ Tabs, Panel, Height float64 }
+		ResourceCharts                                  []struct {
 			Title, Unit string
 			YTicks      int
 			XTicks      int
@@ -223,8 +231,16 @@ func TestConsole(t *testing.T) {
 	check("the events page", strings.Contains(res.EventsPage, res.Sandbox) && strings.Contains(res.EventsPage, "created"), res.EventsPage)
 	check("a webhook's secret shown once", res.WebhookSecretShown, res.WebhookSecretShown)
 	check("a webhook's deliveries", strings.Contains(res.Deliveries, "delivered") && res.HookReceived > 0, res.Deliveries)
+	check("a delivery resent from the webhooks page", res.Resent.Rows == 1 && res.Resent.Received >= 1 && res.Resent.SameEvent, res.Resent)
 	check("a volume made on the volumes page, listed with its size", strings.Contains(res.VolumeRow, "console-vol") && strings.Contains(res.VolumeRow, "64"), res.VolumeRow)
+	check("a volume's files browsed on the volumes page", strings.Contains(res.VolumeBrowse, "in-volume.txt") && strings.Contains(res.VolumeBrowse, "data"), res.VolumeBrowse)
 	check("a volume deleted on the volumes page", res.VolumeDeleted, res.VolumeDeleted)
+	check("the exec history: command, exit code, duration, who", len(res.ExecRow) == 5 && res.ExecRow[1] == "sh -c echo from-history; exit 3" && res.ExecRow[2] == "3" && strings.HasSuffix(res.ExecRow[3], "ms") && res.ExecRow[4] == "alice", res.ExecRow)
+	check("a host sandbox's snapshot refused in the API's words", strings.HasPrefix(res.SnapshotRefusal, "invalid_argument"), res.SnapshotRefusal)
+	check("a fork opened, with the source's files", res.Fork != "" && res.Fork != res.Sandbox && res.ForkHasUpload && res.ForkKilled == http.StatusNoContent, res.Fork)
+	check("a secret made and rotated on the secrets page", strings.Contains(res.SecretRow, "CONSOLE_TOKEN") && res.SecretVersion == 2, res.SecretRow)
+	check("a secret's value never on the page", !res.SecretValueShown, res.SecretValueShown)
+	check("a secret deleted on the secrets page", res.SecretDeleted == http.StatusNotFound, res.SecretDeleted)
 	check("the operator's per-tenant usage", strings.Contains(res.OverviewTenants, "alice"), res.OverviewTenants)
 	check("the operator's pools on the overview", strings.HasPrefix(res.OverviewPools, "host"), res.OverviewPools)
 	check("admin metrics grouped into charts, no raw rows", res.AdminMetricFamilies >= 5 && res.AdminRawRows == 0, res.AdminMetricFamilies)
@@ -241,7 +257,7 @@ func TestConsole(t *testing.T) {
 			narrow++
 		}
 	}
-	check("every page at 375 px", narrow >= 9, narrow)
+	check("every page at 375 px", narrow >= 13, narrow)
 	check("the edited file through the API", res.Edited == "edited in the console\n", res.Edited)
 	check("the other tenant's list", res.OtherRows == 0 && res.OtherCount == "0 sandboxes", res.OtherCount)
 	check("the other tenant opening the sandbox", strings.Contains(res.OtherDetail, "not_found"), res.OtherDetail)
@@ -261,7 +277,7 @@ func TestConsole(t *testing.T) {
 	check("the killed sandbox through the API", res.AfterKill == http.StatusNotFound, res.AfterKill)
 
 	// Every page's screenshot shows something.
-	if len(res.Screenshots) < 35 {
+	if len(res.Screenshots) < 50 {
 		t.Errorf("%d screenshots, want every page", len(res.Screenshots))
 	}
 	for _, p := range res.Screenshots {

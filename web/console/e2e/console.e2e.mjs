@@ -245,11 +245,35 @@ try {
   result.previewPage = await preview.locator('body').innerText({ timeout: T });
   await preview.close();
 
-  for (const [tab, ready] of [['Logs', 'ol.logs li'], ['Events', '#timeline li[data-type="created"]'], ['Resources', '#chart-memory polyline'], ['Exec history', 'text=does not keep the commands']]) {
+  // Exec history: a command run through the API, with its exit code and who ran it.
+  await fetch(`${url}/v1/sandboxes/${id}/exec`, { method: 'POST', headers: { Authorization: `Bearer ${keyA}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ cmd: ['sh', '-c', 'echo from-history; exit 3'] }) });
+  for (const [tab, ready] of [['Logs', 'ol.logs li'], ['Events', '#timeline li[data-type="created"]'], ['Resources', '#chart-memory polyline'], ['Exec history', '#exec-history tbody tr']]) {
     await a.getByRole('tab', { name: tab }).click();
     await a.locator(ready).first().waitFor({ timeout: T });
     await shot(a, tab.toLowerCase().replace(' ', '-'));
   }
+  result.execRow = await a.locator('#exec-history tbody tr').first().evaluate((tr) => [...tr.children].map((c) => c.textContent));
+  // Snapshot: named in a dialog; a host sandbox has no layer to take, so
+  // the API's refusal is shown on the page.
+  await a.getByRole('button', { name: 'Snapshot', exact: true }).click();
+  await a.getByRole('dialog').getByLabel('Name').fill('console-snap');
+  await shot(a, 'snapshot-dialog');
+  await a.getByRole('dialog').getByRole('button', { name: 'Take snapshot' }).click();
+  result.snapshotRefusal = await a.locator('.sb-head ~ div [role=alert], [role=alert]').first().innerText({ timeout: T });
+  // Fork: a new sandbox from a copy of this one's disk, opened at once; its
+  // Files tab has the file uploaded above.
+  await a.getByRole('button', { name: 'Fork', exact: true }).click();
+  await a.getByRole('alertdialog').getByRole('button', { name: 'Fork' }).click();
+  await a.waitForURL((u) => /#\/sandboxes\/[^/]+/.test(u.hash) && !u.hash.includes(id), { timeout: T });
+  const forkId = decodeURIComponent(new URL(a.url()).hash.split('/')[2]);
+  result.fork = forkId;
+  await a.getByRole('tab', { name: 'Files' }).click();
+  await a.locator('tr[data-name="upload.txt"]').waitFor({ timeout: T });
+  result.forkHasUpload = true;
+  await shot(a, 'fork');
+  result.forkKilled = (await api(keyA, 'DELETE', `/v1/sandboxes/${forkId}`)).status;
+  await a.goto(`${url}/#/sandboxes/${id}/events`);
   await a.getByRole('tab', { name: 'Events' }).click();
   await a.locator('#timeline li[data-type="created"]').waitFor({ timeout: T });
   result.timeline = await a.locator('#timeline').innerText();
@@ -304,6 +328,22 @@ try {
   await a.getByRole('button', { name: 'Deliveries of console-hook' }).click();
   await a.locator('#deliveries .state.delivered').first().waitFor({ timeout: T });
   result.deliveries = await a.locator('#deliveries tbody').innerText();
+  // Resend the oldest delivery: the receiver gets its event again, and the
+  // list gains a row with the same event.
+  // First every delivery of the second sandbox (its kill is the last).
+  for (let i = 0; i < 20 && !(await a.locator('#deliveries tbody').innerText()).includes('killed'); i++) {
+    await a.waitForTimeout(500);
+    await a.getByRole('button', { name: 'Deliveries of console-hook' }).click();
+    await a.locator('#deliveries').waitFor({ timeout: T });
+  }
+  const rowsBefore = await a.locator('#deliveries tbody tr').count();
+  const receivedBefore = hookBodies.length;
+  const oldest = a.locator('#deliveries tbody tr').last();
+  const oldestEvent = await oldest.locator('td').first().innerText();
+  await oldest.getByRole('button', { name: /^Resend / }).click();
+  await a.waitForFunction((n) => document.querySelectorAll('#deliveries tbody tr').length > n, rowsBefore, { timeout: T });
+  result.resent = { rows: await a.locator('#deliveries tbody tr').count() - rowsBefore, received: hookBodies.length - receivedBefore,
+    sameEvent: (await a.locator('#deliveries tbody tr').first().locator('td').first().innerText()) === oldestEvent };
   result.hookReceived = hookBodies.length;
   await shot(a, 'webhooks');
 
@@ -316,11 +356,46 @@ try {
   await a.getByRole('button', { name: 'Create volume' }).click();
   await a.locator('#volumes tbody tr', { hasText: 'console-vol' }).waitFor({ timeout: T });
   result.volumeRow = await a.locator('#volumes tbody tr', { hasText: 'console-vol' }).innerText();
+  // Its content, browsed without a sandbox: a file in a directory written through the API.
+  const volHeaders = { Authorization: `Bearer ${keyA}`, 'Content-Type': 'application/json' };
+  await fetch(`${url}/v1/volumes/console-vol/files/mkdir`, { method: 'POST', headers: volHeaders, body: JSON.stringify({ path: '/data' }) });
+  await fetch(`${url}/v1/volumes/console-vol/files?path=/data/in-volume.txt`, { method: 'PUT', headers: { ...volHeaders, 'Content-Type': 'application/octet-stream' }, body: 'in the volume\n' });
+  await a.getByRole('button', { name: 'Browse volume console-vol' }).click();
+  await a.getByRole('button', { name: 'data/' }).click();
+  await a.locator('#volume-files tbody tr', { hasText: 'in-volume.txt' }).waitFor({ timeout: T });
+  result.volumeBrowse = await a.locator('#volume-browser').innerText();
   await shot(a, 'volumes');
   await a.getByRole('button', { name: 'Delete volume console-vol' }).click();
   await a.getByRole('alertdialog').getByRole('button', { name: 'Delete' }).click();
   await a.locator('.empty', { hasText: 'No volumes yet' }).waitFor({ timeout: T });
   result.volumeDeleted = (await (await fetch(`${url}/v1/volumes`, { headers: { Authorization: `Bearer ${keyA}` } })).json()).length === 0;
+
+  // Snapshots: none taken (a host sandbox has none to take), the empty state.
+  await a.getByRole('link', { name: 'Snapshots' }).click();
+  await a.locator('.empty', { hasText: 'No snapshots yet' }).waitFor({ timeout: T });
+  await shot(a, 'snapshots');
+
+  // Secrets: created, rotated (version 2), deleted; the value never on the page.
+  const secretValue = 'console-secret-value-' + Math.random().toString(36).slice(2);
+  await a.getByRole('link', { name: 'Secrets' }).click();
+  await a.locator('.empty', { hasText: 'No secrets yet' }).waitFor({ timeout: T });
+  await a.getByRole('button', { name: '+ New secret' }).click();
+  await a.getByLabel('Name', { exact: true }).fill('CONSOLE_TOKEN');
+  await a.getByLabel('Value', { exact: true }).fill(secretValue);
+  await a.getByRole('button', { name: 'Create secret' }).click();
+  await a.locator('#secrets tbody tr', { hasText: 'CONSOLE_TOKEN' }).waitFor({ timeout: T });
+  await a.getByRole('button', { name: 'Rotate secret CONSOLE_TOKEN' }).click();
+  await a.getByLabel('Value', { exact: true }).last().fill(secretValue + '-2');
+  await a.getByRole('button', { name: 'Replace value' }).click();
+  await a.locator('#secrets tbody tr', { hasText: 'CONSOLE_TOKEN' }).filter({ has: a.locator('td', { hasText: /^2$/ }) }).waitFor({ timeout: T });
+  result.secretRow = await a.locator('#secrets tbody tr', { hasText: 'CONSOLE_TOKEN' }).innerText();
+  result.secretVersion = (await (await api(keyA, 'GET', '/v1/secrets/CONSOLE_TOKEN')).json()).version;
+  result.secretValueShown = (await a.content()).includes(secretValue);
+  await shot(a, 'secrets');
+  await a.getByRole('button', { name: 'Delete secret CONSOLE_TOKEN' }).click();
+  await a.getByRole('alertdialog').getByRole('button', { name: 'Delete' }).click();
+  await a.locator('.empty', { hasText: 'No secrets yet' }).waitFor({ timeout: T });
+  result.secretDeleted = (await api(keyA, 'GET', '/v1/secrets/CONSOLE_TOKEN')).status;
 
   await a.getByRole('link', { name: 'Templates' }).click();
   await a.getByRole('heading', { name: 'Templates', level: 1 }).waitFor({ timeout: T });
@@ -341,7 +416,8 @@ try {
   await shot(a, 'narrow');
   for (const [hash, ready, name] of [['#/overview', '#chart-sandboxes', 'narrow-overview'], [`#/sandboxes/${id}/files`, 'tr[data-name="upload.txt"]', 'narrow-files'],
     [`#/sandboxes/${id}/resources`, '#chart-memory', 'narrow-resources'], [`#/sandboxes/${id}/terminal`, '#terminal', 'narrow-terminal'],
-    ['#/events', '#events', 'narrow-events'], ['#/webhooks', '#webhooks', 'narrow-webhooks'], ['#/templates', '#templates tbody tr', 'narrow-templates'], ['#/pools', 'h1', 'narrow-pools']]) {
+    ['#/events', '#events', 'narrow-events'], ['#/webhooks', '#webhooks', 'narrow-webhooks'], ['#/templates', '#templates tbody tr', 'narrow-templates'], ['#/pools', 'h1', 'narrow-pools'],
+    [`#/sandboxes/${id}/history`, '#exec-history tbody tr', 'narrow-history'], ['#/snapshots', '.empty', 'narrow-snapshots'], ['#/volumes', '.empty', 'narrow-volumes'], ['#/secrets', '.empty', 'narrow-secrets']]) {
     await a.evaluate((h) => { location.hash = h; }, hash);
     await a.locator(ready).first().waitFor({ timeout: T });
     await shot(a, name);
@@ -416,6 +492,12 @@ try {
   await d.goto(`${url}/#/sandboxes/${id}/resources`);
   await d.locator('#chart-memory polyline').waitFor({ timeout: T });
   await shot(d, 'dark-resources');
+  await d.goto(`${url}/#/sandboxes/${id}/history`);
+  await d.locator('#exec-history tbody tr').first().waitFor({ timeout: T });
+  await shot(d, 'dark-history');
+  await d.goto(`${url}/#/secrets`);
+  await d.locator('.empty', { hasText: 'No secrets yet' }).waitFor({ timeout: T });
+  await shot(d, 'dark-secrets');
   await ctxD.close();
 
   // Kill the sandbox (with its confirmation) and see it go.

@@ -76,6 +76,9 @@ export interface Bucket { time: string; running: number; paused: number; stopped
 export interface TenantRow { user: string; sandboxes: number; running: number; creates: number; failures: number; cpu_cores: number; memory_bytes: number; memory_limit_bytes: number }
 export interface OverviewSeries { range: string; start: string; end: string; step_seconds: number; buckets: Bucket[]; now: Bucket; capacity: { cpus: number; memory_bytes: number }; tenants?: TenantRow[]; partial?: boolean }
 
+export interface ExecRecord { time: string; cmd: string; truncated?: boolean; user: string; exit_code: number; status?: string; timed_out?: boolean; oom_killed?: boolean; error?: string; duration_ms: number }
+export interface Secret { id: string; name: string; version: number; placeholder: string; created_at: string; updated_at: string; metadata?: Record<string, string> }
+
 export class Api {
   constructor(readonly key: string, readonly base = '') {}
 
@@ -149,11 +152,23 @@ export class Api {
   volumes() { return this.json<Volume[]>('GET', '/v1/volumes'); }
   createVolume(body: { name: string; size?: string }) { return this.json<Volume>('POST', '/v1/volumes', body); }
   deleteVolume(name: string, force = false) { return this.json<void>('DELETE', `/v1/volumes/${enc(name)}${force ? '?force=true' : ''}`); }
+  volumeFiles(name: string, path: string) { return this.json<{ entries: Entry[] }>('GET', `/v1/volumes/${enc(name)}/files/list?path=${encodeURIComponent(path)}`); }
+  async volumeRead(name: string, path: string): Promise<Blob> {
+    return (await this.request('GET', `/v1/volumes/${enc(name)}/files?path=${encodeURIComponent(path)}`)).blob();
+  }
   webhooks() { return this.json<{ webhooks: Webhook[] }>('GET', '/v1/webhooks'); }
   createWebhook(body: Record<string, unknown>) { return this.json<Webhook>('POST', '/v1/webhooks', body); }
   updateWebhook(id: string, body: Record<string, unknown>) { return this.json<Webhook>('PATCH', `/v1/webhooks/${enc(id)}`, body); }
   deleteWebhook(id: string) { return this.json<void>('DELETE', `/v1/webhooks/${enc(id)}`); }
+  redeliver(id: string, delivery: string) { return this.json<Delivery>('POST', `/v1/webhooks/${enc(id)}/deliveries/${enc(delivery)}/redeliver`); }
   deliveries(id: string) { return this.json<{ deliveries: Delivery[] }>('GET', `/v1/webhooks/${enc(id)}/deliveries`); }
+  execHistory(id: string) { return this.json<{ execs: ExecRecord[] }>('GET', `/v1/sandboxes/${enc(id)}/execs`); }
+  snapshot(id: string, name: string) { return this.json<Template>('POST', `/v1/sandboxes/${enc(id)}/snapshot`, { name }); }
+  fork(id: string, count = 1) { return this.json<{ sandboxes: Sandbox[] }>('POST', `/v1/sandboxes/${enc(id)}/fork`, { count }); }
+  deleteTemplate(name: string) { return this.json<void>('DELETE', `/v1/templates/${enc(name)}`); }
+  secrets() { return this.json<{ secrets: Secret[] }>('GET', '/v1/secrets'); }
+  putSecret(name: string, value: string) { return this.json<Secret>('PUT', `/v1/secrets/${enc(name)}`, { value }); }
+  deleteSecret(name: string) { return this.json<void>('DELETE', `/v1/secrets/${enc(name)}`); }
   overview() { return this.json<Record<string, any>>('GET', '/v1/admin/overview'); }
 }
 

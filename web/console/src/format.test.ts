@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { bytes, layerSizes, cpuRates, duration, joinPath, listeningPorts, metadataQuery, parentPath, parsePairs, pushBounded, sparkPoints } from './format';
+import { bytes, layerSizes, cpuRates, duration, joinPath, listeningPorts, metadataQuery, parentPath, parsePairs, pushBounded, runTime, sparkPoints } from './format';
 
 describe('duration', () => {
   it('formats each range', () => {
@@ -84,5 +84,14 @@ describe('layerSizes', () => {
     expect(r.total).toBe(115);
     expect(r.own.get('a:1')).toBe(10);
     expect(r.own.get('b:1')).toBe(5);
+  });
+});
+
+describe('runTime', () => {
+  it('shows milliseconds, then seconds, then minutes', () => {
+    expect(runTime(12.4)).toBe('12 ms');
+    expect(runTime(1540)).toBe('1.5 s');
+    expect(runTime(125000)).toBe(duration(125000));
+    expect(runTime(NaN)).toBe('—');
   });
 });

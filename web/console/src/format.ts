@@ -141,3 +141,11 @@ export function layerSizes(templates: { name: string; tag?: string; layers?: { d
   }
   return { total, own };
 }
+
+/** A command's run time: milliseconds under a second, then seconds with a tenth, then minutes. */
+export function runTime(ms: number): string {
+  if (!Number.isFinite(ms) || ms < 0) return '—';
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  return duration(ms);
+}

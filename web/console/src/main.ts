@@ -10,6 +10,8 @@ import { overviewView } from './views/overview';
 import { eventsView } from './views/events';
 import { webhooksView } from './views/webhooks';
 import { volumesView } from './views/volumes';
+import { secretsView } from './views/secrets';
+import { snapshotsView } from './views/snapshots';
 
 /**
  * The console's pages, in navigation order: the extension point for new
@@ -24,6 +26,8 @@ const PAGES: Page[] = [
   { id: 'pools', label: 'Pools', view: (m, s) => poolsView(m, s) },
   { id: 'events', label: 'Events', view: (m, s) => eventsView(m, s) },
   { id: 'volumes', label: 'Volumes', view: (m, s) => volumesView(m, s) },
+  { id: 'snapshots', label: 'Snapshots', view: (m, s) => snapshotsView(m, s) },
+  { id: 'secrets', label: 'Secrets', view: (m, s) => secretsView(m, s) },
   { id: 'webhooks', label: 'Webhooks', view: (m, s) => webhooksView(m, s) },
   { id: 'admin', label: 'Admin', operator: true, view: (m, s) => adminView(m, s) },
 ];

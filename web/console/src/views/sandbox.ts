@@ -2,7 +2,7 @@ import { Terminal } from '@xterm/xterm';
 import { FitAddon } from '@xterm/addon-fit';
 import '@xterm/xterm/css/xterm.css';
 import { h, clear, announce, confirmDialog, errorBox } from '../dom';
-import { duration, bytes, cpuRates, joinPath, parentPath, listeningPorts } from '../format';
+import { duration, runTime, bytes, cpuRates, joinPath, parentPath, listeningPorts } from '../format';
 import type { Sandbox, Entry, Event } from '../api';
 import type { Session } from '../session';
 import { actions, history, sampleStats } from './sandboxes';
@@ -39,7 +39,7 @@ export function sandboxView(main: HTMLElement, s: Session, id: string, tab: stri
       chip('Network', sb.network?.mode ?? 'none'), chip('Isolation', sb.isolation ?? 'container'),
       ...(md.length ? md : [['metadata', '—']]).map(([k, v]) => h('li', { class: 'chip', 'data-detail': 'metadata' }, h('b', {}, k), v)));
     clear(acts);
-    acts.append(...actions(s, sb, (action) => {
+    acts.append(...copyActions(s, sb, err), ...actions(s, sb, (action) => {
       if (action === 'Kill') location.hash = '#/sandboxes'; // it is gone: back to the list
       else void load();
     }, err));
@@ -94,7 +94,7 @@ export function sandboxView(main: HTMLElement, s: Session, id: string, tab: stri
     case 'events': cleanups.push(eventsTab(panel, s, id)); break;
     case 'resources': cleanups.push(resourcesTab(panel, s, id, () => current)); break;
     case 'ports': portsTab(panel, s, id); break;
-    case 'history': historyTab(panel, s, id); break;
+    case 'history': cleanups.push(historyTab(panel, s, id)); break;
     case 'desktop': desktopTab(panel, s, id); break;
     default:
       panel.append(h('p', {}, `No view named ${tab}.`));
@@ -458,29 +458,27 @@ function resourcesTab(panel: HTMLElement, s: Session, id: string, current: () =>
   return () => window.clearInterval(t);
 }
 
-/**
- * Exec history: the API keeps no record of the commands run (nor their exit
- * codes); the operator's audit log has each exec call: who, when, the
- * answer's status and how long it took.
- */
-function historyTab(panel: HTMLElement, s: Session, id: string): void {
+/** Exec history: the daemon's last commands of this sandbox (GET /v1/sandboxes/{id}/execs), newest first. */
+function historyTab(panel: HTMLElement, s: Session, id: string): () => void {
   const area = h('div', {}, loading());
-  panel.append(h('h2', {}, 'Exec history'), area);
-  if (!s.operator) {
-    area.replaceChildren(h('p', {}, 'The API does not keep the commands run in a sandbox or their exit codes. The operator\'s audit log records each exec call (who, when, status, duration); the Events tab shows this sandbox\'s lifecycle.'));
-    return;
-  }
-  void (async () => {
+  panel.append(h('h2', {}, 'Exec history'),
+    h('p', { class: 'muted small' }, 'The last 100 commands run through the exec API (native, tools, MCP, Daytona), newest first, refreshed every 5 seconds. Terminal sessions, code runs and E2B commands are not in it.'), area);
+  const load = async () => {
     try {
-      const { entries } = await s.api.audit({ target: id, limit: '1000' });
-      const execs = entries.filter((e) => /\/(exec|code|commands?|process)/.test(e.path)).reverse();
-      area.replaceChildren(
-        h('p', { class: 'muted small' }, 'Exec calls from the audit log, newest first. The API keeps neither the command nor its exit code: the status is the HTTP answer.'),
-        table('exec-history', 'Exec calls', ['When', 'Who', 'Call', 'Status', 'Duration'],
-          execs.map((e) => [new Date(e.time).toLocaleString(), e.user || '—', h('code', {}, `${e.method} ${e.path}`), h('span', { class: `state ${e.status < 400 ? 'ok' : 'error'}` }, String(e.status)), e.duration_ms != null ? `${e.duration_ms.toFixed(0)} ms` : '—']),
-          'No exec call on record for this sandbox.'));
+      const { execs } = await s.api.execHistory(id);
+      area.replaceChildren(table('exec-history', 'Commands run in the sandbox', ['When', 'Command', 'Exit', 'Duration', 'Who'],
+        execs.map((e) => [
+          new Date(e.time).toLocaleString(),
+          h('code', { title: e.truncated ? 'cut at 512 bytes' : undefined }, e.cmd + (e.truncated ? '…' : '')),
+          h('span', { class: `state ${e.exit_code === 0 ? 'ok' : 'error'}`, title: e.error ?? e.status ?? undefined },
+            e.error ? 'did not finish' : e.timed_out ? `${e.exit_code} (timed out)` : e.oom_killed ? `${e.exit_code} (out of memory)` : String(e.exit_code)),
+          runTime(e.duration_ms), e.user || '—']),
+        'No command has been run in this sandbox through the API yet.', { right: [2, 3] }));
     } catch (ex) { area.replaceChildren(errorBox(ex)); }
-  })();
+  };
+  void load();
+  const t = window.setInterval(() => void load(), 5000);
+  return () => window.clearInterval(t);
 }
 
 /**
@@ -538,4 +536,56 @@ function portsTab(panel: HTMLElement, s: Session, id: string): void {
   };
   refresh.addEventListener('click', () => void scan());
   void scan();
+}
+
+/**
+ * Snapshot (a template of the sandbox's files, named in a dialog) and fork
+ * (a new sandbox from a live copy of its disk, opened at once).
+ */
+function copyActions(s: Session, sb: Sandbox, err: HTMLElement): HTMLElement[] {
+  if (sb.state !== 'running' && sb.state !== 'paused') return [];
+  const snap = h('button', { type: 'button', 'data-key': `snapshot-${sb.id}` }, 'Snapshot');
+  snap.addEventListener('click', async () => {
+    const name = await promptDialog('Snapshot this sandbox', 'The new template\'s name (NAME or NAME:TAG). Files in /workspace and /tmp are not part of it.', `snap-${sb.id.slice(0, 8)}`, 'Take snapshot');
+    if (!name) return;
+    clear(err);
+    snap.disabled = true;
+    try {
+      const t = await s.api.snapshot(sb.id, name);
+      announce(`Snapshot ${t.name} taken`);
+      err.replaceChildren(h('p', { class: 'ok', id: 'snapshot-done' }, 'Snapshot ', h('a', { href: '#/snapshots' }, h('code', {}, t.tag && t.tag !== 'latest' ? `${t.name}:${t.tag}` : t.name)), ' taken.'));
+    } catch (ex) { err.appendChild(errorBox(ex)); } finally { snap.disabled = false; }
+  });
+  const fork = h('button', { type: 'button', 'data-key': `fork-${sb.id}` }, 'Fork');
+  fork.addEventListener('click', async () => {
+    if (!(await confirmDialog(`Fork ${sb.id}?`, 'A new sandbox starts from a copy of this one\'s disk (processes and memory are not copied); this one keeps running.', 'Fork'))) return;
+    clear(err);
+    fork.disabled = true;
+    try {
+      const { sandboxes } = await s.api.fork(sb.id, 1);
+      announce(`Forked into ${sandboxes[0].id}`);
+      location.hash = `#/sandboxes/${encodeURIComponent(sandboxes[0].id)}`;
+    } catch (ex) { err.appendChild(errorBox(ex)); } finally { fork.disabled = false; }
+  });
+  return sb.state === 'running' ? [snap, fork] : [snap];
+}
+
+/** A modal dialog asking for one line of text; null when cancelled. */
+function promptDialog(title: string, body: string, value: string, confirmLabel: string): Promise<string | null> {
+  return new Promise((resolve) => {
+    const input = h('input', { id: 'prompt-input', name: 'value', autocomplete: 'off', required: true, value });
+    const cancel = h('button', { type: 'button' }, 'Cancel');
+    const form = h('form', { method: 'dialog' },
+      h('h2', { id: 'prompt-title' }, title), h('p', { id: 'prompt-body' }, body),
+      h('label', { for: 'prompt-input' }, 'Name'), input,
+      h('div', { class: 'row' }, h('button', { type: 'submit', class: 'primary' }, confirmLabel), cancel));
+    const dlg = h('dialog', { 'aria-labelledby': 'prompt-title', 'aria-describedby': 'prompt-body' }, form);
+    let answer: string | null = null;
+    form.addEventListener('submit', (e) => { e.preventDefault(); answer = input.value.trim() || null; dlg.close(); });
+    cancel.addEventListener('click', () => dlg.close());
+    dlg.addEventListener('close', () => { dlg.remove(); resolve(answer); });
+    document.body.appendChild(dlg);
+    dlg.showModal();
+    input.select();
+  });
 }

@@ -9,9 +9,10 @@ export function volumesView(main: HTMLElement, s: Session): () => void {
   const err = h('div', { 'aria-live': 'assertive' });
   const listBox = h('div', {}, loading('Loading volumes…'));
   const create = h('details', { class: 'create' }, h('summary', { class: 'button primary', role: 'button' }, '+ New volume'), createForm());
+  const browser = h('div', { id: 'volume-browser' });
   main.append(pageHead('Volumes', create),
     h('p', { class: 'muted small' }, 'Named disks that outlive sandboxes: mount one at create (volumes: [{name, path}]) in any number of sandboxes at once. Their sizes count against your storage quota (docs/volumes.md).'),
-    err, listBox);
+    err, listBox, browser);
   let timer = 0;
   let stopped = false;
 
@@ -55,11 +56,52 @@ export function volumesView(main: HTMLElement, s: Session): () => void {
         if (!ok) return;
         try { await s.api.deleteVolume(v.name, mounted); announce(`Deleted volume ${v.name}`); void load(); } catch (ex) { err.appendChild(errorBox(ex)); }
       });
+      const browse = h('button', { type: 'button', 'aria-label': `Browse volume ${v.name}` }, 'Browse');
+      browse.addEventListener('click', () => void open(v.name, '/'));
       const users = v.mounted_by.length
         ? h('span', {}, ...v.mounted_by.flatMap((id, i) => [i ? ', ' : '', h('a', { href: `#/sandboxes/${encodeURIComponent(id)}` }, h('code', {}, id))]))
         : h('span', { class: 'muted' }, 'none');
-      return [h('strong', {}, v.name), v.kind, bytes(v.size), v.used === undefined ? '—' : bytes(v.used), users, new Date(v.created_at).toLocaleString(), del];
+      return [h('strong', {}, v.name), v.kind, bytes(v.size), v.used === undefined ? '—' : bytes(v.used), users, new Date(v.created_at).toLocaleString(), h('span', { class: 'row' }, browse, del)];
     }), 'No volumes.', { right: [2, 3] }));
+  };
+  /** A volume's content, read through the volume's own routes (no sandbox needed). */
+  const open = async (name: string, path: string) => {
+    try {
+      const { entries } = await s.api.volumeFiles(name, path);
+      entries.sort((a, b) => (a.type === 'dir' ? 0 : 1) - (b.type === 'dir' ? 0 : 1) || a.name.localeCompare(b.name));
+      const parts = path.split('/').filter(Boolean);
+      const step = (label: string, p: string, last: boolean) => {
+        if (last) return h('li', { 'aria-current': 'location' }, h('code', {}, label));
+        const b = h('button', { type: 'button', class: 'link' }, label);
+        b.addEventListener('click', () => void open(name, p));
+        return h('li', {}, b);
+      };
+      const close = h('button', { type: 'button' }, 'Close');
+      close.addEventListener('click', () => clear(browser));
+      browser.replaceChildren(h('section', { class: 'card', 'aria-labelledby': 'vol-browse-title' },
+        h('div', { class: 'row' }, h('h2', { id: 'vol-browse-title' }, 'Files of ', h('code', {}, name)), close),
+        h('nav', { class: 'crumbs path', 'aria-label': 'Volume path' }, h('ol', {}, step(name, '/', parts.length === 0),
+          ...parts.map((n, i) => step(n, '/' + parts.slice(0, i + 1).join('/'), i === parts.length - 1)))),
+        table('volume-files', `Files in ${path}`, ['Name', 'Type', 'Size', 'Modified', 'Actions'], entries.map((e) => {
+          const label = e.type === 'dir' ? h('button', { type: 'button', class: 'link' }, `${e.name}/`) : h('span', {}, e.name);
+          const child = path.replace(/\/$/, '') + '/' + e.name;
+          if (e.type === 'dir') label.addEventListener('click', () => void open(name, child));
+          const acts: HTMLElement[] = [];
+          if (e.type === 'file') {
+            const dl = h('button', { type: 'button', 'aria-label': `Download ${e.name}` }, 'Download');
+            dl.addEventListener('click', async () => {
+              try {
+                const url = URL.createObjectURL(await s.api.volumeRead(name, child));
+                const a = h('a', { href: url, download: e.name });
+                document.body.appendChild(a); a.click(); a.remove();
+                window.setTimeout(() => URL.revokeObjectURL(url), 10000);
+              } catch (ex) { err.appendChild(errorBox(ex)); }
+            });
+            acts.push(dl);
+          }
+          return [label, e.type, e.type === 'file' ? bytes(e.size) : '', e.modified_at ? new Date(e.modified_at).toLocaleString() : '', h('span', {}, ...acts)];
+        }), 'An empty directory: sandboxes that mount the volume write into it.', { right: [2] })));
+    } catch (ex) { browser.replaceChildren(errorBox(ex)); }
   };
   void load();
   return () => { stopped = true; window.clearTimeout(timer); };

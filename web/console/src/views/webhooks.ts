@@ -1,5 +1,5 @@
 import { h, clear, announce, confirmDialog, errorBox } from '../dom';
-import type { Webhook } from '../api';
+import type { Webhook, Delivery } from '../api';
 import type { Session } from '../session';
 import { loading, empty, pageHead, table } from './common';
 
@@ -74,12 +74,31 @@ export function webhooksView(main: HTMLElement, s: Session): () => void {
       const { deliveries } = await s.api.deliveries(w.id);
       detail.replaceChildren(h('section', { class: 'card', 'aria-labelledby': 'wh-deliveries' },
         h('h2', { id: 'wh-deliveries' }, 'Deliveries of ', w.name || h('code', {}, w.id)),
-        h('p', { class: 'muted small' }, 'The last 100, newest first. Each is retried automatically until it is delivered or runs out of attempts; the API has no resend of a finished delivery yet.'),
-        table('deliveries', 'Deliveries', ['When', 'Event', 'Sandbox', 'Status', 'Attempts', 'Answer'], deliveries.map((d) => [
+        h('p', { class: 'muted small' }, 'The last 100, newest first. Each is retried automatically until it is delivered or runs out of attempts; Resend sends its event again (recorded as a new delivery with the same id).'),
+        table('deliveries', 'Deliveries', ['When', 'Event', 'Sandbox', 'Status', 'Attempts', 'Answer', 'Actions'], deliveries.map((d) => [
           new Date(d.time).toLocaleString(), `${d.event_type} #${d.event_id}`, d.sandbox_id ? h('code', {}, d.sandbox_id) : '—',
-          h('span', { class: `state ${d.status}` }, d.status), d.attempts, d.status_code ? `HTTP ${d.status_code}${d.error ? ` · ${d.error}` : ''}` : d.error ?? '—']),
+          h('span', { class: `state ${d.status}` }, d.status), d.attempts, d.status_code ? `HTTP ${d.status_code}${d.error ? ` · ${d.error}` : ''}` : d.error ?? '—',
+          resend(w, d, deliveries.length)]),
         'Nothing delivered yet: events go out as they happen.', { right: [4] })));
     } catch (ex) { detail.replaceChildren(errorBox(ex)); }
+  };
+  /** A delivery's Resend button: queues it again, then shows the list once the new outcome is in (bounded). */
+  const resend = (w: Webhook, d: Delivery, shown: number) => {
+    const b = h('button', { type: 'button', 'aria-label': `Resend ${d.event_type} #${d.event_id}` }, 'Resend');
+    b.addEventListener('click', async () => {
+      b.disabled = true;
+      try {
+        await s.api.redeliver(w.id, d.id);
+        announce(`Resending ${d.event_type} #${d.event_id}`);
+        for (let i = 0; i < 20 && !stopped; i++) {
+          await new Promise((r) => window.setTimeout(r, 500));
+          const { deliveries } = await s.api.deliveries(w.id);
+          if (deliveries.length > shown || (shown === 100 && deliveries[0]?.time !== d.time)) break;
+        }
+        void showDeliveries(w);
+      } catch (ex) { err.replaceChildren(errorBox(ex)); b.disabled = false; }
+    });
+    return b;
   };
   void load();
   return () => { stopped = true; window.clearTimeout(timer); };

@@ -3,7 +3,7 @@
 # kube-apiserver and kube-scheduler (tools/k8s/kubernetes) and the
 # agent-sandbox controller with its CRDs (tools/k8s/agent-sandbox) — and the
 # test cluster's real node — kubelet (tools/k8s/kubernetes), containerd v2
-# with its runc shim and ctr, the CNI plugins and a pause binary
+# with its runc shim and ctr, runc, the CNI plugins and a pause binary
 # (tools/k8s/node) — into
 # $AGENTBOX_TEST_CACHE/k8s-tools/<versions>-<hash>/, outside the checkout.
 # The directory is keyed by the pinned versions and a hash of the tools
@@ -41,7 +41,7 @@ if [[ ${1:-} == --dir ]]; then
 fi
 
 tools=(etcd kube-apiserver kube-scheduler agent-sandbox-controller kubelet
-  containerd containerd-shim-runc-v2 ctr pause cni/bridge cni/host-local cni/loopback)
+  containerd containerd-shim-runc-v2 ctr runc pause cni/bridge cni/host-local cni/loopback)
 complete() {
   local t
   for t in "${tools[@]}"; do [[ -x $dir/$t ]] || return 1; done
@@ -82,6 +82,10 @@ cpkg=github.com/containerd/containerd/v2
 (cd $nmod && CGO_ENABLED=0 go build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
   -ldflags "-s -w -X $cpkg/version.Version=$containerd" \
   -o "$tmp/" $cpkg/cmd/containerd $cpkg/cmd/containerd-shim-runc-v2 $cpkg/cmd/ctr ./pause)
+# runc's nsenter is C, and seccomp filters need libseccomp (libseccomp-dev
+# to build, libseccomp2 to run): the one tool built with cgo.
+runc=$(modver $nmod github.com/opencontainers/runc)
+(cd $nmod && CGO_ENABLED=1 go build -trimpath -tags seccomp -ldflags "-s -w -X main.version=$runc" -o "$tmp/" github.com/opencontainers/runc)
 mkdir -p "$tmp/cni"
 (cd $nmod && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/cni/" \
   github.com/containernetworking/plugins/plugins/main/bridge \

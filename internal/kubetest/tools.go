@@ -20,7 +20,7 @@ var ErrNoTools = errors.New("kubetest: the Kubernetes test tools are not built (
 var toolNames = []string{"etcd", "kube-apiserver", "kube-scheduler", "agent-sandbox-controller"}
 
 // nodeToolNames are the real node's (StartNode), built by the same script.
-var nodeToolNames = []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "pause", "cni/bridge", "cni/host-local", "cni/loopback"}
+var nodeToolNames = []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "pause", "cni/bridge", "cni/host-local", "cni/loopback"}
 
 // ToolsDir is the directory scripts/k8s-tools.sh builds the tools into:
 // AGENTBOX_K8S_TOOLS when set, otherwise the script's own key computed from

@@ -198,3 +198,19 @@ func oomKills(s string) int {
 	}
 	return -1
 }
+
+// TestKubeRealNodeBench is TestKubeBench on the real node: cold create
+// (now a real pod: sandbox, CNI, init container, agent) and pool hit to
+// first exec; run it in the same go test as TestKubeBench for the
+// comparison in docs/benchmarks.md. AGENTBOX_KUBE_BENCH=N rounds.
+func TestKubeRealNodeBench(t *testing.T) {
+	rounds, _ := strconv.Atoi(os.Getenv("AGENTBOX_KUBE_BENCH"))
+	if rounds <= 0 {
+		t.Skip("set AGENTBOX_KUBE_BENCH=N to measure")
+	}
+	e := startRealNodeEnv(t)
+	b := e.backend(t, "bench")
+	cold, hit := benchKube(t, b, realTemplate, rounds)
+	t.Logf("\n| create to first exec, real node (%d rounds) | median |\n|---|---|\n| kube backend, cold (Sandbox → scheduler → kubelet/containerd) | %s |\n| kube backend, pool hit (SandboxClaim) | %s |",
+		rounds, benchMedian(cold), benchMedian(hit))
+}

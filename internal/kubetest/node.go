@@ -48,6 +48,7 @@ type Node struct {
 	sysctls    map[string]string // host values kubelet overwrites, restored by Close
 	chainsNew  bool              // kubelet's iptables chains did not exist before
 	cgroupsNew bool              // neither did its kubepods cgroups
+	lock       *os.File          // held while the node exists (lockNode)
 }
 
 // PauseImage is the pod sandbox image the node's containerd is configured
@@ -74,7 +75,8 @@ var kubeletChains = map[string][]string{
 // machine already runs a kubelet (its cgroups or iptables chains exist).
 func StartNode(t testing.TB, c *Cluster) *Node {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	// Long enough to wait out another package's node (lockNode) too.
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	n, err := c.NewNode(ctx)
 	if errors.Is(err, ErrNoNodeTools) {
@@ -109,20 +111,30 @@ func (c *Cluster) NewNode(ctx context.Context) (_ *Node, err error) {
 	if !nodeToolsPresent(c.ToolsDir) {
 		return nil, fmt.Errorf("%w: not all of %v in %s", ErrNoNodeTools, nodeToolNames, c.ToolsDir)
 	}
+	// kubepods and kubelet's iptables chains are machine-wide names: one
+	// real node at a time on this machine (test packages run in
+	// parallel), the next waits.
+	lock, err := lockNode(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if existingKubelet() {
+		lock.Close()
 		return nil, errKubeletPresent
 	}
 	suffix := make([]byte, 3)
 	if _, err := rand.Read(suffix); err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("kubetest: %w", err)
 	}
 	h := hex.EncodeToString(suffix)
 	dir, err := os.MkdirTemp("", "abkn-")
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("kubetest: %w", err)
 	}
 	n := &Node{Name: "kubetest-" + h, Dir: dir, Bridge: "abkl" + h, network: "kubetest-" + h, c: c,
-		chainsNew: true, cgroupsNew: true}
+		chainsNew: true, cgroupsNew: true, lock: lock}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -505,6 +517,10 @@ func (n *Node) Close() []string {
 		n.Dir = ""
 	}
 	n.Bridge, n.network = "", ""
+	if n.lock != nil {
+		n.lock.Close() // releases the flock
+		n.lock = nil
+	}
 	return left
 }
 

@@ -2,6 +2,7 @@ package kubetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,7 +10,36 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 )
+
+// nodeLockPath is the machine-wide lock of the one real node.
+const nodeLockPath = "/run/agentbox-kubetest-node.lock"
+
+// lockNode takes the machine-wide node lock, waiting while another test's
+// node holds it (until ctx ends).
+func lockNode(ctx context.Context) (*os.File, error) {
+	f, err := os.OpenFile(nodeLockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: node lock: %w", err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("kubetest: node lock: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("kubetest: waiting for another test's real node to stop: %w", ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
 
 func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
 

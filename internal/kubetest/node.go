@@ -446,10 +446,12 @@ func (n *Node) Log(name string, lines int) string {
 // Close stops kubelet, every pod's containers and containerd, and removes
 // what they made: mounts and network namespaces under Dir, the bridge, the
 // CNI cache entries, kubelet's cgroups and iptables chains, Dir itself;
-// and puts back the sysctls kubelet set. It returns what it could not
-// remove (empty when the machine is as before).
+// and puts back the sysctls kubelet set. It then looks for each of those
+// (and for shims still running) and returns what it could not remove or
+// found: empty when the machine is as before.
 func (n *Node) Close() []string {
 	var left []string
+	dir, bridge, socket := n.Dir, n.Bridge, n.Socket
 	// kubelet first, so nothing restarts what is stopped next.
 	for i := len(n.procs) - 1; i >= 0; i-- {
 		if n.procs[i].name != "kubelet" {
@@ -517,6 +519,11 @@ func (n *Node) Close() []string {
 		n.Dir = ""
 	}
 	n.Bridge, n.network = "", ""
+	// Checked while the machine-wide lock is still held: nothing of
+	// another node can be mistaken for this one's.
+	if dir != "" {
+		left = append(left, n.leftovers(dir, bridge, socket)...)
+	}
 	if n.lock != nil {
 		n.lock.Close() // releases the flock
 		n.lock = nil
@@ -587,10 +594,10 @@ func mountsUnder(dir string) []string {
 	return ms
 }
 
-// Leftovers lists what of the node is still on the machine: for a test
-// to assert on after Close (processes, mounts, the bridge, cgroups,
-// iptables chains).
-func (n *Node) Leftovers(dir, bridge, socket string) []string {
+// leftovers lists what of a node is still on the machine: its dir,
+// mounts under it, its bridge, shims of its containerd, kubepods cgroups,
+// kubelet's iptables chains.
+func (n *Node) leftovers(dir, bridge, socket string) []string {
 	var left []string
 	if _, err := os.Stat(dir); err == nil {
 		left = append(left, "dir "+dir)

@@ -66,11 +66,11 @@ func TestNode(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	dir, bridge, sock := n.Dir, n.Bridge, n.Socket
+	dir := n.Dir
 	if left := n.Close(); len(left) > 0 {
 		t.Fatalf("close: %v", left)
 	}
-	if left := n.Leftovers(dir, bridge, sock); len(left) > 0 {
-		t.Fatalf("left behind after Close: %v", left)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the node's dir %s after Close: %v", dir, err)
 	}
 }

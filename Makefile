@@ -138,7 +138,7 @@ templates: build
 
 # etcd, kube-apiserver, kube-scheduler and the agent-sandbox controller, from
 # the pinned tools modules in tools/k8s, built once into
-# $$AGENTBOX_TEST_CACHE/k8s-tools/<versions> (about 10 minutes the first time
+# $$AGENTBOX_TEST_CACHE/k8s-tools/<versions> (about 15 minutes the first time
 # on 2 cores, seconds after); scripts/test.sh runs it too. internal/kubetest
 # starts them for the Kubernetes tests.
 k8s-tools:

@@ -593,7 +593,8 @@ func (c *Cluster) startController(webhookPort int) error {
 
 // createNamespace creates ns and, standing in for the absent
 // kube-controller-manager, the default ServiceAccount of ns and of
-// "default" (pods are refused without one).
+// "default" (pods are refused without one) and the kube-root-ca.crt
+// ConfigMap a real kubelet mounts into pods that mount a token.
 func (c *Cluster) createNamespace(ctx context.Context, ns string) error {
 	_, err := c.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -603,6 +604,10 @@ func (c *Cluster) createNamespace(ctx context.Context, ns string) error {
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: n}}
 		if _, err := c.Clientset.CoreV1().ServiceAccounts(n).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("kubetest: create %s/default ServiceAccount: %w", n, err)
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt", Namespace: n}, Data: map[string]string{"ca.crt": string(c.CAData)}}
+		if _, err := c.Clientset.CoreV1().ConfigMaps(n).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("kubetest: create %s/kube-root-ca.crt: %w", n, err)
 		}
 	}
 	return nil

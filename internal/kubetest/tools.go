@@ -16,8 +16,11 @@ import (
 // built (scripts/k8s-tools.sh, `make k8s-tools`).
 var ErrNoTools = errors.New("kubetest: the Kubernetes test tools are not built (run `make k8s-tools`)")
 
-// toolNames are the binaries scripts/k8s-tools.sh builds.
+// toolNames are the control plane's binaries scripts/k8s-tools.sh builds.
 var toolNames = []string{"etcd", "kube-apiserver", "kube-scheduler", "agent-sandbox-controller"}
+
+// nodeToolNames are the real node's (StartNode), built by the same script.
+var nodeToolNames = []string{"kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "pause", "cni/bridge", "cni/host-local", "cni/loopback"}
 
 // ToolsDir is the directory scripts/k8s-tools.sh builds the tools into:
 // AGENTBOX_K8S_TOOLS when set, otherwise the script's own key computed from
@@ -33,6 +36,7 @@ func ToolsDir() (string, error) {
 	}
 	kmod := filepath.Join(root, "tools", "k8s", "kubernetes")
 	amod := filepath.Join(root, "tools", "k8s", "agent-sandbox")
+	nmod := filepath.Join(root, "tools", "k8s", "node")
 	k8s, err := modVersion(kmod, "k8s.io/kubernetes")
 	if err != nil {
 		return "", err
@@ -45,12 +49,18 @@ func ToolsDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	containerd, err := modVersion(nmod, "github.com/containerd/containerd/v2")
+	if err != nil {
+		return "", err
+	}
 	// The same bytes in the same order as the script's
-	// `cat go.mod go.sum go.mod go.sum | sha256sum`.
+	// `cat go.mod go.sum go.mod go.sum go.mod go.sum pause/main.go | sha256sum`.
 	h := sha256.New()
 	for _, f := range []string{
 		filepath.Join(kmod, "go.mod"), filepath.Join(kmod, "go.sum"),
 		filepath.Join(amod, "go.mod"), filepath.Join(amod, "go.sum"),
+		filepath.Join(nmod, "go.mod"), filepath.Join(nmod, "go.sum"),
+		filepath.Join(nmod, "pause", "main.go"),
 	} {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -58,19 +68,27 @@ func ToolsDir() (string, error) {
 		}
 		h.Write(b)
 	}
-	key := fmt.Sprintf("kubernetes-%s-etcd-%s-agent-sandbox-%s-%s", k8s, etcd, sandbox, hex.EncodeToString(h.Sum(nil))[:12])
+	key := fmt.Sprintf("kubernetes-%s-etcd-%s-agent-sandbox-%s-containerd-%s-%s", k8s, etcd, sandbox, containerd, hex.EncodeToString(h.Sum(nil))[:12])
 	return filepath.Join(cacheDir(), "k8s-tools", key), nil
 }
 
-// toolsPresent reports whether dir holds every tool and the CRDs.
+// toolsPresent reports whether dir holds every control-plane tool and the
+// CRDs.
 func toolsPresent(dir string) bool {
-	for _, n := range toolNames {
+	fi, err := os.Stat(filepath.Join(dir, "crds"))
+	return executables(dir, toolNames) && err == nil && fi.IsDir()
+}
+
+// nodeToolsPresent reports whether dir holds every tool of the real node.
+func nodeToolsPresent(dir string) bool { return executables(dir, nodeToolNames) }
+
+func executables(dir string, names []string) bool {
+	for _, n := range names {
 		if fi, err := os.Stat(filepath.Join(dir, n)); err != nil || fi.Mode()&0o111 == 0 {
 			return false
 		}
 	}
-	fi, err := os.Stat(filepath.Join(dir, "crds"))
-	return err == nil && fi.IsDir()
+	return true
 }
 
 // cacheDir mirrors scripts/test.sh's AGENTBOX_TEST_CACHE default.

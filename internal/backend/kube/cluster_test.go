@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -87,7 +88,12 @@ func clusterSpec(labels map[string]string) sandbox.Spec {
 // deleted claim go (the pvc-protection controller's job). An agentbox
 // node keeps a claim's data in a directory of its own named after the
 // claim, so the volume's source is never mounted.
-func bindClaims(t *testing.T, ns string, cl client.Client) {
+func bindClaims(t *testing.T, ns string, cl client.Client) { bindClaimsAt(t, ns, cl, "") }
+
+// bindClaimsAt is bindClaims with each volume a real directory under dir
+// (when not empty), which a real kubelet mounts as a hostPath: open to
+// the sandbox's user, as a provisioner's volume would be.
+func bindClaimsAt(t *testing.T, ns string, cl client.Client, dir string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
@@ -97,7 +103,7 @@ func bindClaims(t *testing.T, ns string, cl client.Client) {
 			var claims corev1.PersistentVolumeClaimList
 			if err := cl.List(ctx, &claims, client.InNamespace(ns)); err == nil {
 				for i := range claims.Items {
-					if err := bindClaim(ctx, cl, &claims.Items[i]); err != nil && ctx.Err() == nil {
+					if err := bindClaim(ctx, cl, &claims.Items[i], dir); err != nil && ctx.Err() == nil {
 						t.Logf("bind claim %s: %v", claims.Items[i].Name, err)
 					}
 				}
@@ -110,7 +116,7 @@ func bindClaims(t *testing.T, ns string, cl client.Client) {
 	}()
 }
 
-func bindClaim(ctx context.Context, cl client.Client, pvc *corev1.PersistentVolumeClaim) error {
+func bindClaim(ctx context.Context, cl client.Client, pvc *corev1.PersistentVolumeClaim, dir string) error {
 	if pvc.DeletionTimestamp != nil {
 		if len(pvc.Finalizers) > 0 {
 			pvc.Finalizers = nil
@@ -122,13 +128,23 @@ func bindClaim(ctx context.Context, cl client.Client, pvc *corev1.PersistentVolu
 		return nil
 	}
 	name := "pv-" + string(pvc.UID)
+	src := "/nonexistent/agentbox-test/" + string(pvc.UID)
+	if dir != "" {
+		src = filepath.Join(dir, string(pvc.UID))
+		if err := os.MkdirAll(src, 0o777); err != nil {
+			return err
+		}
+		if err := os.Chmod(src, 0o777); err != nil {
+			return err
+		}
+	}
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: pvc.Spec.Resources.Requests[corev1.ResourceStorage]},
 			AccessModes:                   pvc.Spec.AccessModes,
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/nonexistent/agentbox-test/" + string(pvc.UID)}},
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: src}},
 			ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID},
 		},
 	}

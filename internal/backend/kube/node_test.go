@@ -376,46 +376,10 @@ func TestKubeBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	firstExec := func(info sandbox.Info, token string) {
-		c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address, Pid: info.Agent.Pid}, token)
-		defer c.Close()
-		if r, err := backendtest.ExecErr(ctx, c, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", "echo ok"}}); err != nil || r.Stdout != "ok\n" {
-			t.Fatalf("first exec: %+v, %v", r, err)
-		}
-	}
+	cold, hit := benchKube(t, b, testTemplate, rounds)
 	const token = "bench-token-0123456789abcdef"
-	var nat, cold, hit []time.Duration
-	for i := 0; i < rounds; i++ {
-		id := sandbox.NewID()
-		start := time.Now()
-		info, err := b.Create(ctx, sandbox.Spec{ID: id, Template: testTemplate, AccessToken: token})
-		if err != nil {
-			t.Fatal(err)
-		}
-		firstExec(info, token)
-		cold = append(cold, time.Since(start))
-		if err := b.Destroy(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := b.EnsurePool(ctx, "bench", sandbox.Spec{Template: testTemplate}, 1); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.DeletePool(context.Background(), "bench") })
-	for i := 0; i < rounds; i++ {
-		waitPoolReady(t, b, "bench", 1)
-		id := sandbox.NewID()
-		start := time.Now()
-		info, err := b.CreateFromPool(ctx, "bench", sandbox.Spec{ID: id, AccessToken: token})
-		if err != nil {
-			t.Fatal(err)
-		}
-		firstExec(info, token)
-		hit = append(hit, time.Since(start))
-		if err := b.Destroy(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-	}
+	firstExec := func(info sandbox.Info, token string) { benchFirstExec(t, info, token) }
+	var nat []time.Duration
 	for i := 0; i < rounds; i++ {
 		id := sandbox.NewID()
 		start := time.Now()
@@ -429,11 +393,62 @@ func TestKubeBench(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	med := func(d []time.Duration) string {
-		s := slices.Clone(d)
-		slices.Sort(s)
-		return fmt.Sprintf("%.0f ms (min %.0f, max %.0f)", float64(s[len(s)/2].Microseconds())/1000, float64(s[0].Microseconds())/1000, float64(s[len(s)-1].Microseconds())/1000)
-	}
 	t.Logf("\n| create to first exec (%d rounds) | median |\n|---|---|\n| native backend (the node's, directly) | %s |\n| kube backend, cold (Sandbox → scheduler → agentbox node) | %s |\n| kube backend, pool hit (SandboxClaim) | %s |",
-		rounds, med(nat), med(cold), med(hit))
+		rounds, benchMedian(nat), benchMedian(cold), benchMedian(hit))
+}
+
+// benchMedian formats the median (and range) of durations in ms.
+func benchMedian(d []time.Duration) string {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return fmt.Sprintf("%.0f ms (min %.0f, max %.0f)", float64(s[len(s)/2].Microseconds())/1000, float64(s[0].Microseconds())/1000, float64(s[len(s)-1].Microseconds())/1000)
+}
+
+func benchFirstExec(t *testing.T, info sandbox.Info, token string) {
+	t.Helper()
+	c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address, Pid: info.Agent.Pid}, token)
+	defer c.Close()
+	if r, err := backendtest.ExecErr(ctxFor(t), c, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", "echo ok"}}); err != nil || r.Stdout != "ok\n" {
+		t.Fatalf("first exec: %+v, %v", r, err)
+	}
+}
+
+// benchKube measures create-to-first-exec on b, rounds times cold and
+// rounds times a pool hit (SandboxClaim of a warm pool of one).
+func benchKube(t *testing.T, b *Backend, tmpl sandbox.Template, rounds int) (cold, hit []time.Duration) {
+	t.Helper()
+	ctx := ctxFor(t)
+	const token = "bench-token-0123456789abcdef"
+	for i := 0; i < rounds; i++ {
+		id := sandbox.NewID()
+		start := time.Now()
+		info, err := b.Create(ctx, sandbox.Spec{ID: id, Template: tmpl, AccessToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		benchFirstExec(t, info, token)
+		cold = append(cold, time.Since(start))
+		if err := b.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.EnsurePool(ctx, "bench", sandbox.Spec{Template: tmpl}, 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.DeletePool(context.Background(), "bench") })
+	for i := 0; i < rounds; i++ {
+		waitPoolReady(t, b, "bench", 1)
+		id := sandbox.NewID()
+		start := time.Now()
+		info, err := b.CreateFromPool(ctx, "bench", sandbox.Spec{ID: id, AccessToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		benchFirstExec(t, info, token)
+		hit = append(hit, time.Since(start))
+		if err := b.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cold, hit
 }

@@ -75,7 +75,16 @@ const [url, exe, file, shot] = process.argv.slice(1);
 // /workspace open, the file in its explorer, and the screenshot must not
 // be blank.
 func checkCodeServer(t *testing.T, d *daemon) {
-	_, chromium := consoleTools(t)
+	chromium := os.Getenv("AGENTBOX_CHROMIUM")
+	if chromium == "" {
+		chromium = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(chromium); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the code-server check needs %s (apt-get install chromium)", chromium)
+		}
+		t.Skipf("the code-server check needs %s (apt-get install chromium)", chromium)
+	}
 	mods := playwrightDir(t)
 
 	start := time.Now()

@@ -38,11 +38,13 @@ func buildCodeServer(t *testing.T, ctx context.Context, d *daemon) {
 	out, took := templateCLI(t, ctx, d, append(args, dir)...)
 	t.Logf("build code-server: %s, %d steps run, %d cached", took.Round(time.Millisecond),
 		strings.Count(out, "---> Running in"), strings.Count(out, "---> Using cache"))
+	t.Logf("code-server template: %v bytes unpacked (all layers, base's included)", getTemplate(t, d, "", "code-server")["size"])
 }
 
 // codeServerScript opens the signed preview link (argv[1]) in headless
 // Chromium (argv[2]), waits for VS Code's workbench with the explorer
-// showing the file named argv[3], and screenshots it to argv[4].
+// showing the file named argv[3], opens it in an editor, and screenshots
+// the page to argv[4].
 const codeServerScript = `
 const { chromium } = require('playwright-core');
 const [url, exe, file, shot] = process.argv.slice(1);
@@ -58,6 +60,11 @@ const [url, exe, file, shot] = process.argv.slice(1);
     out.title = await page.title();
     out.explorer = await page.locator('.explorer-folders-view').innerText();
     out.file = await row.first().innerText();
+    // Opening it reads it through VS Code's server: its text in an editor.
+    await row.first().click();
+    const lines = page.locator('.editor-instance .monaco-editor .view-lines', { hasText: 'hello' });
+    await lines.first().waitFor({ timeout: 120000 });
+    out.editor = await lines.first().innerText();
     await page.waitForTimeout(1000);
     await page.screenshot({ path: shot });
     out.shot = shot;
@@ -72,8 +79,8 @@ const [url, exe, file, shot] = process.argv.slice(1);
 // editor answers), puts a file in /workspace, and opens the editor as a
 // person does: the signed preview link in a browser (headless Chromium),
 // through the daemon's preview proxy. VS Code's workbench must load with
-// /workspace open, the file in its explorer, and the screenshot must not
-// be blank.
+// /workspace open and the file in its explorer, open it in an editor with
+// its text, and the screenshot must not be blank.
 func checkCodeServer(t *testing.T, d *daemon) {
 	chromium := os.Getenv("AGENTBOX_CHROMIUM")
 	if chromium == "" {
@@ -136,6 +143,9 @@ func checkCodeServer(t *testing.T, d *daemon) {
 	}
 	if got, _ := res["file"].(string); !strings.Contains(got, file) {
 		t.Errorf("explorer row %q, want %s", got, file)
+	}
+	if got, _ := res["editor"].(string); !strings.Contains(got, `print("hello")`) {
+		t.Errorf("the editor shows %q, want the file's text", got)
 	}
 	if v, colors := pixelVariance(t, shot); v < 200 || colors < 8 {
 		t.Errorf("%s looks blank: luminance variance %.0f, %d colours", shot, v, colors)

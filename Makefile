@@ -124,6 +124,8 @@ comma := ,
 # The browser template's build context, staged outside the checkout with
 # its npm packages (scripts/stage-browser.sh).
 BROWSER_CONTEXT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox/browser-context
+# templates/code-server staged with code-server's npm packages (host npm).
+CODE_SERVER_CONTEXT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox/code-server-context
 # A host without a deb822 debian.sources gives none by default: a
 # bootstrapped image already lists the host's Debian sources.
 TEMPLATE_SECRETS = $(if $(APT_SOURCES),--secret id=apt-sources$(comma)src=$(APT_SOURCES)) $(if $(APT_CONF),--secret id=apt-conf$(comma)src=$(APT_CONF))
@@ -135,6 +137,8 @@ templates: build
 	./scripts/stage-browser.sh $(BROWSER_CONTEXT)
 	$(BIN)/agentbox template build -t browser $(TEMPLATE_SECRETS) $(BROWSER_CONTEXT)
 	$(BIN)/agentbox template build -t desktop $(TEMPLATE_SECRETS) templates/desktop
+	./scripts/stage-code-server.sh $(CODE_SERVER_CONTEXT)
+	$(BIN)/agentbox template build -t code-server $(TEMPLATE_SECRETS) $(CODE_SERVER_CONTEXT)
 
 # etcd, kube-apiserver, kube-scheduler and the agent-sandbox controller, from
 # the pinned tools modules in tools/k8s, built once into

@@ -49,6 +49,7 @@ func addClientCommands(root *cobra.Command) {
 		newPauseCmd(), newResumeCmd(), newE2BCmd(), newDaytonaCmd(),
 		newScreenshotCmd(),
 		newDesktopCmd(),
+		newOpenCmd(),
 		newSecretCmd(), newNetworkCmd(),
 	)
 }

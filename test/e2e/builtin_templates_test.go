@@ -169,10 +169,13 @@ func TestBuiltinTemplates(t *testing.T) {
 	if _, err := exec.LookPath("mmdebstrap"); err != nil {
 		t.Skip("needs mmdebstrap (apt-get install mmdebstrap) to bootstrap debian:bookworm")
 	}
-	ctx := waitCtx(t, 25*time.Minute)
+	ctx := waitCtx(t, 60*time.Minute)
 	tmplDir := filepath.Join(testCache(t), "templates")
 	lockCache(t, ctx, tmplDir+".lock")
-	d := startDaemon(t, "NETWORK=on", "NETWORK_BRIDGE=abxbuiltin", "NETWORK_SUBNET=10.86.0.0/16", "TEMPLATE_DIR="+tmplDir)
+	d := startDaemon(t, "NETWORK=on", "NETWORK_BRIDGE=abxbuiltin", "NETWORK_SUBNET=10.86.0.0/16", "TEMPLATE_DIR="+tmplDir,
+		// A build step's sandbox gets MAX_DISK (default 20G), which a shared
+		// host's disk may not hold; no template needs more than a few.
+		"MAX_DISK=8G")
 
 	total := time.Now()
 	bin, _ := binaries(t)
@@ -204,10 +207,12 @@ func TestBuiltinTemplates(t *testing.T) {
 	}
 	build("base")
 	build("code-interpreter")
+	buildCodeServer(t, ctx, d)
 	t.Logf("bootstrap and builds: %s", time.Since(total).Round(time.Millisecond))
 
 	t.Run("base", func(t *testing.T) { checkBase(t, d) })
 	t.Run("code-interpreter", func(t *testing.T) { checkCodeInterpreter(t, d) })
+	t.Run("code-server", func(t *testing.T) { checkCodeServer(t, d) })
 }
 
 // builtinBase names the built `base` template: with the default

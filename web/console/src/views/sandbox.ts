@@ -22,6 +22,7 @@ export function sandboxView(main: HTMLElement, s: Session, id: string, tab: stri
   const acts = h('div', { class: 'row actions' });
   let current: Sandbox | null = null;
   let gone = false;
+  const ide = ideLink(s, id, err);
 
   // One compact header (state, template, owner, limits, time left, then
   // the metadata): the tabs stay in the first view.
@@ -43,6 +44,7 @@ export function sandboxView(main: HTMLElement, s: Session, id: string, tab: stri
       if (action === 'Kill') location.hash = '#/sandboxes'; // it is gone: back to the list
       else void load();
     }, err));
+    if (isCodeServer(sb.template) && sb.state === 'running') acts.append(ide());
   };
   const load = async () => {
     try {
@@ -100,6 +102,35 @@ export function sandboxView(main: HTMLElement, s: Session, id: string, tab: stri
       panel.append(h('p', {}, `No view named ${tab}.`));
   }
   return () => cleanups.forEach((c) => c());
+}
+
+// CODE_SERVER_PORT is where the code-server template's editor listens in
+// its sandbox (templates/code-server/agentbox-code-server).
+const CODE_SERVER_PORT = 13337;
+
+function isCodeServer(template: string): boolean {
+  return template === 'code-server' || template.startsWith('code-server:');
+}
+
+/**
+ * VS Code of a code-server sandbox: a signed preview link (an hour, on the
+ * sandbox port's own origin), asked for once and kept while the page
+ * shows; it opens in a tab of its own.
+ */
+function ideLink(s: Session, id: string, err: HTMLElement): () => HTMLElement {
+  const slot = h('span', { class: 'ide' }, 'VS Code…');
+  let asked = false;
+  return () => {
+    if (!asked) {
+      asked = true;
+      s.api.previewToken(id, CODE_SERVER_PORT).then((t) => {
+        slot.replaceChildren(t.url
+          ? h('a', { href: t.url, target: '_blank', rel: 'noopener noreferrer', id: 'open-ide', class: 'button' }, 'Open in VS Code')
+          : h('span', { class: 'muted small' }, 'VS Code needs a preview domain (PREVIEW_DOMAIN) on the server.'));
+      }).catch((ex) => { asked = false; slot.replaceChildren(); err.appendChild(errorBox(ex)); });
+    }
+    return slot;
+  };
 }
 
 function terminalTab(panel: HTMLElement, s: Session, id: string): () => void {

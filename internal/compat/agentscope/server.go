@@ -143,34 +143,48 @@ func hostPort(r *http.Request) int {
 }
 
 // pruneEvery spaces the sweeps of expired records in a store that keeps
-// them until then (bbolt; Redis expires them itself).
-const pruneEvery = 10 * time.Minute
+// them until then (bbolt; Redis expires them itself). The first sweep
+// comes pruneFirst after the start: a daemon restarted more often than
+// pruneEvery (a crash loop, frequent rollouts, the soak's restarts every
+// 5 minutes) would otherwise never sweep, and its bbolt file would keep
+// every record it ever wrote.
+const (
+	pruneEvery = 10 * time.Minute
+	pruneFirst = 30 * time.Second
+)
 
 // pruneLoop deletes expired records (released, replaced, recycled ones
-// past their time) every pruneEvery until Close: records nobody reads
-// again would otherwise stay in the daemon's bbolt file.
+// past their time) until Close: records nobody reads again would otherwise
+// stay in the daemon's bbolt file.
 func (s *Server) pruneLoop() {
 	defer close(s.pruned)
 	p, ok := s.cfg.Docs.(store.DocPruner)
 	if !ok {
 		return
 	}
-	t := time.NewTicker(pruneEvery)
+	pruneEach(s.ctx, p, pruneFirst, pruneEvery, s.log)
+}
+
+// pruneEach sweeps the expired records of p first after start, then every
+// every, until ctx ends.
+func pruneEach(ctx context.Context, p store.DocPruner, first, every time.Duration, log *slog.Logger) {
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C:
+			t.Reset(every)
 		}
 		for _, kind := range []string{docKind, legacyLockKind} {
-			ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
-			n, err := p.PruneDocs(ctx, kind)
+			pctx, cancel := context.WithTimeout(ctx, time.Minute)
+			n, err := p.PruneDocs(pctx, kind)
 			cancel()
 			if err != nil {
-				s.log.Warn("agentscope: prune expired records", "kind", kind, "err", err)
+				log.Warn("agentscope: prune expired records", "kind", kind, "err", err)
 			} else if n > 0 {
-				s.log.Debug("agentscope: pruned expired records", "kind", kind, "records", n)
+				log.Debug("agentscope: pruned expired records", "kind", kind, "records", n)
 			}
 		}
 	}

@@ -57,7 +57,10 @@ func TestPruneSweepsSoonAfterStart(t *testing.T) {
 	lctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	start := time.Now()
-	go func() { defer close(done); pruneEach(lctx, p, 20*time.Millisecond, time.Hour, slog.New(slog.DiscardHandler)) }()
+	go func() {
+		defer close(done)
+		pruneEach(lctx, p, 20*time.Millisecond, time.Hour, slog.New(slog.DiscardHandler))
+	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		p.mu.Lock()

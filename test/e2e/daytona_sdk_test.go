@@ -41,7 +41,10 @@ func TestDaytonaSDK(t *testing.T) {
 	tmplDir := filepath.Join(testCache(t), "templates")
 	lockCache(t, ctx, tmplDir+".lock")
 	const key, otherKey = "dtn_0a1b2c3d4e5f60718293a4b5c6d7e8f9", "dtn_ffeeddccbbaa99887766554433221100"
-	d := startDaemon(t, "API_KEYS="+key+":alice,"+otherKey+":bob", "TEMPLATE_DIR="+tmplDir, "TEMPLATE_ADMIN_USERS=alice")
+	d := startDaemon(t, "API_KEYS="+key+":alice,"+otherKey+":bob", "TEMPLATE_DIR="+tmplDir, "TEMPLATE_ADMIN_USERS=alice",
+		// A build step asks for a MAX_DISK disk (default 20 GiB) next to the
+		// suite's own sandboxes: on a small disk every build was refused.
+		"MAX_DISK=8G")
 	ensureBuiltinTemplates(t, ctx, d, key)
 
 	bin, _ := binaries(t)

@@ -455,15 +455,7 @@ func TestPTY(t *testing.T) {
 	if _, err := pty.Write([]byte("stty size; echo marker-$((40+2)); exit 5\n")); err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
-	buf := make([]byte, 4096)
-	for !strings.Contains(out.String(), "marker-42") {
-		n, err := pty.Read(buf)
-		out.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
+	out := readUntil(pty, "marker-42")
 	code, err := pty.Wait()
 	if err != nil || code != 5 {
 		t.Fatalf("pty exit = %d %v; output %q", code, err, out.String())
@@ -532,4 +524,19 @@ func TestKeylessServerRefusesBrowsers(t *testing.T) {
 	if status != 200 {
 		t.Fatalf("same origin refused: %d", status)
 	}
+}
+
+// readUntil reads r until its output contains marker or r ends (a
+// terminal's output comes in pieces; the caller checks what it got).
+func readUntil(r io.Reader, marker string) *bytes.Buffer {
+	var out bytes.Buffer
+	buf := make([]byte, 4096)
+	for !strings.Contains(out.String(), marker) {
+		n, err := r.Read(buf)
+		out.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return &out
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -161,15 +160,7 @@ func gvisorPTY(t *testing.T, sdk *client.Client, id string) {
 	if _, err := pty.Write([]byte("stty size; test -t 0 && echo tty-$((1+1)); cat /proc/sys/kernel/osrelease; echo marker-$((40+2)); exit 7\n")); err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
-	buf := make([]byte, 4096)
-	for !strings.Contains(out.String(), "marker-42") {
-		n, err := pty.Read(buf)
-		out.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
+	out := readUntil(pty, "marker-42")
 	code, err := pty.Wait()
 	if err != nil || code != 7 {
 		t.Fatalf("PTY exit = %d %v; output %q", code, err, out.String())

@@ -214,15 +214,7 @@ func TestRemoteE2BProvider(t *testing.T) {
 		if _, err := pty.Write([]byte("stty size; echo marker-$((40+2)); exit 5\n")); err != nil {
 			t.Fatal(err)
 		}
-		var out bytes.Buffer
-		buf := make([]byte, 4096)
-		for !strings.Contains(out.String(), "marker-42") {
-			n, err := pty.Read(buf)
-			out.Write(buf[:n])
-			if err != nil {
-				break
-			}
-		}
+		out := readUntil(pty, "marker-42")
 		if code, err := pty.Wait(); err != nil || code != 5 || !strings.Contains(out.String(), "40 120") {
 			t.Fatalf("pty: exit %d %v, output %q", code, err, out.String())
 		}

@@ -4,7 +4,6 @@ the seed's usage examples and its semantics."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -135,25 +134,56 @@ async def test_env_survives_a_destroyed_sandbox() -> None:
         assert env.sandbox_id != first and await env.step("print(3)") == "3\n"
 
 
+# Each step marks that it is running, then waits (bounded) for a go file
+# the test writes only once all 16 are marked: steps run one after another
+# never all get marked, so the test proves they overlap without timing them.
+_BARRIER_STEP = """
+import os, time
+open("/tmp/step-running", "w").close()
+deadline = time.monotonic() + 60
+while not os.path.exists("/tmp/step-go") and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(os.path.exists("/tmp/step-go"))
+"""
+
+
+async def _all_exist(pool: EnvPool, path: str) -> bool:
+    return all(await asyncio.gather(*(e.sandbox.files.exists(path) for e in pool.envs)))
+
+
 @aio
 async def test_pool_of_16_steps_concurrently() -> None:
-    t0 = time.monotonic()
     async with EnvPool(16) as pool:
         assert len({e.sandbox_id for e in pool.envs}) == 16
         await pool.step([f"x = {i}" for i in range(16)])
         outs = await pool.step("print(x)")
         assert outs == [f"{i}\n" for i in range(16)]
-        # Concurrent: 16 steps that each sleep 1s take far less than 16s.
-        t = time.monotonic()
-        await pool.step("import time; time.sleep(1)")
-        assert time.monotonic() - t < 8
+
+        steps = asyncio.ensure_future(pool.step(_BARRIER_STEP, timeout=90))
+        try:
+            for _ in range(600):  # 60 s at most
+                if steps.done() or await _all_exist(pool, "/tmp/step-running"):
+                    break
+                await asyncio.sleep(0.1)
+            assert not steps.done(), f"steps returned before the go file: {steps.result()}"
+            assert await _all_exist(pool, "/tmp/step-running"), "the 16 steps were never all running at once"
+            await asyncio.gather(*(e.sandbox.files.write("/tmp/step-go", "") for e in pool.envs))
+            assert await asyncio.wait_for(steps, 90) == ["True\n"] * 16
+        finally:
+            if not steps.done():
+                steps.cancel()
+
         await pool.reset()
         assert all("NameError" in o for o in await pool.step("x"))
-        res = await pool.step(["while True: pass"] + ["print(1)"] * 15, timeout=1, return_exceptions=True)
-        assert isinstance(res[0], StepTimeoutError) and res[1:] == ["1\n"] * 15
+        # The spinning step always overruns its timeout; the 15 prints get
+        # the same timeout, long enough for a loaded 2-core machine.
+        res = await pool.step(["while True: pass"] + ["print(1)"] * 15, timeout=5, return_exceptions=True)
+        assert isinstance(res[0], StepTimeoutError), res[0]
+        assert res[1:] == ["1\n"] * 15
         with pytest.raises(StepTimeoutError):
-            await pool.step(["while True: pass"] + ["1"] * 15, timeout=1)
-    assert time.monotonic() - t0 < 120
+            await pool.step(["while True: pass"] + ["1"] * 15, timeout=2)
+        # After a timeout the environment still steps.
+        assert await pool.envs[0].step("print(2)") == "2\n"
 
 
 def test_gym_adapter() -> None:

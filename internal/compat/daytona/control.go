@@ -191,7 +191,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, user string) err
 	if tmpl == "" {
 		tmpl = DefaultSnapshot
 	}
-	tmpl = s.snapshotRef(r.Context(), user, tmpl) // the caller's own snapshot of that name first (snapshots.go)
+	// The caller's own snapshot of that name first (snapshots.go), then
+	// Daytona's default snapshot names.
+	if ref := s.snapshotRef(r.Context(), user, tmpl); ref != tmpl {
+		tmpl = ref
+	} else {
+		tmpl = snapshotAlias(tmpl)
+	}
 	req := manager.CreateRequest{Template: tmpl, Env: in.Env, Metadata: in.Labels, Extra: map[string]string{}}
 	if in.Name != "" {
 		req.Extra[extraName] = in.Name

@@ -37,6 +37,22 @@ const Prefix = "/api"
 // gets: Python, Node and git, as Daytona's default snapshot has.
 const DefaultSnapshot = "base"
 
+// snapshotAlias maps the names of Daytona's own default snapshots, which
+// code written for Daytona's cloud passes as they are, onto DefaultSnapshot:
+// daytona-small, -medium and -large (one image in three sizes there; here
+// the create's resources size the sandbox) and the image they are built
+// from, daytonaio/sandbox[:tag]. Any other name is agentbox's own.
+func snapshotAlias(name string) string {
+	switch name {
+	case "daytona-small", "daytona-medium", "daytona-large", "daytonaio/sandbox":
+		return DefaultSnapshot
+	}
+	if strings.HasPrefix(name, "daytonaio/sandbox:") {
+		return DefaultSnapshot
+	}
+	return name
+}
+
 // Config configures the front end.
 type Config struct {
 	// APIKeys maps keys to users, as the native API's. Empty: any bearer

@@ -124,3 +124,18 @@ func TestPendingCreates(t *testing.T) {
 		t.Fatal("removed placeholder still found")
 	}
 }
+
+// TestSnapshotAlias: Daytona's default snapshot names (and their image)
+// are agentbox's base; every other name, a tenant's own included, is left.
+func TestSnapshotAlias(t *testing.T) {
+	for in, want := range map[string]string{
+		"daytona-small": "base", "daytona-medium": "base", "daytona-large": "base",
+		"daytonaio/sandbox": "base", "daytonaio/sandbox:0.4.3": "base",
+		"code-interpreter": "code-interpreter", "daytona-gpu": "daytona-gpu", "my-app": "my-app",
+		"daytonaio/sandboxes": "daytonaio/sandboxes", "other/daytonaio/sandbox:1": "other/daytonaio/sandbox:1",
+	} {
+		if got := snapshotAlias(in); got != want {
+			t.Errorf("snapshotAlias(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -20,6 +20,17 @@ async function make(params) {
   return sb
 }
 
+test("Daytona's default snapshot names are the default template", async () => {
+  for (const snapshot of ['daytona-small', 'daytonaio/sandbox:0.4.3']) {
+    const sb = await make({ snapshot })
+    assert.equal(sb.snapshot, 'base', snapshot)
+    assert.equal((await sb.process.executeCommand('echo ok')).result.trim(), 'ok', snapshot)
+    await sb.delete()
+  }
+  // A name that is no template is still refused.
+  await assert.rejects(daytona.create({ snapshot: 'daytona-nonesuch' }), (e) => /nonesuch/.test(e.message))
+})
+
 test('lifecycle: create, get, list by labels, labels, stop/start, delete, other tenant', async () => {
   const tag = `t${Date.now()}`
   const sb = await make({ name: `sb-${tag}`, labels: { suite: tag, role: 'a' }, envVars: { GREETING: 'hello' } })

@@ -134,6 +134,7 @@ templates: build
 	$(BIN)/agentbox template bootstrap debian:bookworm
 	$(BIN)/agentbox template build -t base $(TEMPLATE_SECRETS) templates/base
 	$(BIN)/agentbox template build -t code-interpreter $(TEMPLATE_SECRETS) templates/code-interpreter
+	$(BIN)/agentbox template build -t data-science $(TEMPLATE_SECRETS) templates/data-science
 	./scripts/stage-browser.sh $(BROWSER_CONTEXT)
 	$(BIN)/agentbox template build -t browser $(TEMPLATE_SECRETS) $(BROWSER_CONTEXT)
 	$(BIN)/agentbox template build -t desktop $(TEMPLATE_SECRETS) templates/desktop

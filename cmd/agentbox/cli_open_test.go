@@ -9,7 +9,7 @@ import (
 )
 
 // TestOpenIDE: --ide asks the server for a preview token of the
-// code-server port and prints the browser link; without a preview domain
+// code-server port (--jupyter of the data-science notebook's) and prints the browser link; without a preview domain
 // (only the inert path form) it refuses; --port asks for any port; the
 // flags are checked.
 func TestOpenIDE(t *testing.T) {
@@ -40,14 +40,20 @@ func TestOpenIDE(t *testing.T) {
 	if r = runCLI(t, srv.URL, "", "open", "sb1", "--port", "3000"); r.code != 0 {
 		t.Errorf("open --port: exit %d %s", r.code, r.msg)
 	}
-	if len(ports) != 2 || ports[0] != codeServerPort || ports[1] != 3000 {
+	if r = runCLI(t, srv.URL, "", "open", "sb1", "--jupyter"); r.code != 0 {
+		t.Errorf("open --jupyter: exit %d %s", r.code, r.msg)
+	}
+	if len(ports) != 3 || ports[0] != codeServerPort || ports[1] != 3000 || ports[2] != jupyterPort {
 		t.Errorf("ports asked for: %v", ports)
 	}
 	domain = false
 	if r = runCLI(t, srv.URL, "", "open", "sb1", "--ide"); r.code == 0 || !strings.Contains(r.msg, "PREVIEW_DOMAIN") {
 		t.Errorf("open --ide without a preview domain: exit %d %q", r.code, r.msg)
 	}
-	for _, args := range [][]string{{"open", "sb1"}, {"open", "sb1", "--ide", "--port", "1"}} {
+	if r = runCLI(t, srv.URL, "", "open", "sb1", "--jupyter"); r.code == 0 || !strings.Contains(r.msg, "Jupyter") {
+		t.Errorf("open --jupyter without a preview domain: exit %d %q", r.code, r.msg)
+	}
+	for _, args := range [][]string{{"open", "sb1"}, {"open", "sb1", "--ide", "--port", "1"}, {"open", "sb1", "--ide", "--jupyter"}, {"open", "sb1", "--jupyter", "--port", "2"}} {
 		if r = runCLI(t, srv.URL, "", args...); r.code == 0 {
 			t.Errorf("%v: exit 0, want an error", args)
 		}

@@ -1,0 +1,186 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// jupyterPort is where the data-science template's notebook server
+// listens (templates/data-science/agentbox-jupyter), on the sandbox's
+// loopback.
+const jupyterPort = 8888
+
+// checkDataScience creates a data-science sandbox (create returns once
+// Jupyter answers and the code context is warm) and uses it the two ways
+// its users do: the code context with the analysis stack imported, and a
+// notebook made and run through Jupyter's REST API and kernel WebSocket
+// (as a program does, on the path form of the preview proxy). Jupyter's
+// only guard of its own, the origin check, must refuse another origin.
+func checkDataScience(t *testing.T, d *daemon) {
+	start := time.Now()
+	id := createRaw(t, d, "", map[string]any{"template": "data-science"})
+	t.Logf("create from data-science (returns once Jupyter answers and the context is warm): %s", time.Since(start).Round(time.Millisecond))
+	defer deleteSandbox(t, d, "", id)
+
+	const imports = `python3 -c 'import scipy.stats, sklearn.linear_model, seaborn, openpyxl, notebook; print("ok")'`
+	if got, code := sbRun(t, d, id, imports); got != "ok" || code != 0 {
+		t.Errorf("the analysis stack: %q (exit %d)", got, code)
+	}
+	// Jupyter has no token of its own and listens on the sandbox's
+	// loopback only (127.0.0.1:8888 is 0100007F:22B8).
+	if out, _ := sbRun(t, d, id, `awk '$4 == "0A" {print $2}' /proc/net/tcp /proc/net/tcp6`); !strings.Contains(out, "0100007F:22B8") ||
+		strings.Contains(out, "00000000:22B8") {
+		t.Errorf("Jupyter is not listening on 127.0.0.1:%d only: %q", jupyterPort, out)
+	}
+	// The first cell finds the warm-up's names (seaborn's among them) and
+	// fits a model with scikit-learn.
+	x := mustRun(t, d, "", id, map[string]any{"code": "from sklearn.linear_model import LinearRegression\n" +
+		"m = LinearRegression().fit(pd.DataFrame({'x': [0, 1, 2, 3]}), [1, 3, 5, 7])\n(sns.__name__, round(float(m.coef_[0]), 6))"})
+	if x.text() != "('seaborn', 2.0)" || x.err != nil {
+		t.Errorf("a cell with seaborn and scikit-learn: %q %+v stderr %q", x.text(), x.err, x.stderr)
+	}
+
+	api := "/v1/sandboxes/" + id + fmt.Sprintf("/ports/%d/api", jupyterPort)
+	// A notebook with one pandas cell, saved through the contents API.
+	const cell = "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3], 'b': [4.0, 5.0, 6.0]})\nprint(df['a'].sum())\ndf['b'].mean()"
+	nb := map[string]any{"type": "notebook", "format": "json", "content": map[string]any{
+		"nbformat": 4, "nbformat_minor": 5, "metadata": map[string]any{},
+		"cells": []any{map[string]any{"cell_type": "code", "id": "c1", "source": cell, "metadata": map[string]any{}, "outputs": []any{}, "execution_count": nil}},
+	}}
+	if status, data := d.call(t, "PUT", api+"/contents/analysis.ipynb", "", nb); status != http.StatusCreated && status != http.StatusOK {
+		t.Fatalf("save a notebook: %d %s", status, data)
+	}
+	if got, _ := sbRun(t, d, id, `ls /workspace; stat -c %U /workspace/analysis.ipynb`); got != "analysis.ipynb\nuser" {
+		t.Errorf("the notebook in /workspace: %q", got)
+	}
+	// A page of another origin (another sandbox's preview, say) is
+	// refused before anything starts.
+	other := "http://8888-someoneelse.localhost:8000"
+	sess := map[string]any{"path": "analysis.ipynb", "type": "notebook", "name": "", "kernel": map[string]any{"name": "python3"}}
+	if status, data := d.call(t, "POST", api+"/sessions", "", sess, "Origin", other); status != http.StatusNotFound {
+		t.Errorf("a session started from origin %s: %d %s, want 404", other, status, data)
+	}
+	// Its own preview origin is admitted (the pattern names the sandbox).
+	own := fmt.Sprintf("http://%d-%s.localhost:8000", jupyterPort, id)
+	if status, data := d.call(t, "GET", api+"/sessions", "", nil, "Origin", own); status != http.StatusOK {
+		t.Errorf("the sessions list from the sandbox's own origin %s: %d %s, want 200", own, status, data)
+	}
+	status, data := d.call(t, "POST", api+"/sessions", "", sess)
+	if status != http.StatusCreated {
+		t.Fatalf("start a kernel for the notebook: %d %s", status, data)
+	}
+	var session struct {
+		ID     string `json:"id"`
+		Kernel struct {
+			ID string `json:"id"`
+		} `json:"kernel"`
+	}
+	if err := json.Unmarshal(data, &session); err != nil || session.Kernel.ID == "" {
+		t.Fatalf("session %s: %v", data, err)
+	}
+	defer d.call(t, "DELETE", api+"/sessions/"+session.ID, "", nil)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	wsURL := "ws" + strings.TrimPrefix(d.url, "http") + api + "/kernels/" + session.Kernel.ID + "/channels?session_id=" + randomHex(t, 16)
+	if ws, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPHeader: http.Header{"Origin": {other}}}); err == nil {
+		ws.CloseNow()
+		t.Errorf("the kernel's WebSocket opened from origin %s", other)
+	}
+	start = time.Now()
+	stdout, result := runJupyterCell(t, ctx, wsURL, cell)
+	t.Logf("pandas cell through the kernel WebSocket: %s", time.Since(start).Round(time.Millisecond))
+	if stdout != "6\n" || result != "5.0" {
+		t.Errorf("the notebook's pandas cell: stdout %q, result %q; want \"6\\n\" and \"5.0\"", stdout, result)
+	}
+}
+
+// runJupyterCell runs code on the kernel behind wsURL (Jupyter's kernel
+// messaging over the notebook server's WebSocket) and returns what it
+// printed and its result's text/plain, failing on an error reply.
+func runJupyterCell(t *testing.T, ctx context.Context, wsURL, code string) (stdout, result string) {
+	t.Helper()
+	ws, _, err := websocket.Dial(ctx, wsURL, nil)
+	if err != nil {
+		t.Fatalf("the kernel's WebSocket: %v", err)
+	}
+	defer ws.CloseNow()
+	ws.SetReadLimit(16 << 20)
+	msgID := randomHex(t, 16)
+	req := map[string]any{
+		"header": map[string]any{"msg_id": msgID, "username": "agentbox-test", "session": randomHex(t, 16),
+			"msg_type": "execute_request", "version": "5.3", "date": time.Now().UTC().Format(time.RFC3339)},
+		"parent_header": map[string]any{}, "metadata": map[string]any{}, "channel": "shell", "buffers": []any{},
+		"content": map[string]any{"code": code, "silent": false, "store_history": true,
+			"user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true},
+	}
+	b, _ := json.Marshal(req)
+	if err := ws.Write(ctx, websocket.MessageText, b); err != nil {
+		t.Fatalf("send execute_request: %v", err)
+	}
+	var out strings.Builder
+	replied, idle := false, false
+	// A cell's messages: status busy, execute_input, stream, execute_result,
+	// status idle on iopub, execute_reply on shell; bounded in count.
+	for i := 0; i < 200 && !(replied && idle); i++ {
+		_, data, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("read the kernel's messages (after %q): %v", out.String(), err)
+		}
+		var m struct {
+			Channel string `json:"channel"`
+			Header  struct {
+				MsgType string `json:"msg_type"`
+			} `json:"header"`
+			ParentHeader struct {
+				MsgID string `json:"msg_id"`
+			} `json:"parent_header"`
+			Content struct {
+				Name           string            `json:"name"`
+				Text           string            `json:"text"`
+				Data           map[string]string `json:"data"`
+				ExecutionState string            `json:"execution_state"`
+				Status         string            `json:"status"`
+				EName          string            `json:"ename"`
+				EValue         string            `json:"evalue"`
+			} `json:"content"`
+		}
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatalf("a kernel message %q: %v", data, err)
+		}
+		if m.ParentHeader.MsgID != msgID {
+			continue
+		}
+		switch m.Header.MsgType {
+		case "stream":
+			if m.Content.Name == "stdout" {
+				out.WriteString(m.Content.Text)
+			}
+		case "execute_result":
+			result = m.Content.Data["text/plain"]
+		case "error":
+			t.Fatalf("the cell failed: %s: %s", m.Content.EName, m.Content.EValue)
+		case "execute_reply":
+			replied = true
+			if m.Content.Status != "ok" {
+				t.Fatalf("execute_reply %s", data)
+			}
+		case "status":
+			if m.Content.ExecutionState == "idle" {
+				idle = true
+			}
+		}
+	}
+	if !replied || !idle {
+		t.Fatalf("no execute_reply and idle status for the cell (printed %q)", out.String())
+	}
+	ws.Close(websocket.StatusNormalClosure, "")
+	return out.String(), result
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -47,32 +48,54 @@ func checkDataScience(t *testing.T, d *daemon) {
 		t.Errorf("a cell with seaborn and scikit-learn: %q %+v stderr %q", x.text(), x.err, x.stderr)
 	}
 
+	// A program reaches Jupyter on the path form with the owner's key or,
+	// as here (a daemon without keys), the sandbox's access token.
+	status, data := d.call(t, "GET", "/v1/sandboxes/"+id, "", nil)
+	token, _ := mustJSON(t, data)["access_token"].(string)
+	if status != http.StatusOK || token == "" {
+		t.Fatalf("the sandbox's access token: %d %s", status, data)
+	}
+	call := func(method, path string, body any, hdr ...string) (int, []byte) {
+		t.Helper()
+		return d.call(t, method, path, "", body, append([]string{"X-Access-Token", token}, hdr...)...)
+	}
 	api := "/v1/sandboxes/" + id + fmt.Sprintf("/ports/%d/api", jupyterPort)
+	if status, data := d.call(t, "GET", api+"/sessions", "", nil); status != http.StatusUnauthorized {
+		t.Errorf("Jupyter without a credential: %d %s, want 401", status, data)
+	}
 	// A notebook with one pandas cell, saved through the contents API.
 	const cell = "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3], 'b': [4.0, 5.0, 6.0]})\nprint(df['a'].sum())\ndf['b'].mean()"
 	nb := map[string]any{"type": "notebook", "format": "json", "content": map[string]any{
 		"nbformat": 4, "nbformat_minor": 5, "metadata": map[string]any{},
 		"cells": []any{map[string]any{"cell_type": "code", "id": "c1", "source": cell, "metadata": map[string]any{}, "outputs": []any{}, "execution_count": nil}},
 	}}
-	if status, data := d.call(t, "PUT", api+"/contents/analysis.ipynb", "", nb); status != http.StatusCreated && status != http.StatusOK {
+	if status, data := call("PUT", api+"/contents/analysis.ipynb", nb); status != http.StatusCreated && status != http.StatusOK {
 		t.Fatalf("save a notebook: %d %s", status, data)
 	}
 	if got, _ := sbRun(t, d, id, `ls /workspace; stat -c %U /workspace/analysis.ipynb`); got != "analysis.ipynb\nuser" {
 		t.Errorf("the notebook in /workspace: %q", got)
 	}
-	// A page of another origin (another sandbox's preview, say) is
-	// refused before anything starts.
-	other := "http://8888-someoneelse.localhost:8000"
 	sess := map[string]any{"path": "analysis.ipynb", "type": "notebook", "name": "", "kernel": map[string]any{"name": "python3"}}
-	if status, data := d.call(t, "POST", api+"/sessions", "", sess, "Origin", other); status != http.StatusNotFound {
-		t.Errorf("a session started from origin %s: %d %s, want 404", other, status, data)
+	// Jupyter's own guard, on the host form a browser uses
+	// (<port>-<id>.<PREVIEW_DOMAIN>, here the default localhost): its own
+	// preview origin is admitted (the pattern names the sandbox), a page
+	// of another origin (another sandbox's preview, say) is refused
+	// before anything starts.
+	daemonHost := strings.TrimPrefix(d.url, "http://")
+	_, daemonPort, _ := strings.Cut(daemonHost, ":")
+	host := fmt.Sprintf("%d-%s.localhost:%s", jupyterPort, id, daemonPort)
+	other := fmt.Sprintf("http://%d-someoneelse.localhost:%s", jupyterPort, daemonPort)
+	if status, data := call("GET", "/api/sessions", nil, "Host", host, "Origin", "http://"+host); status != http.StatusOK {
+		t.Errorf("the sessions list from the sandbox's own origin: %d %s, want 200", status, data)
 	}
-	// Its own preview origin is admitted (the pattern names the sandbox).
-	own := fmt.Sprintf("http://%d-%s.localhost:8000", jupyterPort, id)
-	if status, data := d.call(t, "GET", api+"/sessions", "", nil, "Origin", own); status != http.StatusOK {
-		t.Errorf("the sessions list from the sandbox's own origin %s: %d %s, want 200", own, status, data)
+	if status, data := call("POST", "/api/sessions", sess, "Host", host, "Origin", other); status != http.StatusNotFound {
+		t.Errorf("a session started from origin %s: %d %s, want Jupyter's 404", other, status, data)
 	}
-	status, data := d.call(t, "POST", api+"/sessions", "", sess)
+	// On the path form the daemon itself refuses a preview page's request.
+	if status, data := call("POST", api+"/sessions", sess, "Origin", other); status != http.StatusForbidden {
+		t.Errorf("a path-form request from origin %s: %d %s, want 403", other, status, data)
+	}
+	status, data = call("POST", api+"/sessions", sess)
 	if status != http.StatusCreated {
 		t.Fatalf("start a kernel for the notebook: %d %s", status, data)
 	}
@@ -85,17 +108,23 @@ func checkDataScience(t *testing.T, d *daemon) {
 	if err := json.Unmarshal(data, &session); err != nil || session.Kernel.ID == "" {
 		t.Fatalf("session %s: %v", data, err)
 	}
-	defer d.call(t, "DELETE", api+"/sessions/"+session.ID, "", nil)
+	defer call("DELETE", api+"/sessions/"+session.ID, nil)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	wsURL := "ws" + strings.TrimPrefix(d.url, "http") + api + "/kernels/" + session.Kernel.ID + "/channels?session_id=" + randomHex(t, 16)
-	if ws, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPHeader: http.Header{"Origin": {other}}}); err == nil {
+	hostWS := "ws://" + daemonHost + "/api/kernels/" + session.Kernel.ID + "/channels?session_id=" + randomHex(t, 16)
+	if ws, res, err := websocket.Dial(ctx, hostWS, &websocket.DialOptions{Host: host,
+		HTTPHeader: http.Header{"Origin": {other}, "X-Access-Token": {token}}}); err == nil {
 		ws.CloseNow()
 		t.Errorf("the kernel's WebSocket opened from origin %s", other)
+	} else if res == nil || res.StatusCode != http.StatusForbidden {
+		t.Errorf("the kernel's WebSocket from origin %s: %v, want Jupyter's (tornado's) 403", other, err)
+	} else if b, _ := io.ReadAll(res.Body); strings.Contains(string(b), "permission_denied") {
+		t.Errorf("the kernel's WebSocket from origin %s was refused by the daemon (%s), not by Jupyter", other, b)
 	}
 	start = time.Now()
-	stdout, result := runJupyterCell(t, ctx, wsURL, cell)
+	stdout, result := runJupyterCell(t, ctx, wsURL, token, cell)
 	t.Logf("pandas cell through the kernel WebSocket: %s", time.Since(start).Round(time.Millisecond))
 	if stdout != "6\n" || result != "5.0" {
 		t.Errorf("the notebook's pandas cell: stdout %q, result %q; want \"6\\n\" and \"5.0\"", stdout, result)
@@ -103,11 +132,12 @@ func checkDataScience(t *testing.T, d *daemon) {
 }
 
 // runJupyterCell runs code on the kernel behind wsURL (Jupyter's kernel
-// messaging over the notebook server's WebSocket) and returns what it
+// messaging over the notebook server's WebSocket, with the sandbox's
+// access token) and returns what it
 // printed and its result's text/plain, failing on an error reply.
-func runJupyterCell(t *testing.T, ctx context.Context, wsURL, code string) (stdout, result string) {
+func runJupyterCell(t *testing.T, ctx context.Context, wsURL, token, code string) (stdout, result string) {
 	t.Helper()
-	ws, _, err := websocket.Dial(ctx, wsURL, nil)
+	ws, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPHeader: http.Header{"X-Access-Token": {token}}})
 	if err != nil {
 		t.Fatalf("the kernel's WebSocket: %v", err)
 	}

@@ -214,3 +214,74 @@ func runJupyterCell(t *testing.T, ctx context.Context, wsURL, token, code string
 	ws.Close(websocket.StatusNormalClosure, "")
 	return out.String(), result
 }
+
+// checkBuiltinPools restarts d with warm pools of the data-science and
+// code-server templates (one each) and checks that their start is
+// pool-able: a create of each is served from its pool, and the pooled
+// sandbox's service answers as a cold one's does (Jupyter admitting the
+// sandbox's own origin, whose id the pool chose). It logs pool-hit and
+// cold create times side by side.
+func checkBuiltinPools(t *testing.T, d *daemon) {
+	d.stop()
+	d.env = append(d.env, `SANDBOX_TEMPLATES={"data-science":"data-science","code-server":"code-server"}`,
+		"DEFAULT_SANDBOX_TYPE=data-science,code-server", "POOL_SIZE=1")
+	d.start()
+	ready := func(template string) bool {
+		status, data := d.call(t, "GET", "/v1/pools", "", nil)
+		if status != http.StatusOK {
+			t.Fatalf("GET /v1/pools: %d %s", status, data)
+		}
+		var resp struct {
+			Pools []struct {
+				Template string `json:"template"`
+				Ready    int    `json:"ready"`
+			} `json:"pools"`
+		}
+		if err := json.Unmarshal(data, &resp); err != nil {
+			t.Fatalf("GET /v1/pools: %v", err)
+		}
+		for _, p := range resp.Pools {
+			if p.Template == template {
+				return p.Ready > 0
+			}
+		}
+		return false
+	}
+	for _, tmpl := range []string{"data-science", "code-server"} {
+		deadline := time.Now().Add(3 * time.Minute)
+		for !ready(tmpl) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the %s pool has no ready sandbox after 3 minutes:\n%s", tmpl, lastLines(d.logs.String(), 30))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		start := time.Now()
+		status, data := d.call(t, "POST", "/v1/sandboxes", "", map[string]any{"template": tmpl})
+		hit := time.Since(start)
+		if status != http.StatusCreated {
+			t.Fatalf("create %s: %d %s", tmpl, status, data)
+		}
+		sb := mustJSON(t, data)
+		id, _ := sb["id"].(string)
+		defer deleteSandbox(t, d, "", id)
+		if sb["from_pool"] != true {
+			t.Errorf("create %s was not served from its pool: %s", tmpl, data)
+		}
+		start = time.Now()
+		// Other resources than the template's defaults: never from a pool.
+		cold := createRaw(t, d, "", map[string]any{"template": tmpl, "resources": map[string]any{"memory": "1536M"}})
+		t.Logf("create %s: pool hit %s, cold %s", tmpl, hit.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+		deleteSandbox(t, d, "", cold)
+
+		port, path := codeServerPort, "/healthz"
+		if tmpl == "data-science" {
+			port, path = jupyterPort, "/api/sessions"
+		}
+		_, daemonPort, _ := strings.Cut(strings.TrimPrefix(d.url, "http://"), ":")
+		host := fmt.Sprintf("%d-%s.localhost:%s", port, id, daemonPort)
+		token, _ := sb["access_token"].(string)
+		if status, data := d.call(t, "GET", path, "", nil, "Host", host, "Origin", "http://"+host, "X-Access-Token", token); status != http.StatusOK {
+			t.Errorf("%s of the pooled %s sandbox from its own origin: %d %s", path, tmpl, status, data)
+		}
+	}
+}

@@ -216,6 +216,7 @@ func TestBuiltinTemplates(t *testing.T) {
 	t.Run("code-interpreter", func(t *testing.T) { checkCodeInterpreter(t, d) })
 	t.Run("data-science", func(t *testing.T) { checkDataScience(t, d) })
 	t.Run("code-server", func(t *testing.T) { checkCodeServer(t, d) })
+	t.Run("pools", func(t *testing.T) { checkBuiltinPools(t, d) })
 }
 
 // builtinBase names the built `base` template: with the default

@@ -210,12 +210,14 @@ func TestBuiltinTemplates(t *testing.T) {
 	build("data-science")
 	t.Logf("data-science template: %v bytes unpacked (all layers, code-interpreter's included)", getTemplate(t, d, "", "data-science")["size"])
 	buildCodeServer(t, ctx, d)
+	buildCodingAgent(t, ctx, d)
 	t.Logf("bootstrap and builds: %s", time.Since(total).Round(time.Millisecond))
 
 	t.Run("base", func(t *testing.T) { checkBase(t, d) })
 	t.Run("code-interpreter", func(t *testing.T) { checkCodeInterpreter(t, d) })
 	t.Run("data-science", func(t *testing.T) { checkDataScience(t, d) })
 	t.Run("code-server", func(t *testing.T) { checkCodeServer(t, d) })
+	t.Run("coding-agent", func(t *testing.T) { checkCodingAgent(t, d) })
 }
 
 // builtinBase names the built `base` template: with the default

@@ -162,7 +162,9 @@ func builtinSecrets() []string {
 // sources as a build secret) on a daemon whose TEMPLATE_DIR lives in the
 // test cache, so a second run finds every layer and step cached, and
 // checks E2B's base conventions and the warm code context in sandboxes
-// made from them. Debian's packages come through the host's apt settings,
+// made from them, VS Code through its preview link (code-server), and
+// the coding agents (coding-agent: each one's --version offline, Claude
+// Code editing a repository against a fake model API). Debian's packages come through the host's apt settings,
 // as a machine that builds the templates gets them.
 func TestBuiltinTemplates(t *testing.T) {
 	testutil.RequireRoot(t)

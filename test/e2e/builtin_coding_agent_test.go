@@ -306,9 +306,9 @@ func checkCodingAgent(t *testing.T, d *daemon) {
 		}
 		t.Logf("%s --version: %q in %s", cmd, got, time.Since(start).Round(time.Millisecond))
 	}
-	if got, code := sbRun(t, d, offline, `cat ~/.cache/agentbox/coding-agent-ready; rg --version | head -1; cc --version | head -1; git config --global user.name`); code != 0 ||
-		!strings.HasPrefix(got, "claude codex gemini opencode\nripgrep") || !strings.Contains(got, "cc (Debian") || !strings.Contains(got, "agentbox coding agent") {
-		t.Errorf("the start's file, ripgrep, cc, git's identity: exit %d: %q", code, got)
+	if got, code := sbRun(t, d, offline, `cat ~/.cache/agentbox/coding-agent-ready; rg --version | head -1; cc --version | head -1; git config --global user.name; grep -c '"usageStatisticsEnabled": false' ~/.gemini/settings.json`); code != 0 ||
+		!strings.HasPrefix(got, "claude codex gemini opencode\nripgrep") || !strings.Contains(got, "cc (Debian") || !strings.HasSuffix(got, "agentbox coding agent\n1") {
+		t.Errorf("the start's file, ripgrep, cc, git's identity, Gemini CLI's statistics off: exit %d: %q", code, got)
 	}
 	// No key or credential comes with the image: they are the secrets
 	// broker's (docs/secrets.md).

@@ -126,6 +126,8 @@ comma := ,
 BROWSER_CONTEXT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox/browser-context
 # templates/code-server staged with code-server's npm packages (host npm).
 CODE_SERVER_CONTEXT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox/code-server-context
+# templates/coding-agent staged with the coding agents' npm packages (host npm).
+CODING_AGENT_CONTEXT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentbox/coding-agent-context
 # A host without a deb822 debian.sources gives none by default: a
 # bootstrapped image already lists the host's Debian sources.
 TEMPLATE_SECRETS = $(if $(APT_SOURCES),--secret id=apt-sources$(comma)src=$(APT_SOURCES)) $(if $(APT_CONF),--secret id=apt-conf$(comma)src=$(APT_CONF))
@@ -140,6 +142,8 @@ templates: build
 	$(BIN)/agentbox template build -t desktop $(TEMPLATE_SECRETS) templates/desktop
 	./scripts/stage-code-server.sh $(CODE_SERVER_CONTEXT)
 	$(BIN)/agentbox template build -t code-server $(TEMPLATE_SECRETS) $(CODE_SERVER_CONTEXT)
+	./scripts/stage-coding-agent.sh $(CODING_AGENT_CONTEXT)
+	$(BIN)/agentbox template build -t coding-agent $(TEMPLATE_SECRETS) $(CODING_AGENT_CONTEXT)
 
 # etcd, kube-apiserver, kube-scheduler and the agent-sandbox controller, from
 # the pinned tools modules in tools/k8s, built once into

@@ -162,7 +162,9 @@ func builtinSecrets() []string {
 // sources as a build secret) on a daemon whose TEMPLATE_DIR lives in the
 // test cache, so a second run finds every layer and step cached, and
 // checks E2B's base conventions and the warm code context in sandboxes
-// made from them. Debian's packages come through the host's apt settings,
+// made from them, VS Code through its preview link (code-server), and
+// the coding agents (coding-agent: each one's --version offline, Claude
+// Code editing a repository against a fake model API). Debian's packages come through the host's apt settings,
 // as a machine that builds the templates gets them.
 func TestBuiltinTemplates(t *testing.T) {
 	testutil.RequireRoot(t)
@@ -210,12 +212,15 @@ func TestBuiltinTemplates(t *testing.T) {
 	build("data-science")
 	t.Logf("data-science template: %v bytes unpacked (all layers, code-interpreter's included)", getTemplate(t, d, "", "data-science")["size"])
 	buildCodeServer(t, ctx, d)
+	buildCodingAgent(t, ctx, d)
 	t.Logf("bootstrap and builds: %s", time.Since(total).Round(time.Millisecond))
 
 	t.Run("base", func(t *testing.T) { checkBase(t, d) })
 	t.Run("code-interpreter", func(t *testing.T) { checkCodeInterpreter(t, d) })
 	t.Run("data-science", func(t *testing.T) { checkDataScience(t, d) })
 	t.Run("code-server", func(t *testing.T) { checkCodeServer(t, d) })
+	t.Run("coding-agent", func(t *testing.T) { checkCodingAgent(t, d) })
+	// Last: it restarts the daemon with pools.
 	t.Run("pools", func(t *testing.T) { checkBuiltinPools(t, d) })
 }
 

@@ -20,10 +20,21 @@ async function make(params) {
   return sb
 }
 
+// The native record of a sandbox (the same key opens the native API).
+async function native(id) {
+  const base = process.env.DAYTONA_API_URL.replace(/\/api$/, '')
+  const res = await fetch(`${base}/v1/sandboxes/${id}`, { headers: { Authorization: `Bearer ${process.env.DAYTONA_API_KEY}` } })
+  assert.equal(res.status, 200)
+  return res.json()
+}
+
 test("Daytona's default snapshot names are the default template", async () => {
+  const plain = await make({})
+  const want = (await native(plain.id)).template
+  await plain.delete()
   for (const snapshot of ['daytona-small', 'daytonaio/sandbox:0.4.3']) {
     const sb = await make({ snapshot })
-    assert.equal(sb.snapshot, 'base', snapshot)
+    assert.equal((await native(sb.id)).template, want, snapshot)
     assert.equal((await sb.process.executeCommand('echo ok')).result.trim(), 'ok', snapshot)
     await sb.delete()
   }

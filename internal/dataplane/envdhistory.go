@@ -240,6 +240,9 @@ func (w *envdWatch) event(flags byte, msg []byte) {
 	if !ok {
 		return
 	}
+	if w.json && !bytes.Contains(msg, []byte(`"start"`)) && !bytes.Contains(msg, []byte(`"end"`)) {
+		return // output (base64, never a quote) or a keepalive
+	}
 	if !w.json && !maybeLifeEvent(msg) {
 		return // output or a keepalive: not worth decoding
 	}

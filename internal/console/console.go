@@ -42,12 +42,14 @@ func Built() bool { return dist != nil }
 const AssetPrefix = "/console-assets/"
 
 // CSP is the Content-Security-Policy of every console response: scripts,
-// styles, images and connections only from the daemon itself, no frames,
-// no forms, no plugins. Styles also allow inline ones: the terminal
+// styles, images and connections only from the daemon itself, frames only
+// of the daemon's own pages (the sandbox page embeds the desktop page of
+// a signed desktop link), no forms, no plugins, and the console itself
+// framed by nobody. Styles also allow inline ones: the terminal
 // (xterm.js) writes its theme into a <style> element it creates; scripts
 // never run inline.
 const CSP = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; " +
-	"font-src 'self'; connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+	"font-src 'self'; connect-src 'self'; manifest-src 'self'; frame-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // secure sets the headers every console response carries.
 func secure(h http.Header) {

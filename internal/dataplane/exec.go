@@ -131,25 +131,34 @@ func (r *Request) Exec(ctx context.Context, req ExecRequest, emit func(ExecEvent
 			}
 		case agentclient.EventEnd:
 			finished = true
-			res := ExecResult{ExitCode: ev.End.ExitCode, Status: ev.End.Status, Duration: time.Since(start)}
-			res.TimedOut = !ev.End.Exited && strings.HasPrefix(ev.End.Error, "timeout")
-			if haveStats {
-				if oom, pids, ok := r.s.sandboxes.LimitCounters(context.WithoutCancel(ctx), r.id); ok {
-					res.OOMKilled = oom > beforeOOM
-					res.PidsLimitHit = pids > beforePids
-				}
-			}
-			r.s.execSeconds.Observe(time.Since(start).Seconds())
-			if res.OOMKilled {
-				r.s.sandboxes.Log(r.id, "warn", "a process was killed by the out-of-memory killer", map[string]any{"cmd": req.Cmd})
-			}
-			if lr, ok := r.s.sandboxes.(LimitReporter); ok && (res.OOMKilled || res.PidsLimitHit) {
-				lr.LimitHit(r.id, res.OOMKilled, res.ExitCode, req.Cmd)
-			}
+			res := r.ended(ctx, req.Cmd, *ev.End, time.Since(start), beforeOOM, beforePids, haveStats)
 			ended = &res
 			return res, emit(ExecEvent{Type: "exit", Result: &res})
 		}
 	}
+}
+
+// ended is how a command of the request's sandbox ended, with the limits
+// that killed it (from the sandbox's counters before it started, when
+// haveStats), counted in the exec metrics and reported (the sandbox's log,
+// the process_killed event): one place for every door that runs commands.
+func (r *Request) ended(ctx context.Context, cmd []string, end agentclient.ExitResult, took time.Duration, beforeOOM, beforePids int64, haveStats bool) ExecResult {
+	res := ExecResult{ExitCode: end.ExitCode, Status: end.Status, Duration: took}
+	res.TimedOut = !end.Exited && strings.HasPrefix(end.Error, "timeout")
+	if haveStats {
+		if oom, pids, ok := r.s.sandboxes.LimitCounters(context.WithoutCancel(ctx), r.id); ok {
+			res.OOMKilled = oom > beforeOOM
+			res.PidsLimitHit = pids > beforePids
+		}
+	}
+	r.s.execSeconds.Observe(took.Seconds())
+	if res.OOMKilled {
+		r.s.sandboxes.Log(r.id, "warn", "a process was killed by the out-of-memory killer", map[string]any{"cmd": cmd})
+	}
+	if lr, ok := r.s.sandboxes.(LimitReporter); ok && (res.OOMKilled || res.PidsLimitHit) {
+		lr.LimitHit(r.id, res.OOMKilled, res.ExitCode, cmd)
+	}
+	return res
 }
 
 // boundedByLife shortens timeout so that it ends with the sandbox: a

@@ -101,8 +101,11 @@ func (r *Request) recordExec(start time.Time, cmd []string, res *ExecResult, err
 	r.s.execs.add(r.id, rec)
 }
 
-// ExecHistory returns the last commands run (through Exec: not Start, Run
-// or the envd proxy) in owner's sandbox id through this replica, oldest first (ClassNotFound for anyone else's sandbox).
+// ExecHistory returns the last commands run in owner's sandbox id through
+// this replica, oldest first (ClassNotFound for anyone else's sandbox):
+// those of Exec and those started through E2B's envd protocol
+// (EnvdTarget), not processes of Start or Run (terminals, servers, the
+// daemon's own work) nor code runs.
 func (s *Service) ExecHistory(ctx context.Context, owner string, id sandbox.ID) ([]ExecRecord, error) {
 	if _, err := s.sandboxes.Get(ctx, owner, id); err != nil {
 		return nil, err

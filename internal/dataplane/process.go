@@ -62,9 +62,15 @@ func (r *Request) Health(ctx context.Context) error { return r.client.Health(ctx
 // EnvdTarget is where E2B's envd protocol is served for the sandbox (its
 // agent): the base URL, the transport that reaches it and the token the
 // agent wants. Only the E2B front end's reverse proxy uses it, for the
-// routes of that protocol, within this request's admission.
+// routes of that protocol, within this request's admission. The
+// transport records the commands started through it in the exec history
+// (envdhistory.go).
 func (r *Request) EnvdTarget() (base *url.URL, transport http.RoundTripper, token string) {
-	return r.client.ProxyTarget()
+	base, transport, token = r.client.ProxyTarget()
+	if transport == nil {
+		transport = http.DefaultTransport
+	}
+	return base, &envdRecorder{r: r, next: transport}, token
 }
 
 // CodeTarget is EnvdTarget of the code interpreter's routes (E2B's port

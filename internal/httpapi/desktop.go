@@ -229,14 +229,18 @@ func (s *Server) dialVNC(ctx context.Context, id sandbox.ID, mode string) (io.Re
 	return conn, nil
 }
 
-// desktopHeaders are the page's: no framing (an interactive desktop under
-// another page's transparent layer would take its clicks), no referrer
-// (the address carries the signature), scripts and connections to this
-// server only, nothing cached.
+// desktopHeaders are the page's: framed only by pages of this server's own
+// origin — the console, which embeds it — never by another site (an
+// interactive desktop under another page's transparent layer would take
+// its clicks); a path-form preview shares the origin but is served
+// sandboxed (an opaque origin, which 'self' does not match), so a
+// sandbox's page cannot frame it either. No referrer (the address carries
+// the signature), scripts and connections to this server only, nothing
+// cached.
 func desktopHeaders(w http.ResponseWriter) {
 	h := w.Header()
-	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
-	h.Set("X-Frame-Options", "DENY")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; connect-src 'self'; frame-ancestors 'self'; base-uri 'none'; form-action 'none'")
+	h.Set("X-Frame-Options", "SAMEORIGIN")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")

@@ -160,7 +160,19 @@ func TestConsole(t *testing.T) {
 		OverviewPools, Desktop, VolumeRow                       string
 		SnapshotRefusal, Fork, SecretRow, VolumeBrowse          string
 		ExecRow                                                 []string
-		Resent                                                  struct {
+		DesktopStatus, DesktopNewTab                            string
+		DesktopFrame                                            struct{ Title, Mode, Src string }
+		ForeignFrame                                            struct {
+			URL     string
+			Desktop int
+		}
+		DesktopDrawn struct {
+			Colours int
+			Done    bool
+		}
+		KeyUser, KeyHint, KeyManaged string
+		KeyShown                     bool
+		Resent                       struct {
 			Rows, Received int
 			SameEvent      bool
 		}
@@ -220,6 +232,14 @@ func TestConsole(t *testing.T) {
 	check("a text file's preview", strings.TrimSpace(res.PreviewText) == "dropped in", res.PreviewText)
 	check("an image's preview", res.PreviewImage == 2, res.PreviewImage)
 	check("the desktop tab of a sandbox without one", strings.Contains(res.Desktop, "no desktop"), res.Desktop)
+	check("the desktop embedded, connected watch-only", res.DesktopStatus == "view only" && res.DesktopFrame.Mode == "view" &&
+		strings.HasPrefix(res.DesktopFrame.Src, "/v1/sandboxes/"+res.Sandbox+"/desktop?") && strings.Contains(res.DesktopFrame.Src, "sig="), res.DesktopFrame)
+	check("the embedded desktop drawn (the whole picture, not one colour)", res.DesktopDrawn.Done && res.DesktopDrawn.Colours >= 4, res.DesktopDrawn)
+	check("the API keys page: the signed-in tenant", res.KeyUser == "alice" && res.KeyHint == "a key of 9 characters", res.KeyUser+" "+res.KeyHint)
+	check("the API keys page: keys are operator-managed", strings.Contains(res.KeyManaged, "API_KEYS") && strings.Contains(res.KeyManaged, "operator"), res.KeyManaged)
+	check("the API keys page never shows the key", !res.KeyShown, res.KeyShown)
+	check("another origin cannot frame the desktop page", res.ForeignFrame.Desktop == 0 && res.ForeignFrame.URL != "", res.ForeignFrame)
+	check("the desktop link to open in a new tab", strings.Contains(res.DesktopNewTab, "/v1/sandboxes/"+res.Sandbox+"/desktop?"), res.DesktopNewTab)
 	check("the sandbox's events timeline", strings.Contains(res.Timeline, "created") && strings.Contains(res.Timeline, "by an API call (alice)"), res.Timeline)
 	check("a chart's values under the pointer", strings.Contains(res.Hover, "used") && strings.Contains(res.Hover, "iB"), res.Hover)
 	check("the tabs in the first viewport at 1400x900", res.FirstView.Height == 900 && res.FirstView.Tabs > 0 && res.FirstView.Tabs < 900 && res.FirstView.Panel < 900-200, res.FirstView)

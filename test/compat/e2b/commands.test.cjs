@@ -24,6 +24,19 @@ test('run: stdout, stderr, exit codes, CommandExitError', async () => {
   assert.equal(me.stdout, 'user\n')
 })
 
+test('commands are in the exec history, with their exit code', async () => {
+  // The same history the native exec keeps (GET /v1/sandboxes/{id}/execs,
+  // with the same API key): the data plane records envd's Start too.
+  await assert.rejects(sbx.commands.run('echo history; exit 7'), (e) => e instanceof CommandExitError && e.exitCode === 7)
+  const res = await fetch(`${process.env.E2B_API_URL}/v1/sandboxes/${sbx.sandboxId}/execs`, { headers: { Authorization: `Bearer ${process.env.E2B_API_KEY}` } })
+  assert.equal(res.status, 200)
+  const { execs } = await res.json()
+  const rec = execs.find((e) => e.cmd.includes('echo history; exit 7'))
+  assert.ok(rec, `not in the history: ${JSON.stringify(execs)}`)
+  assert.equal(rec.exit_code, 7)
+  assert.ok(rec.user && !rec.error, JSON.stringify(rec))
+})
+
 test('many round trips on kept-alive connections', async () => {
   // Streams answered while their request was still being forwarded once
   // cut connections at random: 200 in a row must all pass.

@@ -21,6 +21,13 @@ const result = { screenshots: [], problems: [] };
 // A webhook receiver on loopback (the daemon runs with WEBHOOK_ALLOW_PRIVATE).
 const hookBodies = [];
 const hookServer = createServer((req, res) => {
+  if (req.method === 'GET' && req.url.startsWith('/frame?src=')) {
+    // A page of another origin that frames a URL (the desktop page must refuse it).
+    const src = decodeURIComponent(req.url.slice('/frame?src='.length)).replace(/"/g, '&quot;');
+    res.writeHead(200, { 'Content-Type': 'text/html' });
+    res.end(`<!doctype html><title>elsewhere</title><iframe id="f" src="${src}"></iframe>`);
+    return;
+  }
   let b = '';
   req.on('data', (c) => { b += c; });
   req.on('end', () => { hookBodies.push(b); res.writeHead(204); res.end(); });
@@ -52,7 +59,7 @@ const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/
 
 // Each page is checked for accessibility (axe-core, WCAG 2 A and AA rules)
 // when its screenshot is taken; serious and critical findings fail.
-async function shot(page, name) {
+async function shot(page, name, axeOptions = {}) {
   await layout(page, name);
   const path = join(out, `${name}.png`);
   await page.screenshot({ path, fullPage: false });
@@ -60,11 +67,11 @@ async function shot(page, name) {
   // Evaluated through the debugging protocol: the page's CSP still holds
   // for everything the page itself runs.
   if (!(await page.evaluate(() => typeof window.axe !== 'undefined'))) await page.evaluate(axeSource);
-  const found = await page.evaluate(async () => {
-    const r = await window.axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } });
+  const found = await page.evaluate(async (opts) => {
+    const r = await window.axe.run(document, { ...opts, runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } });
     return r.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical')
       .map((v) => `${v.id}: ${v.help} (${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join('; ')})`);
-  });
+  }, axeOptions);
   for (const f of found) result.problems.push(`${name} accessibility: ${f}`);
   result.axeChecked = (result.axeChecked ?? 0) + 1;
 }
@@ -279,9 +286,50 @@ try {
   result.timeline = await a.locator('#timeline').innerText();
   // A host sandbox has no desktop: the tab says so.
   await a.getByRole('tab', { name: 'Desktop' }).click();
-  await a.getByRole('button', { name: 'Watch-only link' }).click();
+  await a.getByRole('button', { name: 'Watch', exact: true }).click();
   result.desktop = await a.locator('#panel .empty').innerText({ timeout: T });
-  await shot(a, 'desktop');
+  await shot(a, 'desktop-none');
+  // With a VNC server on the desktop's ports (rfb_stub.py, a stand-in for
+  // the desktop template's x11vnc) the tab embeds noVNC through a signed
+  // link: the daemon's page, WebSocket and view filter, a real RFB session.
+  fetch(`${url}/v1/sandboxes/${id}/exec`, { method: 'POST', headers: { Authorization: `Bearer ${keyA}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ cmd: ['python3', '-c', readFileSync(new URL('./rfb_stub.py', import.meta.url), 'utf8')], timeout: 240 }) }).catch(() => {});
+  for (let i = 0; i < 40 && (await api(keyA, 'POST', `/v1/sandboxes/${id}/desktop/links`)).status !== 201; i++) await a.waitForTimeout(250);
+  await a.getByRole('button', { name: 'Watch', exact: true }).click();
+  const desk = a.frameLocator('#desktop-frame');
+  await desk.locator('#status[data-state="connected"]').waitFor({ timeout: T });
+  result.desktopStatus = await desk.locator('#status').innerText();
+  result.desktopFrame = await a.locator('#desktop-frame').evaluate((f) => ({ title: f.title, mode: f.dataset.mode, src: f.getAttribute('src') }));
+  // noVNC draws the stub's picture once its first update has come (after
+  // the connect event), top to bottom: wait for its last rows (the first
+  // band's colour at the bottom left) and the light box in the middle.
+  const drawn = () => desk.locator('canvas').first().evaluate((c) => {
+    if (!c.width || !c.height) return { colours: 0, done: false };
+    const ctx = c.getContext('2d');
+    const d = ctx.getImageData(0, 0, c.width, c.height).data;
+    const seen = new Set();
+    for (let i = 0; i < d.length; i += 4 * 97) seen.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]);
+    const px = (x, y) => [...ctx.getImageData(x, y, 1, 1).data.slice(0, 3)];
+    const [r, g, b] = px(2, c.height - 2), [cr] = px(c.width >> 1, c.height >> 1);
+    return { colours: seen.size, done: r === 0x2b && g === 0x6c && b === 0xb0 && cr === 0xee };
+  });
+  for (let i = 0; i < 60; i++) {
+    result.desktopDrawn = await drawn();
+    if (result.desktopDrawn.done) break;
+    await a.waitForTimeout(500);
+  }
+  result.desktopNewTab = await a.locator('#desktop-view').getAttribute('href');
+  // Another origin (the loopback receiver's port) cannot frame the desktop page.
+  const deskLink = await (await fetch(`${url}/v1/sandboxes/${id}/desktop/links`, { method: 'POST', headers: { Authorization: `Bearer ${keyA}` } })).json();
+  const other = await ctxA.newPage();
+  await other.goto(`http://127.0.0.1:${hookServer.address().port}/frame?src=${encodeURIComponent(url + deskLink.path)}`, { timeout: T });
+  const framed = () => other.frames().find((f) => f !== other.mainFrame());
+  for (let i = 0; i < 40 && (!framed() || framed().url() === 'about:blank' || framed().url() === ''); i++) await other.waitForTimeout(250);
+  await framed()?.waitForLoadState('load', { timeout: T }).catch(() => {});
+  result.foreignFrame = { url: framed()?.url() ?? '', desktop: await framed()?.locator('#status').count().catch(() => 0) ?? 0 };
+  await other.close();
+  // The frame is noVNC's page (the daemon's desktop page), not the console: axe checks the console.
+  await shot(a, 'desktop', { iframes: false });
   await a.getByRole('tab', { name: 'Resources' }).click();
   await a.locator('#chart-memory polyline').waitFor({ timeout: T });
   result.resourceCharts = await layout(a, 'resources-check').then((l) => l.charts);
@@ -397,6 +445,15 @@ try {
   await a.locator('.empty', { hasText: 'No secrets yet' }).waitFor({ timeout: T });
   result.secretDeleted = (await api(keyA, 'GET', '/v1/secrets/CONSOLE_TOKEN')).status;
 
+  // API keys: who is signed in and how keys are managed, never the key.
+  await a.getByRole('link', { name: 'API keys' }).first().click();
+  await a.locator('#key-user').waitFor({ timeout: T });
+  result.keyUser = await a.locator('#key-user').innerText();
+  result.keyHint = await a.locator('#key-hint').innerText();
+  result.keyManaged = await a.locator('#key-managed-text').innerText();
+  result.keyShown = (await a.content()).includes(keyA);
+  await shot(a, 'keys');
+
   await a.getByRole('link', { name: 'Templates' }).click();
   await a.getByRole('heading', { name: 'Templates', level: 1 }).waitFor({ timeout: T });
   await a.locator('#templates tbody tr').first().waitFor({ timeout: T });
@@ -417,7 +474,7 @@ try {
   for (const [hash, ready, name] of [['#/overview', '#chart-sandboxes', 'narrow-overview'], [`#/sandboxes/${id}/files`, 'tr[data-name="upload.txt"]', 'narrow-files'],
     [`#/sandboxes/${id}/resources`, '#chart-memory', 'narrow-resources'], [`#/sandboxes/${id}/terminal`, '#terminal', 'narrow-terminal'],
     ['#/events', '#events', 'narrow-events'], ['#/webhooks', '#webhooks', 'narrow-webhooks'], ['#/templates', '#templates tbody tr', 'narrow-templates'], ['#/pools', 'h1', 'narrow-pools'],
-    [`#/sandboxes/${id}/history`, '#exec-history tbody tr', 'narrow-history'], ['#/snapshots', '.empty', 'narrow-snapshots'], ['#/volumes', '.empty', 'narrow-volumes'], ['#/secrets', '.empty', 'narrow-secrets']]) {
+    [`#/sandboxes/${id}/history`, '#exec-history tbody tr', 'narrow-history'], ['#/snapshots', '.empty', 'narrow-snapshots'], ['#/volumes', '.empty', 'narrow-volumes'], ['#/secrets', '.empty', 'narrow-secrets'], ['#/keys', '#key-user', 'narrow-keys']]) {
     await a.evaluate((h) => { location.hash = h; }, hash);
     await a.locator(ready).first().waitFor({ timeout: T });
     await shot(a, name);

@@ -12,6 +12,7 @@ import { webhooksView } from './views/webhooks';
 import { volumesView } from './views/volumes';
 import { secretsView } from './views/secrets';
 import { snapshotsView } from './views/snapshots';
+import { keysView } from './views/keys';
 
 /**
  * The console's pages, in navigation order: the extension point for new
@@ -29,6 +30,7 @@ const PAGES: Page[] = [
   { id: 'snapshots', label: 'Snapshots', view: (m, s) => snapshotsView(m, s) },
   { id: 'secrets', label: 'Secrets', view: (m, s) => secretsView(m, s) },
   { id: 'webhooks', label: 'Webhooks', view: (m, s) => webhooksView(m, s) },
+  { id: 'keys', label: 'API keys', view: (m, s) => keysView(m, s) },
   { id: 'admin', label: 'Admin', operator: true, view: (m, s) => adminView(m, s) },
 ];
 

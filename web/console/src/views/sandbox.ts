@@ -513,29 +513,39 @@ function historyTab(panel: HTMLElement, s: Session, id: string): () => void {
 }
 
 /**
- * The desktop of desktop and browser sandboxes: a signed noVNC link (the
- * desktop page refuses to be framed, so it opens in a tab of its own).
+ * The desktop of desktop and browser sandboxes: the noVNC page of a signed
+ * link embedded in the tab (the page lets only the daemon's own origin
+ * frame it), and the same link to open in a tab of its own. The frame
+ * loads the link's path, so it is on the console's origin whatever host
+ * name the link was minted for.
  */
 function desktopTab(panel: HTMLElement, s: Session, id: string): void {
-  const out = h('div', { 'aria-live': 'polite' });
+  const note = h('div', { 'aria-live': 'polite' });
+  const stage = h('div', { class: 'desktop-stage' });
   const make = (mode: 'view' | 'interactive', label: string) => {
-    const b = h('button', { type: 'button' }, label);
+    const b = h('button', { type: 'button', 'data-mode': mode }, label);
     b.addEventListener('click', async () => {
       try {
         const l = await s.api.desktopLink(id, mode);
-        const href = l.url ?? l.path;
-        out.replaceChildren(h('p', {}, h('a', { href, target: '_blank', rel: 'noopener noreferrer', id: `desktop-${mode}` }, mode === 'view' ? 'Watch the desktop' : 'Use the desktop'),
-          h('span', { class: 'muted small' }, ` · a signed link, good until ${new Date(l.expires_at).toLocaleTimeString()}`)));
+        const what = mode === 'view' ? 'watch only' : 'interactive';
+        const frame = h('iframe', { id: 'desktop-frame', src: l.path, title: `Desktop of sandbox ${id} (${what})`,
+          referrerpolicy: 'no-referrer', allow: 'clipboard-read; clipboard-write', 'data-mode': mode });
+        stage.replaceChildren(frame);
+        note.replaceChildren(h('p', { class: 'muted small' }, `${what[0].toUpperCase()}${what.slice(1)} · a signed link, good until ${new Date(l.expires_at).toLocaleTimeString()} · `,
+          h('a', { href: l.url ?? l.path, target: '_blank', rel: 'noopener noreferrer', id: `desktop-${mode}` }, 'open in a new tab')));
+        if (mode === 'interactive') frame.focus();
       } catch (ex) {
-        out.replaceChildren((ex as { status?: number }).status === 409
+        stage.replaceChildren();
+        note.replaceChildren((ex as { status?: number }).status === 409
           ? h('p', { class: 'empty' }, 'This sandbox has no desktop: sandboxes of the desktop and browser templates have one (docs/desktop.md).')
           : errorBox(ex));
       }
     });
     return b;
   };
-  panel.append(h('h2', {}, 'Desktop'), h('p', { class: 'muted small' }, 'The sandbox\'s screen in noVNC, in a new tab: a watch-only link drops every input, an interactive one takes the keyboard and mouse.'),
-    h('div', { class: 'row' }, make('view', 'Watch-only link'), make('interactive', 'Interactive link')), out);
+  panel.append(h('h2', {}, 'Desktop'),
+    h('p', { class: 'muted small' }, 'The sandbox\'s screen in noVNC: watching drops every input, controlling takes the keyboard and mouse (click the screen first).'),
+    h('div', { class: 'row' }, make('view', 'Watch'), make('interactive', 'Control')), note, stage);
 }
 
 function portsTab(panel: HTMLElement, s: Session, id: string): void {

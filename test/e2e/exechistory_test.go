@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -124,6 +123,6 @@ func TestExecHistoryOnEveryDoor(t *testing.T) {
 		t.Error("an E2B terminal (a Start with a PTY) is in the history")
 	}
 	if t.Failed() {
-		t.Log(fmt.Sprintf("%s", body))
+		t.Log(string(body))
 	}
 }

@@ -169,6 +169,17 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id sandbox.ID
 		Transport: rt,
 		ModifyResponse: func(resp *http.Response) error {
 			if r.Method == http.MethodGet && r.URL.Path == "/files" {
+				// A download is the sandbox's bytes, served on the API's
+				// own origin (a signed URL there, the console's origin):
+				// whatever the upstream answers (a remote provider's envd
+				// may name the file's own type), a browser never renders
+				// it as a page of that origin or runs its scripts.
+				resp.Header.Set("Content-Type", "application/octet-stream")
+				resp.Header.Set("X-Content-Type-Options", "nosniff")
+				resp.Header.Set("Content-Security-Policy", "sandbox")
+				if resp.Header.Get("Content-Disposition") == "" {
+					resp.Header.Set("Content-Disposition", "attachment")
+				}
 				// A download is bulk data, not a stream of events: pass
 				// it on in large pieces (each becomes one HTTP chunk;
 				// clients such as Node's fetch slow down badly on tens of

@@ -580,8 +580,14 @@ func TestSignedFileURLs(t *testing.T) {
 	past := strconv.FormatInt(time.Now().Add(-time.Minute).Unix(), 10)
 	for _, h := range [][]string{nil, {"E2b-Sandbox-Id", sb.SandboxID}} {
 		for _, p := range []string{signed(sb.EnvdAccessToken, ""), signed(sb.EnvdAccessToken, future)} {
-			if r := call(t, hs, "GET", p, "", h...); r.status != 200 {
+			r := call(t, hs, "GET", p, "", h...)
+			if r.status != 200 {
 				t.Errorf("%v GET %s: %d %s", h, p, r.status, r.body)
+			}
+			// The sandbox's bytes on the API's origin: never a page of it.
+			if r.header.Get("Content-Security-Policy") != "sandbox" || r.header.Get("X-Content-Type-Options") != "nosniff" ||
+				r.header.Get("Content-Type") != "application/octet-stream" || !strings.HasPrefix(r.header.Get("Content-Disposition"), "attachment") {
+				t.Errorf("%v GET %s: headers %v, want an inert attachment", h, p, r.header)
 			}
 		}
 		wantError(t, "expired", call(t, hs, "GET", signed(sb.EnvdAccessToken, past), "", h...), 401)

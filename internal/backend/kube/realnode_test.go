@@ -172,6 +172,12 @@ func copyWithLibs(t *testing.T, root, bin string) {
 		t.Fatal(err)
 	}
 	copyInto(t, root, real, bin)
+	copyLibs(t, root, real)
+}
+
+// copyLibs copies the libraries ldd names for a host binary into root.
+func copyLibs(t *testing.T, root, real string) {
+	t.Helper()
 	out, err := exec.Command("ldd", real).Output()
 	if err != nil {
 		return // static

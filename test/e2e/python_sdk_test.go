@@ -42,6 +42,9 @@ func TestPythonSDK(t *testing.T) {
 	// tests (no traffic leaves: they check the policy's bookkeeping).
 	d := startDaemon(t, "API_KEYS="+pyKey+":alice,"+pyOtherKey+":bob", "TEMPLATE_ADMIN_USERS=alice",
 		"POOL_SIZE=2", "MAX_SANDBOXES_PER_USER=40", "MAX_SANDBOX_INSTANCES=60",
+		// One heavy request more than the default 16: test_envs.py's barrier
+		// checks on 16 steps in flight with one file request at a time.
+		"MAX_REQUESTS_PER_USER=17",
 		"NETWORK=on", "NETWORK_BRIDGE=abxpysdk0", "NETWORK_SUBNET=10.117.0.0/16")
 	root, err := testutil.ModuleRoot()
 	if err != nil {

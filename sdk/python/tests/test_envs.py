@@ -137,6 +137,9 @@ async def test_env_survives_a_destroyed_sandbox() -> None:
 # Each step marks that it is running, then waits (bounded) for a go file
 # the test writes only once all 16 are marked: steps run one after another
 # never all get marked, so the test proves they overlap without timing them.
+# The 16 steps fill the user's 16 heavy requests (MAX_REQUESTS_PER_USER's
+# default); the test's daemon admits one more, which the test's own file
+# requests take one at a time.
 _BARRIER_STEP = """
 import os, time
 open("/tmp/step-running", "w").close()
@@ -148,7 +151,10 @@ print(os.path.exists("/tmp/step-go"))
 
 
 async def _all_exist(pool: EnvPool, path: str) -> bool:
-    return all(await asyncio.gather(*(e.sandbox.files.exists(path) for e in pool.envs)))
+    for e in pool.envs:
+        if not await e.sandbox.files.exists(path):
+            return False
+    return True
 
 
 @aio
@@ -167,7 +173,8 @@ async def test_pool_of_16_steps_concurrently() -> None:
                 await asyncio.sleep(0.1)
             assert not steps.done(), f"steps returned before the go file: {steps.result()}"
             assert await _all_exist(pool, "/tmp/step-running"), "the 16 steps were never all running at once"
-            await asyncio.gather(*(e.sandbox.files.write("/tmp/step-go", "") for e in pool.envs))
+            for e in pool.envs:
+                await e.sandbox.files.write("/tmp/step-go", "")
             assert await asyncio.wait_for(steps, 90) == ["True\n"] * 16
         finally:
             if not steps.done():

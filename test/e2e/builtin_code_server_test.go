@@ -10,36 +10,11 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/agentbox/agentbox/internal/testutil"
 )
 
 // codeServerPort is where the code-server template's service listens
 // (templates/code-server/agentbox-code-server), on the sandbox's loopback.
 const codeServerPort = 13337
-
-// buildCodeServer stages templates/code-server with its npm packages into
-// the test cache (scripts/stage-code-server.sh, as make templates does)
-// and builds it on d, logging how long each part took.
-func buildCodeServer(t *testing.T, ctx context.Context, d *daemon) {
-	t.Helper()
-	root, err := testutil.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(testCache(t), "code-server-context")
-	start := time.Now()
-	stage := exec.CommandContext(ctx, filepath.Join(root, "scripts", "stage-code-server.sh"), dir)
-	if out, err := stage.CombinedOutput(); err != nil {
-		t.Fatalf("stage-code-server.sh: %v\n%s", err, lastLines(string(out), 30))
-	}
-	t.Logf("stage code-server (host npm): %s", time.Since(start).Round(time.Millisecond))
-	args := append([]string{"template", "build", "-t", "code-server"}, builtinSecrets()...)
-	out, took := templateCLI(t, ctx, d, append(args, dir)...)
-	t.Logf("build code-server: %s, %d steps run, %d cached", took.Round(time.Millisecond),
-		strings.Count(out, "---> Running in"), strings.Count(out, "---> Using cache"))
-	t.Logf("code-server template: %v bytes unpacked (all layers, base's included)", getTemplate(t, d, "", "code-server")["size"])
-}
 
 // codeServerScript opens the signed preview link (argv[1]) in headless
 // Chromium (argv[2]), waits for VS Code's workbench with the explorer

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,30 +16,6 @@ import (
 	"github.com/agentbox/agentbox/client"
 	"github.com/agentbox/agentbox/internal/testutil"
 )
-
-// buildCodingAgent stages templates/coding-agent with the agents' npm
-// packages into the test cache (scripts/stage-coding-agent.sh, as make
-// templates does) and builds it on d, logging how long each part took.
-func buildCodingAgent(t *testing.T, ctx context.Context, d *daemon) {
-	t.Helper()
-	root, err := testutil.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(testCache(t), "coding-agent-context")
-	start := time.Now()
-	stage := exec.CommandContext(ctx, filepath.Join(root, "scripts", "stage-coding-agent.sh"), dir)
-	if out, err := stage.CombinedOutput(); err != nil {
-		t.Fatalf("stage-coding-agent.sh: %v\n%s", err, lastLines(string(out), 30))
-	}
-	t.Logf("stage coding-agent (host npm): %s", time.Since(start).Round(time.Millisecond))
-	args := append([]string{"template", "build", "-t", "coding-agent"}, builtinSecrets()...)
-	out, took := templateCLI(t, ctx, d, append(args, dir)...)
-	t.Logf("build coding-agent: %s, %d steps run, %d cached", took.Round(time.Millisecond),
-		strings.Count(out, "---> Running in"), strings.Count(out, "---> Using cache"))
-	size, _ := getTemplate(t, d, "", "coding-agent")["size"].(float64)
-	t.Logf("coding-agent template: %.0f MB unpacked (all layers, base's included)", size/1e6)
-}
 
 // codingAgentVersions are the agents' versions pinned by
 // templates/coding-agent/app/package.json, by command.

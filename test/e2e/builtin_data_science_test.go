@@ -81,10 +81,8 @@ func checkDataScience(t *testing.T, d *daemon) {
 	// preview origin is admitted (the pattern names the sandbox), a page
 	// of another origin (another sandbox's preview, say) is refused
 	// before anything starts.
-	daemonHost := strings.TrimPrefix(d.url, "http://")
-	_, daemonPort, _ := strings.Cut(daemonHost, ":")
-	host := fmt.Sprintf("%d-%s.localhost:%s", jupyterPort, id, daemonPort)
-	other := fmt.Sprintf("http://%d-someoneelse.localhost:%s", jupyterPort, daemonPort)
+	host := previewHost(d, jupyterPort, id)
+	other := "http://" + previewHost(d, jupyterPort, "someoneelse")
 	if status, data := call("GET", "/api/sessions", nil, "Host", host, "Origin", "http://"+host); status != http.StatusOK {
 		t.Errorf("the sessions list from the sandbox's own origin: %d %s, want 200", status, data)
 	}
@@ -113,7 +111,7 @@ func checkDataScience(t *testing.T, d *daemon) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	wsURL := "ws" + strings.TrimPrefix(d.url, "http") + api + "/kernels/" + session.Kernel.ID + "/channels?session_id=" + randomHex(t, 16)
-	hostWS := "ws://" + daemonHost + "/api/kernels/" + session.Kernel.ID + "/channels?session_id=" + randomHex(t, 16)
+	hostWS := "ws://" + strings.TrimPrefix(d.url, "http://") + "/api/kernels/" + session.Kernel.ID + "/channels?session_id=" + randomHex(t, 16)
 	if ws, res, err := websocket.Dial(ctx, hostWS, &websocket.DialOptions{Host: host,
 		HTTPHeader: http.Header{"Origin": {other}, "X-Access-Token": {token}}}); err == nil {
 		ws.CloseNow()
@@ -226,30 +224,9 @@ func checkBuiltinPools(t *testing.T, d *daemon) {
 	d.env = append(d.env, `SANDBOX_TEMPLATES={"data-science":"data-science","code-server":"code-server"}`,
 		"DEFAULT_SANDBOX_TYPE=data-science,code-server", "POOL_SIZE=1")
 	d.start()
-	ready := func(template string) bool {
-		status, data := d.call(t, "GET", "/v1/pools", "", nil)
-		if status != http.StatusOK {
-			t.Fatalf("GET /v1/pools: %d %s", status, data)
-		}
-		var resp struct {
-			Pools []struct {
-				Template string `json:"template"`
-				Ready    int    `json:"ready"`
-			} `json:"pools"`
-		}
-		if err := json.Unmarshal(data, &resp); err != nil {
-			t.Fatalf("GET /v1/pools: %v", err)
-		}
-		for _, p := range resp.Pools {
-			if p.Template == template {
-				return p.Ready > 0
-			}
-		}
-		return false
-	}
 	for _, tmpl := range []string{"data-science", "code-server"} {
 		deadline := time.Now().Add(3 * time.Minute)
-		for !ready(tmpl) {
+		for poolStats(t, d, "", tmpl)["ready"] == float64(0) {
 			if time.Now().After(deadline) {
 				t.Fatalf("the %s pool has no ready sandbox after 3 minutes:\n%s", tmpl, lastLines(d.logs.String(), 30))
 			}
@@ -277,11 +254,17 @@ func checkBuiltinPools(t *testing.T, d *daemon) {
 		if tmpl == "data-science" {
 			port, path = jupyterPort, "/api/sessions"
 		}
-		_, daemonPort, _ := strings.Cut(strings.TrimPrefix(d.url, "http://"), ":")
-		host := fmt.Sprintf("%d-%s.localhost:%s", port, id, daemonPort)
+		host := previewHost(d, port, id)
 		token, _ := sb["access_token"].(string)
 		if status, data := d.call(t, "GET", path, "", nil, "Host", host, "Origin", "http://"+host, "X-Access-Token", token); status != http.StatusOK {
 			t.Errorf("%s of the pooled %s sandbox from its own origin: %d %s", path, tmpl, status, data)
 		}
 	}
+}
+
+// previewHost is the host form of sandbox id's port on d with the default
+// PREVIEW_DOMAIN: <port>-<id>.localhost:<daemon port>.
+func previewHost(d *daemon, port int, id string) string {
+	_, daemonPort, _ := strings.Cut(strings.TrimPrefix(d.url, "http://"), ":")
+	return fmt.Sprintf("%d-%s.localhost:%s", port, id, daemonPort)
 }

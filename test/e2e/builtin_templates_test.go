@@ -210,9 +210,10 @@ func TestBuiltinTemplates(t *testing.T) {
 	build("base")
 	build("code-interpreter")
 	build("data-science")
-	t.Logf("data-science template: %v bytes unpacked (all layers, code-interpreter's included)", getTemplate(t, d, "", "data-science")["size"])
-	buildCodeServer(t, ctx, d)
-	buildCodingAgent(t, ctx, d)
+	size, _ := getTemplate(t, d, "", "data-science")["size"].(float64)
+	t.Logf("data-science template: %.0f MB unpacked (all layers, code-interpreter's included)", size/1e6)
+	buildStaged(t, ctx, d, "code-server")
+	buildStaged(t, ctx, d, "coding-agent")
 	t.Logf("bootstrap and builds: %s", time.Since(total).Round(time.Millisecond))
 
 	t.Run("base", func(t *testing.T) { checkBase(t, d) })
@@ -222,6 +223,30 @@ func TestBuiltinTemplates(t *testing.T) {
 	t.Run("coding-agent", func(t *testing.T) { checkCodingAgent(t, d) })
 	// Last: it restarts the daemon with pools.
 	t.Run("pools", func(t *testing.T) { checkBuiltinPools(t, d) })
+}
+
+// buildStaged stages templates/NAME with its npm packages into the test
+// cache (scripts/stage-NAME.sh, as make templates does) and builds it on
+// d, logging how long each part took and the template's size.
+func buildStaged(t *testing.T, ctx context.Context, d *daemon, name string) {
+	t.Helper()
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(testCache(t), name+"-context")
+	script := "stage-" + name + ".sh"
+	start := time.Now()
+	if out, err := exec.CommandContext(ctx, filepath.Join(root, "scripts", script), dir).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, lastLines(string(out), 30))
+	}
+	t.Logf("stage %s (host npm): %s", name, time.Since(start).Round(time.Millisecond))
+	args := append([]string{"template", "build", "-t", name}, builtinSecrets()...)
+	out, took := templateCLI(t, ctx, d, append(args, dir)...)
+	t.Logf("build %s: %s, %d steps run, %d cached", name, took.Round(time.Millisecond),
+		strings.Count(out, "---> Running in"), strings.Count(out, "---> Using cache"))
+	size, _ := getTemplate(t, d, "", name)["size"].(float64)
+	t.Logf("%s template: %.0f MB unpacked (all layers, base's included)", name, size/1e6)
 }
 
 // builtinBase names the built `base` template: with the default

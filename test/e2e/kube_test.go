@@ -268,10 +268,10 @@ func kubeWait(t *testing.T, limit time.Duration, what string, cond func() (bool,
 	}
 }
 
-// poolStats returns GET /v1/pools' entry of template.
-func poolStats(t *testing.T, d *daemon, template string) map[string]any {
+// poolStats returns GET /v1/pools' entry of template, asked with key.
+func poolStats(t *testing.T, d *daemon, key, template string) map[string]any {
 	t.Helper()
-	code, body := d.call(t, "GET", "/v1/pools", kubeKey, nil)
+	code, body := d.call(t, "GET", "/v1/pools", key, nil)
 	if code != http.StatusOK {
 		t.Fatalf("GET /v1/pools = %d %s", code, body)
 	}
@@ -330,10 +330,10 @@ func TestKubeDaemon(t *testing.T) {
 
 	t.Run("PoolClaim", func(t *testing.T) {
 		kubeWait(t, 2*time.Minute, "the warm pool has a ready sandbox", func() (bool, error) {
-			p := poolStats(t, d, template)
+			p := poolStats(t, d, kubeKey, template)
 			return p["ready"] == float64(1), fmt.Errorf("pool %v", p)
 		})
-		if p := poolStats(t, d, template); p["size"] != float64(1) || p["hits"] != float64(0) {
+		if p := poolStats(t, d, kubeKey, template); p["size"] != float64(1) || p["hits"] != float64(0) {
 			t.Fatalf("pool before a hit: %v", p)
 		}
 		// The pool is agent-sandbox's, of this daemon's instance.
@@ -358,7 +358,7 @@ func TestKubeDaemon(t *testing.T) {
 		if out := execOut(t, d, id, `echo "$WHO"; id -u`); out != "erin\n1000\n" {
 			t.Fatalf("exec in the pool hit = %q", out)
 		}
-		if p := poolStats(t, d, template); p["hits"] != float64(1) || p["misses"] != float64(0) {
+		if p := poolStats(t, d, kubeKey, template); p["hits"] != float64(1) || p["misses"] != float64(0) {
 			t.Fatalf("pool after a hit: %v", p)
 		}
 		// The hand-out replaced the pool's token with the sandbox's own
@@ -369,7 +369,7 @@ func TestKubeDaemon(t *testing.T) {
 		}
 		// The controller boots a replacement.
 		kubeWait(t, 2*time.Minute, "the warm pool is refilled", func() (bool, error) {
-			p := poolStats(t, d, template)
+			p := poolStats(t, d, kubeKey, template)
 			return p["ready"] == float64(1), fmt.Errorf("pool %v", p)
 		})
 		gone := e.waitGone(t, id)
@@ -413,7 +413,7 @@ func TestKubeDaemon(t *testing.T) {
 		// One cold (resources other than the pool's), one from the pool.
 		cold := createSandbox(t, d, map[string]any{"template": "base", "resources": map[string]any{"cpus": 0.2}})
 		kubeWait(t, 2*time.Minute, "the warm pool has a ready sandbox", func() (bool, error) {
-			p := poolStats(t, d, template)
+			p := poolStats(t, d, kubeKey, template)
 			return p["ready"] == float64(1), fmt.Errorf("pool %v", p)
 		})
 		hit := createSandbox(t, d, map[string]any{"template": "base"})

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/agentbox/agentbox/internal/agent/agentclient"
+	"github.com/agentbox/agentbox/internal/backend"
 	"github.com/agentbox/agentbox/internal/backend/backendtest"
 	"github.com/agentbox/agentbox/internal/kubetest"
 	"github.com/agentbox/agentbox/internal/sandbox"
@@ -51,8 +52,9 @@ func startRealNodeEnv(t *testing.T) *realNodeEnv {
 		t.Fatalf("import the agent image: %v", err)
 	}
 	root := testRootfs(t)
-	// bash for the code context, tail to fill memory.
-	for _, bin := range []string{"/bin/bash", "/usr/bin/tail"} {
+	// bash for the code context, tail to fill memory, stty and tty for
+	// the terminal.
+	for _, bin := range []string{"/bin/bash", "/usr/bin/tail", "/bin/stty", "/usr/bin/tty"} {
 		copyWithLibs(t, root, bin)
 	}
 	if err := n.ImportImage(ctx, realTemplateImage, root, kubetest.ImageConfig{}); err != nil {
@@ -77,11 +79,29 @@ var realTemplate = sandbox.Template{Ref: TemplatePrefix + realTemplateImage, Kin
 
 // TestKubeRealNode: the kube backend's sandboxes as real pods — kubelet
 // and containerd run them, the agent answers on the pod IP of the node's
-// bridge network; exec, files and a code context work through it; the
-// kubelet's memory limit OOM-kills what goes past it; destroy leaves no
-// object, and the node leaves nothing on the machine (StartNode checks).
+// bridge network. Basics: exec, files and a code context work through it;
+// the kubelet's memory limit OOM-kills what goes past it; destroy leaves
+// no object. Then the backend conformance suite (stop/start keeping the
+// workspace claim, recovery by a restarted daemon, concurrency), a
+// terminal, and a warm pool's hit. The node leaves nothing on the machine
+// (StartNode checks).
 func TestKubeRealNode(t *testing.T) {
 	e := startRealNodeEnv(t)
+	t.Run("Basics", func(t *testing.T) { testRealNodeBasics(t, e) })
+	t.Run("Conformance", func(t *testing.T) {
+		backendtest.Run(t, backendtest.Harness{
+			New:         func(t *testing.T, dir string) backend.Backend { return tokenBackend{e.backend(t, instanceOf(dir))} },
+			StateDir:    func(t *testing.T) string { return t.TempDir() },
+			Template:    realTemplate,
+			Abandon:     func(b backend.Backend) { b.(tokenBackend).Abandon() },
+			AccessToken: suiteToken,
+		})
+	})
+	t.Run("PTY", func(t *testing.T) { testRealNodePTY(t, e) })
+	t.Run("PoolHit", func(t *testing.T) { testRealNodePoolHit(t, e) })
+}
+
+func testRealNodeBasics(t *testing.T, e *realNodeEnv) {
 	ctx := ctxFor(t)
 	b := e.backend(t, "real")
 	spec := sandbox.Spec{ID: sandbox.NewID(), Template: realTemplate, AccessToken: "real-token-0123456789abcdef",
@@ -161,6 +181,103 @@ func TestKubeRealNode(t *testing.T) {
 		var pods corev1.PodList
 		err = b.c.List(ctx, &pods, client.InNamespace(b.cfg.Namespace))
 		return err == nil && len(pods.Items) == 0, err
+	})
+}
+
+// testRealNodePTY: a process in a terminal of the size asked, resized
+// while it runs, its input and output through the terminal.
+func testRealNodePTY(t *testing.T, e *realNodeEnv) {
+	ctx := ctxFor(t)
+	b := e.backend(t, "pty")
+	spec := sandbox.Spec{ID: sandbox.NewID(), Template: realTemplate, AccessToken: "pty-token-0123456789abcdef"}
+	info, err := b.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() { b.Destroy(context.Background(), spec.ID) })
+	c := backendtest.Client(t, info, spec.AccessToken)
+	p, err := c.Start(ctx, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", "stty size; read x; stty size; echo got $x; tty"},
+		PTY: &agentclient.PTYSize{Cols: 100, Rows: 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var out strings.Builder
+	readUntil := func(s string) {
+		t.Helper()
+		for !strings.Contains(out.String(), s) {
+			ev, err := p.Next()
+			if err != nil || ev.Kind == agentclient.EventEnd {
+				t.Fatalf("waiting for %q in the terminal's %q: %+v, %v", s, out.String(), ev.End, err)
+			}
+			if ev.Kind != agentclient.EventPTY {
+				t.Fatalf("event kind %v from a terminal", ev.Kind)
+			}
+			out.Write(ev.Data)
+		}
+	}
+	readUntil("30 100")
+	if err := p.Resize(ctx, 120, 40); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SendStdin(ctx, []byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	readUntil("40 120")
+	readUntil("got hello")
+	readUntil("/dev/pts/")
+	if res, err := p.Wait(); err != nil || res.ExitCode != 0 {
+		t.Fatalf("terminal process ended %+v, %v", res, err)
+	}
+}
+
+// testRealNodePoolHit: a SandboxWarmPool of one on the real node; a
+// create from it claims the warm pod, which takes the sandbox's own env
+// and token (the pool's no longer opens it); a restarted daemon recovers
+// it by its labels; destroy removes it and its claim.
+func testRealNodePoolHit(t *testing.T, e *realNodeEnv) {
+	ctx := ctxFor(t)
+	b := e.backend(t, "pool")
+	if err := b.EnsurePool(ctx, "abtest", sandbox.Spec{Template: realTemplate}, 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.DeletePool(context.Background(), "abtest") })
+	waitPoolReady(t, b, "abtest", 1)
+	spec := sandbox.Spec{ID: sandbox.NewID(), AccessToken: "own-token-0123456789abcdef", Env: map[string]string{"WHO": "dave"}, Labels: map[string]string{"owner": "dave"}}
+	start := time.Now()
+	info, err := b.CreateFromPool(ctx, "abtest", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Destroy(context.Background(), spec.ID) })
+	if name := b.sandboxName(spec.ID); !strings.HasPrefix(name, "abpool-abtest") {
+		t.Errorf("the claimed Sandbox is %q, want one of the warm pool's", name)
+	}
+	c := backendtest.Client(t, info, spec.AccessToken)
+	if r := backendtest.Exec(t, c, `echo "$WHO"; id -u`); r.Stdout != "dave\n1000\n" {
+		t.Fatalf("exec in the pool's sandbox = %+v", r)
+	}
+	t.Logf("pool hit to first exec on the real node: %s", time.Since(start).Round(time.Millisecond))
+	var pool corev1.Secret
+	if err := b.c.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: poolSecretName("abtest")}, &pool); err != nil {
+		t.Fatal(err)
+	}
+	pc := agentclient.New(agentclient.Endpoint{Network: "tcp", Address: info.Agent.Address}, string(pool.Data[secretToken]))
+	defer pc.Close()
+	if _, err := pc.Envs(ctx); sandbox.ClassOf(err) != sandbox.ClassUnauth {
+		t.Fatalf("the pool's token on a handed-out sandbox: %v, want unauthenticated", err)
+	}
+	b2 := e.backend(t, "pool")
+	infos, err := b2.Recover(ctx)
+	if err != nil || len(infos) != 1 || infos[0].ID != spec.ID || infos[0].Spec.Labels["owner"] != "dave" || infos[0].State != sandbox.StateRunning {
+		t.Fatalf("recover = %+v, %v", infos, err)
+	}
+	if err := b2.Destroy(ctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 2*time.Minute, "the claim and the sandbox are gone", func() (bool, error) {
+		objs, err := objectsOf(ctx, b.c, b.cfg.Namespace, spec.ID)
+		return err == nil && len(objs) == 0, err
 	})
 }
 

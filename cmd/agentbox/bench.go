@@ -332,7 +332,7 @@ func benchNetwork(ctx context.Context, tmp, agentPath string, n int, log *slog.L
 		return err
 	}
 
-	m := manager.New(manager.Config{Logger: log, NetworkAvailable: true}, b, store.NewMemory())
+	m := manager.New(manager.Config{Logger: log}, b, store.NewMemory())
 	if err := m.Start(ctx); err != nil {
 		return err
 	}

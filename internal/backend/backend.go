@@ -71,6 +71,10 @@ type Capabilities struct {
 	DiskLimit bool `json:"disk_limit"`
 	// ResourceLimits: memory, CPU and process limits are enforced.
 	ResourceLimits bool `json:"resource_limits"`
+	// Egress: sandboxes can have egress networking (network mode
+	// "egress", its allow and deny lists); without it only "none" is
+	// accepted for them.
+	Egress bool `json:"egress"`
 	// RootInUserNS: root sandboxes (Spec.Root) can be created, as root of
 	// a user namespace (an unprivileged host id).
 	RootInUserNS bool `json:"root_in_userns"`

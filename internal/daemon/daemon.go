@@ -326,7 +326,7 @@ func (s *server) templateStore() *template.Store { return s.templates }
 // manager over them all.
 func (s *server) buildControlPlane(context.Context) error {
 	cfg, log := s.cfg, s.log
-	if cfg.DefaultNetworkMode == string(sandbox.NetworkEgress) && s.netMgr == nil && s.opts.Backend == nil {
+	if cfg.DefaultNetworkMode == string(sandbox.NetworkEgress) && !s.backend.Capabilities().Egress {
 		return fmt.Errorf("setting DEFAULT_NETWORK_MODE=egress: sandbox networking is unavailable (see NETWORK)")
 	}
 	s.node = nodeID(cfg, s.dataDir)
@@ -376,8 +376,8 @@ func (s *server) buildControlPlane(context.Context) error {
 		ReadonlyMounts: cfg.ReadonlyMounts, DefaultMountDir: cfg.DefaultMountDir,
 		Logger: log, Metrics: manager.NewMetrics(s.metrics),
 		MaxRequestsPerUser: cfg.MaxRequestsPerUser, RequestMemory: cfg.RequestMemory,
-		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode), NetworkAvailable: s.netMgr != nil,
-		DefaultIsolation: sandbox.Isolation(cfg.DefaultIsolation), TemplateIsolation: cfg.TemplateIsolation, IsolationByUser: cfg.IsolationByUser,
+		DefaultNetworkMode: sandbox.NetworkMode(cfg.DefaultNetworkMode),
+		DefaultIsolation:   sandbox.Isolation(cfg.DefaultIsolation), TemplateIsolation: cfg.TemplateIsolation, IsolationByUser: cfg.IsolationByUser,
 		ValidateNetwork: netpolicy.Validate, Resolver: routeResolver{routes: cfg.ProviderRoutes.Always(), next: resolver}, TemplateNote: resolver.note,
 		NodeMaxMemory: int64(cfg.NodeMaxMemory), Overflow: cfg.ProviderRoutes.Overflow(), RemoteMaxPerUser: cfg.ProviderMaxUser, Committer: s.templates, NodeID: s.node, NodeMaxSandboxes: cfg.NodeMaxSandboxes,
 		StorageQuota: int64(cfg.StorageQuota), MaxPrivateTemplates: cfg.MaxPrivateTemplates, SnapshotMaxBytes: int64(cfg.SnapshotMaxBytes),
@@ -532,7 +532,8 @@ func (b buildSandboxes) RunBuildSandbox(ctx context.Context, spec sandbox.Spec, 
 	return b.s.m.RunBuildSandbox(ctx, spec, fn)
 }
 
-func (b buildSandboxes) NetworkAvailable() bool { return b.s.m.NetworkAvailable() }
+// Build steps run in image sandboxes.
+func (b buildSandboxes) NetworkAvailable() bool { return b.s.m.EgressAvailable(sandbox.TemplateImage) }
 
 // desktopLink is agentscope's desktop URL: the shared server's signed
 // noVNC link (the server is made after its doors).

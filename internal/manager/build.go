@@ -21,9 +21,6 @@ type BuildSandbox struct {
 	Snapshotter backend.Snapshotter
 }
 
-// NetworkAvailable says whether sandboxes can have egress network here.
-func (m *Manager) NetworkAvailable() bool { return m.cfg.NetworkAvailable }
-
 // RunBuildSandbox creates a sandbox from spec for a template build step,
 // calls fn with it, and destroys it, whatever happens (ctx ending
 // included). Build sandboxes belong to the operator, not to a tenant: no
@@ -37,7 +34,7 @@ func (m *Manager) RunBuildSandbox(ctx context.Context, spec sandbox.Spec, fn fun
 	if !ok {
 		return sandbox.Errorf(sandbox.ClassUnavailable, "the %s backend cannot turn a sandbox's changes into a layer: no Dockerfile builds on this server", m.backend.Name())
 	}
-	if spec.Network.Mode == sandbox.NetworkEgress && !m.cfg.NetworkAvailable {
+	if spec.Network.Mode == sandbox.NetworkEgress && !m.EgressAvailable(spec.Template.Kind) {
 		return sandbox.Errorf(sandbox.ClassUnavailable, "sandbox networking is not available on this server: a RUN step needs --network=none here")
 	}
 	spec.ID = sandbox.NewID()

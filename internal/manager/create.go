@@ -300,6 +300,9 @@ func (m *Manager) create(ctx context.Context, owner string, req CreateRequest) (
 		return nil, err
 	}
 	defer release()
+	if err := m.checkEgress(template.Kind, req.Network); err != nil {
+		return nil, err
+	}
 	// Pooled sandboxes boot at their template's level, and only here.
 	if m.poolEligible(req) && req.Isolation == poolIsolation && m.providerOf(template.Kind) == "" {
 		if cp := m.claimPoolFor(template.Ref); cp != nil {

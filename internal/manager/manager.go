@@ -91,9 +91,6 @@ type Config struct {
 	DefaultIsolation  sandbox.Isolation
 	TemplateIsolation map[string]sandbox.Isolation
 	IsolationByUser   map[string]sandbox.Isolation
-	// NetworkAvailable says whether the backend can give sandboxes a
-	// network ("egress"); without it only "none" is accepted.
-	NetworkAvailable bool
 	// ValidateNetwork checks a policy before anything is created (nil: only
 	// the mode is checked).
 	ValidateNetwork func(sandbox.Network) error

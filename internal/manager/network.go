@@ -19,9 +19,6 @@ func (m *Manager) validateNetwork(n *sandbox.Network) error {
 	default:
 		return invalid("network.mode", "network mode must be none or egress")
 	}
-	if n.Mode == sandbox.NetworkEgress && !m.cfg.NetworkAvailable {
-		return invalid("network.mode", "egress networking is not available on this server")
-	}
 	if m.cfg.ValidateNetwork != nil {
 		if err := m.cfg.ValidateNetwork(*n); err != nil {
 			return &sandbox.Error{Class: sandbox.ClassInvalid, Msg: err.Error(), Err: fieldErr("network")}
@@ -29,6 +26,38 @@ func (m *Manager) validateNetwork(n *sandbox.Network) error {
 	}
 	return nil
 }
+
+// checkEgress refuses egress for a sandbox of template kind kind when the
+// backend that runs that kind cannot give it (a native backend without
+// host networking, Docker), while another kind may have it (an in-cluster
+// daemon's kube sandboxes, whose NetworkPolicy the cluster enforces).
+func (m *Manager) checkEgress(kind string, n sandbox.Network) error {
+	if n.Mode == sandbox.NetworkEgress && !m.EgressAvailable(kind) {
+		if m.NetworkAvailable() {
+			return invalid("network.mode", "egress networking is not available for %s sandboxes on this server", kindName(kind))
+		}
+		return invalid("network.mode", "egress networking is not available on this server")
+	}
+	return nil
+}
+
+// kindName names a template kind for a message ("" is the default one's).
+func kindName(kind string) string {
+	if kind == "" {
+		return "this template's"
+	}
+	return kind
+}
+
+// EgressAvailable says whether sandboxes of template kind kind can have
+// egress networking.
+func (m *Manager) EgressAvailable(kind string) bool {
+	return backend.CapabilitiesFor(m.backend, kind).Egress
+}
+
+// NetworkAvailable says whether any sandbox here can have egress
+// networking (some template kinds may still be refused it: EgressAvailable).
+func (m *Manager) NetworkAvailable() bool { return m.backend.Capabilities().Egress }
 
 // checkRules refuses egress rules the server cannot serve or that use
 // secrets owner does not have.
@@ -51,6 +80,11 @@ func (m *Manager) UpdateNetwork(ctx context.Context, owner string, id sandbox.ID
 	}
 	if err := m.validateNetwork(&n); err != nil {
 		return nil, err
+	}
+	// The mode cannot change (the backend refuses it), so egress here is
+	// for a sandbox that has it; on a server where no sandbox can, say so.
+	if n.Mode == sandbox.NetworkEgress && !m.NetworkAvailable() {
+		return nil, invalid("network.mode", "egress networking is not available on this server")
 	}
 	if err := m.checkRules(ctx, owner, n); err != nil {
 		return nil, err

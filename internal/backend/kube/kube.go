@@ -249,6 +249,11 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		ResourceLimits: true,
 		RootInUserNS:   b.cfg.UserNamespaces,
 		Templates:      []string{TemplateKind},
+		// Each sandbox's egress policy is a NetworkPolicy: what the
+		// cluster's network plugin enforces, not this daemon's host
+		// network (docs/kubernetes.md), so the daemon needs none of its
+		// own for it.
+		Egress: true,
 	}
 	if b.cfg.GVisorRuntimeClass != "" {
 		c.Isolation = []sandbox.Isolation{sandbox.IsolationContainer, sandbox.IsolationGVisor}

@@ -70,9 +70,9 @@ func (m *Backend) Name() string {
 }
 
 // Capabilities are the primary's, with every backend's template kinds;
-// Pause, Snapshot and Recycle when any backend has them (a sandbox of one
-// that cannot is refused by Pause, SnapshotDiff or Recycle: see
-// CapabilitiesFor).
+// Pause, Snapshot, Recycle and Egress when any backend has them (a sandbox
+// of one that cannot is refused by Pause, SnapshotDiff or Recycle, or at
+// create for egress: see CapabilitiesFor).
 func (m *Backend) Capabilities() backend.Capabilities {
 	c := m.all[0].Capabilities()
 	c.Templates = slices.Clone(c.Templates)
@@ -81,6 +81,7 @@ func (m *Backend) Capabilities() backend.Capabilities {
 		c.Pause = c.Pause || bc.Pause
 		c.Snapshot = c.Snapshot || bc.Snapshot
 		c.Recycle = c.Recycle || bc.Recycle
+		c.Egress = c.Egress || bc.Egress
 		for _, k := range bc.Templates {
 			if !slices.Contains(c.Templates, k) {
 				c.Templates = append(c.Templates, k)

@@ -519,6 +519,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		RootOnRequest:  true,
 		Templates:      []string{sandbox.TemplateHost, sandbox.TemplateDir, sandbox.TemplateImage},
 		CgroupDriver:   driver,
+		Egress:         b.cfg.Network != nil,
 	}
 	if b.cfg.RunscPath != "" {
 		c.Isolation = []sandbox.Isolation{sandbox.IsolationContainer, sandbox.IsolationGVisor}

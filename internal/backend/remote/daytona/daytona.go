@@ -147,7 +147,9 @@ func (b *Backend) Name() string { return b.cfg.Provider }
 
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{ResourceLimits: true, Templates: []string{TemplateKind}, Provider: b.cfg.Provider}
+	// Egress is the provider's: networkBlockAll for none, its allow list
+	// for rules.
+	return backend.Capabilities{ResourceLimits: true, Egress: true, Templates: []string{TemplateKind}, Provider: b.cfg.Provider}
 }
 
 func leaseMinutes(d time.Duration) int { return max(1, int(d/time.Minute)) }

@@ -148,7 +148,8 @@ func (b *Backend) Name() string { return b.cfg.Provider }
 
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{Pause: true, ResourceLimits: true, Templates: []string{TemplateKind}, Provider: b.cfg.Provider}
+	// Egress is the provider's: allowInternetAccess and its network rules.
+	return backend.Capabilities{Pause: true, ResourceLimits: true, Egress: true, Templates: []string{TemplateKind}, Provider: b.cfg.Provider}
 }
 
 // remoteTemplate is the provider's template of t.

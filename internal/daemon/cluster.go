@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -70,19 +71,41 @@ func lockDataDir(dataDir string) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
-// nodeID is NODE_ID, or the host name with a hash of the data dir: stable
-// across restarts (a restarted daemon finds its records) and distinct for
-// two daemons on one host (they need distinct data dirs anyway).
+// nodeIDFile keeps the data dir's node id once chosen.
+const nodeIDFile = "node-id"
+
+// nodeID is NODE_ID, else the id kept in the data dir, else (its first
+// start) the host name with a hash of the data dir, which it then keeps
+// there. A restarted daemon must find its records, which carry the id:
+// a pod's host name is its name, new at every rollout, and a container's
+// is its id, so the host name alone would make a restarted daemon take
+// its own records for another replica's and destroy its sandboxes as
+// nobody's. Two daemons on one host have distinct data dirs, so distinct
+// ids.
 func nodeID(cfg *config.Config, dataDir string) string {
 	if cfg.NodeID != "" {
 		return string(cfg.NodeID)
+	}
+	path := filepath.Join(dataDir, nodeIDFile)
+	if b, err := os.ReadFile(path); err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" && len(id) <= 253 && !strings.ContainsAny(id, " \t\r\n") {
+			return id
+		}
 	}
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "agentbox"
 	}
 	sum := sha256.Sum256([]byte(dataDir))
-	return host + "-" + hex.EncodeToString(sum[:4])
+	id := host + "-" + hex.EncodeToString(sum[:4])
+	// Kept only where the data dir exists; it does once the daemon runs.
+	if st, err := os.Stat(dataDir); err == nil && st.IsDir() {
+		tmp := path + ".tmp"
+		if os.WriteFile(tmp, []byte(id+"\n"), 0o600) == nil {
+			_ = os.Rename(tmp, path)
+		}
+	}
+	return id
 }
 
 // nodeAddress is where the other replicas reach this one: NODE_ADDRESS,

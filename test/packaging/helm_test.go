@@ -181,7 +181,7 @@ func TestHelmChart(t *testing.T) {
 			t.Errorf("%s %s is in namespace %q, want the release's", o.GetKind(), o.GetName(), o.GetNamespace())
 		}
 	}
-	if want := []string{"ServiceAccount", "Secret", "Role", "RoleBinding", "Service", "Deployment"}; !reflect.DeepEqual(kinds, want) {
+	if want := []string{"ServiceAccount", "Secret", "PersistentVolumeClaim", "Role", "RoleBinding", "Service", "Deployment"}; !reflect.DeepEqual(kinds, want) {
 		t.Errorf("default rendering: %v, want %v", kinds, want)
 	}
 	if existing, err := helmTemplate(t, helm, "apiKeys.existingSecret=mine"); err != nil || find(existing, "Secret") != nil {
@@ -205,6 +205,22 @@ func TestHelmChart(t *testing.T) {
 	}
 	if got, want := envNames(container(t, cd)), envNames(container(t, md)); !reflect.DeepEqual(got, want) {
 		t.Errorf("daemon env: %v, want daemon.yaml's %v", got, want)
+	}
+	// The data dir is on a claim by default, as in daemon.yaml: a
+	// restarted pod takes its sandboxes back from the records there.
+	for name, d := range map[string]*unstructured.Unstructured{"the chart": cd, "daemon.yaml": md} {
+		vols := field(t, d, "spec", "template", "spec", "volumes").([]any)
+		if data := vols[0].(map[string]any); data["name"] != "data" || data["persistentVolumeClaim"] == nil {
+			t.Errorf("%s: data volume %v, want a persistentVolumeClaim", name, data)
+		}
+	}
+	if find(daemon, "PersistentVolumeClaim") == nil {
+		t.Error("daemon.yaml has no PersistentVolumeClaim for the data dir")
+	}
+	if off, err := helmTemplate(t, helm, "apiKeys.value=k1:alice", "persistence.enabled=false"); err != nil || find(off, "PersistentVolumeClaim") != nil {
+		t.Errorf("persistence.enabled=false: %v, want no claim", err)
+	} else if data := field(t, find(off, "Deployment"), "spec", "template", "spec", "volumes").([]any)[0].(map[string]any); data["emptyDir"] == nil {
+		t.Errorf("persistence.enabled=false: data volume %v, want an emptyDir", data)
 	}
 	if l := field(t, cd, "spec", "template", "metadata", "labels").(map[string]any); l["agentbox.dev/role"] != "daemon" {
 		t.Errorf("daemon pods are not labelled agentbox.dev/role=daemon (sandbox NetworkPolicies admit that role): %v", l)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -98,38 +101,19 @@ func TestKubeInClusterDaemon(t *testing.T) {
 	if err := admin.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
 		t.Fatal(err)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: dep.Name + "-0", Namespace: ns, Labels: dep.Spec.Template.Labels},
-		Spec: dep.Spec.Template.Spec}
-	start := time.Now()
-	if err := admin.Create(ctx, pod); err != nil {
-		t.Fatalf("create the daemon's pod: %v", err)
-	}
+	var pod *corev1.Pod
 	t.Cleanup(func() {
 		// Before the node goes: the daemon's pod, so Close finds only
 		// what it must clean itself.
+		if pod == nil {
+			return
+		}
 		c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		zero := int64(0)
 		_ = admin.Delete(c, pod, &client.DeleteOptions{GracePeriodSeconds: &zero})
 	})
-	within(t, 4*time.Minute, "the daemon's pod is Ready", func() (bool, error) {
-		if err := admin.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-			return false, err
-		}
-		for _, c := range pod.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				return true, nil
-			}
-		}
-		var restarts []string
-		for _, cs := range pod.Status.ContainerStatuses {
-			if cs.RestartCount > 0 || cs.State.Waiting != nil {
-				restarts = append(restarts, fmt.Sprintf("%s restarts %d %+v %+v", cs.Name, cs.RestartCount, cs.State.Waiting, cs.LastTerminationState.Terminated))
-			}
-		}
-		return false, fmt.Errorf("pod %s, %s; %s", pod.Status.Phase, pod.Status.PodIP, strings.Join(restarts, "; "))
-	})
-	t.Logf("daemon pod Ready on the real node: %s", time.Since(start).Round(time.Millisecond))
+	pod = runDaemonPod(t, ctx, admin, dep, 0)
 	if !e.node.Subnet.Contains(mustAddr(t, pod.Status.PodIP)) {
 		t.Fatalf("daemon pod at %s, want the node's subnet %s", pod.Status.PodIP, e.node.Subnet)
 	}
@@ -148,9 +132,12 @@ func TestKubeInClusterDaemon(t *testing.T) {
 		t.Fatalf("info = %d %s, want the kube backend", code, body)
 	}
 
-	start = time.Now()
+	// Egress is the kube sandbox's own (its NetworkPolicy, which the
+	// cluster's network plugin enforces), though the daemon's pod has no
+	// sandbox network of its own.
+	start := time.Now()
 	code, body = api.call("POST", "/v1/sandboxes", apiKey, map[string]any{"template": TemplatePrefix + realTemplateImage,
-		"env": map[string]string{"GREETING": "in-cluster"}})
+		"env": map[string]string{"GREETING": "in-cluster"}, "network": map[string]any{"mode": "egress", "deny_out": []string{"203.0.113.0/24"}}})
 	if code != http.StatusCreated && code != http.StatusOK {
 		t.Fatalf("create through the in-cluster API = %d %s", code, body)
 	}
@@ -187,6 +174,39 @@ func TestKubeInClusterDaemon(t *testing.T) {
 	if code, body := api.call("GET", "/v1/sandboxes/"+sb.ID+"/files?path=/workspace/in.txt", apiKey, nil); code != http.StatusOK || string(body) != content {
 		t.Fatalf("download = %d %q, want %q", code, body, content)
 	}
+	var np networkingv1.NetworkPolicy
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ab-" + sb.ID}, &np); err != nil {
+		t.Fatalf("the sandbox's NetworkPolicy: %v", err)
+	}
+	if eg := np.Spec.Egress; len(eg) != 1 || len(eg[0].To) != 1 || eg[0].To[0].IPBlock == nil || eg[0].To[0].IPBlock.CIDR != "0.0.0.0/0" ||
+		!slices.Contains(eg[0].To[0].IPBlock.Except, "203.0.113.0/24") || !slices.Contains(eg[0].To[0].IPBlock.Except, "10.0.0.0/8") {
+		t.Fatalf("egress of the sandbox's NetworkPolicy = %+v, want the internet but the denied and private ranges", eg)
+	}
+
+	// The daemon's pod goes as a rollout or a drain makes it go (deleted,
+	// SIGTERM), and the next one takes the sandbox back from the records
+	// on its claim: the same sandbox, running, its files and token.
+	restart := time.Now()
+	if err := admin.Delete(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 2*time.Minute, "the first daemon pod is gone", func() (bool, error) {
+		err := admin.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+		return apierrors.IsNotFound(err), err
+	})
+	pod = runDaemonPod(t, ctx, admin, dep, 1)
+	t.Logf("daemon restart (delete, then a new pod Ready): %s", time.Since(restart).Round(time.Millisecond))
+	api.url = "http://" + net.JoinHostPort(pod.Status.PodIP, "8000")
+	if code, body := api.call("GET", "/v1/sandboxes/"+sb.ID, apiKey, nil); code != http.StatusOK || !strings.Contains(string(body), `"running"`) {
+		t.Fatalf("the sandbox after the daemon's restart = %d %s, want it running", code, body)
+	}
+	if code, body := api.call("GET", "/v1/sandboxes/"+sb.ID+"/files?path=/workspace/in.txt", apiKey, nil); code != http.StatusOK || string(body) != content {
+		t.Fatalf("download after the daemon's restart = %d %q, want %q", code, body, content)
+	}
+	code, body = api.call("POST", "/v1/sandboxes/"+sb.ID+"/exec", apiKey, map[string]any{"cmd": []string{"/bin/sh", "-c", `echo "$GREETING"`}})
+	if code != http.StatusOK || !strings.Contains(string(body), `"stdout":"in-cluster\n"`) {
+		t.Fatalf("exec after the daemon's restart = %d %s", code, body)
+	}
 
 	if code, body := api.call("DELETE", "/v1/sandboxes/"+sb.ID, apiKey, nil); code != http.StatusNoContent {
 		t.Fatalf("delete = %d %s", code, body)
@@ -216,6 +236,39 @@ func TestKubeInClusterDaemon(t *testing.T) {
 	if log := podLog(e.c, ns, pod.Name); strings.Contains(log, "level=ERROR") || strings.Contains(log, "level=WARN msg=\"sandbox networking unavailable") {
 		t.Errorf("the daemon logged errors:\n%s", log)
 	}
+}
+
+// runDaemonPod makes the Deployment's pod number n, as its ReplicaSet
+// controller would (none runs here), from the Deployment as the apiserver
+// stored it (defaults applied); the scheduler places it on the real node.
+// It returns the pod once Ready.
+func runDaemonPod(t *testing.T, ctx context.Context, admin client.Client, dep *appsv1.Deployment, n int) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", dep.Name, n), Namespace: dep.Namespace, Labels: dep.Spec.Template.Labels},
+		Spec: dep.Spec.Template.Spec}
+	start := time.Now()
+	if err := admin.Create(ctx, pod); err != nil {
+		t.Fatalf("create the daemon's pod: %v", err)
+	}
+	within(t, 4*time.Minute, "the daemon's pod is Ready", func() (bool, error) {
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return false, err
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		var restarts []string
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.RestartCount > 0 || cs.State.Waiting != nil {
+				restarts = append(restarts, fmt.Sprintf("%s restarts %d %+v %+v", cs.Name, cs.RestartCount, cs.State.Waiting, cs.LastTerminationState.Terminated))
+			}
+		}
+		return false, fmt.Errorf("pod %s, %s; %s", pod.Status.Phase, pod.Status.PodIP, strings.Join(restarts, "; "))
+	})
+	t.Logf("daemon pod %s Ready on the real node: %s", pod.Name, time.Since(start).Round(time.Millisecond))
+	return pod
 }
 
 // importDaemonImage lays out deploy/kubernetes/Dockerfile's image — the

@@ -11,7 +11,7 @@ import (
 // name and address among them, and how requests are forwarded between
 // them. The daemon gives them to ForwardConfig and the node registry.
 type Settings struct {
-	NodeID            NodeID    `env:"NODE_ID" envDefault:"" help:"this daemon's name among the replicas sharing a Redis; empty: host name and a hash of the data dir (stable across restarts)"`
+	NodeID            NodeID    `env:"NODE_ID" envDefault:"" help:"this daemon's name among the replicas sharing a Redis; empty: the one kept in the data dir (node-id), chosen at the first start from the host name and a hash of the data dir"`
 	NodeAddress       string    `env:"NODE_ADDRESS" envDefault:"" help:"URL other replicas and operators reach this daemon at, shown in GET /v1/nodes; empty: http://HOST:PORT"`
 	ClusterSecret     Secret    `env:"CLUSTER_SECRET" envDefault:"" help:"secret shared by the replicas on one Redis, signing the requests one forwards to the replica that runs the sandbox (at least 32 characters); empty: nothing is forwarded and another replica's sandbox answers 503"`
 	ClusterMaxConns   int       `env:"CLUSTER_MAX_CONNS" envDefault:"256" min:"1" max:"65536" help:"connections this replica opens to each other replica at most, and so the requests it forwards to each at once (more get 503 with Retry-After); also the forwarding connections it accepts from each other replica, once authenticated, outside MAX_CONNECTIONS_PER_IP"`

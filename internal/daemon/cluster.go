@@ -88,7 +88,7 @@ func nodeID(cfg *config.Config, dataDir string) string {
 	}
 	path := filepath.Join(dataDir, nodeIDFile)
 	if b, err := os.ReadFile(path); err == nil {
-		if id := strings.TrimSpace(string(b)); id != "" && len(id) <= 253 && !strings.ContainsAny(id, " \t\r\n") {
+		if id := strings.TrimSpace(string(b)); id != "" && len(id) <= 128 && !strings.ContainsAny(id, " \t\r\n") {
 			return id
 		}
 	}

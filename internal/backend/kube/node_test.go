@@ -376,10 +376,10 @@ func TestKubeBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cold, hit := benchKube(t, b, testTemplate, rounds)
+	cold, hit, kubeExec := benchKube(t, b, testTemplate, rounds)
 	const token = "bench-token-0123456789abcdef"
 	firstExec := func(info sandbox.Info, token string) { benchFirstExec(t, info, token) }
-	var nat []time.Duration
+	var nat, natExec []time.Duration
 	for i := 0; i < rounds; i++ {
 		id := sandbox.NewID()
 		start := time.Now()
@@ -389,12 +389,46 @@ func TestKubeBench(t *testing.T) {
 		}
 		firstExec(info, token)
 		nat = append(nat, time.Since(start))
+		if i == 0 {
+			natExec = benchExecRoundTrips(t, info, token)
+		}
 		if err := e.native.Destroy(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Logf("\n| create to first exec (%d rounds) | median |\n|---|---|\n| native backend (the node's, directly) | %s |\n| kube backend, cold (Sandbox → scheduler → agentbox node) | %s |\n| kube backend, pool hit (SandboxClaim) | %s |",
 		rounds, benchMedian(nat), benchMedian(cold), benchMedian(hit))
+	t.Logf("\n| exec `true` round trip (%d in a row) | p50 | p99 |\n|---|---|---|\n| native backend (agent on a unix socket) | %s |\n| kube backend on the agentbox node (agent on the pod IP) | %s |",
+		execRounds, benchP50P99(natExec), benchP50P99(kubeExec))
+}
+
+// execRounds is how many exec round trips the benchmarks time in one sandbox.
+const execRounds = 100
+
+// benchExecRoundTrips times execRounds execs of `true` one after another
+// in a running sandbox, through a client it keeps (as the daemon does).
+func benchExecRoundTrips(t *testing.T, info sandbox.Info, token string) []time.Duration {
+	t.Helper()
+	c := agentclient.New(agentclient.Endpoint{Network: info.Agent.Network, Address: info.Agent.Address, Pid: info.Agent.Pid}, token)
+	defer c.Close()
+	ctx := ctxFor(t)
+	out := make([]time.Duration, 0, execRounds)
+	for i := 0; i < execRounds; i++ {
+		start := time.Now()
+		if r, err := backendtest.ExecErr(ctx, c, agentclient.StartOptions{Cmd: "/bin/sh", Args: []string{"-c", "true"}}); err != nil || r.Exit.ExitCode != 0 {
+			t.Fatalf("exec round trip: %+v, %v", r, err)
+		}
+		out = append(out, time.Since(start))
+	}
+	return out
+}
+
+// benchP50P99 formats the median and 99th percentile of durations in ms.
+func benchP50P99(d []time.Duration) string {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	return fmt.Sprintf("%.2f ms | %.2f ms", ms(s[len(s)/2]), ms(s[min(len(s)-1, len(s)*99/100)]))
 }
 
 // benchMedian formats the median (and range) of durations in ms.
@@ -414,8 +448,9 @@ func benchFirstExec(t *testing.T, info sandbox.Info, token string) {
 }
 
 // benchKube measures create-to-first-exec on b, rounds times cold and
-// rounds times a pool hit (SandboxClaim of a warm pool of one).
-func benchKube(t *testing.T, b *Backend, tmpl sandbox.Template, rounds int) (cold, hit []time.Duration) {
+// rounds times a pool hit (SandboxClaim of a warm pool of one), and exec
+// round trips in the first cold sandbox.
+func benchKube(t *testing.T, b *Backend, tmpl sandbox.Template, rounds int) (cold, hit, execs []time.Duration) {
 	t.Helper()
 	ctx := ctxFor(t)
 	const token = "bench-token-0123456789abcdef"
@@ -428,6 +463,9 @@ func benchKube(t *testing.T, b *Backend, tmpl sandbox.Template, rounds int) (col
 		}
 		benchFirstExec(t, info, token)
 		cold = append(cold, time.Since(start))
+		if i == 0 {
+			execs = benchExecRoundTrips(t, info, token)
+		}
 		if err := b.Destroy(ctx, id); err != nil {
 			t.Fatal(err)
 		}
@@ -450,5 +488,5 @@ func benchKube(t *testing.T, b *Backend, tmpl sandbox.Template, rounds int) (col
 			t.Fatal(err)
 		}
 	}
-	return cold, hit
+	return cold, hit, execs
 }

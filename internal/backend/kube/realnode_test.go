@@ -333,7 +333,8 @@ func TestKubeRealNodeBench(t *testing.T) {
 	}
 	e := startRealNodeEnv(t)
 	b := e.backend(t, "bench")
-	cold, hit := benchKube(t, b, realTemplate, rounds)
+	cold, hit, execs := benchKube(t, b, realTemplate, rounds)
 	t.Logf("\n| create to first exec, real node (%d rounds) | median |\n|---|---|\n| kube backend, cold (Sandbox → scheduler → kubelet/containerd) | %s |\n| kube backend, pool hit (SandboxClaim) | %s |",
 		rounds, benchMedian(cold), benchMedian(hit))
+	t.Logf("\n| exec `true` round trip, real node (%d in a row) | p50 | p99 |\n|---|---|---|\n| kube backend (agent on the pod IP, bridge CNI) | %s |", execRounds, benchP50P99(execs))
 }

@@ -142,6 +142,11 @@ func TestSoak(t *testing.T) {
 	for _, l := range leaks {
 		report += "leak: " + l + "\n"
 	}
+	// What an unexpected error said: a count alone leaves a wrong answer
+	// (a "mismatch") with nothing to go on.
+	for _, s := range total.Samples {
+		report += "sample: " + s + "\n"
+	}
 	report += "kernel at start: " + kernel[0].String() + "\n"
 	report += "\n| segment | operations | ops/s | change | create p50 | change | create p99 | dying memory cgroups | dying cgroups, all | dentries | slab MiB | loops | conntrack | data dir MiB | state db MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
 	rate := func(r *loadtest.Result) float64 {
@@ -233,7 +238,7 @@ func TestSoak(t *testing.T) {
 	t.Logf("soak report and charts: %s", out)
 	restartCleaning(t, d)
 	if n := total.Unexpected(); n > 0 {
-		t.Errorf("%d unexpected errors", n)
+		t.Errorf("%d unexpected errors, the first: %q", n, total.Samples)
 	}
 	for _, l := range leaks {
 		t.Errorf("leak: %s", l)

@@ -2,7 +2,9 @@ package loadtest
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -10,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Kernel is what the host's kernel holds that a long run can grow without
@@ -26,11 +30,15 @@ type Kernel struct {
 	Conntrack    int64          // nf_conntrack_count; -1 when conntrack is not loaded
 	DataDirBytes int64          // bytes in the daemon's data dir
 	StateBytes   int64          // the state database's file size (0 when it is elsewhere, e.g. Redis)
+	// RemovedKiB is memory on the kernel's LRU lists (page cache,
+	// anonymous pages) still charged to removed agentbox sandbox cgroups:
+	// what keeps them dying. -1 when it cannot be read (not root).
+	RemovedKiB int64
 }
 
 // TakeKernel reads the kernel counters and the data dir's size.
 func TakeKernel(dataDir string) Kernel {
-	k := Kernel{Dying: dyingCgroups(), Conntrack: -1}
+	k := Kernel{Dying: dyingCgroups(), Conntrack: -1, RemovedKiB: removedSandboxCgroupKiB()}
 	if f := strings.Fields(readString("/proc/sys/fs/dentry-state")); len(f) > 0 {
 		k.Dentries, _ = strconv.ParseInt(f[0], 10, 64)
 	}
@@ -70,8 +78,12 @@ func (k Kernel) String() string {
 	if k.Conntrack >= 0 {
 		ct = strconv.FormatInt(k.Conntrack, 10)
 	}
-	return fmt.Sprintf("dying cgroups [%s], dentries %d, slab %.1f MiB, loop devices %d, conntrack %s, data dir %.1f MiB, state db %.1f MiB",
-		strings.Join(dying, ", "), k.Dentries, float64(k.SlabKiB)/1024, k.Loops, ct, float64(k.DataDirBytes)/(1<<20), float64(k.StateBytes)/(1<<20))
+	held := "n/a"
+	if k.RemovedKiB >= 0 {
+		held = fmt.Sprintf("%.1f MiB", float64(k.RemovedKiB)/1024)
+	}
+	return fmt.Sprintf("dying cgroups [%s], held by removed sandbox cgroups %s, dentries %d, slab %.1f MiB, loop devices %d, conntrack %s, data dir %.1f MiB, state db %.1f MiB",
+		strings.Join(dying, ", "), held, k.Dentries, float64(k.SlabKiB)/1024, k.Loops, ct, float64(k.DataDirBytes)/(1<<20), float64(k.StateBytes)/(1<<20))
 }
 
 // DyingTotal is the dying cgroups of every controller.
@@ -139,6 +151,83 @@ func dyingCgroups() map[string]int {
 		out[fields[0]] = max(counted-dirs, 0)
 	}
 	return out
+}
+
+// cgroupRoot is agentbox's cgroup below each hierarchy's root (see the
+// native backend): backend parents below it, sandboxes below those.
+const cgroupRoot = "agentbox"
+
+// kpfLRU is KPF_LRU in /proc/kpageflags: the page is on an LRU list.
+const kpfLRU = 1 << 5
+
+// removedSandboxCgroupKiB adds up the LRU pages charged to removed
+// agentbox sandbox cgroups. /proc/kpagecgroup names each page's memory
+// cgroup by the inode of its directory — for a removed cgroup, of its
+// nearest ancestor still there. The agentbox cgroup and the backend
+// parents below it run no task of their own, so every LRU page named for
+// one of them is a removed sandbox's. Root only: -1 otherwise.
+func removedSandboxCgroupKiB() int64 {
+	root := filepath.Join("/sys/fs/cgroup/memory", cgroupRoot)
+	if isUnified() {
+		root = filepath.Join("/sys/fs/cgroup", cgroupRoot)
+	}
+	parents := map[uint64]bool{}
+	addIno := func(dir string) {
+		var st unix.Stat_t
+		if unix.Stat(dir, &st) == nil {
+			parents[st.Ino] = true
+		}
+	}
+	addIno(root)
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return 0 // no agentbox cgroup: nothing removed is held
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			addIno(filepath.Join(root, e.Name()))
+		}
+	}
+	cgroupOf, err := os.Open("/proc/kpagecgroup")
+	if err != nil {
+		return -1
+	}
+	defer cgroupOf.Close()
+	flagsOf, err := os.Open("/proc/kpageflags")
+	if err != nil {
+		return -1
+	}
+	defer flagsOf.Close()
+	const chunk = 1 << 16 // pages per read, 8 bytes each
+	inos, flags := make([]byte, 8*chunk), make([]byte, 8*chunk)
+	var pages int64
+	for off := int64(0); ; off += int64(len(inos)) {
+		n, err := cgroupOf.ReadAt(inos, off)
+		if n == 0 {
+			if err != nil && err != io.EOF {
+				return -1
+			}
+			break
+		}
+		if m, _ := flagsOf.ReadAt(flags[:n], off); m < n {
+			n = m
+		}
+		for i := 0; i+8 <= n; i += 8 {
+			if parents[binary.LittleEndian.Uint64(inos[i:])] && binary.LittleEndian.Uint64(flags[i:])&kpfLRU != 0 {
+				pages++
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	return pages * int64(os.Getpagesize()) / 1024
+}
+
+// isUnified reports whether the cgroup hierarchy is v2 only.
+func isUnified() bool {
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	return err == nil
 }
 
 func meminfo(key string) int64 {

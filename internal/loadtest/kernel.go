@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	occgroups "github.com/opencontainers/cgroups"
 	"golang.org/x/sys/unix"
 )
 
@@ -78,12 +79,16 @@ func (k Kernel) String() string {
 	if k.Conntrack >= 0 {
 		ct = strconv.FormatInt(k.Conntrack, 10)
 	}
-	held := "n/a"
-	if k.RemovedKiB >= 0 {
-		held = fmt.Sprintf("%.1f MiB", float64(k.RemovedKiB)/1024)
+	return fmt.Sprintf("dying cgroups [%s], held by removed sandbox cgroups %s MiB, dentries %d, slab %.1f MiB, loop devices %d, conntrack %s, data dir %.1f MiB, state db %.1f MiB",
+		strings.Join(dying, ", "), k.RemovedMiB(), k.Dentries, float64(k.SlabKiB)/1024, k.Loops, ct, float64(k.DataDirBytes)/(1<<20), float64(k.StateBytes)/(1<<20))
+}
+
+// RemovedMiB is RemovedKiB in MiB for a report, "n/a" when unknown.
+func (k Kernel) RemovedMiB() string {
+	if k.RemovedKiB < 0 {
+		return "n/a"
 	}
-	return fmt.Sprintf("dying cgroups [%s], held by removed sandbox cgroups %s, dentries %d, slab %.1f MiB, loop devices %d, conntrack %s, data dir %.1f MiB, state db %.1f MiB",
-		strings.Join(dying, ", "), held, k.Dentries, float64(k.SlabKiB)/1024, k.Loops, ct, float64(k.DataDirBytes)/(1<<20), float64(k.StateBytes)/(1<<20))
+	return fmt.Sprintf("%.1f", float64(k.RemovedKiB)/1024)
 }
 
 // DyingTotal is the dying cgroups of every controller.
@@ -167,10 +172,7 @@ const kpfLRU = 1 << 5
 // parents below it run no task of their own, so every LRU page named for
 // one of them is a removed sandbox's. Root only: -1 otherwise.
 func removedSandboxCgroupKiB() int64 {
-	root := filepath.Join("/sys/fs/cgroup/memory", cgroupRoot)
-	if isUnified() {
-		root = filepath.Join("/sys/fs/cgroup", cgroupRoot)
-	}
+	root := agentboxMemoryCgroup()
 	parents := map[uint64]bool{}
 	addIno := func(dir string) {
 		var st unix.Stat_t
@@ -224,10 +226,13 @@ func removedSandboxCgroupKiB() int64 {
 	return pages * int64(os.Getpagesize()) / 1024
 }
 
-// isUnified reports whether the cgroup hierarchy is v2 only.
-func isUnified() bool {
-	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
-	return err == nil
+// agentboxMemoryCgroup is agentbox's cgroup directory in the hierarchy
+// that holds memory: the v1 memory controller's, or the unified one.
+func agentboxMemoryCgroup() string {
+	if occgroups.IsCgroup2UnifiedMode() {
+		return filepath.Join("/sys/fs/cgroup", cgroupRoot)
+	}
+	return filepath.Join("/sys/fs/cgroup/memory", cgroupRoot)
 }
 
 func meminfo(key string) int64 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	occgroups "github.com/opencontainers/cgroups"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentbox/agentbox/internal/testutil"
@@ -21,10 +22,7 @@ import (
 // the task-free parent reaches the removed child's pages too.
 func TestRemovedSandboxCgroupKiB(t *testing.T) {
 	testutil.RequireRoot(t)
-	root := filepath.Join("/sys/fs/cgroup/memory", cgroupRoot)
-	if isUnified() {
-		root = filepath.Join("/sys/fs/cgroup", cgroupRoot)
-	}
+	root := agentboxMemoryCgroup()
 	if _, err := os.Stat(filepath.Dir(root)); err != nil {
 		t.Skipf("no memory cgroup hierarchy: %v", err)
 	}
@@ -48,7 +46,7 @@ func TestRemovedSandboxCgroupKiB(t *testing.T) {
 			_ = os.Remove(root)
 		}
 	})
-	if isUnified() {
+	if occgroups.IsCgroup2UnifiedMode() {
 		for _, dir := range []string{filepath.Dir(root), root, parent} {
 			// Already on for agentbox's own cgroups; needed for a fresh one.
 			_ = os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+memory"), 0)
@@ -109,7 +107,7 @@ func TestRemovedSandboxCgroupKiB(t *testing.T) {
 
 // reclaimCgroup empties a task-free memory cgroup of what it can.
 func reclaimCgroup(dir string) {
-	if isUnified() {
+	if occgroups.IsCgroup2UnifiedMode() {
 		_ = os.WriteFile(filepath.Join(dir, "memory.reclaim"), []byte("1G"), 0)
 		return
 	}

@@ -165,7 +165,7 @@ func TestSoak(t *testing.T) {
 		report += fmt.Sprintf("| %d | %d | %.1f | %s | %s | %s | %s | %d | %s | %d | %d | %.0f | %d | %d | %.0f | %.1f |\n", i, o, rate(r),
 			change(rate(segments[0]), rate(r)), opPct(r, "create", 50),
 			change(float64(opPctExact(segments[0], "create", 50)), float64(opPctExact(r, "create", 50))),
-			opPct(r, "create", 99), k.DyingMemory(), heldMiB(k), k.DyingTotal(), k.Dentries, float64(k.SlabKiB)/1024, k.Loops, k.Conntrack, float64(k.DataDirBytes)/(1<<20), float64(k.StateBytes)/(1<<20))
+			opPct(r, "create", 99), k.DyingMemory(), k.RemovedMiB(), k.DyingTotal(), k.Dentries, float64(k.SlabKiB)/1024, k.Loops, k.Conntrack, float64(k.DataDirBytes)/(1<<20), float64(k.StateBytes)/(1<<20))
 	}
 	report += "kernel at end: " + kernel[len(kernel)-1].String() + "\n"
 	// The service must end as fast as it began: a fall of throughput or a
@@ -257,12 +257,4 @@ func opPctExact(r *loadtest.Result, op string, p float64) time.Duration {
 		return o.Percentile(p)
 	}
 	return 0
-}
-
-// heldMiB is the memory charged to removed sandbox cgroups, for the report.
-func heldMiB(k loadtest.Kernel) string {
-	if k.RemovedKiB < 0 {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.1f", float64(k.RemovedKiB)/1024)
 }

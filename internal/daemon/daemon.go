@@ -115,6 +115,10 @@ type server struct {
 	netMgr   *netpolicy.Manager
 	netOff   string // why sandboxes have loopback only
 	buildIDs sandboxrunner.HostIDs
+	// backendPhases times each step of the native backend's creates,
+	// recycles and destroys (nil without the native backend); registered
+	// with metrics in buildControlPlane.
+	backendPhases *prometheus.HistogramVec
 	// openStores
 	store     store.Store
 	nodes     cluster.Nodes // nil without a shared store
@@ -240,6 +244,10 @@ func (s *server) openBackend(ctx context.Context) error {
 		NofileSoft: cfg.NofileSoft, NofileHard: cfg.NofileHard,
 		IDBase: cfg.IDBase, IDRanges: cfg.IDRanges, PauseReclaim: cfg.PauseReclaim, NoWarmReset: !cfg.PoolWarmReset || cfg.PoolMaxUses <= 1,
 		LeaveCgroupMounts: !cfg.CgroupFavorDynmods, RunscPath: string(cfg.RunscPath)}
+	s.backendPhases = newBackendPhases()
+	ncfg.PhaseObserver = func(op, phase string, wall time.Duration) {
+		s.backendPhases.WithLabelValues(op, phase).Observe(wall.Seconds())
+	}
 	if s.netMgr != nil {
 		ncfg.Network = s.netMgr
 		if cfg.NetworkBrokerPort != 0 {
@@ -335,6 +343,9 @@ func (s *server) buildControlPlane(context.Context) error {
 	}
 	s.metrics = prometheus.NewRegistry()
 	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.backendPhases != nil {
+		s.metrics.MustRegister(s.backendPhases)
+	}
 	s.templateGate = httpapi.NewTemplateGate(cfg.TemplateMaxPulls)
 	bld, err := newBuilder(cfg, s.dataDir, s.tmplDir, s.templates, buildSandboxes{s}, s.buildIDs, log)
 	if err != nil {
@@ -813,4 +824,17 @@ func checkTemplates(cfg *config.Config, nb *native.Backend) error {
 		}
 	}
 	return nil
+}
+
+// newBackendPhases is agentbox_backend_phase_seconds: the wall time of
+// each step of a native create, recycle or destroy, by operation and step
+// (the step names of internal/backend/native, about twenty), so that a
+// slowdown over a long run can be traced to the step that grew (the soak
+// reports each step's mean per segment).
+func newBackendPhases() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "agentbox_backend_phase_seconds",
+		Help:    "Wall time of each step of a native sandbox create, recycle or destroy.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16), // 0.1 ms to 3.3 s
+	}, []string{"op", "phase"})
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -136,6 +137,24 @@ func TestLoad(t *testing.T) {
 	}
 	if n := res.Unexpected(); n > 0 {
 		t.Errorf("%d unexpected errors (see samples above)", n)
+	}
+	// The daemon times every step of the native backend's creates and
+	// destroys in /metrics (the soak reports them per segment).
+	phases, err := loadtest.TakePhases(context.Background(), d.url, loadMetricsToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("native backend steps:\n%s", loadtest.PhaseTable([]loadtest.PhaseTotals{phases}))
+	for _, step := range []string{"create: container.Run", "destroy: SIGKILL init"} {
+		var found bool
+		for name, p := range phases {
+			if strings.HasPrefix(name, step) && p.Count > 0 && p.Sum > 0 {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no %q step timed in agentbox_backend_phase_seconds: %v", step, phases.Names())
+		}
 	}
 	after, leaks, err := loadtest.Settle(context.Background(), tg, before, loadtest.DefaultBounds, 60*time.Second)
 	if err != nil {

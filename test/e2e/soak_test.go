@@ -48,6 +48,9 @@ func TestSoak(t *testing.T) {
 	// memory cgroups).
 	kernel := []loadtest.Kernel{loadtest.TakeKernel(tg.DataDir)}
 	t.Logf("kernel at start: %s", kernel[0])
+	// The native backend's steps per segment (each segment has a daemon of
+	// its own, whose /metrics count from its start): which step grows.
+	var phases []loadtest.PhaseTotals
 
 	var mu sync.Mutex
 	target := tg
@@ -86,6 +89,11 @@ func TestSoak(t *testing.T) {
 		segments = append(segments, res)
 		segEnds = append(segEnds, time.Since(start).Seconds())
 		kernel = append(kernel, loadtest.TakeKernel(d.dataDir))
+		ph, err := loadtest.TakePhases(context.Background(), d.url, loadMetricsToken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		phases = append(phases, ph)
 		total.Elapsed += res.Elapsed
 		for k, v := range res.Errors {
 			total.Errors[k] += v
@@ -168,6 +176,7 @@ func TestSoak(t *testing.T) {
 			opPct(r, "create", 99), k.DyingMemory(), k.RemovedMiB(), k.DyingTotal(), k.Dentries, float64(k.SlabKiB)/1024, k.Loops, k.Conntrack, float64(k.DataDirBytes)/(1<<20), float64(k.StateBytes)/(1<<20))
 	}
 	report += "kernel at end: " + kernel[len(kernel)-1].String() + "\n"
+	report += "\nmean wall ms of each native backend step, per segment (agentbox_backend_phase_seconds; pool fills included):\n\n" + loadtest.PhaseTable(phases)
 	// The service must end as fast as it began: a fall of throughput or a
 	// rise of create p50 by more than 10% from the first segment to the
 	// last fails the soak (issue 40).

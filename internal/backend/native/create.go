@@ -87,7 +87,7 @@ func (b *Backend) create(ctx context.Context, spec sandbox.Spec, fork sandbox.ID
 		return sandbox.Info{}, err
 	}
 
-	bx := &box{id: spec.ID, paths: newBoxPaths(b.sbRoot, b.diskRoot, spec.ID), phases: startPhases(ctx, "create")}
+	bx := &box{id: spec.ID, paths: newBoxPaths(b.sbRoot, b.diskRoot, spec.ID), phases: startPhases(ctx, b.cfg.PhaseObserver, "create")}
 	defer func() { bx.phases = nil }()
 	if len(bx.paths.socket()) > maxSocketPath {
 		return sandbox.Info{}, sandbox.Errorf(sandbox.ClassInvalid, "sandbox id %q is too long for this server's state directory", spec.ID)

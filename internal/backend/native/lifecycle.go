@@ -264,7 +264,7 @@ func (b *Backend) Destroy(ctx context.Context, id sandbox.ID) error {
 		return nil
 	}
 	bx.mu.Lock()
-	bx.phases = startPhases(ctx, "destroy")
+	bx.phases = startPhases(ctx, b.cfg.PhaseObserver, "destroy")
 	b.teardown(ctx, bx, true)
 	bx.phases = nil
 	bx.mu.Unlock()

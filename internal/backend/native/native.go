@@ -138,6 +138,12 @@ type Config struct {
 	// runsc's debug logs.
 	RunscPath     string
 	RunscDebugDir string
+	// PhaseObserver, when set, is told the wall time of every step of
+	// every create, recycle and destroy (the phases of phases.go), from
+	// the goroutine doing it: it must be quick and must not block. The
+	// daemon feeds a histogram with it, so that a long run shows which
+	// step grows.
+	PhaseObserver func(op, phase string, wall time.Duration)
 	Logger        *slog.Logger
 }
 

@@ -41,24 +41,26 @@ func SetPhaseHook(fn func(PhaseSample)) {
 
 // phaseTimer cuts an operation into phases. Each phase is a child span of
 // the operation's context when that context is being traced (a create's
-// span tree then shows where its time went), and a PhaseSample when a hook
-// is set. A nil timer (neither) does nothing, so the hot path pays an
-// atomic load and a context lookup per operation.
+// span tree then shows where its time went), a PhaseSample when a hook is
+// set, and a call of the backend's PhaseObserver when it has one. A nil
+// timer (none of these) does nothing, so the hot path pays an atomic load
+// and a context lookup per operation.
 type phaseTimer struct {
 	op        string
-	fn        func(PhaseSample) // nil: no hook, no CPU figures
-	ctx       context.Context   // nil: not traced
+	fn        func(PhaseSample)                          // nil: no hook, no CPU figures
+	observe   func(op, phase string, wall time.Duration) // nil: no observer
+	ctx       context.Context                            // nil: not traced
 	t         time.Time
 	cpu, kids time.Duration
 }
 
-func startPhases(ctx context.Context, op string) *phaseTimer {
+func startPhases(ctx context.Context, observe func(op, phase string, wall time.Duration), op string) *phaseTimer {
 	fn := phaseHook.Load()
 	traced := trace.SpanFromContext(ctx).IsRecording()
-	if fn == nil && !traced {
+	if fn == nil && !traced && observe == nil {
 		return nil
 	}
-	p := &phaseTimer{op: op, t: time.Now()}
+	p := &phaseTimer{op: op, t: time.Now(), observe: observe}
 	if traced {
 		p.ctx = ctx
 	}
@@ -79,6 +81,9 @@ func (p *phaseTimer) mark(phase string) {
 		return
 	}
 	now := time.Now()
+	if p.observe != nil {
+		p.observe(p.op, phase, now.Sub(p.t))
+	}
 	if p.ctx != nil {
 		_, span := tracing.Tracer().Start(p.ctx, phase, trace.WithTimestamp(p.t),
 			trace.WithAttributes(attribute.String("agentbox.operation", p.op)))

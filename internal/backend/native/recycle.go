@@ -61,7 +61,7 @@ func (b *Backend) Recycle(ctx context.Context, id sandbox.ID, req backend.Recycl
 	if err := b.CheckTemplate(tmpl); err != nil {
 		return sandbox.Wrap(sandbox.ClassConflict, err, "template of the sandbox is gone")
 	}
-	bx.phases = startPhases(ctx, "recycle")
+	bx.phases = startPhases(ctx, b.cfg.PhaseObserver, "recycle")
 	defer func() { bx.phases = nil }()
 
 	if bx.warm != nil {
@@ -72,7 +72,7 @@ func (b *Backend) Recycle(ctx context.Context, id sandbox.ID, req backend.Recycl
 		}
 		// Whatever it left, the full recycle replaces.
 		b.log.Info("warm reset not possible: recycling in full", "sandbox", id, "reason", err)
-		bx.phases = startPhases(ctx, "recycle")
+		bx.phases = startPhases(ctx, b.cfg.PhaseObserver, "recycle")
 	}
 
 	// Processes, cgroups, network, mounts: all gone, as at a destroy.

@@ -94,6 +94,7 @@ func TestSoak(t *testing.T) {
 			t.Fatal(err)
 		}
 		phases = append(phases, ph)
+		t.Logf("segment %d: %s\nsteps (mean ms):\n%s", seg, kernel[len(kernel)-1], loadtest.PhaseTable([]loadtest.PhaseTotals{phases[0], ph}))
 		total.Elapsed += res.Elapsed
 		for k, v := range res.Errors {
 			total.Errors[k] += v

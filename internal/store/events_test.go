@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/agentbox/agentbox/internal/testutil"
 )
 
@@ -130,4 +132,41 @@ func TestAuditLogs(t *testing.T) {
 	srv := testutil.StartRedis(t)
 	r := openRedis(t, srv)
 	testAuditLog(t, r, openRedis(t, srv), r)
+}
+
+// TestBoltEventLogPacksPages: an append-only log fills its pages (at
+// bbolt's default split, every page stayed half empty, doubling the state
+// database the daemon maps), and trimming by count from the key range
+// keeps exactly the newest entries.
+func TestBoltEventLogPacksPages(t *testing.T) {
+	s, err := OpenBolt(filepath.Join(t.TempDir(), "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	data := make([]byte, 300) // about an audit entry
+	for range 80 {
+		batch := make([]LogEntry, 256)
+		for i := range batch {
+			batch[i] = LogEntry{Time: time.Now(), Data: data}
+		}
+		if _, err := s.AppendEvents(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.TrimEvents(ctx, time.Time{}, 10_000); err != nil || n != 80*256-10_000 {
+		t.Fatalf("trim to 10,000: %d %v", n, err)
+	}
+	left, err := s.ReadEvents(ctx, 0, 20_000)
+	if err != nil || len(left) != 10_000 || left[0].Seq != 80*256-10_000+1 {
+		t.Fatalf("after the trim: %d entries from %d, %v", len(left), left[0].Seq, err)
+	}
+	var st bolt.BucketStats
+	if err := s.db.View(func(tx *bolt.Tx) error { st = tx.Bucket(bucketEvents).Stats(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if fill := float64(st.LeafInuse) / float64(st.LeafAlloc); fill < 0.85 {
+		t.Errorf("log pages %.0f%% full (%d of %d bytes), want at least 85%%", 100*fill, st.LeafInuse, st.LeafAlloc)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -17,8 +18,9 @@ import (
 // (internal/daemon: newBackendPhases).
 const phaseMetric = "agentbox_backend_phase_seconds"
 
-// PhaseTotals are the native backend's steps as a daemon counted them
-// since it started, keyed "op: phase" (e.g. "create: network setup").
+// PhaseTotals are timings as a daemon counted them since it started: the
+// native backend's steps keyed "op: phase" (e.g. "create: network
+// setup", TakePhases), or creates keyed by source (TakeCreates).
 type PhaseTotals map[string]PhaseTotal
 
 // PhaseTotal is how many times a step ran and their wall time together.
@@ -39,6 +41,72 @@ func (p PhaseTotal) Mean() time.Duration {
 // METRICS_TOKEN, "" for none). A daemon without the native backend has
 // none: an empty map, not an error.
 func TakePhases(ctx context.Context, url, key string) (PhaseTotals, error) {
+	fams, err := readMetrics(ctx, url, key)
+	if err != nil {
+		return nil, err
+	}
+	return histogramTotals(fams[phaseMetric], func(l map[string]string) string {
+		if l["op"] == "" {
+			return ""
+		}
+		return l["op"] + ": " + l["phase"]
+	}), nil
+}
+
+// createMetric is the manager's histogram of create latency as callers
+// see it, by source: pool (a warm sandbox handed over), cold, remote.
+const createMetric = "agentbox_sandbox_create_seconds"
+
+// TakeCreates reads the daemon's create totals by source ("pool",
+// "cold", "remote") from its /metrics. Under load, a create's latency
+// has two modes, a pool hit's few milliseconds and a cold start's
+// hundred: its median follows the share of pool hits as much as either
+// mode, so a report of the median needs this beside it.
+func TakeCreates(ctx context.Context, url, key string) (PhaseTotals, error) {
+	fams, err := readMetrics(ctx, url, key)
+	if err != nil {
+		return nil, err
+	}
+	return histogramTotals(fams[createMetric], func(l map[string]string) string { return l["source"] }), nil
+}
+
+// PoolShare is the share of creates that were pool hits (0 without any).
+func PoolShare(creates PhaseTotals) float64 {
+	var all uint64
+	for _, c := range creates {
+		all += c.Count
+	}
+	if all == 0 {
+		return 0
+	}
+	return float64(creates["pool"].Count) / float64(all)
+}
+
+// histogramTotals sums a histogram family's series by the key name gives
+// their labels ("" skips a series).
+func histogramTotals(fam *dto.MetricFamily, name func(labels map[string]string) string) PhaseTotals {
+	out := PhaseTotals{}
+	if fam == nil {
+		return out
+	}
+	for _, m := range fam.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		h := m.GetHistogram()
+		k := name(labels)
+		if h == nil || k == "" {
+			continue
+		}
+		t := out[k]
+		out[k] = PhaseTotal{Count: t.Count + h.GetSampleCount(), Sum: t.Sum + time.Duration(h.GetSampleSum()*float64(time.Second))}
+	}
+	return out
+}
+
+// readMetrics reads and parses the daemon's /metrics (text format).
+func readMetrics(ctx context.Context, url, key string) (map[string]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", url+"/metrics", nil)
@@ -60,32 +128,11 @@ func TakePhases(ctx context.Context, url, key string) (PhaseTotals, error) {
 		return nil, fmt.Errorf("daemon metrics: %d %s", resp.StatusCode, b)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("daemon metrics: %w", err)
 	}
-	out := PhaseTotals{}
-	fam := families[phaseMetric]
-	if fam == nil {
-		return out, nil
-	}
-	for _, m := range fam.GetMetric() {
-		var op, phase string
-		for _, l := range m.GetLabel() {
-			switch l.GetName() {
-			case "op":
-				op = l.GetValue()
-			case "phase":
-				phase = l.GetValue()
-			}
-		}
-		h := m.GetHistogram()
-		if h == nil || op == "" {
-			continue
-		}
-		out[op+": "+phase] = PhaseTotal{Count: h.GetSampleCount(), Sum: time.Duration(h.GetSampleSum() * float64(time.Second))}
-	}
-	return out, nil
+	return fams, nil
 }
 
 // Add returns p and q together (e.g. a whole run's totals from its

@@ -51,3 +51,30 @@ func TestTakePhases(t *testing.T) {
 		t.Errorf("table lacks the destroy step's row:\n%s", table)
 	}
 }
+
+// TestTakeCreates reads the manager's create histogram by source, and
+// PoolShare is the pool hits' share of all creates.
+func TestTakeCreates(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: createMetric}, []string{"source"})
+	reg.MustRegister(h)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	for range 3 {
+		h.WithLabelValues("pool").Observe(0.004)
+	}
+	h.WithLabelValues("cold").Observe(0.120)
+	got, err := TakeCreates(context.Background(), srv.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["pool"].Count != 3 || got["cold"].Count != 1 || got["cold"].Mean() != 120*time.Millisecond {
+		t.Fatalf("creates: %+v", got)
+	}
+	if share := PoolShare(got); share != 0.75 {
+		t.Errorf("pool share %v, want 0.75", share)
+	}
+	if share := PoolShare(PhaseTotals{}); share != 0 {
+		t.Errorf("pool share of no creates %v, want 0", share)
+	}
+}

@@ -51,6 +51,10 @@ func TestSoak(t *testing.T) {
 	// The native backend's steps per segment (each segment has a daemon of
 	// its own, whose /metrics count from its start): which step grows.
 	var phases []loadtest.PhaseTotals
+	// Creates by source per segment: a create's median sits between a pool
+	// hit's few milliseconds and a cold start's hundred, so it moves with
+	// the share of pool hits as much as with either.
+	var creates []loadtest.PhaseTotals
 
 	var mu sync.Mutex
 	target := tg
@@ -94,7 +98,13 @@ func TestSoak(t *testing.T) {
 			t.Fatal(err)
 		}
 		phases = append(phases, ph)
-		t.Logf("segment %d: %s\nsteps (mean ms):\n%s", seg, kernel[len(kernel)-1], loadtest.PhaseTable([]loadtest.PhaseTotals{phases[0], ph}))
+		cr, err := loadtest.TakeCreates(context.Background(), d.url, loadMetricsToken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		creates = append(creates, cr)
+		t.Logf("segment %d: %s; pool hits %.0f%%, cold create mean %s\nsteps (mean ms):\n%s", seg, kernel[len(kernel)-1],
+			100*loadtest.PoolShare(cr), cr["cold"].Mean().Round(time.Millisecond), loadtest.PhaseTable([]loadtest.PhaseTotals{phases[0], ph}))
 		total.Elapsed += res.Elapsed
 		for k, v := range res.Errors {
 			total.Errors[k] += v
@@ -157,7 +167,7 @@ func TestSoak(t *testing.T) {
 		report += "sample: " + s + "\n"
 	}
 	report += "kernel at start: " + kernel[0].String() + "\n"
-	report += "\n| segment | operations | ops/s | change | create p50 | change | create p99 | dying memory cgroups | held by removed cgroups MiB | dying cgroups, all | dentries | slab MiB | loops | conntrack | data dir MiB | state db MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+	report += "\n| segment | operations | ops/s | change | create p50 | change | create p99 | pool hits | cold create mean | dying memory cgroups | held by removed cgroups MiB | dying cgroups, all | dentries | slab MiB | loops | conntrack | data dir MiB | state db MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
 	rate := func(r *loadtest.Result) float64 {
 		o, _ := r.Total()
 		return float64(o) / max(r.Elapsed.Seconds(), 1e-9)
@@ -171,10 +181,10 @@ func TestSoak(t *testing.T) {
 	for i, r := range segments {
 		o, _ := r.Total()
 		k := kernel[i+1]
-		report += fmt.Sprintf("| %d | %d | %.1f | %s | %s | %s | %s | %d | %s | %d | %d | %.0f | %d | %d | %.0f | %.1f |\n", i, o, rate(r),
+		report += fmt.Sprintf("| %d | %d | %.1f | %s | %s | %s | %s | %.0f%% | %s | %d | %s | %d | %d | %.0f | %d | %d | %.0f | %.1f |\n", i, o, rate(r),
 			change(rate(segments[0]), rate(r)), opPct(r, "create", 50),
 			change(float64(opPctExact(segments[0], "create", 50)), float64(opPctExact(r, "create", 50))),
-			opPct(r, "create", 99), k.DyingMemory(), k.RemovedMiB(), k.DyingTotal(), k.Dentries, float64(k.SlabKiB)/1024, k.Loops, k.Conntrack, float64(k.DataDirBytes)/(1<<20), float64(k.StateBytes)/(1<<20))
+			opPct(r, "create", 99), 100*loadtest.PoolShare(creates[i]), creates[i]["cold"].Mean().Round(100*time.Microsecond), k.DyingMemory(), k.RemovedMiB(), k.DyingTotal(), k.Dentries, float64(k.SlabKiB)/1024, k.Loops, k.Conntrack, float64(k.DataDirBytes)/(1<<20), float64(k.StateBytes)/(1<<20))
 	}
 	report += "kernel at end: " + kernel[len(kernel)-1].String() + "\n"
 	report += "\nmean wall ms of each native backend step, per segment (agentbox_backend_phase_seconds; pool fills included):\n\n" + loadtest.PhaseTable(phases)

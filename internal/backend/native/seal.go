@@ -3,7 +3,9 @@ package native
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/opencontainers/runc/libcontainer/exeseal"
@@ -28,6 +30,9 @@ const (
 // seals per sandbox, correct but slower).
 func SealSelf() {
 	if os.Getenv(sealedEnv) != "" || exeseal.IsSelfExeCloned() {
+		if exeseal.IsSelfExeCloned() {
+			nameAfterOriginal()
+		}
 		return
 	}
 	exe, err := os.Executable()
@@ -53,6 +58,32 @@ func SealSelf() {
 	err = syscall.Exec("/proc/self/fd/"+strconv.Itoa(int(sealed.Fd())), os.Args, env) //nolint:gosec // G702: re-executes this very binary from its sealed copy with its own arguments
 	sealed.Close()
 	fmt.Fprintf(os.Stderr, "agentbox: re-exec from sealed copy failed, sandboxes start slower: %v\n", err)
+}
+
+// nameAfterOriginal gives the process its binary's name back after the
+// re-exec: the kernel names a process executed from /proc/self/fd/N "N",
+// which is what ps, top and the OOM killer's log would show for the daemon.
+// Only a numeric name is replaced, so the sandboxes' own inits (runc's
+// clones, named for their memfd) keep theirs. Every thread is renamed: the
+// Go runtime started some before main, and later ones copy their creator's.
+func nameAfterOriginal() {
+	orig := os.Getenv(origExeEnv)
+	if orig == "" {
+		return
+	}
+	comm, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		return
+	}
+	if _, err := strconv.Atoi(strings.TrimSpace(string(comm))); err != nil {
+		return
+	}
+	name := filepath.Base(orig)
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, t := range tasks {
+		// A thread that exited meanwhile is no loss.
+		_ = os.WriteFile("/proc/self/task/"+t.Name()+"/comm", []byte(name), 0)
+	}
 }
 
 // Executable returns the path of the running binary on disk, also after

@@ -204,11 +204,10 @@ func makeTemplateImage(path string, size int64, skeleton func(string) error) err
 // it returns the device. The loop device is configured with autoclear, so
 // unmounting detaches it: there is no loop device to track or leak.
 //
-// fresh says image is a file this process has just created (O_EXCL), or
-// a spare disk (sparedisks.go: kept only once no filesystem was mounted
-// from it): no loop device can serve a filesystem of it, so the wait for
-// an old mount of it to drain — a scan of every loop device the host ever
-// made, which grows with the number of sandboxes — is skipped.
+// fresh says image is a file this process has just created (O_EXCL): no
+// loop device can serve it yet, so the wait for an old mount of it to
+// drain — a scan of every loop device the host ever made, which grows
+// with the number of sandboxes — is skipped.
 func mountImage(image, target string, fresh bool) (string, error) {
 	if !fresh {
 		if err := waitImageReleased(image, 5*time.Second); err != nil {

@@ -33,8 +33,8 @@ import (
 // content is then byte for byte a fresh disk's). A filesystem without
 // ZERO_RANGE (or an image that is not fully allocated) is not kept.
 //
-// Spares are bounded in count, in the share of the filesystem they hold
-// and by its free space, are counted as free space by the disk admission (held), and do
+// Spares are bounded in count and in the share of the filesystem they
+// hold, are counted as free space by the disk admission (held), and do
 // not outlive the process: Close removes them, New what an earlier
 // process left.
 type spareDisks struct {
@@ -83,15 +83,8 @@ func (s *spareDisks) put(image string, size int64) bool {
 	}
 	s.mu.Lock()
 	full := s.count >= maxSpareDisks || s.bytes+size > s.limit
-	held := s.bytes
 	s.mu.Unlock()
 	if full {
-		return false
-	}
-	// Nor more than a quarter of what is free: spares must never be what
-	// fills the filesystem for everything else on it.
-	var fs unix.Statfs_t
-	if unix.Statfs(s.dir, &fs) != nil || held+size > int64(fs.Bavail)*fs.Bsize/4 {
 		return false
 	}
 	f, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)

@@ -313,8 +313,7 @@ func assertNoLeftovers(t *testing.T, dataDir string) {
 	if dirs, _ := filepath.Glob("/sys/fs/cgroup/*/agentbox/" + hex.EncodeToString(sum[:6])); len(dirs) > 0 {
 		t.Errorf("cgroups left behind: %v", dirs)
 	}
-	// Spare disks (native/sparedisks.go) go when the daemon stops.
-	for _, sub := range []string{"native/state/sb", "native/disks", "native/spare-disks", "docker/sb"} {
+	for _, sub := range []string{"native/state/sb", "native/disks", "docker/sb"} {
 		entries, _ := os.ReadDir(filepath.Join(dataDir, sub))
 		for _, e := range entries {
 			t.Errorf("%s left behind: %s", sub, e.Name())

@@ -109,7 +109,7 @@ func runOneShot(ctx context.Context, o runOptions, args []string) error {
 			return &exitError{code: 125, msg: fmt.Sprintf("CGROUP_FAVOR_DYNMODS=%q: %v", v, err)}
 		}
 	}
-	b, err := native.New(native.Config{Root: filepath.Join(dataDir, "oneshot"), AgentPath: agentPath, LeaveCgroupMounts: !favor, NoSpareDisks: true})
+	b, err := native.New(native.Config{Root: filepath.Join(dataDir, "oneshot"), AgentPath: agentPath, LeaveCgroupMounts: !favor})
 	if err != nil {
 		return &exitError{code: 125, msg: err.Error()}
 	}

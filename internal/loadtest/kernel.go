@@ -31,7 +31,6 @@ type Kernel struct {
 	Conntrack    int64          // nf_conntrack_count; -1 when conntrack is not loaded
 	DataDirBytes int64          // bytes in the daemon's data dir
 	StateBytes   int64          // the state database's file size (0 when it is elsewhere, e.g. Redis)
-	SpareBytes   int64          // the native backend's spare disks (bounded, kept for the next creates)
 	// RemovedKiB is memory on the kernel's LRU lists (page cache,
 	// anonymous pages) still charged to removed agentbox sandbox cgroups:
 	// what keeps them dying. -1 when it cannot be read (not root).
@@ -62,9 +61,6 @@ func TakeKernel(dataDir string) Kernel {
 					if d.Name() == "agentbox.db" {
 						k.StateBytes += info.Size()
 					}
-					if filepath.Base(filepath.Dir(p)) == "spare-disks" {
-						k.SpareBytes += info.Size()
-					}
 				}
 			}
 			return nil
@@ -83,8 +79,8 @@ func (k Kernel) String() string {
 	if k.Conntrack >= 0 {
 		ct = strconv.FormatInt(k.Conntrack, 10)
 	}
-	return fmt.Sprintf("dying cgroups [%s], held by removed sandbox cgroups %s MiB, dentries %d, slab %.1f MiB, loop devices %d, conntrack %s, data dir %.1f MiB, state db %.1f MiB, spare disks %.0f MiB",
-		strings.Join(dying, ", "), k.RemovedMiB(), k.Dentries, float64(k.SlabKiB)/1024, k.Loops, ct, float64(k.DataDirBytes)/(1<<20), float64(k.StateBytes)/(1<<20), float64(k.SpareBytes)/(1<<20))
+	return fmt.Sprintf("dying cgroups [%s], held by removed sandbox cgroups %s MiB, dentries %d, slab %.1f MiB, loop devices %d, conntrack %s, data dir %.1f MiB, state db %.1f MiB",
+		strings.Join(dying, ", "), k.RemovedMiB(), k.Dentries, float64(k.SlabKiB)/1024, k.Loops, ct, float64(k.DataDirBytes)/(1<<20), float64(k.StateBytes)/(1<<20))
 }
 
 // RemovedMiB is RemovedKiB in MiB for a report, "n/a" when unknown.

@@ -203,19 +203,6 @@ func (b *Backend) copyDiskTemplate(size int64, dst string) error {
 		if err != nil {
 			return err
 		}
-		if b.spares.take(size, dst) {
-			// A zeroed, fully allocated image: the template's data is all
-			// it needs (no allocation, see spareDisks).
-			err = copyTemplateInto(image, dst)
-			if err == nil {
-				return nil
-			}
-			_ = os.Remove(dst)
-			if !errors.Is(err, os.ErrNotExist) || attempt > 0 {
-				return fmt.Errorf("copy disk image into a spare: %w", err)
-			}
-			continue // the template was evicted meanwhile: build it again
-		}
 		err = sparseCopy(image, dst)
 		if err == nil && b.cfg.DiskOvercommit <= 1 {
 			err = preallocate(dst, size)
@@ -276,8 +263,7 @@ func (b *Backend) admitDisk(bx *box) error {
 	if err := unix.Statfs(b.diskRoot, &fs); err != nil {
 		return fmt.Errorf("statfs disk dir: %w", err)
 	}
-	// Spare disks are free space a create takes back at once.
-	free := int64(fs.Bavail)*fs.Bsize + b.spares.held()
+	free := int64(fs.Bavail) * fs.Bsize
 	capacity := free + allocated - b.cfg.DiskReserve
 	if float64(provisioned) <= b.cfg.DiskOvercommit*float64(capacity) {
 		return nil

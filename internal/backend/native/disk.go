@@ -335,12 +335,7 @@ const (
 // dev is the loop device the sandbox's disk was mounted from when known:
 // only it is checked. "" (a sandbox recovered after a restart) scans every
 // loop device.
-//
-// released reports that nothing held the image by the end of the grace
-// period, so nothing was revoked: only such an image may serve again (a
-// revoked filesystem may stay mounted somewhere, shut down, until its
-// holder lets go).
-func revokeImage(image, scratch, dev string) (released bool, err error) {
+func revokeImage(image, scratch, dev string) error {
 	held := func() string { return loopInUse(image) }
 	if dev != "" {
 		known := dev
@@ -352,45 +347,45 @@ func revokeImage(image, scratch, dev string) (released bool, err error) {
 		}
 	}
 	if waitReleased(image, held, revokeGrace) == nil {
-		return true, nil
+		return nil
 	}
 	dev = held()
 	if dev == "" {
-		return true, nil
+		return nil
 	}
 	// While this descriptor is open the device cannot be auto-cleared,
 	// so it cannot be re-attached to another file either.
 	pin, err := os.OpenFile(dev, os.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return false, fmt.Errorf("revoke disk: %w", err)
+		return fmt.Errorf("revoke disk: %w", err)
 	}
 	defer pin.Close()
 	var img unix.Stat_t
 	if err := unix.Stat(image, &img); err != nil {
-		return false, fmt.Errorf("revoke disk: %w", err)
+		return fmt.Errorf("revoke disk: %w", err)
 	}
 	info, err := unix.IoctlLoopGetStatus64(int(pin.Fd()))
 	if err != nil || info.Inode != img.Ino {
-		return true, nil // detached (and maybe re-used) meanwhile: nothing of ours to revoke
+		return nil // detached (and maybe re-used) meanwhile: nothing of ours to revoke
 	}
 	mnt, err := os.MkdirTemp(scratch, "revoke-")
 	if err != nil {
-		return false, fmt.Errorf("revoke disk: %w", err)
+		return fmt.Errorf("revoke disk: %w", err)
 	}
 	defer os.Remove(mnt)
 	if err := unix.Mount(dev, mnt, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return false, fmt.Errorf("revoke disk: mount %s: %w", dev, err)
+		return fmt.Errorf("revoke disk: mount %s: %w", dev, err)
 	}
 	defer func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) }()
 	fd, err := unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return false, fmt.Errorf("revoke disk: %w", err)
+		return fmt.Errorf("revoke disk: %w", err)
 	}
 	defer unix.Close(fd)
 	if err := unix.IoctlSetPointerInt(fd, ext4IocShutdown, ext4GoingFlagsNoLogFlush); err != nil {
-		return false, fmt.Errorf("revoke disk: shut down the filesystem on %s: %w", dev, err)
+		return fmt.Errorf("revoke disk: shut down the filesystem on %s: %w", dev, err)
 	}
-	return false, nil
+	return nil
 }
 
 // revokeGrace is how long a destroyed sandbox's disk may stay held (by a
@@ -429,14 +424,6 @@ func sparseCopyRanges(src, dst string, ranges [][2]int64) (err error) {
 	if err := out.Truncate(size); err != nil {
 		return err
 	}
-	return copyDataRanges(in, out, size, ranges)
-}
-
-// copyDataRanges copies the data of in (size bytes) within ranges
-// (ordered; nil: all of it) to the same offsets of out, skipping in's
-// holes: out must read as zeroes wherever in has none (a new sparse file,
-// or a zeroed spare disk).
-func copyDataRanges(in, out *os.File, size int64, ranges [][2]int64) error {
 	if ranges == nil {
 		ranges = [][2]int64{{0, size}}
 	}

@@ -155,10 +155,8 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 	bx.closeDisk()
 	_ = os.Remove(bx.paths.socket())
 	bx.phases.mark("unmount overlay + disk")
-	released := false
 	if removeAll && !b.rootless {
-		var err error
-		if released, err = revokeImage(bx.paths.image, bx.paths.dir, bx.loopDev); err != nil {
+		if err := revokeImage(bx.paths.image, bx.paths.dir, bx.loopDev); err != nil {
 			b.log.Error("revoke disk held outside the sandbox", "sandbox", bx.id, "err", err)
 		}
 		bx.phases.mark("revoke check (is the disk's loop device still held?)")
@@ -168,10 +166,7 @@ func (b *Backend) teardown(ctx context.Context, bx *box, removeAll bool) {
 			b.log.Error("remove sandbox dir", "sandbox", bx.id, "err", err)
 		}
 		b.diskUse.removed(bx.paths.image) // its blocks become free space
-		var err error
-		if !released || !b.spares.put(bx.paths.image, bx.rec.Spec.Resources.DiskBytes) {
-			err = os.Remove(bx.paths.image)
-		}
+		err := os.Remove(bx.paths.image)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			b.log.Error("remove sandbox disk", "sandbox", bx.id, "err", err)
 		} else if bx.rec.HostIDBase != 0 {

@@ -138,9 +138,6 @@ type Config struct {
 	// runsc's debug logs.
 	RunscPath     string
 	RunscDebugDir string
-	// NoSpareDisks keeps no disk of a destroyed sandbox for the next
-	// create (see spareDisks): for a process that creates one sandbox.
-	NoSpareDisks bool
 	// PhaseObserver, when set, is told the wall time of every step of
 	// every create, recycle and destroy (the phases of phases.go), from
 	// the goroutine doing it: it must be quick and must not block. The
@@ -196,9 +193,6 @@ type Backend struct {
 	boxes map[sandbox.ID]*box
 	// diskUse caches what the sandboxes' disks occupy (see admitDisk).
 	diskUse diskUseCache
-	// spares are emptied disks of destroyed sandboxes the next creates
-	// reuse (nil: none are kept; see spareDisks).
-	spares *spareDisks
 }
 
 // box is the backend's live view of one sandbox. mu serialises lifecycle
@@ -421,12 +415,6 @@ func New(cfg Config) (*Backend, error) {
 	if !rootless {
 		b.restingIDs = b.idRanges.reserveResting()
 	}
-	if !rootless && cfg.DiskOvercommit <= 1 && !cfg.NoSpareDisks {
-		// Only preallocated disks are worth keeping (see spareDisks).
-		if b.spares, err = newSpareDisks(filepath.Join(root, "spare-disks")); err != nil {
-			return nil, fmt.Errorf("native: %w", err)
-		}
-	}
 	if b.hostEtc, err = hostEtcDir(etcBuildDir(b.runRoot, tmplDir, rootless)); err != nil {
 		return nil, fmt.Errorf("native: build host /etc: %w", err)
 	}
@@ -487,12 +475,10 @@ func mountStateTmpfs(dir string) error {
 	return nil
 }
 
-// Close removes the spare disks, and releases what the backend holds on
-// the host once no sandbox is left (the state tmpfs). With sandboxes still
-// running it keeps the rest: their state must outlive this process so a
-// restarted daemon finds them.
+// Close releases what the backend holds on the host once no sandbox is
+// left (the state tmpfs). With sandboxes still running it does nothing:
+// their state must outlive this process so a restarted daemon finds them.
 func (b *Backend) Close() error {
-	b.spares.clear()
 	entries, err := os.ReadDir(b.sbRoot)
 	if err == nil && len(entries) > 0 {
 		return nil

@@ -144,16 +144,12 @@ func (b *Backend) saveRecycled(bx *box) error {
 // (a loop device kept open would let it be read or written later), then
 // replaces the image file with a fresh copy of the formatted template.
 func (b *Backend) revokeAndReplaceDisk(bx *box, loopDev string) error {
-	released, err := revokeImage(bx.paths.image, bx.paths.dir, loopDev)
-	if err != nil {
+	if err := revokeImage(bx.paths.image, bx.paths.dir, loopDev); err != nil {
 		return fmt.Errorf("recycle: %w", err)
 	}
 	b.diskUse.removed(bx.paths.image)
-	// Kept as a spare, the old disk comes straight back, zeroed.
-	if !released || !b.spares.put(bx.paths.image, bx.rec.Spec.Resources.DiskBytes) {
-		if err := os.Remove(bx.paths.image); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("recycle: remove old disk: %w", err)
-		}
+	if err := os.Remove(bx.paths.image); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("recycle: remove old disk: %w", err)
 	}
 	if err := b.copyDiskTemplate(bx.rec.Spec.Resources.DiskBytes, bx.paths.image); err != nil {
 		return fmt.Errorf("recycle: %w", err)

@@ -1,13 +1,10 @@
 package loadtest
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -216,44 +213,30 @@ func rss(pid int) (int64, error) {
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
-// metrics reads the daemon's Prometheus text exposition (untyped parse:
-// name value, labels ignored).
+// metrics reads the daemon's unlabelled gauges and counters (go_goroutines,
+// process_open_fds, ...) from its /metrics.
 func metrics(ctx context.Context, url, key string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", url+"/metrics", nil)
+	fams, err := readMetrics(ctx, url, key)
 	if err != nil {
 		return nil, err
 	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("daemon metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("daemon metrics: %d %s", resp.StatusCode, b)
-	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' || strings.Contains(line, "{") {
-			continue
-		}
-		name, val, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
-			out[name] = v
+	for name, fam := range fams {
+		for _, m := range fam.GetMetric() {
+			if len(m.GetLabel()) != 0 {
+				continue
+			}
+			switch {
+			case m.Gauge != nil:
+				out[name] = m.GetGauge().GetValue()
+			case m.Counter != nil:
+				out[name] = m.GetCounter().GetValue()
+			case m.Untyped != nil:
+				out[name] = m.GetUntyped().GetValue()
+			}
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // cgroups lists the sandbox cgroups of the native backend of dataDir: it

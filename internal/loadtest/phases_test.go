@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -76,5 +77,28 @@ func TestTakeCreates(t *testing.T) {
 	}
 	if share := PoolShare(PhaseTotals{}); share != 0 {
 		t.Errorf("pool share of no creates %v, want 0", share)
+	}
+}
+
+// TestMetricsUnlabelled: the leak checks' figures (go_goroutines,
+// process_open_fds) come from a real registry's exposition, labelled
+// series left out.
+func TestMetricsUnlabelled(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "labelled_total"}, []string{"k"})
+	c.WithLabelValues("v").Add(3)
+	reg.MustRegister(c)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	m, err := metrics(context.Background(), srv.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["go_goroutines"] < 1 || m["process_open_fds"] < 1 {
+		t.Errorf("go_goroutines %v, process_open_fds %v: want both", m["go_goroutines"], m["process_open_fds"])
+	}
+	if _, ok := m["labelled_total"]; ok {
+		t.Error("a labelled series was read as a figure")
 	}
 }
